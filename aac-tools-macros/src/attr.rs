@@ -1,0 +1,190 @@
+//! Parsing of the `#[mcp_tool(...)]` argument list.
+//!
+//! Every problem found here is pushed into [`Errors`] so that all the mistakes of an
+//! attribute are reported in one pass, each with its caret on the user's token.
+
+use proc_macro2::{Span, TokenStream};
+use syn::meta::ParseNestedMeta;
+use syn::{LitStr, Path, Token};
+
+use crate::errors::Errors;
+
+/// The keys `#[mcp_tool]` accepts, in the order the error message lists them.
+pub(crate) const KEYS: &[&str] = &[
+    "read_only",
+    "destructive",
+    "idempotent",
+    "open_world",
+    "scope",
+    "name",
+    "title",
+    "description",
+    "input_schema",
+    "audit_fields",
+];
+
+/// A value together with the span of the token that gave it.
+pub(crate) struct Spanned<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
+
+/// The parsed attribute, before cross-cutting checks (see `valid.rs`).
+#[derive(Default)]
+pub(crate) struct Attr {
+    pub(crate) read_only: Option<Span>,
+    pub(crate) destructive: Option<Span>,
+    pub(crate) idempotent: Option<Span>,
+    pub(crate) open_world: Option<Span>,
+    pub(crate) scopes: Vec<Spanned<String>>,
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) title: Option<Spanned<String>>,
+    pub(crate) description: Option<Spanned<String>>,
+    pub(crate) input_schema: Option<Path>,
+    pub(crate) audit_fields: Option<Vec<Spanned<String>>>,
+}
+
+impl Attr {
+    pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
+        let mut attr = Attr::default();
+        let parser = syn::meta::parser(|meta| {
+            attr.parse_one(&meta, errors);
+            Ok(())
+        });
+        if let Err(err) = syn::parse::Parser::parse2(parser, args) {
+            errors.push(err);
+        }
+        attr
+    }
+
+    fn parse_one(&mut self, meta: &ParseNestedMeta<'_>, errors: &mut Errors) {
+        let Some(ident) = meta.path.get_ident() else {
+            errors.push(meta.error(unknown_key(&path_text(&meta.path))));
+            skip_value(meta);
+            return;
+        };
+        let key = ident.to_string();
+        let span = ident.span();
+        let result = match key.as_str() {
+            "read_only" => flag(meta, &key, &mut self.read_only, span),
+            "destructive" => flag(meta, &key, &mut self.destructive, span),
+            "idempotent" => flag(meta, &key, &mut self.idempotent, span),
+            "open_world" => flag(meta, &key, &mut self.open_world, span),
+            "scope" => string(meta, &key).map(|s| self.scopes.push(s)),
+            "name" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.name, s)),
+            "title" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.title, s)),
+            "description" => {
+                string(meta, &key).and_then(|s| once(meta, &key, &mut self.description, s))
+            }
+            "input_schema" => value(meta, &key)
+                .and_then(|v| v.parse::<Path>())
+                .and_then(|p| once(meta, &key, &mut self.input_schema, p)),
+            "audit_fields" => {
+                string_list(meta, &key).and_then(|l| once(meta, &key, &mut self.audit_fields, l))
+            }
+            _ => {
+                skip_value(meta);
+                Err(meta.error(unknown_key(&key)))
+            }
+        };
+        if let Err(err) = result {
+            errors.push(err);
+        }
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    segments.join("::")
+}
+
+fn unknown_key(key: &str) -> String {
+    let expected: Vec<String> = KEYS.iter().map(|k| format!("`{k}`")).collect();
+    format!(
+        "unknown `#[mcp_tool]` argument `{key}`; expected one of {}",
+        expected.join(", ")
+    )
+}
+
+/// After an unknown key, consume `= value` or `(...)` so parsing can go on.
+fn skip_value(meta: &ParseNestedMeta<'_>) {
+    if meta.input.peek(Token![=]) {
+        if let Ok(value) = meta.value() {
+            let _ = value.parse::<syn::Expr>();
+        }
+    } else if meta.input.peek(syn::token::Paren) {
+        let _ = meta.parse_nested_meta(|inner| {
+            skip_value(&inner);
+            Ok(())
+        });
+    }
+}
+
+fn duplicate(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Error {
+    meta.error(format!("duplicate `#[mcp_tool]` argument `{key}`"))
+}
+
+fn flag(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    slot: &mut Option<Span>,
+    span: Span,
+) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) || meta.input.peek(syn::token::Paren) {
+        skip_value(meta);
+        return Err(meta.error(format!(
+            "`#[mcp_tool]` argument `{key}` is a flag and takes no value; write `{key}` alone"
+        )));
+    }
+    if slot.is_some() {
+        return Err(duplicate(meta, key));
+    }
+    *slot = Some(span);
+    Ok(())
+}
+
+fn once<T>(meta: &ParseNestedMeta<'_>, key: &str, slot: &mut Option<T>, v: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(duplicate(meta, key));
+    }
+    *slot = Some(v);
+    Ok(())
+}
+
+fn value<'a>(meta: &'a ParseNestedMeta<'_>, key: &str) -> syn::Result<syn::parse::ParseStream<'a>> {
+    if !meta.input.peek(Token![=]) {
+        skip_value(meta);
+        return Err(meta.error(format!(
+            "`#[mcp_tool]` argument `{key}` needs a value: `{key} = …`"
+        )));
+    }
+    meta.value()
+}
+
+fn string(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Spanned<String>> {
+    let input = value(meta, key)?;
+    let lit: LitStr = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("`#[mcp_tool]` argument `{key}` takes a string literal: `{key} = \"…\"`"),
+        )
+    })?;
+    Ok(Spanned {
+        value: lit.value(),
+        span: lit.span(),
+    })
+}
+
+fn string_list(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Vec<Spanned<String>>> {
+    let input = value(meta, key)?;
+    let content;
+    syn::bracketed!(content in input);
+    let list = content.parse_terminated(<LitStr as syn::parse::Parse>::parse, Token![,])?;
+    Ok(list
+        .into_iter()
+        .map(|lit| Spanned {
+            value: lit.value(),
+            span: lit.span(),
+        })
+        .collect())
+}

@@ -1,0 +1,231 @@
+//! Cross-cutting checks: flags that exclude each other, scope and name syntax, the
+//! description. Produces the [`Tool`] that `expand.rs` writes out.
+
+use proc_macro2::Span;
+
+use crate::ast::ToolFn;
+use crate::attr::Attr;
+use crate::errors::Errors;
+
+/// The access level a tool's handler runs at, derived from its flags.
+#[derive(Clone, Copy)]
+pub(crate) enum Level {
+    Read,
+    Write,
+    Delete,
+}
+
+/// Everything the generated `ToolDef` holds, checked.
+pub(crate) struct Tool {
+    pub(crate) name: String,
+    pub(crate) title: Option<String>,
+    pub(crate) description: String,
+    pub(crate) read_only: bool,
+    pub(crate) destructive: bool,
+    pub(crate) idempotent: bool,
+    pub(crate) open_world: bool,
+    pub(crate) scopes: Vec<String>,
+    pub(crate) audit_fields: Vec<String>,
+    pub(crate) level: Level,
+}
+
+pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool {
+    if let (Some(_), Some(destructive)) = (attr.read_only, attr.destructive) {
+        errors.push(syn::Error::new(
+            destructive,
+            "`#[mcp_tool]` tool cannot be both `read_only` and `destructive`; \
+             a read-only tool changes nothing, so remove one of them",
+        ));
+    }
+
+    if attr.scopes.is_empty() {
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            "`#[mcp_tool]` needs at least one `scope = \"resource:action\"`; \
+             scopes are deny by default and a tool without one could never be called",
+        ));
+    }
+    let mut scopes: Vec<String> = Vec::new();
+    for scope in &attr.scopes {
+        if !is_valid_scope(&scope.value) {
+            errors.push(syn::Error::new(
+                scope.span,
+                format!(
+                    "`#[mcp_tool]` scope `{}` is not of the form `resource:action` \
+                     (lowercase ASCII letters, digits, `_` and `-` on each side of one `:`)",
+                    scope.value
+                ),
+            ));
+        } else if scopes.contains(&scope.value) {
+            errors.push(syn::Error::new(
+                scope.span,
+                format!("duplicate `#[mcp_tool]` scope `{}`", scope.value),
+            ));
+        } else {
+            scopes.push(scope.value.clone());
+        }
+    }
+
+    let name = match &attr.name {
+        Some(name) => {
+            if !is_valid_tool_name(&name.value) {
+                errors.push(syn::Error::new(
+                    name.span,
+                    format!(
+                        "`#[mcp_tool]` name `{}` is not a valid MCP tool name \
+                         (1 to 128 of ASCII letters, digits, `_`, `-` and `.`)",
+                        name.value
+                    ),
+                ));
+            }
+            name.value.clone()
+        }
+        None => func
+            .item
+            .sig
+            .ident
+            .to_string()
+            .trim_start_matches("r#")
+            .to_owned(),
+    };
+
+    let description = match &attr.description {
+        Some(description) => {
+            if description.value.trim().is_empty() {
+                errors.push(syn::Error::new(
+                    description.span,
+                    "`#[mcp_tool]` description cannot be empty",
+                ));
+            }
+            description.value.trim().to_owned()
+        }
+        None => {
+            let doc = doc_text(&func.doc_lines);
+            if doc.is_empty() {
+                errors.push(syn::Error::new(
+                    func.name_span(),
+                    "`#[mcp_tool]` tool needs a description: add a doc comment (`/// …`) \
+                     or `description = \"…\"`",
+                ));
+            }
+            doc
+        }
+    };
+
+    if let Some(title) = &attr.title
+        && title.value.trim().is_empty()
+    {
+        errors.push(syn::Error::new(
+            title.span,
+            "`#[mcp_tool]` title cannot be empty; leave `title` out instead",
+        ));
+    }
+
+    let mut audit_fields: Vec<String> = Vec::new();
+    for field in attr.audit_fields.iter().flatten() {
+        if field.value.is_empty() || audit_fields.contains(&field.value) {
+            errors.push(syn::Error::new(
+                field.span,
+                format!(
+                    "`#[mcp_tool]` audit field `{}` is empty or repeated",
+                    field.value
+                ),
+            ));
+        } else {
+            audit_fields.push(field.value.clone());
+        }
+    }
+
+    let read_only = attr.read_only.is_some();
+    let destructive = attr.destructive.is_some();
+    let level = if read_only {
+        Level::Read
+    } else if destructive {
+        Level::Delete
+    } else {
+        Level::Write
+    };
+
+    Tool {
+        name,
+        title: attr.title.as_ref().map(|t| t.value.trim().to_owned()),
+        description,
+        read_only,
+        destructive,
+        idempotent: attr.idempotent.is_some(),
+        open_world: attr.open_world.is_some(),
+        scopes,
+        audit_fields,
+        level,
+    }
+}
+
+/// `resource:action`, each side one or more of `a-z`, `0-9`, `_`, `-`.
+fn is_valid_scope(scope: &str) -> bool {
+    let Some((resource, action)) = scope.split_once(':') else {
+        return false;
+    };
+    let part = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    part(resource) && part(action)
+}
+
+/// The MCP tool-name rule (SEP-986): 1–128 of `A-Z a-z 0-9 _ - .`.
+fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// The doc comment as text: one leading space per line removed, paragraphs kept,
+/// surrounding blank lines dropped.
+fn doc_text(lines: &[String]) -> String {
+    let joined: Vec<&str> = lines
+        .iter()
+        .flat_map(|l| l.split('\n'))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
+        .collect();
+    joined.join("\n").trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes() {
+        assert!(is_valid_scope("issues:read"));
+        assert!(is_valid_scope("agents_v2:run-now"));
+        assert!(!is_valid_scope("issues"));
+        assert!(!is_valid_scope("Issues:read"));
+        assert!(!is_valid_scope("issues:read:all"));
+        assert!(!is_valid_scope(":read"));
+        assert!(!is_valid_scope("issues: read"));
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_valid_tool_name("get_issue"));
+        assert!(is_valid_tool_name("admin.tools-list"));
+        assert!(!is_valid_tool_name(""));
+        assert!(!is_valid_tool_name("get issue"));
+        assert!(!is_valid_tool_name(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn doc_paragraphs_are_kept() {
+        let lines = vec![
+            " Get one issue.".to_owned(),
+            "".to_owned(),
+            " Accepts the UUID or the key.".to_owned(),
+        ];
+        assert_eq!(
+            doc_text(&lines),
+            "Get one issue.\n\nAccepts the UUID or the key."
+        );
+    }
+}

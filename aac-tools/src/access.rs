@@ -1,0 +1,191 @@
+//! Access levels: least privilege by construction.
+//!
+//! A tool's access level comes from its annotation, never from the author's choice:
+//!
+//! | annotation | level | may use |
+//! | --- | --- | --- |
+//! | `read_only` | [`Read`] | read queries |
+//! | neither `read_only` nor `destructive` | [`Write`] | read and create/`Update*` queries |
+//! | `destructive` | [`Delete`] | read, `Update*` and `Delete*` queries |
+//!
+//! A handler obtains its data handle only through the framework, as a parameter such as
+//! `db: Db<Read>`. Asking for a handle above the tool's level does not compile
+//! ([`ReadToolMayHold`], [`WriteToolMayHold`]).
+//!
+//! Queries are gated on the level of the handle (or transaction) they run on, through
+//! [`MayUpdate`] and [`MayDelete`]. A query trait of your own follows the same pattern:
+//! each method that changes data carries `where Self: MayUpdate` (or `MayDelete`), and a
+//! call from a tool whose level does not allow it is a compile error in our words,
+//! wherever it happens: in the handler, in a helper function or in a closure.
+//!
+//! ```
+//! use aac_tools::access::{MayDelete, MayUpdate};
+//! use aac_tools::sqlite::Tx;
+//! use aac_tools::ToolError;
+//!
+//! /// Queries that read notes.
+//! pub trait ReadNotes {
+//!     fn count_notes(&self) -> Result<i64, ToolError>;
+//! }
+//! impl<L: aac_tools::access::Level> ReadNotes for Tx<'_, L> {
+//!     fn count_notes(&self) -> Result<i64, ToolError> {
+//!         Ok(self.conn().query_row("SELECT count(*) FROM notes", [], |r| r.get(0))?)
+//!     }
+//! }
+//!
+//! /// Queries that create or change notes.
+//! pub trait UpdateNotes {
+//!     fn add_note(&self, text: &str) -> Result<(), ToolError>
+//!     where
+//!         Self: MayUpdate;
+//! }
+//! impl<L: aac_tools::access::Level> UpdateNotes for Tx<'_, L> {
+//!     fn add_note(&self, text: &str) -> Result<(), ToolError>
+//!     where
+//!         Self: MayUpdate,
+//!     {
+//!         self.conn().execute("INSERT INTO notes (text) VALUES (?1)", [text])?;
+//!         Ok(())
+//!     }
+//! }
+//! # fn _unused<T: MayDelete>() {}
+//! ```
+
+use std::fmt;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The runtime view of an access level, as carried by a [`ToolDef`](crate::ToolDef) and
+/// written into audit records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AccessLevel {
+    /// Read queries only (`read_only` tools).
+    Read,
+    /// Reads, creates and updates (tools that are neither `read_only` nor `destructive`).
+    Write,
+    /// Everything, deletes included (`destructive` tools).
+    Delete,
+}
+
+impl AccessLevel {
+    /// `"read"`, `"write"` or `"delete"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AccessLevel::Read => "read",
+            AccessLevel::Write => "write",
+            AccessLevel::Delete => "delete",
+        }
+    }
+
+    /// The level a tool with these flags runs at.
+    pub const fn from_flags(read_only: bool, destructive: bool) -> AccessLevel {
+        if read_only {
+            AccessLevel::Read
+        } else if destructive {
+            AccessLevel::Delete
+        } else {
+            AccessLevel::Write
+        }
+    }
+}
+
+impl fmt::Display for AccessLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A compile-time access level: [`Read`], [`Write`] or [`Delete`]. Sealed.
+pub trait Level: sealed::Sealed + Send + Sync + 'static {
+    /// The same level at run time.
+    const LEVEL: AccessLevel;
+}
+
+/// The level of `read_only` tools: read queries only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Read;
+/// The level of tools that are neither `read_only` nor `destructive`: reads, creates, updates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Write;
+/// The level of `destructive` tools: everything, deletes included.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Delete;
+
+impl sealed::Sealed for Read {}
+impl sealed::Sealed for Write {}
+impl sealed::Sealed for Delete {}
+impl Level for Read {
+    const LEVEL: AccessLevel = AccessLevel::Read;
+}
+impl Level for Write {
+    const LEVEL: AccessLevel = AccessLevel::Write;
+}
+impl Level for Delete {
+    const LEVEL: AccessLevel = AccessLevel::Delete;
+}
+
+/// Levels of handles a `read_only` tool may hold: [`Read`] only.
+#[diagnostic::on_unimplemented(
+    message = "read-only tool cannot take a data handle that writes or deletes",
+    label = "this handle is above the tool's `Read` level",
+    note = "the level comes from the annotation: `read_only` gives `Db<Read>`, neither `read_only` nor `destructive` gives `Db<Write>`, `destructive` gives `Db<Delete>`"
+)]
+pub trait ReadToolMayHold {}
+
+/// Levels of handles a tool that is neither `read_only` nor `destructive` may hold:
+/// [`Read`] and [`Write`].
+#[diagnostic::on_unimplemented(
+    message = "non-destructive tool cannot take a data handle that deletes",
+    label = "this handle is above the tool's `Write` level",
+    note = "only a tool annotated `#[mcp_tool(destructive, …)]` gets `Db<Delete>`"
+)]
+pub trait WriteToolMayHold {}
+
+/// A data handle's access level as a type (`0` read, `1` write, `2` delete), for the
+/// compile-time checks above.
+#[derive(Debug, Clone, Copy)]
+pub struct HandleLevel<const RANK: u8>;
+
+impl AccessLevel {
+    /// `0` for read, `1` for write, `2` for delete.
+    pub const fn rank(self) -> u8 {
+        match self {
+            AccessLevel::Read => 0,
+            AccessLevel::Write => 1,
+            AccessLevel::Delete => 2,
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl ReadToolMayHold for HandleLevel<0> {}
+#[diagnostic::do_not_recommend]
+impl WriteToolMayHold for HandleLevel<0> {}
+#[diagnostic::do_not_recommend]
+impl WriteToolMayHold for HandleLevel<1> {}
+
+/// Handles and transactions that may run create/`Update*` queries: those of tools that are
+/// not `read_only`.
+#[diagnostic::on_unimplemented(
+    message = "read-only tool cannot use update queries",
+    label = "update query called with `{Self}`",
+    note = "the tool is annotated `read_only`, so its handle only reaches read queries; drop `read_only` if the tool must write"
+)]
+pub trait MayUpdate {}
+
+/// Handles and transactions that may run `Delete*` queries: those of `destructive` tools.
+#[diagnostic::on_unimplemented(
+    message = "non-destructive tool cannot use delete queries",
+    label = "delete query called with `{Self}`",
+    note = "only a tool annotated `#[mcp_tool(destructive, …)]` reaches `Delete*` queries, and its callers must send `confirm: true`"
+)]
+pub trait MayDelete {}
+
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Write {}
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Delete {}
+#[diagnostic::do_not_recommend]
+impl MayDelete for Delete {}

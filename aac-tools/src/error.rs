@@ -1,0 +1,241 @@
+//! The one error type of every refusal and every handler failure.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::ser::SerializeStruct;
+
+/// The exact message of the confirm guard's refusal.
+pub const CONFIRM_REQUIRED: &str = "confirm: true required for destructive operations";
+
+/// The HTTP-style status of a [`ToolError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Status {
+    /// 400: the request is wrong (arguments, missing confirmation).
+    BadRequest,
+    /// 401: no valid credentials.
+    Unauthorized,
+    /// 403: valid credentials that do not allow this.
+    Forbidden,
+    /// 404: no such tool or no such object (in the caller's workspace).
+    NotFound,
+    /// 409: the request conflicts with the current state.
+    Conflict,
+    /// 500: a fault of the server.
+    Internal,
+    /// 503: a dependency is unavailable (for example the audit sink).
+    Unavailable,
+}
+
+impl Status {
+    /// The numeric code: 400, 401, 403, 404, 409, 500 or 503.
+    pub const fn code(self) -> u16 {
+        match self {
+            Status::BadRequest => 400,
+            Status::Unauthorized => 401,
+            Status::Forbidden => 403,
+            Status::NotFound => 404,
+            Status::Conflict => 409,
+            Status::Internal => 500,
+            Status::Unavailable => 503,
+        }
+    }
+
+    /// The status for a numeric code, if it is one of ours.
+    pub const fn from_code(code: u16) -> Option<Status> {
+        Some(match code {
+            400 => Status::BadRequest,
+            401 => Status::Unauthorized,
+            403 => Status::Forbidden,
+            404 => Status::NotFound,
+            409 => Status::Conflict,
+            500 => Status::Internal,
+            503 => Status::Unavailable,
+            _ => return None,
+        })
+    }
+}
+
+/// A refusal or a failure: a status, a stable machine `reason` and a human message.
+///
+/// Every check of the pipeline and every handler speaks this type. On MCP it becomes a
+/// tool result with `isError: true` whose `structuredContent` is
+/// `{"error": …, "reason": …, "status": …}`; over plain HTTP it becomes the response
+/// status and the same JSON body.
+///
+/// ```
+/// use aac_tools::{Status, ToolError};
+/// let err = ToolError::not_found("issue AAC-42 not found");
+/// assert_eq!(err.status(), Status::NotFound);
+/// assert_eq!(err.reason(), "not_found");
+/// assert_eq!(
+///     err.to_json(),
+///     serde_json::json!({"error": "issue AAC-42 not found", "reason": "not_found", "status": 404})
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    status: Status,
+    reason: Cow<'static, str>,
+    message: Cow<'static, str>,
+}
+
+impl ToolError {
+    /// An error with any status, reason and message.
+    pub fn new(
+        status: Status,
+        reason: impl Into<Cow<'static, str>>,
+        message: impl Into<Cow<'static, str>>,
+    ) -> ToolError {
+        ToolError {
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// 401 `missing_token`: the call carried no credentials.
+    pub fn missing_token() -> ToolError {
+        ToolError::new(
+            Status::Unauthorized,
+            "missing_token",
+            "a bearer token is required",
+        )
+    }
+
+    /// 401 `invalid_token`: unknown, malformed, expired or revoked credentials.
+    pub fn invalid_token(why: impl Into<Cow<'static, str>>) -> ToolError {
+        ToolError::new(Status::Unauthorized, "invalid_token", why)
+    }
+
+    /// 404 `unknown_tool`.
+    pub fn unknown_tool(name: &str) -> ToolError {
+        ToolError::new(
+            Status::NotFound,
+            "unknown_tool",
+            format!("unknown tool `{name}`"),
+        )
+    }
+
+    /// 403 `insufficient_scope`, naming every scope the tool needs.
+    pub fn insufficient_scope(required: &[&str]) -> ToolError {
+        ToolError::new(
+            Status::Forbidden,
+            "insufficient_scope",
+            format!("this tool requires the scopes: {}", required.join(" ")),
+        )
+    }
+
+    /// 400 `destructive_flag_missing` with the exact message
+    /// `confirm: true required for destructive operations`.
+    pub fn confirm_required() -> ToolError {
+        ToolError::new(
+            Status::BadRequest,
+            "destructive_flag_missing",
+            CONFIRM_REQUIRED,
+        )
+    }
+
+    /// 400 `invalid_arguments` at a JSON pointer into the arguments.
+    pub fn invalid_arguments(pointer: &str, why: impl fmt::Display) -> ToolError {
+        let at = if pointer.is_empty() { "/" } else { pointer };
+        ToolError::new(
+            Status::BadRequest,
+            "invalid_arguments",
+            format!("invalid arguments at `{at}`: {why}"),
+        )
+    }
+
+    /// 400 with a reason of your own.
+    pub fn bad_request(
+        reason: impl Into<Cow<'static, str>>,
+        message: impl Into<Cow<'static, str>>,
+    ) -> ToolError {
+        ToolError::new(Status::BadRequest, reason, message)
+    }
+
+    /// 403 `forbidden`: the principal may not do this (for example a `viewer` deleting).
+    pub fn forbidden(message: impl Into<Cow<'static, str>>) -> ToolError {
+        ToolError::new(Status::Forbidden, "forbidden", message)
+    }
+
+    /// 404 `not_found`. Use it too for objects of another workspace, so that
+    /// workspace boundaries leak nothing.
+    pub fn not_found(message: impl Into<Cow<'static, str>>) -> ToolError {
+        ToolError::new(Status::NotFound, "not_found", message)
+    }
+
+    /// 409 `conflict`.
+    pub fn conflict(message: impl Into<Cow<'static, str>>) -> ToolError {
+        ToolError::new(Status::Conflict, "conflict", message)
+    }
+
+    /// 500 `internal_error`.
+    pub fn internal(message: impl Into<Cow<'static, str>>) -> ToolError {
+        ToolError::new(Status::Internal, "internal_error", message)
+    }
+
+    /// 503 `audit_unavailable`: the audit sink cannot write, so the call is refused.
+    pub fn audit_unavailable(why: impl fmt::Display) -> ToolError {
+        ToolError::new(
+            Status::Unavailable,
+            "audit_unavailable",
+            format!("the audit trail is unavailable, so the call was refused: {why}"),
+        )
+    }
+
+    /// The status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The stable machine reason, such as `insufficient_scope`.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `{"error": message, "reason": reason, "status": code}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": self.message,
+            "reason": self.reason,
+            "status": self.status.code(),
+        })
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.code(),
+            self.reason,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl serde::Serialize for ToolError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("ToolError", 3)?;
+        s.serialize_field("error", &self.message)?;
+        s.serialize_field("reason", &self.reason)?;
+        s.serialize_field("status", &self.status.code())?;
+        s.end()
+    }
+}
+
+impl From<serde_json::Error> for ToolError {
+    fn from(err: serde_json::Error) -> ToolError {
+        ToolError::internal(format!("JSON error: {err}"))
+    }
+}

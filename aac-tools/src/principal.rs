@@ -1,0 +1,182 @@
+//! Who is calling: principals and the verification of bearer tokens.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::error::ToolError;
+
+/// An authenticated caller: a subject, the workspace it acts in, and its scopes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    subject: String,
+    workspace: Option<String>,
+    scopes: BTreeSet<String>,
+    token_id: Option<String>,
+}
+
+impl Principal {
+    /// A principal with a subject and scopes, in no workspace.
+    pub fn new<I, S>(subject: impl Into<String>, scopes: I) -> Principal
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Principal {
+            subject: subject.into(),
+            workspace: None,
+            scopes: scopes.into_iter().map(Into::into).collect(),
+            token_id: None,
+        }
+    }
+
+    /// The same principal in a workspace.
+    pub fn in_workspace(mut self, workspace: impl Into<String>) -> Principal {
+        self.workspace = Some(workspace.into());
+        self
+    }
+
+    /// The same principal, remembering which token authenticated it.
+    pub fn with_token_id(mut self, token_id: impl Into<String>) -> Principal {
+        self.token_id = Some(token_id.into());
+        self
+    }
+
+    /// Who this is (a user, a service account…).
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The workspace the principal acts in, if any.
+    pub fn workspace(&self) -> Option<&str> {
+        self.workspace.as_deref()
+    }
+
+    /// The granted scopes, sorted.
+    pub fn scopes(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.scopes.iter().map(String::as_str)
+    }
+
+    /// Whether `scope` is granted.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.contains(scope)
+    }
+
+    /// Whether every one of `scopes` is granted.
+    pub fn has_scopes(&self, scopes: &[&str]) -> bool {
+        scopes.iter().all(|s| self.has_scope(s))
+    }
+
+    /// The id of the token that authenticated this principal, if known.
+    pub fn token_id(&self) -> Option<&str> {
+        self.token_id.as_deref()
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.workspace {
+            Some(ws) => write!(f, "{}@{}", self.subject, ws),
+            None => f.write_str(&self.subject),
+        }
+    }
+}
+
+/// A boxed future, as trait objects return them.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Turns a bearer token into a [`Principal`], or refuses it with 401 `invalid_token`.
+///
+/// Built in: the SQLite token store (`sqlite::TokenStore`, opaque tokens stored as
+/// hashes) and JWT access tokens (`jwt::JwtVerifier`); [`VerifierChain`] tries several.
+pub trait TokenVerifier: Send + Sync + 'static {
+    /// Verify `token`. Errors should be [`ToolError::invalid_token`] and say why
+    /// (malformed, unknown, expired, revoked) without echoing the token.
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>>;
+}
+
+impl<V: TokenVerifier + ?Sized> TokenVerifier for Arc<V> {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        (**self).verify(token)
+    }
+}
+
+/// Tries verifiers in order, each only for the tokens it claims: the first whose
+/// `claims` returns true decides.
+pub struct VerifierChain {
+    verifiers: Vec<ClaimedBy>,
+}
+
+/// A verifier and the test of the tokens it claims.
+type ClaimedBy = (fn(&str) -> bool, Box<dyn TokenVerifier>);
+
+impl VerifierChain {
+    /// An empty chain, which refuses every token.
+    pub fn new() -> VerifierChain {
+        VerifierChain {
+            verifiers: Vec::new(),
+        }
+    }
+
+    /// Add a verifier for the tokens `claims` accepts (for example: JWTs have two dots).
+    pub fn with(mut self, claims: fn(&str) -> bool, verifier: impl TokenVerifier) -> VerifierChain {
+        self.verifiers.push((claims, Box::new(verifier)));
+        self
+    }
+}
+
+impl Default for VerifierChain {
+    fn default() -> Self {
+        VerifierChain::new()
+    }
+}
+
+impl fmt::Debug for VerifierChain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerifierChain")
+            .field("verifiers", &self.verifiers.len())
+            .finish()
+    }
+}
+
+impl TokenVerifier for VerifierChain {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        match self.verifiers.iter().find(|(claims, _)| claims(token)) {
+            Some((_, verifier)) => verifier.verify(token),
+            None => Box::pin(async { Err(ToolError::invalid_token("malformed token")) }),
+        }
+    }
+}
+
+/// A fixed table of tokens, for tests and examples. Tokens are compared in constant time.
+#[derive(Debug, Default, Clone)]
+pub struct StaticTokens {
+    tokens: Vec<(String, Principal)>,
+}
+
+impl StaticTokens {
+    /// An empty table.
+    pub fn new() -> StaticTokens {
+        StaticTokens::default()
+    }
+
+    /// Accept `token` as `principal`.
+    pub fn with(mut self, token: impl Into<String>, principal: Principal) -> StaticTokens {
+        self.tokens.push((token.into(), principal));
+        self
+    }
+}
+
+impl TokenVerifier for StaticTokens {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        use subtle::ConstantTimeEq;
+        let found = self
+            .tokens
+            .iter()
+            .find(|(t, _)| bool::from(t.as_bytes().ct_eq(token.as_bytes())))
+            .map(|(_, p)| p.clone());
+        Box::pin(async move { found.ok_or_else(|| ToolError::invalid_token("unknown token")) })
+    }
+}

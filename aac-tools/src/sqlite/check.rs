@@ -1,0 +1,209 @@
+//! The read-only check: run every read-only tool of a server against a seeded database
+//! and prove the data unchanged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use rusqlite::types::ValueRef;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Database, DbError};
+use crate::principal::Principal;
+use crate::server::{CallRequest, Credentials, Server};
+
+/// A hash over the content of every table of `db`, except those whose name starts with
+/// one of `exclude` (and SQLite's own). Rows are hashed in an order-independent way.
+pub fn content_hash(db: &Database, exclude: &[&str]) -> Result<String, DbError> {
+    db.with_reader(|conn| {
+        let mut tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        tables.retain(|t| !exclude.iter().any(|prefix| t.starts_with(prefix)));
+        let mut total = Sha256::new();
+        for table in tables {
+            let mut stmt = conn.prepare(&format!("SELECT * FROM \"{}\"", table.replace('"', "\"\"")))?;
+            let columns = stmt.column_count();
+            let mut row_hashes: Vec<[u8; 32]> = Vec::new();
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let mut h = Sha256::new();
+                for i in 0..columns {
+                    match row.get_ref(i)? {
+                        ValueRef::Null => h.update([0u8]),
+                        ValueRef::Integer(v) => {
+                            h.update([1u8]);
+                            h.update(v.to_le_bytes());
+                        }
+                        ValueRef::Real(v) => {
+                            h.update([2u8]);
+                            h.update(v.to_le_bytes());
+                        }
+                        ValueRef::Text(v) => {
+                            h.update([3u8]);
+                            h.update((v.len() as u64).to_le_bytes());
+                            h.update(v);
+                        }
+                        ValueRef::Blob(v) => {
+                            h.update([4u8]);
+                            h.update((v.len() as u64).to_le_bytes());
+                            h.update(v);
+                        }
+                    }
+                }
+                row_hashes.push(h.finalize().into());
+            }
+            row_hashes.sort_unstable();
+            total.update(table.as_bytes());
+            total.update((row_hashes.len() as u64).to_le_bytes());
+            for h in row_hashes {
+                total.update(h);
+            }
+        }
+        Ok(total.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    })
+}
+
+/// Runs every read-only tool of a server with valid arguments and asserts the database
+/// content unchanged, tool by tool.
+///
+/// ```no_run
+/// # async fn demo(server: aac_tools::Server, db: aac_tools::sqlite::Database) {
+/// use aac_tools::sqlite::ReadOnlyCheck;
+/// use serde_json::json;
+///
+/// let report = ReadOnlyCheck::new(&server, &db)
+///     .arguments("get_issue", json!({"issue_id": "AAC-1"}))
+///     .run()
+///     .await
+///     .expect("read-only tools changed nothing");
+/// assert_eq!(report.len(), 4);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ReadOnlyCheck<'a> {
+    server: &'a Server,
+    db: &'a Database,
+    arguments: HashMap<String, Value>,
+    exclude: Vec<String>,
+    principal: Option<Principal>,
+}
+
+/// A read-only tool that failed the check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadOnlyViolation {
+    /// The call failed, so nothing was proven.
+    CallFailed {
+        /// The tool.
+        tool: String,
+        /// The error.
+        error: String,
+    },
+    /// The content hash changed across the call.
+    DataChanged {
+        /// The tool.
+        tool: String,
+    },
+    /// Reading the database failed.
+    Database(String),
+}
+
+impl fmt::Display for ReadOnlyViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadOnlyViolation::CallFailed { tool, error } => {
+                write!(
+                    f,
+                    "read-only tool `{tool}` failed, so nothing was proven: {error}"
+                )
+            }
+            ReadOnlyViolation::DataChanged { tool } => {
+                write!(f, "read-only tool `{tool}` changed the database")
+            }
+            ReadOnlyViolation::Database(e) => write!(f, "cannot hash the database: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadOnlyViolation {}
+
+impl<'a> ReadOnlyCheck<'a> {
+    /// A check of `server`'s read-only tools against `db`. Tables whose names start with
+    /// `aac_audit` are left out of the hash (the calls themselves are audited).
+    pub fn new(server: &'a Server, db: &'a Database) -> ReadOnlyCheck<'a> {
+        ReadOnlyCheck {
+            server,
+            db,
+            arguments: HashMap::new(),
+            exclude: vec!["aac_audit".to_owned()],
+            principal: None,
+        }
+    }
+
+    /// Call `tool` with these arguments (tools without an entry are called with `{}`).
+    pub fn arguments(mut self, tool: &str, arguments: Value) -> ReadOnlyCheck<'a> {
+        self.arguments.insert(tool.to_owned(), arguments);
+        self
+    }
+
+    /// Also leave tables starting with `prefix` out of the hash.
+    pub fn exclude_tables(mut self, prefix: &str) -> ReadOnlyCheck<'a> {
+        self.exclude.push(prefix.to_owned());
+        self
+    }
+
+    /// Call as `principal` (default: a `read-only-check` principal holding every scope
+    /// of the registry, in no workspace).
+    pub fn principal(mut self, principal: Principal) -> ReadOnlyCheck<'a> {
+        self.principal = Some(principal);
+        self
+    }
+
+    /// Run the check. Returns each read-only tool checked with the content hash it left,
+    /// or the first violation.
+    pub async fn run(self) -> Result<BTreeMap<String, String>, ReadOnlyViolation> {
+        let principal = Arc::new(self.principal.unwrap_or_else(|| {
+            Principal::new("read-only-check", self.server.registry().scopes_supported())
+        }));
+        let exclude: Vec<&str> = self.exclude.iter().map(String::as_str).collect();
+        let hash = || {
+            content_hash(self.db, &exclude).map_err(|e| ReadOnlyViolation::Database(e.to_string()))
+        };
+        let mut checked = BTreeMap::new();
+        for entry in self.server.registry().tools() {
+            if !entry.def().is_read_only() {
+                continue;
+            }
+            let name = entry.name();
+            let before = hash()?;
+            let arguments = self
+                .arguments
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            let response = self
+                .server
+                .call(
+                    CallRequest::new(name, Some(arguments))
+                        .credentials(Credentials::Verified(Arc::clone(&principal))),
+                )
+                .await;
+            if let Some(err) = response.error() {
+                return Err(ReadOnlyViolation::CallFailed {
+                    tool: name.to_owned(),
+                    error: err.to_string(),
+                });
+            }
+            let after = hash()?;
+            if before != after {
+                return Err(ReadOnlyViolation::DataChanged {
+                    tool: name.to_owned(),
+                });
+            }
+            checked.insert(name.to_owned(), after);
+        }
+        Ok(checked)
+    }
+}

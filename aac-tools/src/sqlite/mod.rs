@@ -1,0 +1,408 @@
+//! SQLite data handles at the tool's access level, through `rusqlite` (bundled).
+//!
+//! A [`Database`] is one SQLite file in WAL mode with a busy timeout: one writer
+//! connection, and a pool of read-only connections so that concurrent readers never
+//! wait on each other. Every query runs on a blocking thread, never on the async
+//! runtime.
+//!
+//! Tools receive a handle at their level, [`Db<L>`](Db), as a parameter. Its
+//! [`Db::run`] gives a closure a transaction [`Tx<L>`](Tx) of the same level:
+//!
+//! - at [`Read`] the transaction runs on a connection opened read-only, so a write
+//!   smuggled past the types (raw SQL through [`Tx::conn`]) fails at run time with
+//!   500 `read_only_violation`;
+//! - at [`Write`] and [`Delete`] it is an `IMMEDIATE` transaction on the writer,
+//!   committed when the closure returns `Ok` and rolled back on `Err`.
+//!
+//! ```
+//! use aac_tools::sqlite::{Db, ReadDb};
+//! use aac_tools::{mcp_tool, ToolError};
+//! use schemars::JsonSchema;
+//! use serde::Serialize;
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct Count {
+//!     notes: i64,
+//! }
+//!
+//! /// Count the notes.
+//! #[mcp_tool(read_only, scope = "notes:read")]
+//! async fn count_notes(db: ReadDb) -> Result<Count, ToolError> {
+//!     let notes = db
+//!         .run(|tx| Ok(tx.conn().query_row("SELECT count(*) FROM notes", [], |r| r.get(0))?))
+//!         .await?;
+//!     Ok(Count { notes })
+//! }
+//! ```
+
+mod check;
+mod tokens;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::access::{Delete, Level, MayDelete, MayUpdate, Read, Write};
+use crate::error::{Status, ToolError};
+use crate::tool::{Call, ToolParam};
+
+pub use check::{ReadOnlyCheck, ReadOnlyViolation, content_hash};
+pub use tokens::{NewToken, TokenInfo, TokenStore};
+
+/// How long a connection waits for a lock held by another connection or process.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Idle read-only connections kept for reuse.
+const MAX_IDLE_READERS: usize = 16;
+
+/// A database error outside a tool call (opening, migrating).
+#[derive(Debug)]
+pub struct DbError {
+    message: String,
+    source: Option<rusqlite::Error>,
+}
+
+impl DbError {
+    pub(crate) fn new(message: impl Into<String>, source: Option<rusqlite::Error>) -> DbError {
+        DbError {
+            message: message.into(),
+            source,
+        }
+    }
+
+    /// The SQLite error behind this one, if any.
+    pub fn sqlite(&self) -> Option<&rusqlite::Error> {
+        self.source.as_ref()
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{}: {source}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<rusqlite::Error> for DbError {
+    fn from(err: rusqlite::Error) -> DbError {
+        DbError::new("database error", Some(err))
+    }
+}
+
+/// SQLite errors inside a tool become [`ToolError`]s: a write on a read-only
+/// connection is 500 `read_only_violation`, a busy database 503 `database_busy`, a
+/// constraint violation 409 `conflict`, anything else 500 `internal_error`.
+impl From<rusqlite::Error> for ToolError {
+    fn from(err: rusqlite::Error) -> ToolError {
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::ReadOnly) => ToolError::new(
+                Status::Internal,
+                "read_only_violation",
+                format!("a read-only tool tried to write to the database, which refused: {err}"),
+            ),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => ToolError::new(
+                Status::Unavailable,
+                "database_busy",
+                format!("the database is busy, try again: {err}"),
+            ),
+            Some(ErrorCode::ConstraintViolation) => {
+                ToolError::conflict(format!("the change conflicts with existing data: {err}"))
+            }
+            _ => ToolError::internal(format!("database error: {err}")),
+        }
+    }
+}
+
+/// One SQLite database file, shared by every call. Cheap to clone.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// Open (creating it if needed) the database at `path`, in WAL mode with a busy
+    /// timeout and foreign keys on.
+    pub fn open(path: impl AsRef<Path>) -> Result<Database, DbError> {
+        let path = path.as_ref().to_path_buf();
+        let writer = Connection::open(&path).map_err(|e| {
+            DbError::new(
+                format!("cannot open database `{}`", path.display()),
+                Some(e),
+            )
+        })?;
+        configure(&writer).map_err(|e| {
+            DbError::new(
+                format!("`{}` is not a usable SQLite database", path.display()),
+                Some(e),
+            )
+        })?;
+        let mode: String = writer.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(DbError::new(
+                format!(
+                    "cannot put `{}` in WAL mode (journal mode is `{mode}`)",
+                    path.display()
+                ),
+                None,
+            ));
+        }
+        writer.pragma_update(None, "synchronous", "NORMAL")?;
+        Ok(Database {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(writer),
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Run `f` on the writer connection, synchronously (set-up, migrations, seeding,
+    /// command-line tools). Not for use on the async runtime.
+    pub fn with_writer<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, DbError> {
+        let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(f(&mut conn)?)
+    }
+
+    /// Run `f` on a read-only connection, synchronously. Not for use on the async runtime.
+    pub fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, DbError> {
+        let conn = self.take_reader()?;
+        let result = f(&conn);
+        self.put_reader(conn);
+        Ok(result?)
+    }
+
+    /// A handle at level `L`, for code outside tools (tests, command-line tools).
+    pub fn handle<L: Level>(&self) -> Db<L> {
+        Db {
+            db: self.clone(),
+            level: PhantomData,
+        }
+    }
+
+    fn take_reader(&self) -> Result<Connection, rusqlite::Error> {
+        let idle = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => {
+                let conn = Connection::open_with_flags(
+                    &self.inner.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                        | OpenFlags::SQLITE_OPEN_URI,
+                )?;
+                configure(&conn)?;
+                // Belt and braces: a read-only connection, and `query_only` on it.
+                conn.pragma_update(None, "query_only", true)?;
+                Ok(conn)
+            }
+        }
+    }
+
+    fn put_reader(&self, conn: Connection) {
+        let mut readers = self.inner.readers.lock().unwrap_or_else(|e| e.into_inner());
+        if readers.len() < MAX_IDLE_READERS {
+            readers.push(conn);
+        }
+    }
+
+    /// Run `f` in a transaction at `level` on a blocking thread.
+    async fn transact<L: Level, T, F>(&self, f: F) -> Result<T, ToolError>
+    where
+        F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.clone();
+        let task = tokio::task::spawn_blocking(move || match L::LEVEL {
+            crate::access::AccessLevel::Read => {
+                let conn = db.take_reader()?;
+                let result = run_in_transaction::<L, T, F>(&conn, "BEGIN DEFERRED", f);
+                db.put_reader(conn);
+                result
+            }
+            _ => {
+                let conn = db.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+                run_in_transaction::<L, T, F>(&conn, "BEGIN IMMEDIATE", f)
+            }
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(ToolError::internal("the database task was cancelled")),
+        }
+    }
+}
+
+fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    // Fails on a file that is not a database (or is corrupt): better at open than later.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })?;
+    Ok(())
+}
+
+fn run_in_transaction<L: Level, T, F>(conn: &Connection, begin: &str, f: F) -> Result<T, ToolError>
+where
+    F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError>,
+{
+    conn.execute_batch(begin)?;
+    let tx = Tx {
+        conn,
+        level: PhantomData,
+    };
+    let result = f(&tx);
+    match result {
+        Ok(value) => match conn.execute_batch("COMMIT") {
+            Ok(()) => Ok(value),
+            Err(err) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(err.into())
+            }
+        },
+        Err(err) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Err(err)
+        }
+    }
+}
+
+/// A data handle at access level `L`, as a tool receives it.
+///
+/// Take it as a parameter: `db: Db<Read>` (or [`ReadDb`]) in a `read_only` tool,
+/// `Db<Write>` in a tool that is neither `read_only` nor `destructive`, `Db<Delete>`
+/// in a `destructive` tool. A handle above the tool's level does not compile.
+pub struct Db<L> {
+    db: Database,
+    level: PhantomData<fn() -> L>,
+}
+
+/// The handle of `read_only` tools.
+pub type ReadDb = Db<Read>;
+/// The handle of tools that are neither `read_only` nor `destructive`.
+pub type WriteDb = Db<Write>;
+/// The handle of `destructive` tools.
+pub type DeleteDb = Db<Delete>;
+
+impl<L> Clone for Db<L> {
+    fn clone(&self) -> Self {
+        Db {
+            db: self.db.clone(),
+            level: PhantomData,
+        }
+    }
+}
+
+impl<L: Level> fmt::Debug for Db<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Db")
+            .field("level", &L::LEVEL)
+            .field("path", &self.db.inner.path)
+            .finish()
+    }
+}
+
+impl<L: Level> Db<L> {
+    /// Run `f` in one transaction at this handle's level, on a blocking thread.
+    ///
+    /// Committed when `f` returns `Ok`, rolled back when it returns `Err`.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, ToolError>
+    where
+        F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.db.transact::<L, T, F>(f).await
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<L: Level> ToolParam for Db<L> {
+    const NEEDS: crate::access::AccessLevel = L::LEVEL;
+    fn from_call(call: &mut Call) -> Result<Self, ToolError> {
+        let db = call.state().require::<Database>()?;
+        Ok(Db {
+            db: Database::clone(&db),
+            level: PhantomData,
+        })
+    }
+}
+
+/// A transaction at access level `L`. Query traits are implemented on it; see
+/// [`crate::access`] for the pattern.
+pub struct Tx<'c, L> {
+    conn: &'c Connection,
+    level: PhantomData<fn() -> L>,
+}
+
+impl<L: Level> fmt::Debug for Tx<'_, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx").field("level", &L::LEVEL).finish()
+    }
+}
+
+impl<L: Level> Tx<'_, L> {
+    /// The raw connection, for query implementations. At [`Read`] it is a read-only
+    /// connection: writes through it fail with 500 `read_only_violation`.
+    pub fn conn(&self) -> &Connection {
+        self.conn
+    }
+
+    /// The access level of this transaction.
+    pub fn level(&self) -> crate::access::AccessLevel {
+        L::LEVEL
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Tx<'_, Write> {}
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Tx<'_, Delete> {}
+#[diagnostic::do_not_recommend]
+impl MayDelete for Tx<'_, Delete> {}

@@ -1,0 +1,262 @@
+//! Opaque bearer tokens stored in SQLite as hashes only.
+//!
+//! A token reads `aac_<id>_<secret>`: the id (12 hex digits) finds the row, the secret
+//! (64 hex digits, 256 random bits) is never stored, only its SHA-256, compared in
+//! constant time. Tokens can expire and be revoked.
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{Database, DbError};
+use crate::error::ToolError;
+use crate::principal::{BoxFuture, Principal, TokenVerifier};
+
+const PREFIX: &str = "aac_";
+const ID_HEX: usize = 12;
+const SECRET_HEX: usize = 64;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS aac_tokens (
+    id          TEXT PRIMARY KEY,
+    secret_hash BLOB NOT NULL,
+    subject     TEXT NOT NULL,
+    workspace   TEXT,
+    scopes      TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    revoked_at  INTEGER
+);
+";
+
+/// A token just created: the secret string, shown once, and its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewToken {
+    /// The full bearer token. Only its hash is stored; show it to the user once.
+    pub token: String,
+    /// Its public id, for listing and revoking.
+    pub id: String,
+}
+
+/// What the store knows of a token (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// The public id.
+    pub id: String,
+    /// The subject it authenticates.
+    pub subject: String,
+    /// The workspace, if any.
+    pub workspace: Option<String>,
+    /// Its scopes.
+    pub scopes: Vec<String>,
+    /// Creation, in Unix seconds.
+    pub created_at: i64,
+    /// Expiry, in Unix seconds.
+    pub expires_at: Option<i64>,
+    /// Revocation, in Unix seconds.
+    pub revoked_at: Option<i64>,
+}
+
+/// The token store: creates, lists, revokes and verifies opaque tokens.
+#[derive(Debug, Clone)]
+pub struct TokenStore {
+    db: Database,
+}
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_hex(len: usize) -> Result<String, DbError> {
+    let mut bytes = vec![0u8; len / 2];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| DbError::new(format!("no randomness for a token: {e}"), None))?;
+    Ok(hex(&bytes))
+}
+
+fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Split `aac_<id>_<secret>`; `None` if the token is not of that form.
+fn parse(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    let is_hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some((id, secret))
+}
+
+impl TokenStore {
+    /// The store in `db`, creating its table if needed.
+    pub fn open(db: &Database) -> Result<TokenStore, DbError> {
+        db.with_writer(|conn| conn.execute_batch(SCHEMA))?;
+        Ok(TokenStore { db: db.clone() })
+    }
+
+    /// Create a token for `subject` in `workspace` with `scopes`, expiring after
+    /// `ttl_seconds` if given.
+    pub fn create(
+        &self,
+        subject: &str,
+        workspace: Option<&str>,
+        scopes: &[&str],
+        ttl_seconds: Option<i64>,
+    ) -> Result<NewToken, DbError> {
+        let id = random_hex(ID_HEX)?;
+        let secret = random_hex(SECRET_HEX)?;
+        let created = now();
+        let expires = ttl_seconds.map(|ttl| created.saturating_add(ttl));
+        self.db.with_writer(|conn| {
+            conn.execute(
+                "INSERT INTO aac_tokens (id, secret_hash, subject, workspace, scopes, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                rusqlite::params![
+                    id,
+                    hash_secret(&secret).to_vec(),
+                    subject,
+                    workspace,
+                    scopes.join(" "),
+                    created,
+                    expires
+                ],
+            )
+        })?;
+        Ok(NewToken {
+            token: format!("{PREFIX}{id}_{secret}"),
+            id,
+        })
+    }
+
+    /// Revoke a token, given its id or the whole token. Returns whether a live token
+    /// was revoked (`false` if unknown or already revoked).
+    pub fn revoke(&self, id_or_token: &str) -> Result<bool, DbError> {
+        let id = parse(id_or_token).map_or(id_or_token, |(id, _)| id);
+        let changed = self.db.with_writer(|conn| {
+            conn.execute(
+                "UPDATE aac_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                rusqlite::params![id, now()],
+            )
+        })?;
+        Ok(changed > 0)
+    }
+
+    /// Every token, newest first.
+    pub fn list(&self) -> Result<Vec<TokenInfo>, DbError> {
+        self.db.with_reader(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, subject, workspace, scopes, created_at, expires_at, revoked_at
+                 FROM aac_tokens ORDER BY created_at DESC, id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let scopes: String = r.get(3)?;
+                Ok(TokenInfo {
+                    id: r.get(0)?,
+                    subject: r.get(1)?,
+                    workspace: r.get(2)?,
+                    scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+                    created_at: r.get(4)?,
+                    expires_at: r.get(5)?,
+                    revoked_at: r.get(6)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Verify a token synchronously (the async [`TokenVerifier`] runs this on a
+    /// blocking thread).
+    pub fn verify_blocking(&self, token: &str) -> Result<Principal, ToolError> {
+        let Some((id, secret)) = parse(token) else {
+            return Err(ToolError::invalid_token("malformed token"));
+        };
+        type Row = (
+            Vec<u8>,
+            String,
+            Option<String>,
+            String,
+            Option<i64>,
+            Option<i64>,
+        );
+        let row: Option<Row> = self
+            .db
+            .with_reader(|conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT secret_hash, subject, workspace, scopes, expires_at, revoked_at
+                     FROM aac_tokens WHERE id = ?1",
+                )?;
+                let mut rows = stmt.query([id])?;
+                match rows.next()? {
+                    Some(r) => Ok(Some((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))),
+                    None => Ok(None),
+                }
+            })
+            .map_err(|e| ToolError::internal(format!("token store: {e}")))?;
+        let unknown = || ToolError::invalid_token("unknown token");
+        let Some((stored, subject, workspace, scopes, expires_at, revoked_at)) = row else {
+            // Spend the same work as a known id, so timing does not tell ids apart.
+            let _ = hash_secret(secret).ct_eq(&[0u8; 32]);
+            return Err(unknown());
+        };
+        if !bool::from(hash_secret(secret).as_slice().ct_eq(stored.as_slice())) {
+            return Err(unknown());
+        }
+        if revoked_at.is_some() {
+            return Err(ToolError::invalid_token("token revoked"));
+        }
+        if expires_at.is_some_and(|at| at <= now()) {
+            return Err(ToolError::invalid_token("token expired"));
+        }
+        let mut principal = Principal::new(subject, scopes.split_whitespace()).with_token_id(id);
+        if let Some(workspace) = workspace {
+            principal = principal.in_workspace(workspace);
+        }
+        Ok(principal)
+    }
+
+    /// Whether `token` looks like one of this store's tokens (for [`crate::VerifierChain`]).
+    pub fn claims(token: &str) -> bool {
+        token.starts_with(PREFIX)
+    }
+}
+
+impl TokenVerifier for TokenStore {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        let store = self.clone();
+        let token = token.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.verify_blocking(&token))
+                .await
+                .unwrap_or_else(|e| Err(ToolError::internal(format!("token check failed: {e}"))))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn token_shape() {
+        let id = "0123456789ab";
+        let secret = "a".repeat(64);
+        let token = format!("aac_{id}_{secret}");
+        assert_eq!(parse(&token), Some((id, secret.as_str())));
+        assert_eq!(parse("aac_short_abc"), None);
+        assert_eq!(parse(&format!("xyz_{id}_{secret}")), None);
+        assert_eq!(parse(&format!("aac_{id}_{}", "A".repeat(64))), None);
+    }
+}

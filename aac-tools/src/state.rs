@@ -1,0 +1,91 @@
+//! Shared state handed to tools by type, as `State<T>`.
+
+use std::any::{Any, TypeId, type_name};
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::error::ToolError;
+use crate::tool::{Call, ToolParam};
+
+/// Values of any type, one per type, shared by every call.
+#[derive(Clone, Default)]
+pub struct StateMap {
+    values: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl StateMap {
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
+        Arc::make_mut(&mut self.values).insert(TypeId::of::<T>(), value);
+    }
+
+    /// The value of type `T`, if one was registered.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.values
+            .get(&TypeId::of::<T>())
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+    }
+
+    /// The value of type `T`, or a 500 naming the missing registration.
+    pub fn require<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ToolError> {
+        self.get::<T>().ok_or_else(|| {
+            ToolError::internal(format!(
+                "no shared state of type `{}`: register it with `ServerBuilder::state`",
+                type_name::<T>()
+            ))
+        })
+    }
+}
+
+impl fmt::Debug for StateMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateMap")
+            .field("len", &self.values.len())
+            .finish()
+    }
+}
+
+/// A tool parameter giving shared state registered with
+/// [`ServerBuilder::state`](crate::ServerBuilder::state).
+///
+/// ```
+/// use aac_tools::{mcp_tool, State, Text, ToolError};
+///
+/// struct Greeting {
+///     text: String,
+/// }
+///
+/// /// Say hello.
+/// #[mcp_tool(read_only, scope = "greetings:read")]
+/// async fn hello(greeting: State<Greeting>) -> Result<Text, ToolError> {
+///     Ok(Text(greeting.text.clone()))
+/// }
+/// ```
+pub struct State<T>(pub Arc<T>);
+
+impl<T> Deref for State<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> Clone for State<T> {
+    fn clone(&self) -> Self {
+        State(Arc::clone(&self.0))
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for State<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: Send + Sync + 'static> ToolParam for State<T> {
+    fn from_call(call: &mut Call) -> Result<Self, ToolError> {
+        call.state().require::<T>().map(State)
+    }
+}

@@ -1,0 +1,175 @@
+//! The `tools/list` JSON of sample tools, asserted field by field.
+
+use aac_tools::{Registry, Text, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct GetIssueArgs {
+    /// The issue's UUID or key (`AAC-42`).
+    issue_id: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Issue {
+    id: String,
+    title: String,
+}
+
+/// Get one issue.
+///
+/// Accepts the UUID or the key.
+#[mcp_tool(read_only, scope = "issues:read", title = "Get issue")]
+async fn get_issue(args: GetIssueArgs) -> Result<Issue, ToolError> {
+    Ok(Issue {
+        id: args.issue_id,
+        title: "t".into(),
+    })
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct DeleteArgs {
+    issue_id: String,
+}
+
+/// Delete an issue permanently.
+#[mcp_tool(
+    destructive,
+    idempotent,
+    open_world,
+    scope = "issues:write",
+    scope = "issues:read"
+)]
+async fn delete_issue(args: DeleteArgs) -> Result<Text, ToolError> {
+    Ok(Text(format!("deleted {}", args.issue_id)))
+}
+
+/// Ping.
+#[mcp_tool(scope = "misc:run", name = "ping.now")]
+async fn ping() -> Result<Vec<String>, ToolError> {
+    Ok(vec!["pong".into()])
+}
+
+fn registry() -> Registry {
+    Registry::collect().expect("registry builds")
+}
+
+#[test]
+fn read_only_tool_is_listed_field_by_field() {
+    let registry = registry();
+    let tool = registry.get("get_issue").expect("listed").json();
+    assert_eq!(tool["name"], "get_issue");
+    assert_eq!(tool["title"], "Get issue");
+    assert_eq!(
+        tool["description"],
+        "Get one issue.\n\nAccepts the UUID or the key."
+    );
+    assert_eq!(
+        tool["annotations"],
+        json!({
+            "title": "Get issue",
+            "readOnlyHint": true,
+            "destructiveHint": false,
+            "idempotentHint": true,
+            "openWorldHint": false,
+        })
+    );
+    assert_eq!(
+        tool["inputSchema"],
+        json!({
+            "type": "object",
+            "properties": {
+                "issue_id": {"type": "string", "description": "The issue's UUID or key (`AAC-42`)."}
+            },
+            "required": ["issue_id"],
+            "additionalProperties": false,
+        })
+    );
+    assert_eq!(tool["outputSchema"]["type"], "object");
+    assert_eq!(tool["outputSchema"]["required"], json!(["id", "title"]));
+    assert!(tool["inputSchema"].get("$schema").is_none());
+    assert_eq!(
+        tool["_meta"],
+        json!({"aac-tools.dev/scopes": ["issues:read"], "aac-tools.dev/access": "read"})
+    );
+}
+
+#[test]
+fn destructive_tool_has_confirm_and_every_hint() {
+    let registry = registry();
+    let tool = registry.get("delete_issue").expect("listed").json();
+    assert_eq!(tool["title"], "Delete issue");
+    assert_eq!(
+        tool["annotations"],
+        json!({
+            "title": "Delete issue",
+            "readOnlyHint": false,
+            "destructiveHint": true,
+            "idempotentHint": true,
+            "openWorldHint": true,
+        })
+    );
+    assert_eq!(
+        tool["inputSchema"]["properties"]["confirm"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        tool["inputSchema"]["required"],
+        json!(["issue_id", "confirm"])
+    );
+    assert!(
+        tool.get("outputSchema").is_none(),
+        "plain text has no output schema"
+    );
+    assert_eq!(
+        tool["_meta"]["aac-tools.dev/scopes"],
+        json!(["issues:write", "issues:read"])
+    );
+    assert_eq!(tool["_meta"]["aac-tools.dev/access"], "delete");
+}
+
+#[test]
+fn tool_without_arguments_and_non_object_output() {
+    let registry = registry();
+    let tool = registry.get("ping.now").expect("renamed").json();
+    assert_eq!(
+        tool["inputSchema"],
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    );
+    assert_eq!(
+        tool["annotations"],
+        json!({
+            "title": "Ping now",
+            "readOnlyHint": false,
+            "destructiveHint": false,
+            "idempotentHint": false,
+            "openWorldHint": false,
+        })
+    );
+    assert_eq!(tool["outputSchema"]["required"], json!(["result"]));
+    assert_eq!(
+        tool["outputSchema"]["properties"]["result"]["type"],
+        "array"
+    );
+}
+
+#[test]
+fn tools_are_ordered_by_name() {
+    let names: Vec<&str> = registry().tools().iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["delete_issue", "get_issue", "ping.now"]);
+}
+
+#[test]
+fn manifest_is_deterministic_and_carries_scopes() {
+    let a = registry().manifest().to_owned();
+    let b = registry().manifest().to_owned();
+    assert_eq!(a, b);
+    let doc: serde_json::Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(
+        doc["tools"][0]["scopes"],
+        json!(["issues:write", "issues:read"])
+    );
+    assert_eq!(doc["tools"][1]["name"], "get_issue");
+    assert!(a.ends_with("}\n"));
+}

@@ -1,0 +1,1 @@
+//! trybuild cases for `#[mcp_tool]`: see `tests/ui.rs`.

@@ -1,0 +1,14 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+struct NotArgs {
+    _x: u32,
+}
+
+/// Bad arguments.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn bad(args: NotArgs) -> Result<Text, ToolError> {
+    let _ = args;
+    Ok(Text("done".into()))
+}
+
+fn main() {}
