@@ -53,6 +53,18 @@ mod tool;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(any(feature = "mcp", feature = "host"))]
+pub mod mcp;
+
+#[cfg(feature = "http")]
+pub mod http;
+
+#[cfg(feature = "jwt")]
+pub mod jwt;
+
+#[cfg(feature = "host")]
+pub mod host;
+
 #[doc(hidden)]
 pub mod __private;
 

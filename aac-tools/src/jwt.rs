@@ -1,0 +1,1 @@
+//! JWT access tokens, beside the opaque tokens of the store.

@@ -1,0 +1,1 @@
+//! Benchmarks of aac-tools; see `docs/benchmarks.md`.
