@@ -4,6 +4,50 @@
 //! [`AuditSink`]. A sink that cannot write makes the call fail closed with 503
 //! `audit_unavailable`: [`AuditSink::ready`] is asked before the handler runs, and the
 //! answer leaves the server only after [`AuditSink::record`] returned.
+//!
+//! Sinks:
+//!
+//! - [`SqliteSink`] (feature `sqlite`): the append-only, hash-chained table `aac_audit`,
+//!   with group commit; read it with [`AuditQuery`], [`AuditQuery::summary`],
+//!   [`format_table`], [`format_json_lines`] or the ready-made [`AuditCommand`], and
+//!   check it with [`verify_chain`];
+//! - [`JsonLinesSink`]: one JSON object per line, to a file (synced) or to stderr;
+//! - [`FanOut`]: several sinks at once;
+//! - [`MemorySink`]: in memory, for tests.
+//!
+//! ```
+//! use aac_tools::audit::SqliteSink;
+//! use aac_tools::{Registry, Server};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("app.db");
+//! let server = Server::builder(Registry::collect().unwrap())
+//!     // Never fails: a database that cannot be opened refuses every call with 503.
+//!     .audit(SqliteSink::open_or_unavailable(&path))
+//!     .build()
+//!     .unwrap();
+//! # drop(server);
+//! ```
+
+mod fanout;
+mod jsonl;
+#[cfg(feature = "sqlite")]
+mod read;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod worker;
+
+pub use fanout::FanOut;
+pub use jsonl::JsonLinesSink;
+#[cfg(feature = "sqlite")]
+pub use read::{
+    AUDIT_USAGE, AuditCommand, AuditQuery, AuditSummary, DayCount, HourlyDenials, ToolRefusals,
+    format_json_lines, format_table, parse_time,
+};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{
+    AUDIT_COLUMNS, AUDIT_TABLE, BrokenLink, ChainReport, CommitMode, GENESIS_HASH, SqliteSink,
+    SqliteSinkBuilder, StoredRecord, Synchronous, ensure_table, open_reader, verify_chain,
+};
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -250,4 +294,23 @@ impl AuditSink for MemorySink {
             .push(record);
         Box::pin(async { Ok(()) })
     }
+}
+
+/// The canonical form of a timestamp in the audit trail: RFC 3339 in UTC with
+/// microseconds (`2025-06-22T15:30:00.000000Z`), so that text order is time order.
+pub(crate) fn format_timestamp(at: time::OffsetDateTime) -> String {
+    const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    at.to_offset(time::UtcOffset::UTC)
+        .format(FORMAT)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned())
+}
+
+/// `text` as a canonical timestamp, if it is an RFC 3339 timestamp.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn canonical_timestamp(text: &str) -> Option<String> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(format_timestamp)
 }

@@ -1,0 +1,163 @@
+//! The writer thread shared by the file-backed sinks: callers hand it records over a
+//! channel and wait; it takes every record that is waiting (up to a batch size), writes
+//! them together, makes them durable once, and answers every caller of the batch.
+//!
+//! This is group commit: while one batch is being flushed, the next one fills up, so
+//! under load one flush serves many calls, and with a single caller the latency is one
+//! write and one flush.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+
+use tokio::sync::oneshot;
+
+use super::{AuditError, AuditRecord};
+use crate::principal::BoxFuture;
+
+/// Writes a batch of records durably, all or nothing.
+pub(crate) trait Backend: Send + 'static {
+    /// Write `batch` and make it durable before returning `Ok`.
+    fn write_batch(&mut self, batch: &[AuditRecord]) -> Result<(), AuditError>;
+}
+
+/// Whether the sink can write, as [`AuditSink::ready`](super::AuditSink::ready) answers it.
+#[derive(Debug)]
+pub(crate) struct Health {
+    healthy: AtomicBool,
+    problem: Mutex<Option<AuditError>>,
+    alive: AtomicBool,
+}
+
+impl Health {
+    pub(crate) fn new(problem: Option<AuditError>) -> Health {
+        Health {
+            healthy: AtomicBool::new(problem.is_none()),
+            problem: Mutex::new(problem),
+            alive: AtomicBool::new(true),
+        }
+    }
+
+    /// `Ok` when the last write succeeded (or nothing failed yet) and the writer runs.
+    pub(crate) fn ready(&self) -> Result<(), AuditError> {
+        if !self.alive.load(Ordering::Acquire) {
+            return Err(AuditError::new("the audit writer thread has stopped"));
+        }
+        if self.healthy.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let problem = self.problem.lock().unwrap_or_else(|e| e.into_inner());
+        Err(problem
+            .clone()
+            .unwrap_or_else(|| AuditError::new("the audit sink cannot write")))
+    }
+
+    pub(crate) fn set_ok(&self) {
+        if !self.healthy.load(Ordering::Acquire) {
+            *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.healthy.store(true, Ordering::Release);
+            tracing::info!("the audit sink writes again; calls are accepted");
+        }
+    }
+
+    pub(crate) fn set_failed(&self, problem: &AuditError) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(problem.clone());
+        self.healthy.store(false, Ordering::Release);
+    }
+}
+
+struct Job {
+    record: AuditRecord,
+    reply: oneshot::Sender<Result<(), AuditError>>,
+}
+
+/// The caller's side of a writer thread. Cheap to clone; the thread ends when the last
+/// clone is dropped, after answering every record it was given.
+#[derive(Debug, Clone)]
+pub(crate) struct Worker {
+    jobs: mpsc::Sender<Job>,
+    health: Arc<Health>,
+}
+
+impl Worker {
+    /// Start a writer thread named `name` over `backend`, writing at most `max_batch`
+    /// records per batch (1: one durable write per record).
+    pub(crate) fn spawn<B: Backend>(
+        name: &str,
+        mut backend: B,
+        max_batch: usize,
+        health: Arc<Health>,
+    ) -> Result<Worker, AuditError> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let max_batch = max_batch.max(1);
+        let thread_health = Arc::clone(&health);
+        let sink_name = name.to_owned();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                // Marks the writer as stopped however the thread ends, panics included.
+                struct Alive(Arc<Health>);
+                impl Drop for Alive {
+                    fn drop(&mut self) {
+                        self.0.alive.store(false, Ordering::Release);
+                    }
+                }
+                let _alive = Alive(Arc::clone(&thread_health));
+                let mut batch: Vec<AuditRecord> = Vec::with_capacity(max_batch.min(1024));
+                let mut replies = Vec::with_capacity(max_batch.min(1024));
+                while let Ok(first) = rx.recv() {
+                    batch.push(first.record);
+                    replies.push(first.reply);
+                    while batch.len() < max_batch {
+                        match rx.try_recv() {
+                            Ok(job) => {
+                                batch.push(job.record);
+                                replies.push(job.reply);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let result = backend.write_batch(&batch);
+                    match &result {
+                        Ok(()) => thread_health.set_ok(),
+                        Err(err) => {
+                            thread_health.set_failed(err);
+                            // The records are lost to the sink: keep them in the log at
+                            // least, so that an operator can reconstruct what happened.
+                            for record in &batch {
+                                tracing::error!(
+                                    sink = %sink_name,
+                                    error = %err,
+                                    record = %serde_json::to_string(record).unwrap_or_default(),
+                                    "audit record could not be written"
+                                );
+                            }
+                        }
+                    }
+                    for reply in replies.drain(..) {
+                        let _ = reply.send(result.clone());
+                    }
+                    batch.clear();
+                }
+            })
+            .map_err(|e| AuditError::new(format!("cannot start the audit writer thread: {e}")))?;
+        Ok(Worker { jobs, health })
+    }
+
+    pub(crate) fn ready(&self) -> Result<(), AuditError> {
+        self.health.ready()
+    }
+
+    /// Hand `record` to the writer thread; the future resolves once it is durable.
+    pub(crate) fn record(&self, record: AuditRecord) -> BoxFuture<'static, Result<(), AuditError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.jobs.send(Job { record, reply });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(AuditError::new("the audit writer thread has stopped"));
+            }
+            answer
+                .await
+                .unwrap_or_else(|_| Err(AuditError::new("the audit writer thread has stopped")))
+        })
+    }
+}
