@@ -1,0 +1,259 @@
+//! The host's MCP client and retry policy against a counting Streamable HTTP server that
+//! is not ours (hand-written JSON-RPC over a raw socket, see `host_support`).
+#![cfg(feature = "host")]
+
+mod host_support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aac_tools::host::{Backoff, Retry, ToolPolicy, Trust, call_with_retry};
+use aac_tools::mcp::client::{Client, ClientErrorKind, Endpoint};
+use host_support::{Behaviour, FakeServer, tool};
+use serde_json::{Value, json};
+
+const T: Option<bool> = Some(true);
+const F: Option<bool> = Some(false);
+
+fn tools() -> Vec<Value> {
+    vec![
+        tool("get_thing", "Get thing", [T, F, T, F], false),
+        tool("create_thing", "Create thing", [F, F, F, F], false),
+        tool("update_thing", "Update thing", [F, F, T, F], false),
+        tool("delete_thing", "Delete thing", [F, T, T, F], true),
+        tool("flaky_get", "Flaky get", [T, F, T, F], false),
+    ]
+}
+
+fn fast_backoff(retries: u32) -> Backoff {
+    Backoff::new(Duration::from_millis(5), Duration::from_millis(20), retries)
+}
+
+fn server(behaviours: &[(&str, Behaviour)]) -> FakeServer {
+    let behaviours: HashMap<String, Behaviour> = behaviours
+        .iter()
+        .map(|(name, b)| ((*name).to_owned(), b.clone()))
+        .collect();
+    FakeServer::start(tools(), behaviours, None)
+}
+
+#[tokio::test]
+async fn lists_tools_as_served_and_calls_by_name() {
+    let answer = json!({
+        "content": [{"type": "text", "text": "{\"id\":\"T-1\"}"}],
+        "structuredContent": {"id": "T-1"}
+    });
+    let server = server(&[("get_thing", Behaviour::Answer(answer))]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    assert_eq!(client.server_name(), Some("counting-server"));
+
+    let listed = client.list_tools().await.unwrap();
+    let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "get_thing",
+            "create_thing",
+            "update_thing",
+            "delete_thing",
+            "flaky_get"
+        ]
+    );
+    let delete = &listed[3];
+    assert_eq!(delete["annotations"]["destructiveHint"], json!(true));
+    assert_eq!(delete["title"], json!("Delete thing"));
+    let policy = ToolPolicy::new(delete, Trust::Trusted).unwrap();
+    assert!(policy.must_ask() && policy.declares_confirm());
+
+    let result = client
+        .call_tool("get_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap();
+    assert!(!result.is_error());
+    assert_eq!(result.structured_content(), Some(&json!({"id": "T-1"})));
+    assert_eq!(result.text(), "{\"id\":\"T-1\"}");
+    assert_eq!(server.calls("get_thing"), 1);
+    assert_eq!(server.call_params()[0]["arguments"], json!({"id": "T-1"}));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_tool_error_is_an_answer_and_a_jsonrpc_error_is_not_a_transport_failure() {
+    let refusal = json!({
+        "isError": true,
+        "content": [{"type": "text", "text": "{\"error\":\"confirm: true required for destructive operations\",\"reason\":\"destructive_flag_missing\",\"status\":400}"}],
+        "structuredContent": {
+            "error": "confirm: true required for destructive operations",
+            "reason": "destructive_flag_missing",
+            "status": 400
+        }
+    });
+    let server = server(&[("delete_thing", Behaviour::Answer(refusal))]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+
+    let result = client
+        .call_tool("delete_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap();
+    assert!(result.is_error());
+    assert_eq!(result.error_reason(), Some("destructive_flag_missing"));
+    assert_eq!(
+        result.error_message().as_deref(),
+        Some("confirm: true required for destructive operations")
+    );
+
+    let err = client
+        .call_tool("no_such_tool", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Protocol);
+    assert_eq!(err.code(), Some(-32602));
+    assert!(!err.is_transport_failure());
+
+    let err = client.call_tool("get_thing", json!([1])).await.unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Protocol);
+    assert_eq!(server.calls("get_thing"), 0, "bad arguments are not sent");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_a_transport_failure_sent_once() {
+    let server = server(&[("create_thing", Behaviour::Drop)]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let err = client
+        .call_tool("create_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Transport, "{err}");
+    assert!(err.is_transport_failure());
+    assert_eq!(server.calls("create_thing"), 1);
+    client.close().await;
+}
+
+/// The retry loop as a host runs it: the tool's policy decides, the client reports.
+async fn call_as_host(
+    server: &FakeServer,
+    name: &str,
+    backoff: &Backoff,
+) -> (Result<aac_tools::mcp::client::ToolResult, String>, u32) {
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let listed = client.list_tools().await.unwrap();
+    let def = listed.iter().find(|t| t["name"] == name).unwrap();
+    let policy = ToolPolicy::new(def, Trust::Trusted).unwrap();
+    let done = call_with_retry(
+        policy.retry(),
+        backoff,
+        |err: &aac_tools::mcp::client::ClientError| err.is_transport_failure(),
+        |_| client.call_tool(name, json!({"id": "T-1"})),
+    )
+    .await;
+    client.close().await;
+    (done.result.map_err(|e| e.to_string()), done.attempts)
+}
+
+#[tokio::test]
+async fn a_non_idempotent_call_is_never_retried() {
+    let server = server(&[("create_thing", Behaviour::Drop)]);
+    let (result, attempts) = call_as_host(&server, "create_thing", &fast_backoff(5)).await;
+    assert!(result.is_err());
+    assert_eq!(attempts, 1);
+    // The counting server proves it: one tools/call reached it, not six.
+    assert_eq!(server.calls("create_thing"), 1);
+    assert_eq!(server.all_calls(), 1);
+}
+
+#[tokio::test]
+async fn an_idempotent_call_is_retried_up_to_the_limit() {
+    let server = server(&[("update_thing", Behaviour::Drop)]);
+    let (result, attempts) = call_as_host(&server, "update_thing", &fast_backoff(3)).await;
+    assert!(result.is_err());
+    assert_eq!(attempts, 4);
+    assert_eq!(server.calls("update_thing"), 4);
+}
+
+#[tokio::test]
+async fn a_read_only_call_succeeds_after_transport_failures() {
+    let answer = json!({"content": [{"type": "text", "text": "third time lucky"}]});
+    let server = server(&[("flaky_get", Behaviour::DropThenAnswer(2, answer))]);
+    let (result, attempts) = call_as_host(&server, "flaky_get", &fast_backoff(3)).await;
+    assert_eq!(result.unwrap().text(), "third time lucky");
+    assert_eq!(attempts, 3);
+    assert_eq!(server.calls("flaky_get"), 3);
+}
+
+#[tokio::test]
+async fn a_tool_error_is_not_retried_even_when_safe() {
+    let failed = json!({"isError": true, "content": [{"type": "text", "text": "no such thing"}]});
+    let server = server(&[("update_thing", Behaviour::Answer(failed))]);
+    let (result, attempts) = call_as_host(&server, "update_thing", &fast_backoff(3)).await;
+    let result = result.unwrap();
+    assert!(result.is_error());
+    assert_eq!(result.error_reason(), None);
+    assert_eq!(result.error_message().as_deref(), Some("no such thing"));
+    assert_eq!(attempts, 1);
+    assert_eq!(server.calls("update_thing"), 1);
+}
+
+#[tokio::test]
+async fn the_bearer_token_is_sent_and_a_wrong_one_is_unauthorized() {
+    let server = FakeServer::start(tools(), HashMap::new(), Some("s3cret"));
+    let endpoint = Endpoint::http(server.url()).bearer("s3cret");
+    assert!(!format!("{endpoint:?}").contains("s3cret"));
+    let client = Client::connect(&endpoint).await.unwrap();
+    client
+        .call_tool("get_thing", json!({"id": "x"}))
+        .await
+        .unwrap();
+    client.close().await;
+    let seen = server.seen();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter()
+            .all(|s| s.authorization.as_deref() == Some("Bearer s3cret"))
+    );
+
+    let err = Client::connect(&Endpoint::http(server.url()).bearer("wrong"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Unauthorized, "{err}");
+    let err = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Unauthorized, "{err}");
+}
+
+#[tokio::test]
+async fn nothing_listening_is_a_connect_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let err = Client::connect(&Endpoint::http(format!("http://127.0.0.1:{port}/mcp")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+
+    let err = Client::connect(&Endpoint::stdio("/nonexistent/aac-no-such-server"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+}
+
+#[test]
+fn retry_answers_match_the_policy() {
+    let by_name = |name: &str| {
+        let t = tools().into_iter().find(|t| t["name"] == name).unwrap();
+        ToolPolicy::new(&t, Trust::Trusted).unwrap().retry()
+    };
+    assert_eq!(by_name("create_thing"), Retry::Never);
+    assert_eq!(by_name("update_thing"), Retry::Safe);
+    assert_eq!(by_name("delete_thing"), Retry::Safe);
+}
