@@ -1,1 +1,301 @@
-fn main() {}
+//! `aac-host`: an MCP host that asks before destructive calls and retries only what is safe.
+//!
+//! ```text
+//! aac-host [OPTIONS] --url URL TOOL [ARGUMENTS]
+//! aac-host [OPTIONS] TOOL [ARGUMENTS] -- COMMAND [ARG...]
+//! aac-host [OPTIONS] --list (--url URL | -- COMMAND [ARG...])
+//! ```
+//!
+//! It connects to any MCP server (a command over stdio, or a Streamable HTTP URL), reads the
+//! tool's definition from `tools/list`, and follows `aac_tools::host::ToolPolicy`: a tool
+//! that may not run without asking is shown with its title and arguments and the user is
+//! asked (`Delete issue AAC-42? [y/N]`); only a yes adds `confirm: true`, and only for tools
+//! that declare a `confirm` property. A transport failure is retried with backoff for
+//! read-only and idempotent tools, and reported, never retried, for the others.
+
+mod cli;
+mod term;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aac_tools::host::{Backoff, Consent, Retry, ToolPolicy, Trust, call_with_retry};
+use aac_tools::mcp::client::{Client, ClientError, ClientErrorKind, Endpoint, ToolResult};
+use serde_json::{Map, Value};
+
+use crate::cli::{Command, Options};
+
+/// The call ran and the tool succeeded.
+const OK: u8 = 0;
+/// The server answered with a tool error (a refusal or a failure).
+const TOOL_ERROR: u8 = 1;
+/// Bad usage, or the server could not be reached or refused the session.
+const USAGE_OR_CONNECT: u8 = 2;
+/// The user said no: nothing was sent.
+const DECLINED: u8 = 3;
+/// A transport failure after the call was sent: it may or may not have run.
+const TRANSPORT: u8 = 4;
+
+fn main() -> ExitCode {
+    let options = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Help) => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Run(options)) => options,
+        Err(message) => {
+            eprintln!("aac-host: {message}\n\n{}", cli::USAGE);
+            return ExitCode::from(USAGE_OR_CONNECT);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("aac-host: cannot start the async runtime: {err}");
+            return ExitCode::from(USAGE_OR_CONNECT);
+        }
+    };
+    let code = runtime.block_on(run(options));
+    // A stdio child is killed by a task of this runtime; give it a moment to run.
+    runtime.shutdown_timeout(Duration::from_secs(3));
+    ExitCode::from(code)
+}
+
+async fn run(options: Options) -> u8 {
+    let endpoint = options.endpoint();
+    let client = match connect(&endpoint, options.timeout).await {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("aac-host: {err}");
+            return USAGE_OR_CONNECT;
+        }
+    };
+    let tools = match client.list_tools().await {
+        Ok(tools) => tools,
+        Err(err) => {
+            eprintln!("aac-host: {err}");
+            client.close().await;
+            return USAGE_OR_CONNECT;
+        }
+    };
+    let trust = if options.trust {
+        Trust::Trusted
+    } else {
+        Trust::Untrusted
+    };
+    let Some(tool_name) = options.tool.clone() else {
+        list(&tools, trust);
+        client.close().await;
+        return OK;
+    };
+    let Some(definition) = tools.iter().find(|t| t["name"] == tool_name.as_str()) else {
+        eprintln!(
+            "aac-host: the server lists no tool `{}`; it lists: {}",
+            term::clean(&tool_name),
+            tool_names(&tools)
+        );
+        client.close().await;
+        return USAGE_OR_CONNECT;
+    };
+    let policy = match ToolPolicy::new(definition, trust) {
+        Ok(policy) => policy,
+        Err(err) => {
+            eprintln!("aac-host: {err}");
+            client.close().await;
+            return USAGE_OR_CONNECT;
+        }
+    };
+
+    let mut arguments = options.arguments.clone();
+    if policy.consent() != Consent::NotNeeded {
+        let approved = if options.yes {
+            eprintln!(
+                "{} — answered yes by --yes",
+                term::question(&policy, definition, &arguments)
+            );
+            true
+        } else {
+            term::ask(&policy, definition, &arguments).await
+        };
+        if !approved {
+            eprintln!("declined: nothing was sent to the server");
+            client.close().await;
+            return DECLINED;
+        }
+        arguments = policy.confirmed_arguments(arguments);
+    }
+
+    call(client, &endpoint, &options, &policy, arguments).await
+}
+
+async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {
+    Ok(Client::connect(endpoint).await?.with_timeout(timeout))
+}
+
+/// Send the call, retrying with backoff only if the policy says it is safe.
+async fn call(
+    client: Client,
+    endpoint: &Endpoint,
+    options: &Options,
+    policy: &ToolPolicy,
+    arguments: Map<String, Value>,
+) -> u8 {
+    let backoff = Backoff::new(
+        options.backoff,
+        Duration::from_secs(8).max(options.backoff),
+        options.retries,
+    );
+    let name = policy.name().to_owned();
+    let slot = tokio::sync::Mutex::new(Some(client));
+    let done = call_with_retry(
+        policy.retry(),
+        &backoff,
+        Failure::is_transport_failure,
+        |attempt| {
+            let (slot, name, arguments) = (&slot, &name, arguments.clone());
+            async move {
+                let mut slot = slot.lock().await;
+                if attempt > 1 {
+                    // A broken connection (or a dead child) is replaced before a retry;
+                    // failing to reconnect sent nothing, so it may be retried as well.
+                    if let Some(old) = slot.take() {
+                        old.close().await;
+                    }
+                    eprintln!(
+                        "retrying `{}` (attempt {attempt} of {})",
+                        term::clean(name),
+                        backoff.retries() + 1
+                    );
+                    let fresh = connect(endpoint, options.timeout).await;
+                    *slot = Some(fresh.map_err(Failure::Reconnect)?);
+                }
+                let client = slot.as_ref().expect("a client is connected");
+                let result = client.call_tool_object(name, Some(arguments)).await;
+                if let Err(err) = &result
+                    && err.is_transport_failure()
+                {
+                    eprintln!("attempt {attempt}: {}", term::clean(err.message()));
+                }
+                result.map_err(Failure::Call)
+            }
+        },
+    )
+    .await;
+    if let Some(client) = slot.into_inner() {
+        client.close().await;
+    }
+    match done.result {
+        Ok(result) => print_result(&result, options.json),
+        Err(err) if err.is_transport_failure() => {
+            if let Failure::Reconnect(err) = &err {
+                eprintln!("aac-host: {}", term::clean(err.message()));
+            }
+            match policy.retry() {
+                Retry::Never => eprintln!(
+                    "aac-host: `{}` was not retried: it is not idempotent, so it may or may not \
+                     have run; check the server before calling it again",
+                    term::clean(&name)
+                ),
+                Retry::Safe => eprintln!(
+                    "aac-host: `{}` failed {} times on the transport; giving up",
+                    term::clean(&name),
+                    done.attempts
+                ),
+            }
+            TRANSPORT
+        }
+        Err(Failure::Call(err) | Failure::Reconnect(err)) => {
+            eprintln!("aac-host: {}", term::clean(err.message()));
+            USAGE_OR_CONNECT
+        }
+    }
+}
+
+/// Why one attempt failed.
+enum Failure {
+    /// The call itself failed.
+    Call(ClientError),
+    /// Reconnecting before a retry failed.
+    Reconnect(ClientError),
+}
+
+impl Failure {
+    fn is_transport_failure(&self) -> bool {
+        match self {
+            Failure::Call(err) => err.is_transport_failure(),
+            // Nothing was sent on a connection that could not be set up: a retry is as safe
+            // as the retry it was preparing (the credentials being refused is not a blip).
+            Failure::Reconnect(err) => {
+                matches!(
+                    err.kind(),
+                    ClientErrorKind::Connect | ClientErrorKind::Transport
+                )
+            }
+        }
+    }
+}
+
+fn print_result(result: &ToolResult, json: bool) -> u8 {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(result.json()).unwrap_or_default()
+        );
+        return if result.is_error() { TOOL_ERROR } else { OK };
+    }
+    if result.is_error() {
+        let message = result.error_message().unwrap_or_default();
+        match result.error_reason() {
+            Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
+            None => eprintln!("error: {}", term::clean(&message)),
+        }
+        return TOOL_ERROR;
+    }
+    match result.structured_content() {
+        Some(structured) => println!(
+            "{}",
+            serde_json::to_string_pretty(structured).unwrap_or_default()
+        ),
+        None => println!("{}", term::clean(&result.text())),
+    }
+    OK
+}
+
+fn list(tools: &[Value], trust: Trust) {
+    for tool in tools {
+        let Ok(policy) = ToolPolicy::new(tool, trust) else {
+            continue;
+        };
+        let ask = match policy.consent() {
+            Consent::NotNeeded => "runs without asking".to_owned(),
+            Consent::HostChoice => "asks (writes)".to_owned(),
+            Consent::Required(reason) => format!("asks: {reason}"),
+        };
+        let retry = match policy.retry() {
+            Retry::Safe => "retried on transport failure",
+            Retry::Never => "never retried",
+        };
+        println!(
+            "{:<28} {:<28} {ask}; {retry}",
+            term::clean(policy.name()),
+            term::clean(policy.title())
+        );
+    }
+}
+
+fn tool_names(tools: &[Value]) -> String {
+    let names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .map(term::clean)
+        .collect();
+    if names.is_empty() {
+        "nothing".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
