@@ -1,5 +1,72 @@
 //! MCP itself, from `rmcp`, the official Rust SDK. Every rmcp type of this crate stays
 //! inside this module, so that an rmcp upgrade touches one place.
+//!
+//! The server side is an rmcp `ServerHandler` (written by hand, without rmcp's macros)
+//! over [`Server`]: `tools/list` from the registry's tool objects, converted once;
+//! `tools/call` through [`Server::call`], so that every check and the audit record
+//! happen exactly as on every other transport; `logging/setLevel`; `ping`; and a
+//! [`ClientPeer`](crate::ClientPeer) over rmcp's peer for progress, log messages,
+//! sampling, elicitation and cancellation. Every protocol version rmcp supports is
+//! accepted.
+//!
+//! Two transports use it: [`serve_stdio`] here, and Streamable HTTP at `/mcp` in
+//! [`crate::http`].
+
+#[cfg(feature = "mcp")]
+mod handler;
+#[cfg(feature = "mcp")]
+mod peer;
+#[cfg(feature = "http")]
+pub(crate) mod streamable;
 
 #[cfg(feature = "host")]
 pub mod client;
+
+#[cfg(feature = "mcp")]
+pub use self::stdio::serve_stdio;
+
+#[cfg(feature = "mcp")]
+mod stdio {
+    use std::io;
+
+    use rmcp::ServiceExt;
+
+    use super::handler::{McpHandler, Shared};
+    use crate::context::Transport;
+    use crate::server::Server;
+
+    /// Serve MCP over stdin and stdout until the client closes stdin.
+    ///
+    /// `token` is the caller's bearer token (read it from `AAC_TOKEN`). It is verified
+    /// on every `tools/call`, so a revoked or expired token stops working at once;
+    /// without one, calls are refused with 401 unless the server was built with
+    /// [`ServerBuilder::danger_allow_unauthenticated`](crate::ServerBuilder::danger_allow_unauthenticated).
+    /// Audit records say `stdio`.
+    ///
+    /// Nothing but MCP may be written to stdout while this runs: send logs to stderr.
+    ///
+    /// ```no_run
+    /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
+    /// aac_tools::mcp::serve_stdio(server, std::env::var("AAC_TOKEN").ok()).await
+    /// # }
+    /// ```
+    pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
+        let shared = Shared::new(server)?;
+        let handler = McpHandler::new(shared, Transport::Stdio, token);
+        let running = handler
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|err| io::Error::other(format!("the MCP session failed: {err}")))?;
+        Ok(())
+    }
+}
+
+/// A principal the HTTP layer verified for this request, carried to the MCP handler in
+/// the request's extensions.
+#[cfg(feature = "http")]
+#[derive(Clone, Debug)]
+pub(crate) struct VerifiedPrincipal(pub(crate) std::sync::Arc<crate::Principal>);

@@ -1,0 +1,308 @@
+//! `Host` and `Origin` checks against DNS rebinding, for every route.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Uri, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::HttpOptions;
+use super::routes::json_error;
+use crate::error::{Status, ToolError};
+
+/// A host and optional port, lowercased, without IPv6 brackets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authority {
+    host: String,
+    port: Option<u16>,
+}
+
+impl Authority {
+    fn parse(text: &str) -> Option<Authority> {
+        let text = text.trim();
+        if text.is_empty() {
+            return None;
+        }
+        match axum::http::uri::Authority::try_from(text) {
+            Ok(a) if !a.as_str().contains('@') => Some(Authority {
+                host: normalize_host(a.host()),
+                port: a.port_u16(),
+            }),
+            Ok(_) => None,
+            // A bare IPv6 address (`::1`) is not an authority; take it as a host.
+            Err(_) if text.contains(':') && !text.contains('/') => Some(Authority {
+                host: normalize_host(text),
+                port: None,
+            }),
+            Err(_) => None,
+        }
+    }
+}
+
+fn normalize_host(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// Which ports an allowed origin matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Port {
+    Any,
+    Is(u16),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AllowedOrigin {
+    Null,
+    Tuple {
+        scheme: String,
+        host: String,
+        port: Port,
+    },
+}
+
+/// `scheme://host[:port]` with the scheme's default port filled in.
+fn parse_origin(text: &str) -> Option<(String, String, Option<u16>)> {
+    let (scheme, rest) = text.trim().split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('/') {
+        return None;
+    }
+    let authority = Authority::parse(rest)?;
+    let port = authority.port.or(match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    });
+    Some((scheme, authority.host, port))
+}
+
+fn parse_allowed_origin(text: &str) -> Option<AllowedOrigin> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("null") {
+        return Some(AllowedOrigin::Null);
+    }
+    if let Some(base) = text.strip_suffix(":*") {
+        let (scheme, host, _) = parse_origin(base)?;
+        return Some(AllowedOrigin::Tuple {
+            scheme,
+            host,
+            port: Port::Any,
+        });
+    }
+    let (scheme, host, port) = parse_origin(text)?;
+    Some(AllowedOrigin::Tuple {
+        scheme,
+        host,
+        port: port.map_or(Port::Any, Port::Is),
+    })
+}
+
+/// The checks, parsed once from [`HttpOptions`].
+#[derive(Debug)]
+pub(crate) struct Guard {
+    /// `None`: every host (`*`).
+    hosts: Option<Vec<Authority>>,
+    /// `None`: an origin must name an allowed host.
+    origins: Option<Vec<AllowedOrigin>>,
+}
+
+impl Guard {
+    pub(crate) fn new(options: &HttpOptions) -> Guard {
+        let any_host = options.allowed_hosts.iter().any(|h| h.trim() == "*");
+        let hosts = (!any_host).then(|| {
+            options
+                .allowed_hosts
+                .iter()
+                .filter_map(|h| {
+                    let parsed = Authority::parse(h);
+                    if parsed.is_none() {
+                        tracing::warn!(host = %h, "ignoring an allowed host that does not parse");
+                    }
+                    parsed
+                })
+                .collect()
+        });
+        let origins = options.allowed_origins.as_ref().map(|list| {
+            list.iter()
+                .filter_map(|o| {
+                    let parsed = parse_allowed_origin(o);
+                    if parsed.is_none() {
+                        tracing::warn!(origin = %o, "ignoring an allowed origin that does not parse");
+                    }
+                    parsed
+                })
+                .collect()
+        });
+        Guard { hosts, origins }
+    }
+
+    fn host_allowed(&self, host: &Authority) -> bool {
+        match &self.hosts {
+            None => true,
+            Some(allowed) => allowed
+                .iter()
+                .any(|a| a.host == host.host && (a.port.is_none() || a.port == host.port)),
+        }
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = origin.trim();
+        match &self.origins {
+            Some(allowed) => {
+                if origin.eq_ignore_ascii_case("null") {
+                    return allowed.contains(&AllowedOrigin::Null);
+                }
+                let Some((scheme, host, port)) = parse_origin(origin) else {
+                    return false;
+                };
+                allowed.iter().any(|a| match a {
+                    AllowedOrigin::Null => false,
+                    AllowedOrigin::Tuple {
+                        scheme: s,
+                        host: h,
+                        port: p,
+                    } => {
+                        *s == scheme
+                            && *h == host
+                            && match p {
+                                Port::Any => true,
+                                Port::Is(p) => Some(*p) == port,
+                            }
+                    }
+                })
+            }
+            None => {
+                let Some((scheme, host, port)) = parse_origin(origin) else {
+                    return false;
+                };
+                if scheme != "http" && scheme != "https" {
+                    return false;
+                }
+                match &self.hosts {
+                    None => true,
+                    Some(allowed) => allowed
+                        .iter()
+                        .any(|a| a.host == host && (a.port.is_none() || a.port == port)),
+                }
+            }
+        }
+    }
+
+    /// `Ok` if the request may proceed, else the refusal.
+    fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
+        let host = match headers.get(header::HOST) {
+            Some(value) => value.to_str().ok().and_then(Authority::parse),
+            // HTTP/2 carries the authority in the URI.
+            None => uri.authority().and_then(|a| Authority::parse(a.as_str())),
+        };
+        let Some(host) = host else {
+            return Err(ToolError::bad_request(
+                "invalid_host",
+                "the request has no valid Host header",
+            ));
+        };
+        if !self.host_allowed(&host) {
+            tracing::warn!(host = %host.host, "refused a request with a Host that is not allowed (possible DNS rebinding)");
+            return Err(ToolError::new(
+                Status::Forbidden,
+                "host_not_allowed",
+                format!("the Host `{}` is not allowed", host.host),
+            ));
+        }
+        for origin in headers.get_all(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
+            if !allowed {
+                tracing::warn!(origin = ?origin, "refused a request with an Origin that is not allowed");
+                return Err(ToolError::new(
+                    Status::Forbidden,
+                    "origin_not_allowed",
+                    "the Origin of this request is not allowed",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The middleware.
+pub(crate) async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    match guard.check(request.uri(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(err) => json_error(&err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(options: HttpOptions) -> Guard {
+        Guard::new(&options)
+    }
+
+    fn headers(host: &str, origin: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, host.parse().unwrap());
+        if let Some(o) = origin {
+            h.insert(header::ORIGIN, o.parse().unwrap());
+        }
+        h
+    }
+
+    fn ok(g: &Guard, host: &str, origin: Option<&str>) -> bool {
+        g.check(&Uri::from_static("/mcp"), &headers(host, origin))
+            .is_ok()
+    }
+
+    #[test]
+    fn loopback_by_default() {
+        let g = guard(HttpOptions::default());
+        assert!(ok(&g, "127.0.0.1:8080", None));
+        assert!(ok(&g, "localhost", None));
+        assert!(ok(&g, "LOCALHOST:1", None));
+        assert!(ok(&g, "[::1]:9000", None));
+        assert!(!ok(&g, "evil.example.com", None));
+        assert!(!ok(&g, "evil.example.com:8080", None));
+        assert!(!ok(&g, "127.0.0.1.evil.example.com", None));
+        assert!(!ok(&g, "user@127.0.0.1", None));
+    }
+
+    #[test]
+    fn origins_must_name_an_allowed_host_by_default() {
+        let g = guard(HttpOptions::default());
+        assert!(ok(&g, "127.0.0.1:8080", Some("http://127.0.0.1:8080")));
+        assert!(ok(&g, "127.0.0.1:8080", Some("http://localhost:3000")));
+        assert!(!ok(&g, "127.0.0.1:8080", Some("http://evil.example.com")));
+        assert!(!ok(&g, "127.0.0.1:8080", Some("null")));
+        assert!(!ok(&g, "127.0.0.1:8080", Some("file://x")));
+    }
+
+    #[test]
+    fn configured_hosts_and_origins() {
+        let g = guard(
+            HttpOptions::default()
+                .allowed_hosts(["mcp.example.com:8443"])
+                .allowed_origins(["https://app.example.com", "http://localhost:*"]),
+        );
+        assert!(ok(&g, "mcp.example.com:8443", None));
+        assert!(!ok(&g, "mcp.example.com:8080", None));
+        assert!(!ok(&g, "127.0.0.1", None));
+        assert!(ok(&g, "mcp.example.com:8443", Some("https://app.example.com")));
+        assert!(ok(&g, "mcp.example.com:8443", Some("https://app.example.com:443")));
+        assert!(!ok(&g, "mcp.example.com:8443", Some("https://app.example.com:444")));
+        assert!(!ok(&g, "mcp.example.com:8443", Some("http://app.example.com")));
+        assert!(ok(&g, "mcp.example.com:8443", Some("http://localhost:5173")));
+        assert!(!ok(&g, "mcp.example.com:8443", Some("https://mcp.example.com:8443")));
+    }
+
+    #[test]
+    fn any_host() {
+        let g = guard(HttpOptions::default().allowed_hosts(["*"]));
+        assert!(ok(&g, "whatever.example", None));
+        assert!(ok(&g, "whatever.example", Some("https://other.example")));
+    }
+}

@@ -1,0 +1,156 @@
+//! [`ClientPeer`] over rmcp's peer: the way from a running tool back to the MCP client.
+
+// Sampling and logging are deprecated by SEP-2577 in rmcp, but they are part of every
+// protocol version up to 2025-11-25, which is what clients speak today.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use rmcp::model::{
+    ClientResult, CreateMessageRequest, ElicitRequest, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ServerRequest,
+};
+use rmcp::{Peer, RoleServer, ServiceError};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{level_rank, to_rmcp_level};
+use crate::context::{ClientPeer, LogLevel};
+use crate::error::{Status, ToolError};
+use crate::principal::BoxFuture;
+
+/// The client of one `tools/call`.
+pub(crate) struct RmcpPeer {
+    peer: Peer<RoleServer>,
+    /// The client's `_meta.progressToken`, echoed verbatim (a number stays a number).
+    progress_token: Option<ProgressToken>,
+    /// The minimum level of log notifications (the session's, or this request's).
+    log_level: Arc<AtomicU8>,
+    /// The client cancelled the call: stop waiting for its answers.
+    cancel: CancellationToken,
+}
+
+impl RmcpPeer {
+    pub(crate) fn new(
+        peer: Peer<RoleServer>,
+        progress_token: Option<ProgressToken>,
+        log_level: Arc<AtomicU8>,
+        cancel: CancellationToken,
+    ) -> RmcpPeer {
+        RmcpPeer {
+            peer,
+            progress_token,
+            log_level,
+            cancel,
+        }
+    }
+
+    async fn request(&self, request: ServerRequest, what: &str) -> Result<ClientResult, ToolError> {
+        tokio::select! {
+            result = self.peer.send_request(request) => result.map_err(|err| client_error(what, err)),
+            () = self.cancel.cancelled() => Err(ToolError::new(
+                Status::BadRequest,
+                "cancelled",
+                format!("the client cancelled the call while the server waited for its {what}"),
+            )),
+        }
+    }
+}
+
+fn client_error(what: &str, err: ServiceError) -> ToolError {
+    match err {
+        ServiceError::McpError(err) => ToolError::new(
+            Status::BadRequest,
+            "client_request_failed",
+            format!("the client refused the {what}: {}", err.message),
+        ),
+        other => ToolError::new(
+            Status::Unavailable,
+            "client_unavailable",
+            format!("the client did not answer the {what}: {other}"),
+        ),
+    }
+}
+
+fn invalid_params(what: &str, err: serde_json::Error) -> ToolError {
+    ToolError::internal(format!("the {what} parameters are not valid MCP: {err}"))
+}
+
+fn result_json(what: &str, result: impl serde::Serialize) -> Result<Value, ToolError> {
+    serde_json::to_value(result)
+        .map_err(|err| ToolError::internal(format!("the client's {what} result: {err}")))
+}
+
+impl ClientPeer for RmcpPeer {
+    fn progress<'a>(
+        &'a self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async move {
+            let Some(token) = &self.progress_token else {
+                return Ok(());
+            };
+            let mut params = ProgressNotificationParam::new(token.clone(), progress);
+            params.total = total;
+            params.message = message.map(str::to_owned);
+            self.peer
+                .notify_progress(params)
+                .await
+                .map_err(|err| client_error("progress notification", err))
+        })
+    }
+
+    fn log<'a>(
+        &'a self,
+        level: LogLevel,
+        logger: Option<&'a str>,
+        data: Value,
+    ) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async move {
+            if level_rank(level) < self.log_level.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let mut params = LoggingMessageNotificationParam::new(to_rmcp_level(level), data);
+            params.logger = logger.map(str::to_owned);
+            self.peer
+                .notify_logging_message(params)
+                .await
+                .map_err(|err| client_error("log notification", err))
+        })
+    }
+
+    fn create_message(&self, params: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(async move {
+            const WHAT: &str = "sampling request";
+            let params = serde_json::from_value(params).map_err(|e| invalid_params(WHAT, e))?;
+            let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+            match self.request(request, WHAT).await? {
+                ClientResult::CreateMessageResult(result) => result_json(WHAT, result),
+                _ => Err(unexpected(WHAT)),
+            }
+        })
+    }
+
+    fn elicit(&self, params: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(async move {
+            const WHAT: &str = "elicitation request";
+            let params = serde_json::from_value(params).map_err(|e| invalid_params(WHAT, e))?;
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            match self.request(request, WHAT).await? {
+                ClientResult::ElicitResult(result) => result_json(WHAT, result),
+                _ => Err(unexpected(WHAT)),
+            }
+        })
+    }
+}
+
+fn unexpected(what: &str) -> ToolError {
+    ToolError::new(
+        Status::Unavailable,
+        "client_request_failed",
+        format!("the client answered the {what} with another kind of result"),
+    )
+}

@@ -1,0 +1,57 @@
+//! Streamable HTTP from rmcp, as an axum route for `/mcp`.
+//!
+//! Host/Origin checks, the body limit and authentication are done by [`crate::http`]
+//! before a request reaches this service; the verified principal arrives in the
+//! request's extensions.
+
+use std::io;
+use std::sync::Arc;
+
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{McpHandler, Shared};
+use crate::context::Transport;
+use crate::server::Server;
+
+/// How `/mcp` is served.
+pub(crate) struct StreamableOptions {
+    /// No sessions: every POST stands alone (for replicas behind a load balancer).
+    pub(crate) stateless: bool,
+    /// Bodies larger than this are refused with 413.
+    pub(crate) max_body_bytes: usize,
+    /// Cancelled when the server shuts down: every session and stream ends.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The `/mcp` endpoint: rmcp's Streamable HTTP service over our handler.
+pub(crate) fn mcp_route<S>(
+    server: Server,
+    options: StreamableOptions,
+) -> io::Result<axum::routing::MethodRouter<S>>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let shared = Shared::new(server)?;
+    let config = StreamableHttpServerConfig::default()
+        // Our HTTP layer checks Host and Origin for every route, /mcp included.
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_legacy_session_mode(!options.stateless)
+        .with_json_response(options.stateless)
+        .with_max_request_body_bytes(options.max_body_bytes)
+        .with_cancellation_token(options.shutdown);
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(McpHandler::new(
+                Arc::clone(&shared),
+                Transport::StreamableHttp,
+                None,
+            ))
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Ok(axum::routing::any_service(service))
+}
