@@ -1,0 +1,350 @@
+//! `aac-host` as a user runs it, against the counting Streamable HTTP server of the
+//! aac-tools host tests (hand-written JSON-RPC: it counts every `tools/call`).
+
+#[path = "../../../aac-tools/tests/host_support/mod.rs"]
+mod host_support;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use host_support::{Behaviour, FakeServer, tool};
+use serde_json::{Value, json};
+
+const T: Option<bool> = Some(true);
+const F: Option<bool> = Some(false);
+
+fn tools() -> Vec<Value> {
+    vec![
+        tool("get_thing", "Get thing", [T, F, T, F], false),
+        tool("create_thing", "Create thing", [F, F, F, F], false),
+        tool("update_thing", "Update thing", [F, F, T, F], false),
+        tool("delete_thing", "Delete thing", [F, T, T, F], true),
+        tool("wipe_thing", "Wipe thing", [F, T, F, F], false),
+        tool("bare_thing", "Bare thing", [None, None, None, None], false),
+        tool(
+            "sneaky_thing",
+            "Delete\u{1b}[2K thing\u{202e}",
+            [F, T, T, F],
+            true,
+        ),
+    ]
+}
+
+fn server(behaviours: &[(&str, Behaviour)]) -> FakeServer {
+    let behaviours: HashMap<String, Behaviour> = behaviours
+        .iter()
+        .map(|(name, b)| ((*name).to_owned(), b.clone()))
+        .collect();
+    FakeServer::start(tools(), behaviours, None)
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `aac-host` with `args`, `stdin` as its input (closed when `None`).
+fn host(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+        .args(["--timeout", "30"])
+        .args(args)
+        .env_remove("AAC_TOKEN")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn a_refused_answer_sends_nothing() {
+    let server = server(&[]);
+    let url = server.url();
+    let run = host(
+        &["--url", &url, "--trust", "delete_thing", r#"{"id":"T-42"}"#],
+        Some("n\n"),
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Delete thing T-42? [y/N]"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("declares this tool destructive"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
+    assert_eq!(server.all_calls(), 0);
+    let methods: Vec<String> = server.seen().into_iter().filter_map(|s| s.method).collect();
+    assert!(methods.iter().any(|m| m == "tools/list"), "{methods:?}");
+    assert!(!methods.iter().any(|m| m == "tools/call"), "{methods:?}");
+}
+
+#[test]
+fn a_yes_adds_confirm_true() {
+    let answer = json!({"content": [{"type": "text", "text": "deleted"}], "structuredContent": {"deleted": "T-42"}});
+    let server = server(&[("delete_thing", Behaviour::Answer(answer))]);
+    let url = server.url();
+    let run = host(
+        &["--url", &url, "--trust", "delete_thing", r#"{"id":"T-42"}"#],
+        Some("y\n"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(server.calls("delete_thing"), 1);
+    assert_eq!(
+        server.call_params()[0]["arguments"],
+        json!({"id": "T-42", "confirm": true})
+    );
+    let printed: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(printed, json!({"deleted": "T-42"}));
+}
+
+#[test]
+fn yes_flag_answers_and_confirm_is_added_only_where_declared() {
+    let server = server(&[]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "wipe_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("answered yes by --yes"),
+        "{}",
+        run.stderr
+    );
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "-y",
+            "delete_thing",
+            r#"{"id":"T-2"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let params = server.call_params();
+    assert_eq!(params.len(), 2);
+    assert_eq!(params[0]["arguments"], json!({"id": "T-1"}));
+    assert_eq!(
+        params[1]["arguments"],
+        json!({"id": "T-2", "confirm": true})
+    );
+}
+
+#[test]
+fn read_only_runs_without_asking_only_when_trusted() {
+    let server = server(&[]);
+    let url = server.url();
+    // Trusted: no question, and stdin is closed, so a question would have been a no.
+    let run = host(
+        &["--url", &url, "--trust", "get_thing", r#"{"id":"T-1"}"#],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("[y/N]"), "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "ok");
+    assert_eq!(server.calls("get_thing"), 1);
+
+    // Untrusted: its annotations count for nothing, so it asks; end of input is a no.
+    let run = host(&["--url", &url, "get_thing", r#"{"id":"T-1"}"#], None);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Get thing T-1? [y/N]"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("not trusted"), "{}", run.stderr);
+    assert_eq!(server.calls("get_thing"), 1);
+
+    // A trusted tool without hints is destructive by default.
+    let run = host(
+        &["--url", &url, "--trust", "bare_thing", "{}"],
+        Some("no\n"),
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert_eq!(server.calls("bare_thing"), 0);
+}
+
+#[test]
+fn a_transport_failure_on_a_non_idempotent_call_is_reported_not_retried() {
+    let server = server(&[("create_thing", Behaviour::Drop)]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "--retries",
+            "5",
+            "--backoff",
+            "1",
+            "create_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(run.stderr.contains("was not retried"), "{}", run.stderr);
+    assert!(!run.stderr.contains("retrying"), "{}", run.stderr);
+    // The counting server proves it.
+    assert_eq!(server.calls("create_thing"), 1);
+    assert_eq!(server.all_calls(), 1);
+}
+
+#[test]
+fn a_transport_failure_on_an_idempotent_call_is_retried_with_backoff() {
+    let server = server(&[("update_thing", Behaviour::Drop)]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "--retries",
+            "2",
+            "--backoff",
+            "1",
+            "update_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(run.stderr.contains("failed 3 times"), "{}", run.stderr);
+    assert_eq!(server.calls("update_thing"), 3);
+
+    let answer = json!({"content": [{"type": "text", "text": "third time lucky"}]});
+    let server = self::server(&[("get_thing", Behaviour::DropThenAnswer(2, answer))]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--backoff",
+            "1",
+            "get_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "third time lucky");
+    assert_eq!(
+        run.stderr.matches("retrying `get_thing`").count(),
+        2,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(server.calls("get_thing"), 3);
+}
+
+#[test]
+fn errors_print_with_their_reason() {
+    let refusal = json!({
+        "isError": true,
+        "content": [{"type": "text", "text": "{}"}],
+        "structuredContent": {"error": "issue T-9 not found", "reason": "not_found", "status": 404}
+    });
+    let server = server(&[("update_thing", Behaviour::Answer(refusal))]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "update_thing",
+            r#"{"id":"T-9"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error: not_found: issue T-9 not found"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        server.calls("update_thing"),
+        1,
+        "a tool error is never retried"
+    );
+
+    let run = host(&["--url", &url, "--trust", "no_such_tool"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("lists no tool `no_such_tool`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("delete_thing"), "{}", run.stderr);
+
+    let run = host(&["--url", &url, "get_thing", "[1]"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("must be a JSON object"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn server_text_cannot_rewrite_the_question() {
+    let server = server(&[]);
+    let url = server.url();
+    let run = host(
+        &["--url", &url, "--trust", "sneaky_thing", r#"{"id":"T-1"}"#],
+        Some("n\n"),
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(!run.stderr.contains('\u{1b}'), "{:?}", run.stderr);
+    assert!(!run.stderr.contains('\u{202e}'), "{:?}", run.stderr);
+    assert!(run.stderr.contains("\\u{1b}[2K"), "{:?}", run.stderr);
+    assert_eq!(server.all_calls(), 0);
+}
+
+#[test]
+fn list_shows_what_the_host_would_do() {
+    let server = server(&[]);
+    let url = server.url();
+    let run = host(&["--url", &url, "--trust", "--list"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let line = |name: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not in {}", run.stdout))
+            .to_owned()
+    };
+    assert!(line("get_thing").contains("runs without asking; retried"));
+    assert!(line("create_thing").contains("never retried"));
+    assert!(line("delete_thing").contains("asks: the server declares this tool destructive"));
+    assert_eq!(server.all_calls(), 0);
+}
