@@ -1,0 +1,51 @@
+//! # aacworkflow: the aac-tools reference server
+//!
+//! An issue tracker on SQLite whose ten MCP tools show every part of aac-tools working
+//! together: annotations that are enforced, scopes, the confirm guard, least-privilege data
+//! handles, workspaces that leak nothing, and one audit record per call.
+//!
+//! - [`tools`]: the ten `#[mcp_tool]` functions;
+//! - [`queries`]: the SQL, as query traits split into `Read*`, `Update*` and `Delete*`;
+//! - [`store`]: opening the database file safely, its schema and version;
+//! - [`seed`]: the demo data.
+//!
+//! The binary (`aacworkflow init | token | serve | manifest | audit`) is documented in
+//! `docs/aacworkflow.md`.
+
+pub mod model;
+pub mod queries;
+pub mod seed;
+pub mod store;
+pub mod tools;
+
+use aac_tools::audit::AuditSink;
+use aac_tools::sqlite::{Database, TokenStore};
+use aac_tools::{Registry, Server};
+
+pub use store::AppError;
+
+/// The command that rewrites the committed manifest, `examples/aacworkflow/tools.json`.
+pub const MANIFEST_REFRESH: &str =
+    "cargo run -p aacworkflow -- manifest > examples/aacworkflow/tools.json";
+
+/// The ten tools of this crate (and only those, whatever else is linked in).
+pub fn registry() -> Result<Registry, AppError> {
+    Registry::collect_module(concat!(module_path!(), "::tools"))
+        .map_err(|e| AppError::new(format!("the tools do not register: {e}")))
+}
+
+/// The server over `db`: tokens from its token store, audit records to `audit`, the
+/// database as the tools' state, and read-only mode if asked (only the four read-only
+/// tools are listed and callable).
+pub fn server(db: &Database, audit: impl AuditSink, read_only: bool) -> Result<Server, AppError> {
+    let tokens = TokenStore::open(db)
+        .map_err(|e| AppError::new(format!("cannot open the token store: {e}")))?;
+    Server::builder(registry()?)
+        .name("aacworkflow", env!("CARGO_PKG_VERSION"))
+        .verifier(tokens)
+        .audit(audit)
+        .state(db.clone())
+        .read_only_mode(read_only)
+        .build()
+        .map_err(|e| AppError::new(format!("cannot build the server: {e}")))
+}

@@ -1,0 +1,248 @@
+//! The database file: opening it safely, its schema and its version.
+//!
+//! Every way a file can be wrong ends in an [`AppError`] whose one line says what to do:
+//! a path that cannot be written, a file that is not SQLite or is corrupt, an SQLite
+//! database of another application, a schema from a newer `aacworkflow`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use aac_tools::sqlite::{Database, TokenStore};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+/// `PRAGMA application_id` of an aacworkflow database: `AACW` in ASCII.
+pub const APPLICATION_ID: i32 = 0x4141_4357;
+
+/// The schema version this build writes and reads (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The default database file, in the working directory.
+pub const DEFAULT_DB: &str = "aacworkflow.db";
+
+/// The schema of the application's own tables. The token store (`aac_tokens`) and the
+/// audit trail (`aac_audit`) create theirs.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS workspaces (
+    id          TEXT PRIMARY KEY,
+    key_prefix  TEXT NOT NULL UNIQUE,
+    next_number INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS users (
+    workspace TEXT NOT NULL REFERENCES workspaces(id),
+    name      TEXT NOT NULL,
+    role      TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+    PRIMARY KEY (workspace, name)
+);
+CREATE TABLE IF NOT EXISTS agents (
+    workspace   TEXT NOT NULL REFERENCES workspaces(id),
+    name        TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (workspace, name)
+);
+CREATE TABLE IF NOT EXISTS issues (
+    id            TEXT PRIMARY KEY,
+    workspace     TEXT NOT NULL REFERENCES workspaces(id),
+    number        INTEGER NOT NULL,
+    title         TEXT NOT NULL,
+    body          TEXT NOT NULL DEFAULT '',
+    status        TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'closed')),
+    assignee      TEXT,
+    assignee_kind TEXT CHECK (assignee_kind IN ('user', 'agent')),
+    created_by    TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    UNIQUE (workspace, number)
+);
+CREATE INDEX IF NOT EXISTS issues_by_workspace ON issues (workspace, number);
+CREATE TABLE IF NOT EXISTS comments (
+    id         TEXT PRIMARY KEY,
+    issue_id   TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE,
+    author     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS comments_by_issue ON comments (issue_id, created_at);
+CREATE TABLE IF NOT EXISTS autopilot_runs (
+    id           TEXT PRIMARY KEY,
+    issue_id     TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE,
+    agent        TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    triggered_by TEXT NOT NULL,
+    created_at   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_issue ON autopilot_runs (issue_id);
+";
+
+/// A failure of the command line, as one line that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppError(String);
+
+impl AppError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> AppError {
+        AppError(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AppError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AppError {}
+
+/// Whether opening may create the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must exist already (`token`, `audit`).
+    Existing,
+    /// Create the file and the schema if needed (`init`, `serve`).
+    Create,
+}
+
+/// The database path: `--db`, else `AAC_DB`, else `aacworkflow.db` (clap resolves the
+/// first two; this is the fallback).
+pub fn resolve_path(flag: Option<PathBuf>) -> PathBuf {
+    flag.unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
+}
+
+/// What a quick read-only look at an existing file found.
+struct Inspection {
+    application_id: i32,
+    user_version: i32,
+    foreign_tables: Vec<String>,
+}
+
+fn not_a_database(path: &Path) -> AppError {
+    AppError::new(format!(
+        "`{}` is not an aacworkflow database (not SQLite, or corrupt); \
+         pass --db with another path, or move the file away and run `aacworkflow init`",
+        path.display()
+    ))
+}
+
+fn inspect(path: &Path) -> Result<Inspection, AppError> {
+    let classify = |err: rusqlite::Error| match err.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => not_a_database(path),
+        _ => AppError::new(format!(
+            "cannot read `{}`: {err}; check the file's permissions, or pass --db with another path",
+            path.display()
+        )),
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(classify)?;
+    let pragma = |name: &str| -> Result<i32, rusqlite::Error> {
+        conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+    };
+    let application_id = pragma("application_id").map_err(classify)?;
+    let user_version = pragma("user_version").map_err(classify)?;
+    let foreign_tables = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table'
+             AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'aac_%' ORDER BY name",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(classify)?;
+    Ok(Inspection {
+        application_id,
+        user_version,
+        foreign_tables,
+    })
+}
+
+/// Open the database at `path`, checking that it is ours and not from a newer version,
+/// and bring its schema up to date (creating it with [`OpenMode::Create`]).
+pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(AppError::new(format!(
+            "`{shown}` is a directory; pass --db with the path of a database file"
+        )));
+    }
+    if path.exists() {
+        let found = inspect(path)?;
+        if found.application_id != APPLICATION_ID
+            && (found.application_id != 0 || !found.foreign_tables.is_empty())
+        {
+            return Err(AppError::new(format!(
+                "`{shown}` is an SQLite database of another application (tables: {}); \
+                 pass --db with another path",
+                if found.foreign_tables.is_empty() {
+                    "none".to_owned()
+                } else {
+                    found.foreign_tables.join(", ")
+                }
+            )));
+        }
+        if found.user_version > SCHEMA_VERSION {
+            return Err(AppError::new(format!(
+                "`{shown}` has schema version {}, newer than this aacworkflow understands ({SCHEMA_VERSION}); \
+                 upgrade aacworkflow, or pass --db with another path",
+                found.user_version
+            )));
+        }
+        if mode == OpenMode::Existing && found.application_id != APPLICATION_ID {
+            return Err(AppError::new(format!(
+                "`{shown}` has no aacworkflow schema yet; run `aacworkflow init` first"
+            )));
+        }
+    } else {
+        if mode == OpenMode::Existing {
+            return Err(AppError::new(format!(
+                "no database at `{shown}`; create it with `aacworkflow init`, \
+                 or point --db (or AAC_DB) at an existing one"
+            )));
+        }
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if !parent.is_dir() {
+            return Err(AppError::new(format!(
+                "cannot create `{shown}`: the directory `{}` does not exist; \
+                 create it, or pass --db with another path",
+                parent.display()
+            )));
+        }
+    }
+    let unwritable = |err: &dyn fmt::Display| {
+        AppError::new(format!(
+            "cannot write to `{shown}`: {err}; check that the file and its directory are writable, \
+             or pass --db with another path"
+        ))
+    };
+    let db =
+        Database::open(path).map_err(|e| match e.sqlite().and_then(|s| s.sqlite_error_code()) {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => not_a_database(path),
+            _ => unwritable(&e),
+        })?;
+    migrate(&db).map_err(|e| unwritable(&e))?;
+    TokenStore::open(&db).map_err(|e| unwritable(&e))?;
+    Ok(db)
+}
+
+/// Create the schema if needed and stamp the file as ours, at [`SCHEMA_VERSION`].
+fn migrate(db: &Database) -> Result<(), aac_tools::sqlite::DbError> {
+    db.with_writer(|conn| {
+        let tx = conn.transaction()?;
+        let version: i32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version < SCHEMA_VERSION {
+            tx.execute_batch(SCHEMA)?;
+            tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        tx.commit()
+    })
+}

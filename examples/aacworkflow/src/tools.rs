@@ -1,0 +1,495 @@
+//! The ten tools. Each attribute is the tool's whole contract: its annotations, its scope,
+//! and through them the data handle it gets.
+//!
+//! | tool | read only | destructive | idempotent | scope |
+//! | --- | --- | --- | --- | --- |
+//! | `list_issues` | ✓ | | ✓ | `issues:read` |
+//! | `get_issue` | ✓ | | ✓ | `issues:read` |
+//! | `list_comments` | ✓ | | ✓ | `comments:read` |
+//! | `dashboard_usage_daily` | ✓ | | ✓ | `dashboard:read` |
+//! | `create_issue` | | | | `issues:write` |
+//! | `update_issue` | | | ✓ | `issues:write` |
+//! | `comment_issue` | | | | `comments:write` |
+//! | `assign_issue_to_agent` | | | ✓ | `agents:write` |
+//! | `trigger_autopilot` | | | | `autopilot:run` |
+//! | `delete_issue` | | ✓ | ✓ | `issues:write` |
+//!
+//! Every tool acts in the workspace of the caller's token. An issue of another workspace
+//! is answered exactly like one that does not exist.
+
+use aac_tools::sqlite::{DeleteDb, ReadDb, WriteDb};
+use aac_tools::{Ctx, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Assignee, AssigneeKind, AutopilotRun, Comment, Issue, IssueStatus, UsageRow, timestamp,
+};
+use crate::queries::{
+    DeleteIssues, IssueChanges, IssueFilter, ReadComments, ReadIssues, ReadMembers, ReadUsage,
+    UpdateAutopilot, UpdateComments, UpdateIssues,
+};
+
+/// The caller's workspace and user name, from the token.
+fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
+    let principal = ctx.principal();
+    let workspace = principal.workspace().ok_or_else(|| {
+        ToolError::forbidden(
+            "this token belongs to no workspace; create one with `aacworkflow token create --workspace …`",
+        )
+    })?;
+    Ok((workspace.to_owned(), principal.subject().to_owned()))
+}
+
+fn default_limit() -> u32 {
+    20
+}
+
+fn default_days() -> u32 {
+    7
+}
+
+/// Cursors are opaque to clients: the hex of `n:<number>`, the number of the last issue
+/// of the page.
+fn encode_cursor(number: i64) -> String {
+    format!("n:{number}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_cursor(cursor: &str) -> Option<i64> {
+    if cursor.len() % 2 != 0 || cursor.len() > 64 {
+        return None;
+    }
+    let bytes = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    let text = String::from_utf8(bytes).ok()?;
+    text.strip_prefix("n:")?.parse().ok().filter(|n| *n > 0)
+}
+
+// ---------------------------------------------------------------------------------------
+// read-only tools
+
+/// Arguments of `list_issues`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListIssuesArgs {
+    /// Only issues with this status.
+    #[serde(default)]
+    pub status: Option<IssueStatus>,
+    /// Only issues assigned to this user or agent.
+    #[serde(default)]
+    pub assignee: Option<String>,
+    /// How many issues per page.
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: u32,
+    /// The `next_cursor` of the previous page, to get the next one.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// One page of issues.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct IssuePage {
+    /// The issues, newest first.
+    pub issues: Vec<Issue>,
+    /// Pass it as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// List the issues of your workspace, newest first, optionally by status or assignee.
+///
+/// Pages hold `limit` issues (default 20); pass `next_cursor` back as `cursor` for the next.
+#[mcp_tool(read_only, idempotent, scope = "issues:read", audit_fields = ["status", "assignee", "limit"])]
+pub async fn list_issues(
+    db: ReadDb,
+    ctx: Ctx,
+    args: ListIssuesArgs,
+) -> Result<IssuePage, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    let before = match &args.cursor {
+        None => None,
+        Some(cursor) => Some(decode_cursor(cursor).ok_or_else(|| {
+            ToolError::bad_request(
+                "invalid_cursor",
+                "this cursor was not given by this server; start again without `cursor`",
+            )
+        })?),
+    };
+    let filter = IssueFilter {
+        status: args.status,
+        assignee: args.assignee,
+        before,
+        limit: args.limit,
+    };
+    let (rows, more) = db
+        .run(move |tx| tx.list_issues(&workspace, &filter))
+        .await?;
+    let next_cursor = if more {
+        rows.last().map(|(number, _)| encode_cursor(*number))
+    } else {
+        None
+    };
+    Ok(IssuePage {
+        issues: rows.into_iter().map(|(_, issue)| issue).collect(),
+        next_cursor,
+    })
+}
+
+/// The arguments of tools that name one issue.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct IssueIdArgs {
+    /// The issue's UUID or its key, such as `AAC-42`.
+    pub issue_id: String,
+}
+
+/// Get one issue of your workspace by its UUID or its key (`AAC-42`).
+#[mcp_tool(read_only, idempotent, scope = "issues:read", audit_fields = ["issue_id"])]
+pub async fn get_issue(db: ReadDb, ctx: Ctx, args: IssueIdArgs) -> Result<Issue, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    db.run(move |tx| tx.find_issue(&workspace, &args.issue_id))
+        .await
+}
+
+/// The comments of an issue.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CommentList {
+    /// The issue's UUID.
+    pub issue_id: String,
+    /// The issue's key.
+    pub issue_key: String,
+    /// The comments, oldest first.
+    pub comments: Vec<Comment>,
+}
+
+/// List the comments of an issue, oldest first.
+#[mcp_tool(read_only, idempotent, scope = "comments:read", audit_fields = ["issue_id"])]
+pub async fn list_comments(
+    db: ReadDb,
+    ctx: Ctx,
+    args: IssueIdArgs,
+) -> Result<CommentList, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        Ok(CommentList {
+            comments: tx.comments(&issue.id)?,
+            issue_id: issue.id,
+            issue_key: issue.key,
+        })
+    })
+    .await
+}
+
+/// Arguments of `dashboard_usage_daily`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct UsageArgs {
+    /// How many days back, today included.
+    #[serde(default = "default_days")]
+    #[schemars(range(min = 1, max = 90))]
+    pub days: u32,
+}
+
+/// Tool usage of a workspace.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Usage {
+    /// The workspace.
+    pub workspace: String,
+    /// The first day counted, `YYYY-MM-DD` (UTC).
+    pub since: String,
+    /// Calls per day and tool, oldest day first; days without calls are absent.
+    pub rows: Vec<UsageRow>,
+    /// Every call counted.
+    pub total_calls: i64,
+}
+
+/// Tool calls per day and tool in your workspace, from the audit trail.
+///
+/// Counts every attempt, refused ones included, split by outcome.
+#[mcp_tool(read_only, idempotent, scope = "dashboard:read", audit_fields = ["days"])]
+pub async fn dashboard_usage_daily(
+    db: ReadDb,
+    ctx: Ctx,
+    args: UsageArgs,
+) -> Result<Usage, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    let first_day =
+        time::OffsetDateTime::now_utc() - time::Duration::days(i64::from(args.days) - 1);
+    let since = timestamp(first_day)[..10].to_owned();
+    let rows = {
+        let (workspace, since) = (workspace.clone(), since.clone());
+        db.run(move |tx| tx.usage_daily(&workspace, &since)).await?
+    };
+    Ok(Usage {
+        total_calls: rows.iter().map(|r| r.calls).sum(),
+        workspace,
+        since,
+        rows,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// tools that write
+
+/// Arguments of `create_issue`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CreateIssueArgs {
+    /// One line saying what is wrong or wanted.
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+    /// The details.
+    #[serde(default)]
+    #[schemars(length(max = 20000))]
+    pub body: Option<String>,
+}
+
+/// Create an issue in your workspace. Returns it with its `id` (UUID) and `key` (`AAC-42`).
+///
+/// Not idempotent: each call creates a new issue.
+#[mcp_tool(scope = "issues:write")]
+pub async fn create_issue(
+    db: WriteDb,
+    ctx: Ctx,
+    args: CreateIssueArgs,
+) -> Result<Issue, ToolError> {
+    let (workspace, user) = caller(&ctx)?;
+    if args.title.trim().is_empty() {
+        return Err(ToolError::bad_request(
+            "invalid_arguments",
+            "`title` cannot be blank",
+        ));
+    }
+    db.run(move |tx| {
+        tx.create_issue(
+            &workspace,
+            &user,
+            args.title.trim(),
+            args.body.as_deref().unwrap_or(""),
+        )
+    })
+    .await
+}
+
+/// Arguments of `update_issue`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct UpdateIssueArgs {
+    /// The issue's UUID or its key, such as `AAC-42`.
+    pub issue_id: String,
+    /// A new title.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 200))]
+    pub title: Option<String>,
+    /// A new description.
+    #[serde(default)]
+    #[schemars(length(max = 20000))]
+    pub body: Option<String>,
+    /// `open` or `closed`.
+    #[serde(default)]
+    pub status: Option<IssueStatus>,
+}
+
+/// An issue after an update.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Updated {
+    /// Whether this call changed anything (`false` when the issue already was so).
+    pub changed: bool,
+    /// The issue as it is now.
+    pub issue: Issue,
+}
+
+/// Change an issue's title, description or status. Fields left out stay as they are.
+///
+/// Idempotent: the same update twice leaves the issue as the first one did.
+#[mcp_tool(idempotent, scope = "issues:write", audit_fields = ["issue_id", "status"])]
+pub async fn update_issue(
+    db: WriteDb,
+    ctx: Ctx,
+    args: UpdateIssueArgs,
+) -> Result<Updated, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        let changes = IssueChanges {
+            title: args.title.map(|t| t.trim().to_owned()),
+            body: args.body,
+            status: args.status,
+        };
+        if changes.title.as_deref() == Some("") {
+            return Err(ToolError::bad_request(
+                "invalid_arguments",
+                "`title` cannot be blank",
+            ));
+        }
+        let changed = tx.update_issue(&issue, &changes)?;
+        Ok(Updated {
+            changed,
+            issue: tx.find_issue(&workspace, &issue.id)?,
+        })
+    })
+    .await
+}
+
+/// Arguments of `comment_issue`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CommentArgs {
+    /// The issue's UUID or its key, such as `AAC-42`.
+    pub issue_id: String,
+    /// The comment.
+    #[schemars(length(min = 1, max = 20000))]
+    pub body: String,
+}
+
+/// Add a comment to an issue. Not idempotent: each call adds a comment.
+#[mcp_tool(scope = "comments:write", audit_fields = ["issue_id"])]
+pub async fn comment_issue(db: WriteDb, ctx: Ctx, args: CommentArgs) -> Result<Comment, ToolError> {
+    let (workspace, user) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        tx.add_comment(&issue.id, &user, &args.body)
+    })
+    .await
+}
+
+/// Arguments of `assign_issue_to_agent`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AssignArgs {
+    /// The issue's UUID or its key, such as `AAC-42`.
+    pub issue_id: String,
+    /// The name of an agent of your workspace, such as `autopilot`.
+    #[schemars(length(min = 1, max = 100))]
+    pub agent: String,
+}
+
+/// Assign an issue to one of your workspace's agents.
+///
+/// Idempotent: assigning the agent it already has changes nothing.
+#[mcp_tool(idempotent, scope = "agents:write", audit_fields = ["issue_id", "agent"])]
+pub async fn assign_issue_to_agent(
+    db: WriteDb,
+    ctx: Ctx,
+    args: AssignArgs,
+) -> Result<Updated, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        if !tx.agent_exists(&workspace, &args.agent)? {
+            return Err(ToolError::not_found(format!(
+                "no agent `{}` in your workspace",
+                args.agent
+            )));
+        }
+        let assignee = Assignee {
+            name: args.agent,
+            kind: AssigneeKind::Agent,
+        };
+        let changed = tx.assign_issue(&issue, &assignee)?;
+        Ok(Updated {
+            changed,
+            issue: tx.find_issue(&workspace, &issue.id)?,
+        })
+    })
+    .await
+}
+
+/// Start the autopilot on an issue: its assigned agent works on it.
+///
+/// Not idempotent: each call queues a new run. The issue must be open and assigned to an
+/// agent (see `assign_issue_to_agent`).
+#[mcp_tool(scope = "autopilot:run", audit_fields = ["issue_id"])]
+pub async fn trigger_autopilot(
+    db: WriteDb,
+    ctx: Ctx,
+    args: IssueIdArgs,
+) -> Result<AutopilotRun, ToolError> {
+    let (workspace, user) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        if issue.status == IssueStatus::Closed {
+            return Err(ToolError::conflict(format!(
+                "{} is closed; reopen it with `update_issue` first",
+                issue.key
+            )));
+        }
+        let agent = match &issue.assignee {
+            Some(Assignee {
+                name,
+                kind: AssigneeKind::Agent,
+            }) => name.clone(),
+            _ => {
+                return Err(ToolError::conflict(format!(
+                    "{} is not assigned to an agent; assign one with `assign_issue_to_agent` first",
+                    issue.key
+                )));
+            }
+        };
+        tx.queue_run(&issue, &agent, &user)
+    })
+    .await
+}
+
+/// What `delete_issue` removed.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Deleted {
+    /// The deleted issue's UUID.
+    pub id: String,
+    /// Its key.
+    pub key: String,
+    /// Its title.
+    pub title: String,
+    /// Comments deleted with it.
+    pub comments_deleted: i64,
+    /// Autopilot runs deleted with it.
+    pub runs_deleted: i64,
+}
+
+/// Delete an issue permanently, with its comments and autopilot runs.
+///
+/// Destructive: send `confirm: true` only after the user has explicitly agreed.
+/// Viewers may not delete.
+#[mcp_tool(destructive, idempotent, scope = "issues:write", audit_fields = ["issue_id"])]
+pub async fn delete_issue(db: DeleteDb, ctx: Ctx, args: IssueIdArgs) -> Result<Deleted, ToolError> {
+    let (workspace, user) = caller(&ctx)?;
+    db.run(move |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+        match tx.role(&workspace, &user)? {
+            Some(role) if role.may_delete() => {}
+            Some(role) => {
+                return Err(ToolError::forbidden(format!(
+                    "your role `{}` may not delete issues; ask an admin or a member",
+                    role.as_str()
+                )));
+            }
+            None => {
+                return Err(ToolError::forbidden(format!(
+                    "user `{user}` is not a member of workspace `{workspace}`"
+                )));
+            }
+        }
+        let removed = tx.delete_issue(&issue.id)?;
+        Ok(Deleted {
+            id: issue.id,
+            key: issue.key,
+            title: issue.title,
+            comments_deleted: removed.comments,
+            runs_deleted: removed.runs,
+        })
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_cursor, encode_cursor};
+
+    #[test]
+    fn cursors_round_trip_and_refuse_forgeries() {
+        assert_eq!(decode_cursor(&encode_cursor(42)), Some(42));
+        assert_eq!(decode_cursor("zz"), None);
+        assert_eq!(decode_cursor("6e3a"), None); // "n:" with no number
+        assert_eq!(decode_cursor(&encode_cursor(0)), None);
+        assert_eq!(decode_cursor("abc"), None);
+    }
+}

@@ -1,0 +1,163 @@
+//! The real audit trail (the SQLite sink, table `aac_audit` in the same file): the
+//! dashboard reads it, and the read-only check proves the four read-only tools change
+//! nothing else.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aac_tools::audit::{AuditQuery, Outcome, SqliteSink, open_reader, verify_chain};
+use aac_tools::sqlite::{ReadOnlyCheck, content_hash};
+use aac_tools::{CallRequest, Principal, Server};
+use common::{ALL_SCOPES, Seeded};
+use serde_json::{Value, json};
+
+fn server(seeded: &Seeded) -> Server {
+    let sink = SqliteSink::open(&seeded.path).expect("audit sink");
+    aacworkflow::server(&seeded.db, sink, false).expect("server")
+}
+
+async fn call(server: &Server, token: &str, tool: &str, args: Value) -> Value {
+    server
+        .call(CallRequest::new(tool, Some(args)).bearer(token))
+        .await
+        .to_mcp_json()
+}
+
+#[tokio::test]
+async fn dashboard_counts_calls_per_day_and_tool_in_the_callers_workspace_only() {
+    let seeded = Seeded::new().await;
+    let server = server(&seeded);
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    let bob = seeded.token("bob", "demo", &["issues:read"]);
+    let oscar = seeded.token("oscar", "other", ALL_SCOPES);
+
+    let empty = call(&server, &alice, "dashboard_usage_daily", json!({})).await;
+    assert_eq!(empty["structuredContent"]["rows"], json!([]));
+    assert_eq!(empty["structuredContent"]["total_calls"], 0);
+
+    for _ in 0..3 {
+        call(&server, &alice, "list_issues", json!({})).await;
+    }
+    call(&server, &alice, "get_issue", json!({"issue_id": "AAC-404"})).await; // error
+    call(&server, &bob, "create_issue", json!({"title": "x"})).await; // denied: scope
+    call(
+        &server,
+        &alice,
+        "delete_issue",
+        json!({"issue_id": "AAC-1"}),
+    )
+    .await; // denied: confirm
+    for _ in 0..5 {
+        call(&server, &oscar, "list_issues", json!({})).await; // another workspace
+    }
+
+    // Two days, so that a run across midnight (UTC) counts the same.
+    let usage = call(&server, &alice, "dashboard_usage_daily", json!({"days": 2})).await;
+    let usage = &usage["structuredContent"];
+    assert_eq!(usage["workspace"], "demo");
+    let today = aacworkflow::model::now()[..10].to_owned();
+    let yesterday =
+        aacworkflow::model::timestamp(time::OffsetDateTime::now_utc() - time::Duration::days(1))
+            [..10]
+            .to_owned();
+    assert!([&today, &yesterday].contains(&&usage["since"].as_str().unwrap().to_owned()));
+    let mut per_tool: BTreeMap<String, [i64; 4]> = BTreeMap::new();
+    for r in usage["rows"].as_array().unwrap() {
+        let day = r["day"].as_str().unwrap();
+        assert!(day == today || day == yesterday, "{day}");
+        let counts = per_tool
+            .entry(r["tool"].as_str().unwrap().to_owned())
+            .or_default();
+        for (i, key) in ["calls", "success", "denied", "error"]
+            .into_iter()
+            .enumerate()
+        {
+            counts[i] += r[key].as_i64().unwrap();
+        }
+    }
+    let expected: BTreeMap<String, [i64; 4]> = [
+        ("create_issue", [1, 0, 1, 0]),
+        ("dashboard_usage_daily", [1, 1, 0, 0]),
+        ("delete_issue", [1, 0, 1, 0]),
+        ("get_issue", [1, 0, 0, 1]),
+        ("list_issues", [3, 3, 0, 0]),
+    ]
+    .into_iter()
+    .map(|(t, c)| (t.to_owned(), c))
+    .collect();
+    assert_eq!(per_tool, expected);
+    assert_eq!(usage["total_calls"], 7);
+
+    // Oscar's dashboard counts his calls only.
+    let his = call(&server, &oscar, "dashboard_usage_daily", json!({})).await;
+    assert_eq!(his["structuredContent"]["total_calls"], 5);
+
+    // The trail itself: one record per attempt, chained.
+    let conn = open_reader(&seeded.path).unwrap();
+    let all = AuditQuery::new().fetch(&conn).unwrap();
+    assert_eq!(all.len(), 14);
+    let denied = AuditQuery::new()
+        .outcome(Outcome::Denied)
+        .fetch(&conn)
+        .unwrap();
+    let reasons: Vec<&str> = denied
+        .iter()
+        .map(|r| r.record.reason.as_deref().unwrap())
+        .collect();
+    assert_eq!(reasons, ["insufficient_scope", "destructive_flag_missing"]);
+    assert!(verify_chain(&conn).unwrap().is_intact());
+}
+
+#[tokio::test]
+async fn the_four_read_only_tools_change_nothing() {
+    let seeded = Seeded::new().await;
+    let server = server(&seeded);
+    // Some audit history, so that the dashboard reads real rows.
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    call(&server, &alice, "list_issues", json!({})).await;
+    call(
+        &server,
+        &alice,
+        "delete_issue",
+        json!({"issue_id": "AAC-1"}),
+    )
+    .await;
+
+    let before = content_hash(&seeded.db, &["aac_audit"]).unwrap();
+    let principal = Principal::new("alice", ALL_SCOPES.iter().copied()).in_workspace("demo");
+    let checked = ReadOnlyCheck::new(&server, &seeded.db)
+        .principal(principal.clone())
+        .arguments("get_issue", json!({"issue_id": "AAC-1"}))
+        .arguments("list_comments", json!({"issue_id": "AAC-1"}))
+        .arguments("list_issues", json!({"status": "open", "limit": 2}))
+        .arguments("dashboard_usage_daily", json!({"days": 90}))
+        .run()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = checked.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "dashboard_usage_daily",
+            "get_issue",
+            "list_comments",
+            "list_issues"
+        ]
+    );
+    assert_eq!(content_hash(&seeded.db, &["aac_audit"]).unwrap(), before);
+
+    // The check is not vacuous: a write tool run the same way changes the hash.
+    let response = server
+        .call(
+            CallRequest::new(
+                "comment_issue",
+                Some(json!({"issue_id": "AAC-1", "body": "hi"})),
+            )
+            .credentials(aac_tools::Credentials::Verified(Arc::new(principal))),
+        )
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    assert_ne!(content_hash(&seeded.db, &["aac_audit"]).unwrap(), before);
+}

@@ -1,0 +1,833 @@
+//! Every tool and every kind of refusal, in process through `Server::call`, with the audit
+//! records they leave. A real SQLite file, seeded with the demo data.
+
+mod common;
+
+use aac_tools::audit::{AuditRecord, Check, MemorySink, Outcome};
+use aac_tools::{CallRequest, CallResponse, Server, Status};
+use common::{ALL_SCOPES, Seeded};
+use serde_json::{Value, json};
+
+struct Fixture {
+    seeded: Seeded,
+    sink: MemorySink,
+    server: Server,
+    alice: String,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        Fixture::with_mode(false).await
+    }
+
+    async fn with_mode(read_only: bool) -> Fixture {
+        let seeded = Seeded::new().await;
+        let sink = MemorySink::new();
+        let server = aacworkflow::server(&seeded.db, sink.clone(), read_only).expect("server");
+        let alice = seeded.token("alice", "demo", ALL_SCOPES);
+        Fixture {
+            seeded,
+            sink,
+            server,
+            alice,
+        }
+    }
+
+    async fn call(&self, token: &str, tool: &str, args: Value) -> CallResponse {
+        self.server
+            .call(CallRequest::new(tool, Some(args)).bearer(token))
+            .await
+    }
+
+    /// Call as alice (admin, every scope) and return the structured result.
+    async fn ok(&self, tool: &str, args: Value) -> Value {
+        let response = self.call(&self.alice, tool, args).await;
+        match response.result() {
+            Ok(output) => output
+                .structured_value()
+                .cloned()
+                .expect("structured output"),
+            Err(err) => panic!("{tool} failed: {err}"),
+        }
+    }
+
+    fn last_record(&self) -> AuditRecord {
+        self.sink.records().pop().expect("an audit record")
+    }
+}
+
+fn keys(page: &Value) -> Vec<String> {
+    page["issues"]
+        .as_array()
+        .expect("issues")
+        .iter()
+        .map(|i| i["key"].as_str().expect("key").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn list_issues_filters_and_pages_through_every_issue_once() {
+    let f = Fixture::new().await;
+    let page = f.ok("list_issues", json!({})).await;
+    assert_eq!(keys(&page), ["AAC-5", "AAC-4", "AAC-3", "AAC-2", "AAC-1"]);
+    assert_eq!(page["next_cursor"], Value::Null);
+
+    let closed = f.ok("list_issues", json!({"status": "closed"})).await;
+    assert_eq!(keys(&closed), ["AAC-3"]);
+    assert_eq!(closed["issues"][0]["status"], "closed");
+    let open = f.ok("list_issues", json!({"status": "open"})).await;
+    assert_eq!(keys(&open), ["AAC-5", "AAC-4", "AAC-2", "AAC-1"]);
+    let bobs = f.ok("list_issues", json!({"assignee": "bob"})).await;
+    assert_eq!(keys(&bobs), ["AAC-1"]);
+    assert_eq!(
+        bobs["issues"][0]["assignee"],
+        json!({"name": "bob", "kind": "user"})
+    );
+    let bots = f.ok("list_issues", json!({"assignee": "triage-bot"})).await;
+    assert_eq!(keys(&bots), ["AAC-2"]);
+    assert_eq!(bots["issues"][0]["assignee"]["kind"], "agent");
+
+    // Pages of two: 2 + 2 + 1, every issue exactly once, in order.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({"limit": 2});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = f.ok("list_issues", args).await;
+        pages += 1;
+        assert!(keys(&page).len() <= 2);
+        seen.extend(keys(&page));
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen, ["AAC-5", "AAC-4", "AAC-3", "AAC-2", "AAC-1"]);
+
+    // The other workspace's issue never shows.
+    let oscar = f.seeded.token("oscar", "other", &["issues:read"]);
+    let theirs = f.call(&oscar, "list_issues", json!({})).await;
+    let theirs = theirs.result().unwrap().structured_value().unwrap().clone();
+    assert_eq!(keys(&theirs), ["OTH-1"]);
+}
+
+#[tokio::test]
+async fn get_issue_and_list_comments_take_the_key_or_the_uuid() {
+    let f = Fixture::new().await;
+    let uuid = f.seeded.issue_uuid("demo", 1);
+    let by_key = f.ok("get_issue", json!({"issue_id": "AAC-1"})).await;
+    let by_lower_key = f.ok("get_issue", json!({"issue_id": "aac-1"})).await;
+    let by_uuid = f.ok("get_issue", json!({"issue_id": uuid})).await;
+    let by_upper_uuid = f
+        .ok("get_issue", json!({"issue_id": uuid.to_uppercase()}))
+        .await;
+    assert_eq!(by_key, by_uuid);
+    assert_eq!(by_key, by_lower_key);
+    assert_eq!(by_key, by_upper_uuid);
+    assert_eq!(by_key["id"], json!(uuid));
+    assert_eq!(by_key["key"], "AAC-1");
+    assert_eq!(
+        by_key["title"],
+        "Login times out behind the corporate proxy"
+    );
+    assert_eq!(by_key["created_by"], "alice");
+
+    let comments = f.ok("list_comments", json!({"issue_id": uuid})).await;
+    assert_eq!(comments["issue_key"], "AAC-1");
+    let list = comments["comments"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["author"], "bob");
+    assert_eq!(list[1]["author"], "alice");
+    let none = f.ok("list_comments", json!({"issue_id": "AAC-4"})).await;
+    assert_eq!(none["comments"], json!([]));
+}
+
+#[tokio::test]
+async fn write_tools_change_what_they_say_and_nothing_more() {
+    let f = Fixture::new().await;
+
+    // create_issue: a new issue each call, with a UUID and the next key.
+    let created = f
+        .ok(
+            "create_issue",
+            json!({"title": "Search ignores accents", "body": "café ≠ cafe"}),
+        )
+        .await;
+    assert_eq!(created["key"], "AAC-6");
+    assert_eq!(created["status"], "open");
+    assert_eq!(created["created_by"], "alice");
+    assert!(uuid::Uuid::parse_str(created["id"].as_str().unwrap()).is_ok());
+    let again = f
+        .ok("create_issue", json!({"title": "Search ignores accents"}))
+        .await;
+    assert_eq!(again["key"], "AAC-7");
+    assert_ne!(again["id"], created["id"]);
+
+    // update_issue: idempotent; the second identical update changes nothing.
+    let first = f
+        .ok(
+            "update_issue",
+            json!({"issue_id": "AAC-6", "status": "closed", "title": "Search ignores accents (é)"}),
+        )
+        .await;
+    assert_eq!(first["changed"], true);
+    assert_eq!(first["issue"]["status"], "closed");
+    assert_eq!(first["issue"]["title"], "Search ignores accents (é)");
+    assert_eq!(first["issue"]["body"], "café ≠ cafe");
+    let second = f
+        .ok(
+            "update_issue",
+            json!({"issue_id": "AAC-6", "status": "closed", "title": "Search ignores accents (é)"}),
+        )
+        .await;
+    assert_eq!(second["changed"], false);
+    assert_eq!(second["issue"], first["issue"]);
+
+    // comment_issue: a new comment each call.
+    let comments_before = f.seeded.count("comments");
+    let comment = f
+        .ok(
+            "comment_issue",
+            json!({"issue_id": "AAC-4", "body": "I can take this."}),
+        )
+        .await;
+    assert_eq!(comment["author"], "alice");
+    assert_eq!(comment["body"], "I can take this.");
+    f.ok(
+        "comment_issue",
+        json!({"issue_id": "AAC-4", "body": "I can take this."}),
+    )
+    .await;
+    assert_eq!(f.seeded.count("comments"), comments_before + 2);
+    let listed = f.ok("list_comments", json!({"issue_id": "AAC-4"})).await;
+    assert_eq!(listed["comments"].as_array().unwrap().len(), 2);
+
+    // assign_issue_to_agent: idempotent.
+    let assigned = f
+        .ok(
+            "assign_issue_to_agent",
+            json!({"issue_id": "AAC-4", "agent": "autopilot"}),
+        )
+        .await;
+    assert_eq!(assigned["changed"], true);
+    assert_eq!(
+        assigned["issue"]["assignee"],
+        json!({"name": "autopilot", "kind": "agent"})
+    );
+    let reassigned = f
+        .ok(
+            "assign_issue_to_agent",
+            json!({"issue_id": "AAC-4", "agent": "autopilot"}),
+        )
+        .await;
+    assert_eq!(reassigned["changed"], false);
+    assert_eq!(reassigned["issue"], assigned["issue"]);
+
+    // trigger_autopilot: not idempotent, a new run each call.
+    let run1 = f
+        .ok("trigger_autopilot", json!({"issue_id": "AAC-4"}))
+        .await;
+    let run2 = f
+        .ok("trigger_autopilot", json!({"issue_id": "AAC-4"}))
+        .await;
+    assert_ne!(run1["run_id"], run2["run_id"]);
+    assert_eq!(run1["agent"], "autopilot");
+    assert_eq!(run1["status"], "queued");
+    assert_eq!(run1["issue_key"], "AAC-4");
+    assert_eq!(run1["triggered_by"], "alice");
+    assert_eq!(f.seeded.count("autopilot_runs"), 2);
+
+    // delete_issue: removes the issue, its comments and its runs.
+    let deleted = f
+        .ok(
+            "delete_issue",
+            json!({"issue_id": "AAC-4", "confirm": true}),
+        )
+        .await;
+    assert_eq!(deleted["key"], "AAC-4");
+    assert_eq!(deleted["comments_deleted"], 2);
+    assert_eq!(deleted["runs_deleted"], 2);
+    assert_eq!(f.seeded.count("autopilot_runs"), 0);
+    assert_eq!(f.seeded.count("comments"), comments_before);
+    let gone = f
+        .call(&f.alice, "get_issue", json!({"issue_id": "AAC-4"}))
+        .await;
+    assert_eq!(gone.error().unwrap().reason(), "not_found");
+    // Deleting again leaves things as they are: 404, nothing else removed.
+    let issues = f.seeded.count("issues");
+    let twice = f
+        .call(
+            &f.alice,
+            "delete_issue",
+            json!({"issue_id": "AAC-4", "confirm": true}),
+        )
+        .await;
+    assert_eq!(twice.error().unwrap().status(), Status::NotFound);
+    assert_eq!(f.seeded.count("issues"), issues);
+
+    // One record per call, each a success but the two 404s, with who, where and how.
+    let records = f.sink.records();
+    assert_eq!(records.len(), 14);
+    let tools: Vec<&str> = records.iter().map(|r| r.tool.as_str()).collect();
+    assert_eq!(
+        tools,
+        [
+            "create_issue",
+            "create_issue",
+            "update_issue",
+            "update_issue",
+            "comment_issue",
+            "comment_issue",
+            "list_comments",
+            "assign_issue_to_agent",
+            "assign_issue_to_agent",
+            "trigger_autopilot",
+            "trigger_autopilot",
+            "delete_issue",
+            "get_issue",
+            "delete_issue",
+        ]
+    );
+    for record in &records[..12] {
+        assert_eq!(record.outcome, Outcome::Success, "{record:?}");
+        assert_eq!(record.status, 200);
+        assert_eq!(record.principal.as_deref(), Some("alice"));
+        assert_eq!(record.workspace.as_deref(), Some("demo"));
+        assert_eq!(record.transport, "in_process");
+    }
+    let delete = &records[11];
+    assert_eq!(delete.access_level.map(|l| l.as_str()), Some("delete"));
+    assert_eq!(delete.arguments["issue_id"], "AAC-4");
+    assert_eq!(delete.arguments["confirm"], true);
+    let create = &records[0];
+    assert_eq!(create.access_level.map(|l| l.as_str()), Some("write"));
+    // Free text is redacted: a hash, never the title itself.
+    assert!(
+        create.arguments["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    for record in &records[12..] {
+        assert_eq!(record.outcome, Outcome::Error);
+        assert_eq!(record.reason.as_deref(), Some("not_found"));
+        assert_eq!(record.check, Some(Check::Handler));
+        assert_eq!(record.status, 404);
+    }
+}
+
+/// One refusal: its status, reason and check, and the audit record it left.
+async fn refused(
+    f: &Fixture,
+    token: Option<&str>,
+    tool: &str,
+    args: Value,
+    status: u16,
+    reason: &str,
+    check: Check,
+    outcome: Outcome,
+) -> AuditRecord {
+    let before = f.sink.records().len();
+    let mut request = CallRequest::new(tool, Some(args));
+    if let Some(token) = token {
+        request = request.bearer(token);
+    }
+    let response = f.server.call(request).await;
+    let err = response
+        .error()
+        .unwrap_or_else(|| panic!("{tool} should be refused with {reason}"));
+    assert_eq!(err.status().code(), status, "{err}");
+    assert_eq!(err.reason(), reason, "{err}");
+    assert_eq!(response.check(), Some(check));
+    // Over MCP: a tool result with isError and the same JSON as structured content.
+    let mcp = response.to_mcp_json();
+    assert_eq!(mcp["isError"], true);
+    assert_eq!(mcp["structuredContent"]["reason"], reason);
+    assert_eq!(mcp["structuredContent"]["status"], status);
+    let records = f.sink.records();
+    assert_eq!(records.len(), before + 1, "exactly one record per attempt");
+    let record = records.last().unwrap().clone();
+    assert_eq!(record.tool, tool);
+    assert_eq!(record.outcome, outcome);
+    assert_eq!(record.reason.as_deref(), Some(reason));
+    assert_eq!(record.check, Some(check));
+    assert_eq!(record.status, status);
+    record
+}
+
+#[tokio::test]
+async fn every_kind_of_refusal_is_answered_and_audited() {
+    let f = Fixture::new().await;
+    let s = &f.seeded;
+    let reader = s.token("bob", "demo", &["issues:read", "comments:read"]);
+    let carol = s.token("carol", "demo", ALL_SCOPES);
+    let revoked = s
+        .tokens
+        .create("bob", Some("demo"), ALL_SCOPES, None)
+        .unwrap();
+    s.tokens.revoke(&revoked.id).unwrap();
+    let expired = s
+        .tokens
+        .create("bob", Some("demo"), ALL_SCOPES, Some(-1))
+        .unwrap()
+        .token;
+    use Check::*;
+    use Outcome::*;
+
+    // 1. authenticate
+    let r = refused(
+        &f,
+        None,
+        "list_issues",
+        json!({}),
+        401,
+        "missing_token",
+        Authenticate,
+        Denied,
+    )
+    .await;
+    assert_eq!(r.principal, None);
+    assert!(r.scopes_provided.is_empty());
+    refused(
+        &f,
+        Some("aac_nope"),
+        "list_issues",
+        json!({}),
+        401,
+        "invalid_token",
+        Authenticate,
+        Denied,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&revoked.token),
+        "list_issues",
+        json!({}),
+        401,
+        "invalid_token",
+        Authenticate,
+        Denied,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&expired),
+        "list_issues",
+        json!({}),
+        401,
+        "invalid_token",
+        Authenticate,
+        Denied,
+    )
+    .await;
+
+    // 2. find the tool
+    refused(
+        &f,
+        Some(&f.alice),
+        "drop_database",
+        json!({}),
+        404,
+        "unknown_tool",
+        FindTool,
+        Denied,
+    )
+    .await;
+
+    // 3. scopes: each write tool refused to a read-only token, naming the scope.
+    for (tool, args, scope) in [
+        ("create_issue", json!({"title": "x"}), "issues:write"),
+        ("update_issue", json!({"issue_id": "AAC-1"}), "issues:write"),
+        (
+            "comment_issue",
+            json!({"issue_id": "AAC-1", "body": "x"}),
+            "comments:write",
+        ),
+        (
+            "assign_issue_to_agent",
+            json!({"issue_id": "AAC-1", "agent": "autopilot"}),
+            "agents:write",
+        ),
+        (
+            "trigger_autopilot",
+            json!({"issue_id": "AAC-2"}),
+            "autopilot:run",
+        ),
+        (
+            "delete_issue",
+            json!({"issue_id": "AAC-1", "confirm": true}),
+            "issues:write",
+        ),
+        ("dashboard_usage_daily", json!({}), "dashboard:read"),
+    ] {
+        let r = refused(
+            &f,
+            Some(&reader),
+            tool,
+            args,
+            403,
+            "insufficient_scope",
+            Scope,
+            Denied,
+        )
+        .await;
+        assert_eq!(r.scopes_provided, ["comments:read", "issues:read"]);
+        assert_eq!(r.principal.as_deref(), Some("bob"));
+        let err = f.call(&reader, tool, json!({})).await;
+        assert!(err.error().unwrap().message().contains(scope), "{tool}");
+    }
+    f.sink.clear();
+
+    // 4. the confirm guard: absent, false, or anything but the boolean true.
+    let issues = s.count("issues");
+    for args in [
+        json!({"issue_id": "AAC-1"}),
+        json!({"issue_id": "AAC-1", "confirm": false}),
+        json!({"issue_id": "AAC-1", "confirm": "true"}),
+        json!({"issue_id": "AAC-1", "confirm": 1}),
+    ] {
+        refused(
+            &f,
+            Some(&f.alice),
+            "delete_issue",
+            args,
+            400,
+            "destructive_flag_missing",
+            Confirm,
+            Denied,
+        )
+        .await;
+        let again = f
+            .call(&f.alice, "delete_issue", json!({"issue_id": "AAC-1"}))
+            .await;
+        assert_eq!(
+            again.error().unwrap().message(),
+            "confirm: true required for destructive operations"
+        );
+    }
+    assert_eq!(s.count("issues"), issues, "nothing was deleted");
+
+    // 5. validation against the advertised schema, before any handler code.
+    for (tool, args) in [
+        ("list_issues", json!({"limit": 0})),
+        ("list_issues", json!({"limit": 101})),
+        ("list_issues", json!({"status": "pending"})),
+        ("list_issues", json!({"page": 2})),
+        ("dashboard_usage_daily", json!({"days": 0})),
+        ("dashboard_usage_daily", json!({"days": 91})),
+        ("get_issue", json!({})),
+        ("create_issue", json!({"title": ""})),
+        ("comment_issue", json!({"issue_id": "AAC-1"})),
+        ("delete_issue", json!({"confirm": true})),
+    ] {
+        let r = refused(
+            &f,
+            Some(&f.alice),
+            tool,
+            args.clone(),
+            400,
+            "invalid_arguments",
+            Validate,
+            Denied,
+        )
+        .await;
+        assert_eq!(r.principal.as_deref(), Some("alice"), "{tool} {args}");
+    }
+    let at = f.call(&f.alice, "list_issues", json!({"limit": 101})).await;
+    assert!(
+        at.error().unwrap().message().contains("/limit"),
+        "{:?}",
+        at.error()
+    );
+
+    // 6. refusals of the handler: role, state, unknown objects, forged cursors.
+    let r = refused(
+        &f,
+        Some(&carol),
+        "delete_issue",
+        json!({"issue_id": "AAC-1", "confirm": true}),
+        403,
+        "forbidden",
+        Handler,
+        Denied,
+    )
+    .await;
+    assert_eq!(r.principal.as_deref(), Some("carol"));
+    assert_eq!(s.count("issues"), issues, "the viewer deleted nothing");
+    let viewer = f
+        .call(
+            &carol,
+            "delete_issue",
+            json!({"issue_id": "AAC-1", "confirm": true}),
+        )
+        .await;
+    assert!(viewer.error().unwrap().message().contains("viewer"));
+    refused(
+        &f,
+        Some(&f.alice),
+        "get_issue",
+        json!({"issue_id": "AAC-999"}),
+        404,
+        "not_found",
+        Handler,
+        Error,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&f.alice),
+        "get_issue",
+        json!({"issue_id": "not an id"}),
+        404,
+        "not_found",
+        Handler,
+        Error,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&f.alice),
+        "assign_issue_to_agent",
+        json!({"issue_id": "AAC-1", "agent": "skynet"}),
+        404,
+        "not_found",
+        Handler,
+        Error,
+    )
+    .await;
+    // AAC-3 is closed; AAC-5 is assigned to no agent.
+    refused(
+        &f,
+        Some(&f.alice),
+        "trigger_autopilot",
+        json!({"issue_id": "AAC-3"}),
+        409,
+        "conflict",
+        Handler,
+        Error,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&f.alice),
+        "trigger_autopilot",
+        json!({"issue_id": "AAC-5"}),
+        409,
+        "conflict",
+        Handler,
+        Error,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&f.alice),
+        "list_issues",
+        json!({"cursor": "not-a-cursor"}),
+        400,
+        "invalid_cursor",
+        Handler,
+        Error,
+    )
+    .await;
+    // A token of no workspace is refused by the handler.
+    let nowhere = s
+        .tokens
+        .create("alice", None, ALL_SCOPES, None)
+        .unwrap()
+        .token;
+    refused(
+        &f,
+        Some(&nowhere),
+        "list_issues",
+        json!({}),
+        403,
+        "forbidden",
+        Handler,
+        Denied,
+    )
+    .await;
+    assert_eq!(s.count("autopilot_runs"), 0);
+}
+
+#[tokio::test]
+async fn another_workspace_issue_is_answered_exactly_like_a_missing_one() {
+    let f = Fixture::new().await;
+    let theirs = f.seeded.issue_uuid("other", 1);
+    let missing = uuid::Uuid::new_v4().to_string();
+    let before = f.seeded.count("issues");
+    let comments = f.seeded.count("comments");
+    for (tool, extra) in [
+        ("get_issue", json!({})),
+        ("list_comments", json!({})),
+        ("update_issue", json!({"title": "mine now"})),
+        ("comment_issue", json!({"body": "hello"})),
+        ("assign_issue_to_agent", json!({"agent": "autopilot"})),
+        ("trigger_autopilot", json!({})),
+        ("delete_issue", json!({"confirm": true})),
+    ] {
+        let answers: Vec<Value> = {
+            let mut answers = Vec::new();
+            for id in [theirs.as_str(), missing.as_str(), "OTH-1", "AAC-404"] {
+                let mut args = extra.clone();
+                args["issue_id"] = json!(id);
+                answers.push(f.call(&f.alice, tool, args).await.to_mcp_json());
+            }
+            answers
+        };
+        assert_eq!(answers[0]["structuredContent"]["status"], 404, "{tool}");
+        assert_eq!(answers[0]["structuredContent"]["reason"], "not_found");
+        for other in &answers[1..] {
+            assert_eq!(&answers[0], other, "{tool}: the answers must not differ");
+        }
+    }
+    assert_eq!(f.seeded.count("issues"), before);
+    assert_eq!(f.seeded.count("comments"), comments);
+    assert_eq!(f.seeded.count("autopilot_runs"), 0);
+    // The audit records of both kinds differ only in the (hashed) arguments.
+    let records = f.sink.records();
+    let (a, b) = (&records[0], &records[1]);
+    assert_eq!(
+        (a.outcome, &a.reason, a.status, a.check),
+        (b.outcome, &b.reason, b.status, b.check)
+    );
+
+    // Oscar sees his issue, and none of demo's.
+    let oscar = f.seeded.token("oscar", "other", ALL_SCOPES);
+    let his = f
+        .call(&oscar, "get_issue", json!({"issue_id": theirs}))
+        .await;
+    assert_eq!(
+        his.result().unwrap().structured_value().unwrap()["key"],
+        "OTH-1"
+    );
+    let not_his = f
+        .call(&oscar, "get_issue", json!({"issue_id": "AAC-1"}))
+        .await;
+    assert_eq!(not_his.error().unwrap().reason(), "not_found");
+}
+
+#[tokio::test]
+async fn read_only_mode_lists_and_serves_only_the_read_only_tools() {
+    let f = Fixture::with_mode(true).await;
+    let listed: Vec<String> = f.server.list_tools_json(None)["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "dashboard_usage_daily",
+            "get_issue",
+            "list_comments",
+            "list_issues"
+        ]
+    );
+    refused(
+        &f,
+        Some(&f.alice),
+        "delete_issue",
+        json!({"issue_id": "AAC-1", "confirm": true}),
+        404,
+        "unknown_tool",
+        Check::ReadOnlyMode,
+        Outcome::Denied,
+    )
+    .await;
+    refused(
+        &f,
+        Some(&f.alice),
+        "create_issue",
+        json!({"title": "x"}),
+        404,
+        "unknown_tool",
+        Check::ReadOnlyMode,
+        Outcome::Denied,
+    )
+    .await;
+    let page = f.ok("list_issues", json!({})).await;
+    assert_eq!(keys(&page).len(), 5);
+    assert_eq!(f.last_record().outcome, Outcome::Success);
+}
+
+#[tokio::test]
+async fn tools_list_carries_the_exact_annotations_and_scopes() {
+    let f = Fixture::new().await;
+    let tools = f.server.list_tools_json(None)["tools"].clone();
+    let table = [
+        (
+            "assign_issue_to_agent",
+            false,
+            false,
+            true,
+            "agents:write",
+            "write",
+        ),
+        (
+            "comment_issue",
+            false,
+            false,
+            false,
+            "comments:write",
+            "write",
+        ),
+        ("create_issue", false, false, false, "issues:write", "write"),
+        (
+            "dashboard_usage_daily",
+            true,
+            false,
+            true,
+            "dashboard:read",
+            "read",
+        ),
+        ("delete_issue", false, true, true, "issues:write", "delete"),
+        ("get_issue", true, false, true, "issues:read", "read"),
+        ("list_comments", true, false, true, "comments:read", "read"),
+        ("list_issues", true, false, true, "issues:read", "read"),
+        (
+            "trigger_autopilot",
+            false,
+            false,
+            false,
+            "autopilot:run",
+            "write",
+        ),
+        ("update_issue", false, false, true, "issues:write", "write"),
+    ];
+    assert_eq!(tools.as_array().unwrap().len(), table.len());
+    for (tool, (name, read_only, destructive, idempotent, scope, access)) in
+        tools.as_array().unwrap().iter().zip(table)
+    {
+        assert_eq!(tool["name"], name);
+        let a = &tool["annotations"];
+        assert_eq!(a["readOnlyHint"], read_only, "{name}");
+        assert_eq!(a["destructiveHint"], destructive, "{name}");
+        assert_eq!(a["idempotentHint"], idempotent, "{name}");
+        assert_eq!(a["openWorldHint"], false, "{name}");
+        assert_eq!(
+            tool["_meta"]["aac-tools.dev/scopes"],
+            json!([scope]),
+            "{name}"
+        );
+        assert_eq!(tool["_meta"]["aac-tools.dev/access"], access, "{name}");
+        assert!(tool["outputSchema"].is_object(), "{name}");
+        assert!(!tool["description"].as_str().unwrap().is_empty(), "{name}");
+    }
+    let list = &tools[7]["inputSchema"]["properties"];
+    assert_eq!(list["limit"]["minimum"], 1);
+    assert_eq!(list["limit"]["maximum"], 100);
+    assert_eq!(list["limit"]["default"], 20);
+    let days = &tools[3]["inputSchema"]["properties"]["days"];
+    assert_eq!(
+        (days["minimum"].clone(), days["maximum"].clone()),
+        (json!(1), json!(90))
+    );
+    let delete = &tools[4]["inputSchema"];
+    assert_eq!(delete["required"], json!(["issue_id", "confirm"]));
+}
