@@ -1,0 +1,382 @@
+//! Runs every benchmark of issue 9 in one go and prints the Markdown report:
+//!
+//! ```text
+//! cargo run --release -p aac-bench --bin bench-all [-- options]
+//! ```
+//!
+//! Options: `--rounds N` (default 3), `--secs S` measured seconds per scenario (default
+//! 2), `--compile-rounds N` (default 2), `--skip-pipeline`, `--skip-e2e`,
+//! `--skip-compile`, `--variants abcd`, `--compile-dir DIR`, `--out FILE`.
+//!
+//! `bench-all serve <a|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
+//! the load generator starts this same binary so that one build serves both sides.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aac_bench::compile;
+use aac_bench::load::{Plan, ServerProcess, http_run};
+use aac_bench::mem::{RssSampler, rss_kib};
+use aac_bench::pipeline::Fixture;
+use aac_bench::report::{self, EndToEnd, Goal, Memory, PipelineLine};
+use aac_bench::stats::median;
+use aac_bench::variant::{self, TransportKind, Variant};
+
+struct Options {
+    rounds: usize,
+    secs: f64,
+    compile_rounds: usize,
+    pipeline: bool,
+    e2e: bool,
+    compile: bool,
+    variants: Vec<Variant>,
+    compile_dir: PathBuf,
+    out: Option<PathBuf>,
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        rounds: 3,
+        secs: 2.0,
+        compile_rounds: 2,
+        pipeline: true,
+        e2e: true,
+        compile: true,
+        variants: Variant::ALL.to_vec(),
+        compile_dir: std::env::temp_dir().join("aac-bench-compile"),
+        out: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("`{arg}` needs a value"));
+        match arg.as_str() {
+            "--rounds" => o.rounds = value()?.parse().map_err(|_| "bad --rounds")?,
+            "--secs" => o.secs = value()?.parse().map_err(|_| "bad --secs")?,
+            "--compile-rounds" => {
+                o.compile_rounds = value()?.parse().map_err(|_| "bad --compile-rounds")?
+            }
+            "--skip-pipeline" => o.pipeline = false,
+            "--skip-e2e" => o.e2e = false,
+            "--skip-compile" => o.compile = false,
+            "--variants" => {
+                o.variants = value()?
+                    .chars()
+                    .map(|c| Variant::from_key(&c.to_string()).ok_or(format!("no variant `{c}`")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--compile-dir" => o.compile_dir = value()?.into(),
+            "--out" => o.out = Some(value()?.into()),
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    if o.rounds == 0 || o.compile_rounds == 0 || o.secs <= 0.0 {
+        return Err("rounds and seconds must be positive".to_owned());
+    }
+    Ok(o)
+}
+
+fn main() -> io::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("serve") {
+        return serve(&args[1..]);
+    }
+    let options = parse_options(&args).map_err(io::Error::other)?;
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: a debug build; run with `cargo run --release -p aac-bench --bin bench-all`"
+        );
+    }
+    let mut out = String::new();
+    out.push_str("# aac-tools benchmarks\n\n");
+    out.push_str(&format!("Machine: {}.\n\n", report::machine()));
+    let mut goals = Vec::new();
+
+    if options.pipeline {
+        eprintln!("== the pipeline alone, in process");
+        let lines = pipeline_section()?;
+        out.push_str("## The pipeline alone (in process, no I/O)\n\n");
+        report::pipeline_table(&mut out, &lines, "rmcp stored router", "bare handler");
+        out.push('\n');
+        let get = |w: &str| lines.iter().find(|l| l.what == w).map(|l| l.ns);
+        if let (Some(full), Some(bare)) = (
+            get("aac-tools, audit record (null sink)"),
+            get("bare handler"),
+        ) {
+            goals.push(Goal {
+                what: "pipeline cost per call, µs (aac-tools with audit record, less the bare handler)".into(),
+                value: (full - bare) / 1000.0,
+                bound: 5.0,
+                at_least: false,
+            });
+        }
+    }
+
+    if options.e2e {
+        eprintln!("== end to end");
+        let (e2e, memory) = end_to_end(&options)?;
+        out.push_str("## End to end: `tools/call` on a 150-tool server\n\n");
+        out.push_str(&format!(
+            "{} rounds of {:.1} s per scenario and server; throughput is the median over rounds, \
+             latencies are over every call of every round, ratios are taken within a round and \
+             their median reported.\n\n",
+            options.rounds, options.secs
+        ));
+        report::end_to_end_table(&mut out, &e2e, &SCENARIO_NAMES, &options.variants);
+        out.push('\n');
+        out.push_str("## Memory (resident set)\n\n");
+        report::memory_table(&mut out, &memory);
+        out.push('\n');
+        for (s, name) in SCENARIO_NAMES.iter().enumerate() {
+            for (a, b, bound) in [
+                (Variant::AacDurable, Variant::RmcpStored, 0.9),
+                (Variant::AacNoAudit, Variant::RmcpStored, 1.0),
+                (Variant::AacDurable, Variant::RmcpPerCall, 4.0),
+            ] {
+                if let Some(r) = e2e.ratio(s, a, b) {
+                    goals.push(Goal {
+                        what: format!("{name}: ({}) / ({}) throughput", a.key(), b.key()),
+                        value: r,
+                        bound,
+                        at_least: true,
+                    });
+                }
+            }
+        }
+    }
+
+    if options.compile {
+        eprintln!("== compile time (in {})", options.compile_dir.display());
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or_else(|| io::Error::other("no workspace"))?
+            .to_path_buf();
+        let times = compile::run(
+            &options.compile_dir,
+            &workspace,
+            options.compile_rounds,
+            &mut |s| eprintln!("{s}"),
+        )?;
+        out.push_str("## Compile time of a 150-tool crate (dev profile)\n\n");
+        report::compile_table(&mut out, &times);
+        out.push('\n');
+        let med = |t: &compile::CompileTimes, edit: bool| {
+            let v: Vec<f64> = (if edit { &t.edit } else { &t.clean })
+                .iter()
+                .map(Duration::as_secs_f64)
+                .collect();
+            median(&v)
+        };
+        if let [aac, rmcp] = &times[..] {
+            goals.push(Goal {
+                what: "compile time, clean: aac-tools / rmcp".into(),
+                value: med(aac, false) / med(rmcp, false),
+                bound: 1.0,
+                at_least: false,
+            });
+            goals.push(Goal {
+                what: "compile time, one-line edit: aac-tools / rmcp".into(),
+                value: med(aac, true) / med(rmcp, true),
+                bound: 1.0,
+                at_least: false,
+            });
+        }
+    }
+
+    out.push_str("## Goals\n\n");
+    report::goals_table(&mut out, &goals);
+    println!("{out}");
+    if let Some(path) = &options.out {
+        std::fs::write(path, &out)?;
+        eprintln!("report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn serve(args: &[String]) -> io::Result<()> {
+    let usage = || io::Error::other("usage: bench-all serve <a|b|c|d> <stdio|http> [audit-db]");
+    let variant = args
+        .first()
+        .and_then(|s| Variant::from_key(s))
+        .ok_or_else(usage)?;
+    let transport = args
+        .get(1)
+        .and_then(|s| TransportKind::parse(s))
+        .ok_or_else(usage)?;
+    let audit_db = args.get(2).map(PathBuf::from);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(variant::serve(variant, transport, audit_db.as_deref()))
+}
+
+/// Median nanoseconds per call of `f` over batches.
+fn time_per_call(mut f: impl FnMut(usize) -> bool) -> io::Result<f64> {
+    const BATCH: usize = 2000;
+    const BATCHES: usize = 15;
+    let mut i = 0;
+    for _ in 0..BATCH {
+        if !f(i) {
+            return Err(io::Error::other("a benchmark call failed"));
+        }
+        i += 1;
+    }
+    let mut per_call = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            if !f(i) {
+                return Err(io::Error::other("a benchmark call failed"));
+            }
+            i += 1;
+        }
+        per_call.push(start.elapsed().as_nanos() as f64 / BATCH as f64);
+    }
+    Ok(median(&per_call))
+}
+
+fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let fx = rt.block_on(async { Fixture::new() });
+    let durable_dir = tempfile::tempdir()?;
+    let durable = rt.block_on(async {
+        variant::aac_server(
+            Variant::AacDurable,
+            Some(&durable_dir.path().join("audit.db")),
+        )
+    });
+    let mut lines = Vec::new();
+    let mut add = |what: &str, ns: f64| {
+        eprintln!("  {what}: {}", report::format_ns(ns));
+        lines.push(PipelineLine {
+            what: what.to_owned(),
+            ns,
+        });
+    };
+    add("bare handler", time_per_call(|i| fx.bare(i))?);
+    add(
+        "aac-tools, audit off",
+        time_per_call(|i| rt.block_on(fx.aac_verified(&fx.aac_no_audit, i)))?,
+    );
+    add(
+        "aac-tools, audit record (null sink)",
+        time_per_call(|i| rt.block_on(fx.aac_verified(&fx.aac_counting, i)))?,
+    );
+    add(
+        "aac-tools, audit record, bearer verified per call",
+        time_per_call(|i| rt.block_on(fx.aac_bearer(&fx.aac_counting, i)))?,
+    );
+    match &durable {
+        Ok(server) => add(
+            "aac-tools, durable SQLite audit",
+            time_per_call(|i| rt.block_on(fx.aac_verified(server, i)))?,
+        ),
+        Err(err) => eprintln!("  (no durable audit line: {err})"),
+    }
+    add(
+        "rmcp stored router",
+        time_per_call(|i| rt.block_on(fx.rmcp(&fx.rmcp_stored, i)))?,
+    );
+    add(
+        "rmcp router rebuilt per call",
+        time_per_call(|i| rt.block_on(fx.rmcp(&fx.rmcp_per_call, i)))?,
+    );
+    add(
+        "`tools/list` of 150, aac-tools",
+        time_per_call(|_| fx.aac_list() > 0)?,
+    );
+    add(
+        "`tools/list` of 150, rmcp stored router",
+        time_per_call(|_| fx.rmcp_stored_list() > 0)?,
+    );
+    add(
+        "`tools/list` of 150, rmcp router rebuilt",
+        time_per_call(|_| fx.rmcp_per_call_list() > 0)?,
+    );
+    Ok(lines)
+}
+
+const SCENARIO_NAMES: [&str; 5] = [
+    "stdio, sequential",
+    "stdio, pipelined (32 in flight)",
+    "HTTP, 1 client",
+    "HTTP, 16 clients",
+    "HTTP, 64 clients",
+];
+
+fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memory>)> {
+    let exe = std::env::current_exe()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let dir = tempfile::tempdir()?;
+    let measure = Duration::from_secs_f64(options.secs);
+    let mut e2e = EndToEnd::default();
+    let mut memory: BTreeMap<Variant, Memory> = BTreeMap::new();
+    let n = options.variants.len();
+    for round in 0..options.rounds {
+        for k in 0..n {
+            let variant = options.variants[(round + k) % n];
+            let mem = memory.entry(variant).or_default();
+            let db = |t: &str| {
+                dir.path()
+                    .join(format!("audit-{}-{round}-{t}.db", variant.key()))
+            };
+            let audit_db = (variant == Variant::AacDurable).then(|| db("stdio"));
+            eprintln!("round {} · {}", round + 1, variant.label());
+            rt.block_on(async {
+                // stdio: one process, one client.
+                let mut server =
+                    ServerProcess::spawn(&exe, variant, TransportKind::Stdio, audit_db.as_deref())
+                        .await?;
+                let mut client = server.stdio_client().await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                mem.stdio_idle = mem.stdio_idle.max(rss_kib(server.pid()).unwrap_or(0));
+                let plan = Plan {
+                    warmup_calls: 300,
+                    measure,
+                    max_calls: 10_000_000,
+                };
+                let r = client.sequential(plan).await?;
+                eprintln!("  stdio sequential: {:.0} calls/s", r.throughput());
+                e2e.runs.entry((0, variant)).or_default().push(r);
+                let sampler = RssSampler::start(server.pid());
+                let r = client.pipelined(plan, 32).await?;
+                mem.stdio_load = mem.stdio_load.max(sampler.finish());
+                eprintln!("  stdio pipelined: {:.0} calls/s", r.throughput());
+                e2e.runs.entry((1, variant)).or_default().push(r);
+                drop(client);
+                server.stop().await;
+
+                // HTTP: one process, 1, 16 then 64 clients.
+                let audit_db = (variant == Variant::AacDurable).then(|| db("http"));
+                let server =
+                    ServerProcess::spawn(&exe, variant, TransportKind::Http, audit_db.as_deref())
+                        .await?;
+                let addr = server.addr.ok_or_else(|| io::Error::other("no address"))?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                mem.http_idle = mem.http_idle.max(rss_kib(server.pid()).unwrap_or(0));
+                for (s, clients) in [(2, 1), (3, 16), (4, 64)] {
+                    let plan = Plan {
+                        warmup_calls: 50,
+                        measure,
+                        max_calls: 10_000_000,
+                    };
+                    let sampler = (clients == 64).then(|| RssSampler::start(server.pid()));
+                    let r = http_run(addr, clients, plan).await?;
+                    if let Some(sampler) = sampler {
+                        mem.http_load = mem.http_load.max(sampler.finish());
+                    }
+                    eprintln!("  HTTP {clients} clients: {:.0} calls/s", r.throughput());
+                    e2e.runs.entry((s, variant)).or_default().push(r);
+                }
+                server.stop().await;
+                Ok::<_, io::Error>(())
+            })?;
+        }
+    }
+    Ok((e2e, memory))
+}

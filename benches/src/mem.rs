@@ -1,0 +1,87 @@
+//! The memory probe: a process's resident set from `/proc/<pid>/status`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`…), if the process exists.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
+/// The resident set of `pid` now, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS")
+}
+
+/// Samples the resident set of a process every few milliseconds until dropped, and
+/// keeps the largest value seen.
+#[derive(Debug)]
+pub struct RssSampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    /// Start sampling `pid`.
+    pub fn start(pid: u32) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            let peak = Arc::clone(&peak);
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(rss) = rss_kib(pid) {
+                        peak.fetch_max(rss, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        RssSampler {
+            stop,
+            peak,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop and return the largest resident set seen, in KiB.
+    pub fn finish(mut self) -> u64 {
+        self.stop_thread();
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_resident_set() {
+        let pid = std::process::id();
+        let rss = rss_kib(pid).expect("this process has a resident set");
+        assert!(rss > 0);
+        let peak = status_kib(pid, "VmHWM").expect("and a peak");
+        assert!(peak >= rss);
+        assert_eq!(status_kib(pid, "NoSuchField"), None);
+    }
+}

@@ -1,0 +1,247 @@
+//! The Markdown report `bench-all` prints: the machine, then one table per part.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::compile::CompileTimes;
+use crate::stats::{RunResult, median, percentile};
+use crate::variant::Variant;
+
+/// The machine the figures come from.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|r| r.trim().strip_suffix("kB"))
+                .and_then(|r| r.trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem_gib:.0} GiB, Linux {kernel}, {rustc}")
+}
+
+/// One line of the pipeline table: nanoseconds per operation.
+#[derive(Debug, Clone)]
+pub struct PipelineLine {
+    /// What was measured.
+    pub what: String,
+    /// Median nanoseconds per call over the batches.
+    pub ns: f64,
+}
+
+/// The pipeline table.
+pub fn pipeline_table(out: &mut String, lines: &[PipelineLine], baseline: &str, floor: &str) {
+    let base = lines.iter().find(|l| l.what == baseline).map(|l| l.ns);
+    let bare = lines.iter().find(|l| l.what == floor).map(|l| l.ns);
+    let _ = writeln!(
+        out,
+        "| in process, per call | median | over the bare handler | ratio to {baseline} |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+    for line in lines {
+        let over = bare.map_or(String::new(), |b| format_ns(line.ns - b));
+        let ratio = base.map_or(String::new(), |b| format!("{:.2}", line.ns / b));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {over} | {ratio} |",
+            line.what,
+            format_ns(line.ns)
+        );
+    }
+}
+
+/// Nanoseconds as µs with two decimals (or ns below 1 µs).
+pub fn format_ns(ns: f64) -> String {
+    if ns.abs() >= 1000.0 {
+        format!("{:.2} µs", ns / 1000.0)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Every run of every (scenario, variant), across rounds.
+#[derive(Debug, Default)]
+pub struct EndToEnd {
+    /// Keyed by scenario index then variant, one result per round.
+    pub runs: BTreeMap<(usize, Variant), Vec<RunResult>>,
+}
+
+impl EndToEnd {
+    /// The median throughput of a (scenario, variant) over rounds.
+    pub fn throughput(&self, scenario: usize, variant: Variant) -> Option<f64> {
+        let runs = self.runs.get(&(scenario, variant))?;
+        let t: Vec<f64> = runs.iter().map(RunResult::throughput).collect();
+        Some(median(&t))
+    }
+
+    /// The median over rounds of the throughput ratio `a / b`, each ratio taken within
+    /// one round (the two servers ran minutes apart at most).
+    pub fn ratio(&self, scenario: usize, a: Variant, b: Variant) -> Option<f64> {
+        let ra = self.runs.get(&(scenario, a))?;
+        let rb = self.runs.get(&(scenario, b))?;
+        let ratios: Vec<f64> = ra
+            .iter()
+            .zip(rb)
+            .map(|(x, y)| x.throughput() / y.throughput())
+            .collect();
+        (!ratios.is_empty()).then(|| median(&ratios))
+    }
+
+    /// p50 and p99 latency in ns over every call of every round.
+    pub fn latency(&self, scenario: usize, variant: Variant) -> Option<(u64, u64)> {
+        let runs = self.runs.get(&(scenario, variant))?;
+        let mut all: Vec<u64> = runs
+            .iter()
+            .flat_map(|r| r.latencies_ns.iter().copied())
+            .collect();
+        all.sort_unstable();
+        Some((percentile(&all, 50.0), percentile(&all, 99.0)))
+    }
+}
+
+/// The end-to-end table for the scenarios named.
+pub fn end_to_end_table(
+    out: &mut String,
+    e2e: &EndToEnd,
+    scenarios: &[&str],
+    variants: &[Variant],
+) {
+    let _ = writeln!(
+        out,
+        "| scenario | server | calls/s (median) | p50 | p99 | ÷ (c) |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    for (s, name) in scenarios.iter().enumerate() {
+        for &v in variants {
+            let Some(tp) = e2e.throughput(s, v) else {
+                continue;
+            };
+            let (p50, p99) = e2e.latency(s, v).unwrap_or((0, 0));
+            let ratio = e2e
+                .ratio(s, v, Variant::RmcpStored)
+                .map_or(String::from("–"), |r| format!("{r:.2}"));
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {tp:.0} | {} | {} | {ratio} |",
+                v.label(),
+                format_ns(p50 as f64),
+                format_ns(p99 as f64)
+            );
+        }
+    }
+}
+
+/// One goal of the issue, met or not.
+#[derive(Debug, Clone)]
+pub struct Goal {
+    /// What is compared.
+    pub what: String,
+    /// The measured figure.
+    pub value: f64,
+    /// The bound.
+    pub bound: f64,
+    /// Whether the figure must be at least (true) or at most (false) the bound.
+    pub at_least: bool,
+}
+
+impl Goal {
+    /// Whether the goal is met.
+    pub fn met(&self) -> bool {
+        if self.at_least {
+            self.value >= self.bound
+        } else {
+            self.value <= self.bound
+        }
+    }
+}
+
+/// The goals table.
+pub fn goals_table(out: &mut String, goals: &[Goal]) {
+    let _ = writeln!(out, "| goal | measured | bound | met |");
+    let _ = writeln!(out, "| --- | ---: | ---: | :---: |");
+    for g in goals {
+        let op = if g.at_least { "≥" } else { "≤" };
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {op} {} | {} |",
+            g.what,
+            g.value,
+            g.bound,
+            if g.met() { "yes" } else { "**no**" }
+        );
+    }
+}
+
+/// Resident sets of one server, KiB.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    /// After start-up and one session over stdio.
+    pub stdio_idle: u64,
+    /// Largest seen during the pipelined stdio run.
+    pub stdio_load: u64,
+    /// Over HTTP after start-up, before any client.
+    pub http_idle: u64,
+    /// Largest seen during the 64-client HTTP run.
+    pub http_load: u64,
+}
+
+/// The memory table.
+pub fn memory_table(out: &mut String, memory: &BTreeMap<Variant, Memory>) {
+    let _ = writeln!(
+        out,
+        "| server | stdio idle | stdio under load | HTTP idle | HTTP, 64 clients |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: |");
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    for (v, m) in memory {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            v.label(),
+            mib(m.stdio_idle),
+            mib(m.stdio_load),
+            mib(m.http_idle),
+            mib(m.http_load)
+        );
+    }
+}
+
+/// The compile-time table.
+pub fn compile_table(out: &mut String, times: &[CompileTimes]) {
+    let _ = writeln!(
+        out,
+        "| 150-tool crate | clean build (median) | after a one-line edit (median) |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: |");
+    for t in times {
+        let clean: Vec<f64> = t.clean.iter().map(|d| d.as_secs_f64()).collect();
+        let edit: Vec<f64> = t.edit.iter().map(|d| d.as_secs_f64()).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} s | {:.1} s |",
+            t.flavour.label(),
+            median(&clean),
+            median(&edit)
+        );
+    }
+}

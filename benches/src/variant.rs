@@ -1,0 +1,188 @@
+//! The four servers compared, and how each is served over stdio and Streamable HTTP.
+
+use std::io;
+use std::path::Path;
+
+use aac_tools::Server;
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::aac_flavour;
+use crate::pipeline::{BENCH_TOKEN, bench_verifier};
+use crate::rmcp_flavour::{PerCallRouter, StoredRouter};
+
+/// One of the four servers of the comparison, all with the same 150 tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Variant {
+    /// (a) aac-tools with every check on and the durable SQLite audit trail.
+    AacDurable,
+    /// (b) aac-tools with every check on and the audit trail off.
+    AacNoAudit,
+    /// (c) rmcp's `#[tool]` macros with a stored router.
+    RmcpStored,
+    /// (d) rmcp's default `#[tool_handler]`, which rebuilds the router on every call.
+    RmcpPerCall,
+}
+
+impl Variant {
+    /// Every variant, in report order.
+    pub const ALL: [Variant; 4] = [
+        Variant::AacDurable,
+        Variant::AacNoAudit,
+        Variant::RmcpStored,
+        Variant::RmcpPerCall,
+    ];
+
+    /// `a`, `b`, `c` or `d`.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Variant::AacDurable => "a",
+            Variant::AacNoAudit => "b",
+            Variant::RmcpStored => "c",
+            Variant::RmcpPerCall => "d",
+        }
+    }
+
+    /// The variant of this key.
+    pub fn from_key(key: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.key() == key)
+    }
+
+    /// A short description for tables.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Variant::AacDurable => "(a) aac-tools, durable SQLite audit",
+            Variant::AacNoAudit => "(b) aac-tools, audit off",
+            Variant::RmcpStored => "(c) rmcp macros, stored router",
+            Variant::RmcpPerCall => "(d) rmcp macros, default #[tool_handler]",
+        }
+    }
+
+    /// Whether this is an aac-tools server.
+    pub const fn is_aac(self) -> bool {
+        matches!(self, Variant::AacDurable | Variant::AacNoAudit)
+    }
+}
+
+/// The transports a server is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// MCP over the process's stdin and stdout.
+    Stdio,
+    /// MCP over Streamable HTTP on a loopback port (sessions on, the default of both
+    /// frameworks).
+    Http,
+}
+
+impl TransportKind {
+    /// `stdio` or `http`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Http => "http",
+        }
+    }
+
+    /// The transport of this name.
+    pub fn parse(s: &str) -> Option<TransportKind> {
+        match s {
+            "stdio" => Some(TransportKind::Stdio),
+            "http" => Some(TransportKind::Http),
+            _ => None,
+        }
+    }
+}
+
+/// The aac-tools server of variant (a) or (b). (a) writes its audit trail to the SQLite
+/// file `audit_db`.
+pub fn aac_server(variant: Variant, audit_db: Option<&Path>) -> io::Result<Server> {
+    let registry = aac_flavour::registry().map_err(io::Error::other)?;
+    let builder = Server::builder(registry).verifier(bench_verifier());
+    let builder = match variant {
+        Variant::AacNoAudit => builder.audit_disabled(),
+        Variant::AacDurable => {
+            let path = audit_db.ok_or_else(|| {
+                io::Error::other("variant (a) needs the path of its audit database")
+            })?;
+            builder.audit(crate::durable::sink(path)?)
+        }
+        _ => return Err(io::Error::other("not an aac-tools variant")),
+    };
+    builder.build().map_err(io::Error::other)
+}
+
+/// Serve `variant` on `transport` until the client goes away (stdio) or the process is
+/// killed (HTTP). Over HTTP the first line on stdout is `listening <addr>`.
+pub async fn serve(
+    variant: Variant,
+    transport: TransportKind,
+    audit_db: Option<&Path>,
+) -> io::Result<()> {
+    match transport {
+        TransportKind::Stdio => serve_stdio(variant, audit_db).await,
+        TransportKind::Http => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            println!("listening {addr}");
+            serve_http(variant, listener, audit_db).await
+        }
+    }
+}
+
+async fn serve_stdio(variant: Variant, audit_db: Option<&Path>) -> io::Result<()> {
+    let failed = |err: String| io::Error::other(format!("the MCP session failed: {err}"));
+    match variant {
+        Variant::AacDurable | Variant::AacNoAudit => {
+            let server = aac_server(variant, audit_db)?;
+            aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await
+        }
+        Variant::RmcpStored => {
+            let running = StoredRouter::new()
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            running.waiting().await.map_err(|e| failed(e.to_string()))?;
+            Ok(())
+        }
+        Variant::RmcpPerCall => {
+            let running = PerCallRouter
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            running.waiting().await.map_err(|e| failed(e.to_string()))?;
+            Ok(())
+        }
+    }
+}
+
+async fn serve_http(
+    variant: Variant,
+    listener: tokio::net::TcpListener,
+    audit_db: Option<&Path>,
+) -> io::Result<()> {
+    match variant {
+        Variant::AacDurable | Variant::AacNoAudit => {
+            let server = aac_server(variant, audit_db)?;
+            aac_tools::http::serve(server, listener, aac_tools::http::HttpOptions::default()).await
+        }
+        Variant::RmcpStored => {
+            let service: StreamableHttpService<StoredRouter, LocalSessionManager> =
+                StreamableHttpService::new(
+                    || Ok(StoredRouter::new()),
+                    Default::default(),
+                    StreamableHttpServerConfig::default(),
+                );
+            axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+        }
+        Variant::RmcpPerCall => {
+            let service: StreamableHttpService<PerCallRouter, LocalSessionManager> =
+                StreamableHttpService::new(
+                    || Ok(PerCallRouter),
+                    Default::default(),
+                    StreamableHttpServerConfig::default(),
+                );
+            axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+        }
+    }
+}
