@@ -354,6 +354,71 @@ struct Trace<'a> {
     entry: Option<&'a ToolEntry>,
 }
 
+/// One attempt in progress. If it is dropped before its record was handed to the sink
+/// (the caller's future was dropped: a client went away), it records the attempt as
+/// abandoned, so that every attempt leaves exactly one record.
+struct Attempt<'a> {
+    server: &'a Server,
+    tool: String,
+    arguments: Option<Value>,
+    timestamp: String,
+    transport: Transport,
+    request_id: Option<String>,
+    started: Instant,
+    trace: Trace<'a>,
+    recorded: bool,
+}
+
+impl Attempt<'_> {
+    fn record(&self, result: &Result<ToolOutput, ToolError>, check: Option<Check>) -> AuditRecord {
+        build_record(
+            &self.tool,
+            result,
+            check,
+            &self.trace,
+            self.timestamp.clone(),
+            self.transport,
+            self.request_id.clone(),
+            self.arguments.as_ref(),
+            self.started,
+        )
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.recorded {
+            return;
+        }
+        let Some(sink) = self.server.inner.audit.clone() else {
+            return;
+        };
+        let abandoned = ToolError::new(
+            Status::Internal,
+            "cancelled",
+            "the call was abandoned before it finished (the client went away)",
+        );
+        let mut record = self.record(&Err(abandoned), None);
+        // Whether the handler finished is unknown: an error, with nginx's
+        // "client closed request" status.
+        record.outcome = Outcome::Error;
+        record.status = 499;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = sink.record(record).await {
+                        tracing::error!(error = %err, "the record of an abandoned call could not be written");
+                    }
+                });
+            }
+            Err(_) => tracing::error!(
+                record = %serde_json::to_string(&record).unwrap_or_default(),
+                "a call was abandoned outside a tokio runtime; its audit record could not be written"
+            ),
+        }
+    }
+}
+
 impl Server {
     /// Start configuring a server for these tools.
     pub fn builder(registry: Registry) -> ServerBuilder {
@@ -469,33 +534,46 @@ impl Server {
     }
 
     /// Run one `tools/call` attempt through every check, the handler and the audit trail.
+    ///
+    /// If the returned future is dropped before it completes (a transport whose client
+    /// went away), the attempt is still recorded, in the background, as an `error` with
+    /// reason `cancelled` and status 499.
     pub async fn call(&self, request: CallRequest) -> CallResponse {
         let started = Instant::now();
-        let timestamp = now_rfc3339();
-        let mut trace = Trace {
-            principal: None,
-            entry: None,
-        };
         let CallRequest {
             tool,
-            mut arguments,
+            arguments,
             credentials,
             transport,
             request_id,
             peer,
             cancel,
         } = request;
+        let mut attempt = Attempt {
+            server: self,
+            tool,
+            arguments,
+            timestamp: now_rfc3339(),
+            transport,
+            request_id,
+            started,
+            trace: Trace {
+                principal: None,
+                entry: None,
+            },
+            recorded: false,
+        };
 
         let result = self
             .run(
-                &tool,
-                &mut arguments,
+                &attempt.tool,
+                &mut attempt.arguments,
                 &credentials,
                 transport,
-                request_id.clone(),
+                attempt.request_id.clone(),
                 peer,
                 cancel,
-                &mut trace,
+                &mut attempt.trace,
             )
             .await;
 
@@ -503,29 +581,26 @@ impl Server {
             Ok(output) => (Ok(output), None),
             Err((check, err)) => (Err(err), Some(check)),
         };
-        let record = build_record(
-            &tool,
-            &result,
-            check,
-            &trace,
-            timestamp,
-            transport,
-            request_id,
-            arguments.as_ref(),
-            started,
-        );
+        let record = attempt.record(&result, check);
         match &self.inner.audit {
-            None => CallResponse { result, check },
-            Some(sink) => match sink.record(record).await {
-                Ok(()) => CallResponse { result, check },
-                Err(err) => {
-                    tracing::error!(tool = %tool, error = %err, "audit record could not be written; answering 503");
-                    CallResponse {
-                        result: Err(ToolError::audit_unavailable(err)),
-                        check: Some(Check::Audit),
+            None => {
+                attempt.recorded = true;
+                CallResponse { result, check }
+            }
+            Some(sink) => {
+                let written = sink.record(record);
+                attempt.recorded = true;
+                match written.await {
+                    Ok(()) => CallResponse { result, check },
+                    Err(err) => {
+                        tracing::error!(tool = %attempt.tool, error = %err, "audit record could not be written; answering 503");
+                        CallResponse {
+                            result: Err(ToolError::audit_unavailable(err)),
+                            check: Some(Check::Audit),
+                        }
                     }
                 }
-            },
+            }
         }
     }
 

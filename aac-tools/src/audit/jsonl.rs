@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::worker::{Backend, Health, Worker};
+use super::worker::{Backend, Health, SinkStats, Worker};
 use super::{AuditError, AuditRecord, AuditSink};
 use crate::principal::BoxFuture;
 
@@ -53,6 +53,11 @@ impl JsonLinesSink {
                 ))
             })?;
         JsonLinesSink::start(format!("file `{}`", path.display()), Target::File(file))
+    }
+
+    /// Records written and the batches (one `write` and one sync each) that wrote them.
+    pub fn stats(&self) -> SinkStats {
+        self.worker.stats()
     }
 
     /// Write to the process's stderr (flushed after each batch; nothing to sync).

@@ -48,6 +48,7 @@ pub use sqlite::{
     AUDIT_COLUMNS, AUDIT_TABLE, BrokenLink, ChainReport, CommitMode, GENESIS_HASH, SqliteSink,
     SqliteSinkBuilder, StoredRecord, Synchronous, ensure_table, open_reader, verify_chain,
 };
+pub use worker::SinkStats;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::worker::{Backend, Health, Worker};
+use super::worker::{Backend, Health, SinkStats, Worker};
 use super::{AuditError, AuditRecord, AuditSink, canonical_timestamp};
 use crate::principal::BoxFuture;
 
@@ -21,7 +21,7 @@ pub const AUDIT_TABLE: &str = "aac_audit";
 /// The `prev_hash` of the first record: 64 zeros.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// The table, its index and the triggers that make it append-only. Idempotent.
+/// The table. Idempotent.
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS aac_audit (
     seq             INTEGER PRIMARY KEY,
@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS aac_audit (
     prev_hash       TEXT    NOT NULL,
     hash            TEXT    NOT NULL
 );
+"#;
+
+/// The index and the append-only triggers, created once the table is known to be ours.
+const SCHEMA_EXTRAS: &str = r#"
 CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);
 CREATE TRIGGER IF NOT EXISTS aac_audit_no_update BEFORE UPDATE ON aac_audit
 BEGIN
@@ -101,7 +105,11 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
             AUDIT_COLUMNS.join(", ")
         )));
     }
-    Ok(())
+    conn.execute_batch(SCHEMA_EXTRAS).map_err(|e| {
+        AuditError::new(format!(
+            "cannot create the `aac_audit` index and triggers: {e}"
+        ))
+    })
 }
 
 fn sql_error(err: rusqlite::Error) -> AuditError {
@@ -451,6 +459,14 @@ impl SqliteSink {
     /// How records are grouped into transactions.
     pub fn commit_mode(&self) -> CommitMode {
         self.inner.commit
+    }
+
+    /// Records written and the transactions that wrote them, since the sink opened.
+    pub fn stats(&self) -> SinkStats {
+        match &self.inner.worker {
+            Ok(worker) => worker.stats(),
+            Err(_) => SinkStats::default(),
+        }
     }
 
     /// Walk the hash chain of the sink's database (on a connection of its own).

@@ -6,7 +6,7 @@
 //! under load one flush serves many calls, and with a single caller the latency is one
 //! write and one flush.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::oneshot;
@@ -26,6 +26,8 @@ pub(crate) struct Health {
     healthy: AtomicBool,
     problem: Mutex<Option<AuditError>>,
     alive: AtomicBool,
+    records: AtomicU64,
+    batches: AtomicU64,
 }
 
 impl Health {
@@ -34,7 +36,17 @@ impl Health {
             healthy: AtomicBool::new(problem.is_none()),
             problem: Mutex::new(problem),
             alive: AtomicBool::new(true),
+            records: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
         }
+    }
+
+    /// Records written and batches (transactions, flushes) that wrote them, so far.
+    pub(crate) fn written(&self) -> (u64, u64) {
+        (
+            self.records.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+        )
     }
 
     /// `Ok` when the last write succeeded (or nothing failed yet) and the writer runs.
@@ -68,6 +80,16 @@ impl Health {
 struct Job {
     record: AuditRecord,
     reply: oneshot::Sender<Result<(), AuditError>>,
+}
+
+/// What a file-backed sink wrote since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SinkStats {
+    /// Records written durably.
+    pub records: u64,
+    /// Batches that wrote them: transactions for SQLite, `write` + sync for a file.
+    /// With group commit under load, far fewer than records.
+    pub batches: u64,
 }
 
 /// The caller's side of a writer thread. Cheap to clone; the thread ends when the last
@@ -118,7 +140,13 @@ impl Worker {
                     }
                     let result = backend.write_batch(&batch);
                     match &result {
-                        Ok(()) => thread_health.set_ok(),
+                        Ok(()) => {
+                            thread_health
+                                .records
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                            thread_health.batches.fetch_add(1, Ordering::Relaxed);
+                            thread_health.set_ok();
+                        }
                         Err(err) => {
                             thread_health.set_failed(err);
                             // The records are lost to the sink: keep them in the log at
@@ -145,6 +173,11 @@ impl Worker {
 
     pub(crate) fn ready(&self) -> Result<(), AuditError> {
         self.health.ready()
+    }
+
+    pub(crate) fn stats(&self) -> SinkStats {
+        let (records, batches) = self.health.written();
+        SinkStats { records, batches }
     }
 
     /// Hand `record` to the writer thread; the future resolves once it is durable.

@@ -1,0 +1,520 @@
+//! Exactly one audit record per `tools/call` attempt, whatever stage decides it, with
+//! every field filled as documented.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use aac_tools::access::AccessLevel;
+use aac_tools::audit::{AuditError, AuditRecord, AuditSink, Check, MemorySink, Outcome};
+use aac_tools::{
+    BoxFuture, CallRequest, Credentials, Principal, Registry, Server, StaticTokens, Status, Text,
+    ToolError, Transport, mcp_tool,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Deserialize, JsonSchema)]
+struct NoteArgs {
+    /// The note's title.
+    title: String,
+    /// The note's body (secret).
+    body: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Count {
+    notes: i64,
+}
+
+/// Count notes.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn count_notes() -> Result<Count, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(Count { notes: 3 })
+}
+
+/// Add a note; the title is stored verbatim in the audit trail.
+#[mcp_tool(scope = "notes:write", audit_fields = ["title"])]
+async fn add_note(args: NoteArgs) -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(Text(format!(
+        "added {} ({} bytes)",
+        args.title,
+        args.body.len()
+    )))
+}
+
+/// Delete every note.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn clear_notes() -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(Text("cleared".into()))
+}
+
+/// Always fails: the note is missing.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn missing_note() -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Err(ToolError::not_found("note 7 not found"))
+}
+
+/// Refuses by itself: a 403 decided by the handler.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn private_note() -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Err(ToolError::forbidden(
+        "this note belongs to another workspace",
+    ))
+}
+
+/// Panics.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn broken_note() -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    panic!("the handler panicked on purpose")
+}
+
+/// Takes a while.
+#[mcp_tool(scope = "notes:write")]
+async fn slow_note() -> Result<Text, ToolError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(Text("slow".into()))
+}
+
+/// A sink whose `ready` and `record` can be made to fail.
+#[derive(Clone, Default)]
+struct Switchable {
+    inner: MemorySink,
+    refuse_ready: Arc<AtomicBool>,
+    refuse_record: Arc<AtomicBool>,
+}
+
+impl AuditSink for Switchable {
+    fn ready(&self) -> Result<(), AuditError> {
+        if self.refuse_ready.load(Ordering::SeqCst) {
+            Err(AuditError::new("disk on fire"))
+        } else {
+            Ok(())
+        }
+    }
+    fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
+        if self.refuse_record.load(Ordering::SeqCst) {
+            Box::pin(async { Err(AuditError::new("disk on fire")) })
+        } else {
+            self.inner.record(record)
+        }
+    }
+}
+
+fn tokens() -> StaticTokens {
+    StaticTokens::new()
+        .with(
+            "alice-token",
+            Principal::new("alice", ["notes:read", "notes:write"]).in_workspace("acme"),
+        )
+        .with("bob-token", Principal::new("bob", ["notes:read"]))
+}
+
+fn server(sink: impl AuditSink, read_only_mode: bool) -> Server {
+    Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(sink)
+        .read_only_mode(read_only_mode)
+        .build()
+        .unwrap()
+}
+
+/// Run one call and return its answer and the one record it left.
+async fn one(
+    server: &Server,
+    sink: &MemorySink,
+    request: CallRequest,
+) -> (Result<Value, ToolError>, AuditRecord) {
+    let before = sink.records().len();
+    let response = server.call(request).await;
+    let records = sink.records();
+    assert_eq!(
+        records.len(),
+        before + 1,
+        "exactly one record per call: {records:#?}"
+    );
+    let result = response.into_result().map(|output| output.to_json());
+    (result, records.last().cloned().unwrap())
+}
+
+fn alice(tool: &str, args: Option<Value>) -> CallRequest {
+    CallRequest::new(tool, args).bearer("alice-token")
+}
+
+#[tokio::test]
+async fn a_successful_read_only_call_is_recorded_with_every_field() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let (result, r) = one(
+        &server,
+        &sink,
+        alice("count_notes", None)
+            .transport(Transport::Stdio)
+            .request_id("req-1"),
+    )
+    .await;
+    assert!(result.is_ok());
+    assert_eq!(r.tool, "count_notes");
+    assert_eq!(r.outcome, Outcome::Success);
+    assert_eq!(r.reason, None);
+    assert_eq!(r.check, None);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.scopes_provided, ["notes:read", "notes:write"]);
+    assert_eq!(r.principal.as_deref(), Some("alice"));
+    assert_eq!(r.workspace.as_deref(), Some("acme"));
+    assert_eq!(r.transport, "stdio");
+    assert_eq!(r.request_id.as_deref(), Some("req-1"));
+    assert_eq!(r.access_level, Some(AccessLevel::Read));
+    assert_eq!(r.arguments, json!({}));
+    // RFC 3339, UTC.
+    let at =
+        time::OffsetDateTime::parse(&r.timestamp, &time::format_description::well_known::Rfc3339)
+            .unwrap();
+    assert_eq!(at.offset(), time::UtcOffset::UTC);
+    assert!(r.timestamp.ends_with('Z'), "{}", r.timestamp);
+    let age = time::OffsetDateTime::now_utc() - at;
+    assert!(age >= time::Duration::ZERO && age < time::Duration::minutes(5));
+
+    // The JSON form is a superset of the documented core.
+    let json = serde_json::to_value(&r).unwrap();
+    for key in ["tool", "outcome", "reason", "scopes_provided", "timestamp"] {
+        assert!(json.get(key).is_some(), "missing `{key}` in {json}");
+    }
+    assert_eq!(json["outcome"], "success");
+    assert_eq!(json["reason"], Value::Null);
+    assert_eq!(json["access_level"], "read");
+}
+
+#[tokio::test]
+async fn arguments_are_redacted_except_the_fields_a_tool_opts_in_to() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let (result, r) = one(
+        &server,
+        &sink,
+        alice(
+            "add_note",
+            Some(json!({"title": "groceries", "body": "the launch codes"})),
+        ),
+    )
+    .await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(r.access_level, Some(AccessLevel::Write));
+    assert_eq!(r.arguments["title"], "groceries");
+    let body = r.arguments["body"].as_str().unwrap();
+    assert!(
+        body.starts_with("sha256:") && body.len() == 7 + 16,
+        "{body}"
+    );
+    assert!(!serde_json::to_string(&r).unwrap().contains("launch codes"));
+    // The same value hashes the same way, so records can be correlated without it.
+    let (_, again) = one(
+        &server,
+        &sink,
+        alice(
+            "add_note",
+            Some(json!({"title": "other", "body": "the launch codes"})),
+        ),
+    )
+    .await;
+    assert_eq!(again.arguments["body"], r.arguments["body"]);
+}
+
+#[tokio::test]
+async fn handler_errors_are_recorded_as_errors_and_handler_refusals_as_denials() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+
+    let (result, r) = one(&server, &sink, alice("missing_note", None)).await;
+    assert_eq!(result.unwrap_err().reason(), "not_found");
+    assert_eq!(
+        (r.outcome, r.reason.as_deref(), r.check, r.status),
+        (Outcome::Error, Some("not_found"), Some(Check::Handler), 404)
+    );
+
+    let (_, r) = one(&server, &sink, alice("private_note", None)).await;
+    assert_eq!(
+        (r.outcome, r.reason.as_deref(), r.check, r.status),
+        (
+            Outcome::Denied,
+            Some("forbidden"),
+            Some(Check::Handler),
+            403
+        )
+    );
+
+    let (result, r) = one(&server, &sink, alice("broken_note", None)).await;
+    assert_eq!(result.unwrap_err().status(), Status::Internal);
+    assert_eq!(
+        (r.outcome, r.reason.as_deref(), r.check, r.status),
+        (
+            Outcome::Error,
+            Some("internal_error"),
+            Some(Check::Handler),
+            500
+        )
+    );
+}
+
+#[tokio::test]
+async fn every_refusal_stage_leaves_exactly_one_denied_record() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let runs = RUNS.load(Ordering::SeqCst);
+
+    // (request, check, reason, status)
+    let cases: Vec<(CallRequest, Check, &str, u16)> = vec![
+        (
+            CallRequest::new("count_notes", None),
+            Check::Authenticate,
+            "missing_token",
+            401,
+        ),
+        (
+            CallRequest::new("count_notes", None).bearer("forged"),
+            Check::Authenticate,
+            "invalid_token",
+            401,
+        ),
+        (
+            alice("no_such_tool", Some(json!({"x": 1}))),
+            Check::FindTool,
+            "unknown_tool",
+            404,
+        ),
+        (
+            CallRequest::new("add_note", Some(json!({"title": "t", "body": "b"})))
+                .bearer("bob-token"),
+            Check::Scope,
+            "insufficient_scope",
+            403,
+        ),
+        (
+            alice("clear_notes", Some(json!({}))),
+            Check::Confirm,
+            "destructive_flag_missing",
+            400,
+        ),
+        (
+            alice("clear_notes", Some(json!({"confirm": "yes"}))),
+            Check::Confirm,
+            "destructive_flag_missing",
+            400,
+        ),
+        (
+            alice("add_note", Some(json!({"title": 5}))),
+            Check::Validate,
+            "invalid_arguments",
+            400,
+        ),
+    ];
+    for (request, check, reason, status) in cases {
+        let tool = request.tool().to_owned();
+        let (result, r) = one(&server, &sink, request).await;
+        let err = result.unwrap_err();
+        assert_eq!(err.reason(), reason, "{tool}");
+        assert_eq!(r.tool, tool);
+        assert_eq!(r.outcome, Outcome::Denied, "{tool}");
+        assert_eq!(r.check, Some(check), "{tool}");
+        assert_eq!(r.reason.as_deref(), Some(reason), "{tool}");
+        assert_eq!(r.status, status, "{tool}");
+        match check {
+            Check::Authenticate => {
+                assert_eq!(r.principal, None);
+                assert!(r.scopes_provided.is_empty());
+            }
+            Check::FindTool => {
+                assert_eq!(r.principal.as_deref(), Some("alice"));
+                assert_eq!(r.access_level, None);
+            }
+            Check::Scope => {
+                assert_eq!(r.principal.as_deref(), Some("bob"));
+                assert_eq!(r.scopes_provided, ["notes:read"]);
+                assert_eq!(r.access_level, Some(AccessLevel::Write));
+            }
+            Check::Confirm => assert_eq!(r.access_level, Some(AccessLevel::Delete)),
+            _ => {}
+        }
+    }
+    assert_eq!(RUNS.load(Ordering::SeqCst), runs, "no handler ran");
+    let (result, r) = one(
+        &server,
+        &sink,
+        alice("clear_notes", Some(json!({"confirm": true}))),
+    )
+    .await;
+    assert!(result.is_ok());
+    assert_eq!(r.outcome, Outcome::Success);
+    assert_eq!(
+        r.arguments,
+        json!({"confirm": true}),
+        "confirm is kept verbatim"
+    );
+}
+
+#[tokio::test]
+async fn read_only_mode_refusals_are_recorded() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), true);
+    let (result, r) = one(
+        &server,
+        &sink,
+        alice("add_note", Some(json!({"title": "t", "body": "b"}))),
+    )
+    .await;
+    assert_eq!(result.unwrap_err().reason(), "unknown_tool");
+    assert_eq!(r.check, Some(Check::ReadOnlyMode));
+    assert_eq!(r.outcome, Outcome::Denied);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.access_level, Some(AccessLevel::Write));
+    // Read-only calls still run, and are recorded.
+    let (result, r) = one(&server, &sink, alice("count_notes", None)).await;
+    assert!(result.is_ok());
+    assert_eq!(r.outcome, Outcome::Success);
+}
+
+#[tokio::test]
+async fn an_unready_sink_refuses_with_503_before_the_handler_and_records_the_refusal() {
+    let sink = Switchable::default();
+    let server = server(sink.clone(), false);
+    sink.refuse_ready.store(true, Ordering::SeqCst);
+    let runs = RUNS.load(Ordering::SeqCst);
+    let (result, r) = one(
+        &server,
+        &sink.inner,
+        alice("add_note", Some(json!({"title": "t", "body": "b"}))),
+    )
+    .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.status(), Status::Unavailable);
+    assert_eq!(err.reason(), "audit_unavailable");
+    assert!(err.message().contains("disk on fire"), "{err}");
+    assert_eq!(RUNS.load(Ordering::SeqCst), runs, "the handler did not run");
+    assert_eq!(
+        (r.outcome, r.reason.as_deref(), r.check, r.status),
+        (
+            Outcome::Denied,
+            Some("audit_unavailable"),
+            Some(Check::Audit),
+            503
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_record_that_cannot_be_written_turns_any_answer_into_503() {
+    let sink = Switchable::default();
+    let server = server(sink.clone(), false);
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    for request in [
+        alice("count_notes", None),
+        CallRequest::new("count_notes", None),
+        alice("clear_notes", None),
+    ] {
+        let response = server.call(request).await;
+        let err = response.error().expect("refused");
+        assert_eq!(err.status(), Status::Unavailable);
+        assert_eq!(err.reason(), "audit_unavailable");
+        assert_eq!(response.check(), Some(Check::Audit));
+    }
+    assert!(sink.inner.records().is_empty());
+}
+
+#[tokio::test]
+async fn refusals_decided_by_a_transport_are_recorded_once() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let bob = Arc::new(Principal::new("bob", ["notes:read"]));
+    let err = server
+        .record_refusal(
+            "add_note",
+            Some(&json!({"title": "t", "body": "b"})),
+            Some(&bob),
+            Transport::PlainHttp,
+            Some("http-9".to_owned()),
+            Check::Scope,
+            ToolError::insufficient_scope(&["notes:write"]),
+        )
+        .await;
+    assert_eq!(err.reason(), "insufficient_scope");
+    let records = sink.records();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(r.transport, "http");
+    assert_eq!(r.request_id.as_deref(), Some("http-9"));
+    assert_eq!(r.principal.as_deref(), Some("bob"));
+    assert_eq!(r.arguments["title"], "t", "the tool's audit fields apply");
+}
+
+#[tokio::test]
+async fn concurrent_calls_leave_one_record_each() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            let request = match i % 4 {
+                0 => alice("count_notes", None),
+                1 => CallRequest::new("count_notes", None),
+                2 => alice("clear_notes", None),
+                _ => CallRequest::new("missing_note", None).credentials(Credentials::Verified(
+                    Arc::new(Principal::new("carol", ["notes:read"])),
+                )),
+            };
+            server.call(request.request_id(format!("r{i}"))).await
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 200);
+    let mut ids: Vec<String> = records
+        .iter()
+        .map(|r| r.request_id.clone().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 200, "one record per request id");
+    let count = |o: Outcome| records.iter().filter(|r| r.outcome == o).count();
+    assert_eq!(count(Outcome::Success), 50);
+    assert_eq!(count(Outcome::Denied), 100);
+    assert_eq!(count(Outcome::Error), 50);
+}
+
+#[tokio::test]
+async fn a_call_abandoned_by_its_transport_is_still_recorded() {
+    let sink = MemorySink::new();
+    let server = server(sink.clone(), false);
+    let call = server.call(alice("slow_note", None).request_id("gone"));
+    // The transport gives up (a client disconnecting drops the call's future).
+    let abandoned = tokio::time::timeout(Duration::from_millis(20), call).await;
+    assert!(abandoned.is_err(), "the call was still running");
+    // The record is written in the background; wait for it.
+    let mut records = sink.records();
+    for _ in 0..200 {
+        if !records.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        records = sink.records();
+    }
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(r.tool, "slow_note");
+    assert_eq!(r.request_id.as_deref(), Some("gone"));
+    assert_eq!(r.outcome, Outcome::Error);
+    assert_eq!(r.reason.as_deref(), Some("cancelled"));
+    assert_eq!(r.principal.as_deref(), Some("alice"));
+}

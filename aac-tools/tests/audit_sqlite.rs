@@ -1,0 +1,859 @@
+//! The SQLite sink on real database files: what it stores, append-only triggers, the
+//! hash chain and `verify`, group commit, sharing the application's file, and reading.
+
+use std::sync::Arc;
+
+use aac_tools::audit::{
+    AUDIT_COLUMNS, AuditCommand, AuditQuery, AuditRecord, AuditSink, CommitMode, FanOut,
+    GENESIS_HASH, JsonLinesSink, MemorySink, Outcome, SqliteSink, StoredRecord, format_json_lines,
+    format_table, open_reader, parse_time, verify_chain,
+};
+use aac_tools::sqlite::{Database, ReadDb};
+use aac_tools::{CallRequest, Principal, Registry, Server, StaticTokens, ToolError, mcp_tool};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct EchoArgs {
+    /// Anything.
+    text: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Echoed {
+    text: String,
+}
+
+/// Echo.
+#[mcp_tool(read_only, scope = "echo:read")]
+async fn echo(args: EchoArgs) -> Result<Echoed, ToolError> {
+    Ok(Echoed { text: args.text })
+}
+
+/// Delete something.
+#[mcp_tool(destructive, scope = "echo:write")]
+async fn wipe() -> Result<Echoed, ToolError> {
+    Ok(Echoed {
+        text: "wiped".into(),
+    })
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Usage {
+    calls: i64,
+    denied: i64,
+}
+
+/// Read the audit table from a tool, as the reference server's dashboard does.
+#[mcp_tool(read_only, scope = "dashboard:read")]
+async fn usage(db: ReadDb) -> Result<Usage, ToolError> {
+    db.run(|tx| {
+        Ok(tx.conn().query_row(
+            "SELECT count(*), coalesce(sum(outcome = 'denied'), 0) FROM aac_audit",
+            [],
+            |r| {
+                Ok(Usage {
+                    calls: r.get(0)?,
+                    denied: r.get(1)?,
+                })
+            },
+        )?)
+    })
+    .await
+}
+
+fn tokens() -> StaticTokens {
+    StaticTokens::new()
+        .with(
+            "alice",
+            Principal::new("alice", ["echo:read", "echo:write", "dashboard:read"])
+                .in_workspace("acme"),
+        )
+        .with(
+            "bob",
+            Principal::new("bob", ["echo:read"]).in_workspace("zeta"),
+        )
+}
+
+fn record(tool: &str, outcome: Outcome, timestamp: &str) -> AuditRecord {
+    AuditRecord {
+        tool: tool.to_owned(),
+        outcome,
+        reason: match outcome {
+            Outcome::Success => None,
+            Outcome::Denied => Some("insufficient_scope".to_owned()),
+            Outcome::Error => Some("not_found".to_owned()),
+        },
+        check: None,
+        status: match outcome {
+            Outcome::Success => 200,
+            Outcome::Denied => 403,
+            Outcome::Error => 404,
+        },
+        scopes_provided: vec!["echo:read".to_owned()],
+        timestamp: timestamp.to_owned(),
+        principal: Some("alice".to_owned()),
+        workspace: Some("acme".to_owned()),
+        transport: "in_process".to_owned(),
+        request_id: None,
+        duration_us: 42,
+        access_level: None,
+        arguments: json!({}),
+    }
+}
+
+fn rows(conn: &Connection) -> i64 {
+    conn.query_row("SELECT count(*) FROM aac_audit", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn records_are_stored_field_for_field_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let memory = MemorySink::new();
+    let sqlite = SqliteSink::open(&path).unwrap();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(FanOut::new().with(memory.clone()).with(sqlite.clone()))
+        .build()
+        .unwrap();
+    let calls = [
+        CallRequest::new("echo", Some(json!({"text": "hi"}))).bearer("alice"),
+        CallRequest::new("echo", Some(json!({"text": "hi"}))).bearer("nobody"),
+        CallRequest::new("wipe", Some(json!({}))).bearer("alice"),
+        CallRequest::new("wipe", Some(json!({"confirm": true})))
+            .bearer("alice")
+            .request_id("7"),
+        CallRequest::new("wipe", Some(json!({"confirm": true}))).bearer("bob"),
+        CallRequest::new("nope", None).bearer("bob"),
+    ];
+    for call in calls {
+        server.call(call).await;
+    }
+    // Durable before the answer: a new connection sees every record.
+    let conn = open_reader(&path).unwrap();
+    assert_eq!(rows(&conn), 6);
+    let stored = AuditQuery::new().fetch(&conn).unwrap();
+    let expected = memory.records();
+    assert_eq!(stored.len(), expected.len());
+    for (i, (s, e)) in stored.iter().zip(&expected).enumerate() {
+        assert_eq!(s.seq, i as i64 + 1);
+        assert_eq!(&s.record, e, "record {} round-trips", s.seq);
+    }
+    assert_eq!(stored[0].prev_hash, GENESIS_HASH);
+    assert_eq!(stored[1].prev_hash, stored[0].hash);
+
+    // Every field is a queryable column.
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(columns, AUDIT_COLUMNS);
+    let (tool, reason, check, status, principal, access): (
+        String,
+        String,
+        String,
+        i64,
+        String,
+        String,
+    ) = conn
+        .query_row(
+            r#"SELECT tool, reason, "check", status, principal, access_level FROM aac_audit
+               WHERE outcome = 'denied' AND workspace = 'zeta' AND tool = 'wipe'"#,
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (tool.as_str(), reason.as_str(), check.as_str(), status),
+        ("wipe", "insufficient_scope", "scope", 403)
+    );
+    assert_eq!((principal.as_str(), access.as_str()), ("bob", "delete"));
+    let scopes: String = conn
+        .query_row(
+            "SELECT scopes_provided FROM aac_audit WHERE request_id = '7'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&scopes).unwrap(),
+        json!(["dashboard:read", "echo:read", "echo:write"])
+    );
+    assert!(verify_chain(&conn).unwrap().is_intact());
+    assert_eq!(sqlite.stats().records, 6);
+}
+
+#[tokio::test]
+async fn update_and_delete_are_refused_by_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    sink.record(record("echo", Outcome::Denied, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let err = conn
+        .execute("UPDATE aac_audit SET outcome = 'success'", [])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("aac_audit is append-only: UPDATE of audit records is refused"),
+        "{err}"
+    );
+    let err = conn.execute("DELETE FROM aac_audit", []).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("aac_audit is append-only: DELETE of audit records is refused"),
+        "{err}"
+    );
+    assert_eq!(rows(&conn), 1);
+    let outcome: String = conn
+        .query_row("SELECT outcome FROM aac_audit", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(outcome, "denied");
+}
+
+/// Write `n` records, then open a connection with the triggers dropped.
+async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for i in 0..n {
+        let outcome = if i % 3 == 0 {
+            Outcome::Denied
+        } else {
+            Outcome::Success
+        };
+        sink.record(record("echo", outcome, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+    }
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    assert!(verify_chain(&conn).unwrap().is_intact());
+    conn.execute_batch("DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete;")
+        .unwrap();
+    (dir, conn)
+}
+
+#[tokio::test]
+async fn verify_names_an_edited_record() {
+    let (_dir, conn) = chain_of(10).await;
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(report.checked, 10);
+    let head_hash: String = conn
+        .query_row("SELECT hash FROM aac_audit WHERE seq = 10", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(report.head, Some((10, head_hash)));
+    // Hide a denial.
+    conn.execute(
+        "UPDATE aac_audit SET outcome = 'success', reason = NULL, status = 200 WHERE seq = 4",
+        [],
+    )
+    .unwrap();
+    let report = verify_chain(&conn).unwrap();
+    let broken = report.broken.clone().expect("the edit is detected");
+    assert_eq!(broken.seq, 4);
+    assert!(broken.problem.contains("edited"), "{broken}");
+    assert_eq!(report.checked, 4);
+    assert!(report.to_string().starts_with("chain broken: record 4:"));
+}
+
+#[tokio::test]
+async fn verify_names_any_edited_column_and_a_deleted_record() {
+    // Any column counts: a different principal.
+    let (_dir, conn) = chain_of(6).await;
+    conn.execute(
+        "UPDATE aac_audit SET principal = 'mallory' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+    let broken = verify_chain(&conn).unwrap().broken.unwrap();
+    assert_eq!(broken.seq, 2);
+
+    let (_dir, conn) = chain_of(6).await;
+    conn.execute("DELETE FROM aac_audit WHERE seq = 3", [])
+        .unwrap();
+    let broken = verify_chain(&conn).unwrap().broken.unwrap();
+    assert_eq!(broken.seq, 4);
+    assert!(
+        broken.problem.contains("records 3 to 3 are missing"),
+        "{broken}"
+    );
+
+    // Removing the first record is caught too.
+    let (_dir, conn) = chain_of(3).await;
+    conn.execute("DELETE FROM aac_audit WHERE seq = 1", [])
+        .unwrap();
+    assert_eq!(verify_chain(&conn).unwrap().broken.unwrap().seq, 2);
+}
+
+#[tokio::test]
+async fn verify_catches_a_forged_chain_link() {
+    // Record 4 (a denial) edited, its hash recomputed honestly: record 5's prev_hash no
+    // longer links.
+    let (_dir, conn) = chain_of(5).await;
+    let stored = AuditQuery::new().fetch(&conn).unwrap();
+    let forged = {
+        let mut s: StoredRecord = stored[3].clone();
+        assert_eq!(s.record.outcome, Outcome::Denied);
+        s.record.outcome = Outcome::Success;
+        s
+    };
+    // Recompute the hash with the documented algorithm.
+    let canonical = serde_json::to_string(&(
+        forged.seq,
+        &forged.record.timestamp,
+        &forged.record.tool,
+        "success",
+        &forged.record.reason,
+        forged.record.check.map(|c| c.as_str()),
+        i64::from(forged.record.status),
+        serde_json::to_string(&forged.record.scopes_provided).unwrap(),
+        &forged.record.principal,
+        &forged.record.workspace,
+        &forged.record.transport,
+        &forged.record.request_id,
+        forged.record.duration_us as i64,
+        forged.record.access_level.map(|a| a.as_str()),
+        forged.record.arguments.to_string(),
+    ))
+    .unwrap();
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(forged.prev_hash.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(canonical.as_bytes());
+    let hash: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // The documented algorithm reproduces the stored hash of an untouched record.
+    {
+        let s = &stored[1];
+        let canonical = serde_json::to_string(&(
+            s.seq,
+            &s.record.timestamp,
+            &s.record.tool,
+            s.record.outcome.as_str(),
+            &s.record.reason,
+            s.record.check.map(|c| c.as_str()),
+            i64::from(s.record.status),
+            serde_json::to_string(&s.record.scopes_provided).unwrap(),
+            &s.record.principal,
+            &s.record.workspace,
+            &s.record.transport,
+            &s.record.request_id,
+            s.record.duration_us as i64,
+            s.record.access_level.map(|a| a.as_str()),
+            s.record.arguments.to_string(),
+        ))
+        .unwrap();
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(s.prev_hash.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(canonical.as_bytes());
+        let again: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(again, s.hash);
+    }
+    conn.execute(
+        "UPDATE aac_audit SET outcome = 'success', hash = ?1 WHERE seq = 4",
+        [&hash],
+    )
+    .unwrap();
+    let broken = verify_chain(&conn).unwrap().broken.unwrap();
+    assert_eq!(broken.seq, 5);
+    assert!(broken.problem.contains("record 4"), "{broken}");
+}
+
+#[tokio::test]
+async fn group_commit_puts_waiting_records_in_one_transaction() {
+    // Group: the writer may have taken the first record alone before the others
+    // arrived, so one or two transactions; per record: fifty.
+    for (mode, expected_batches) in [(CommitMode::Group, 1..=2), (CommitMode::PerRecord, 50..=50)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.db");
+        let sink = SqliteSink::builder(&path).commit(mode).open().unwrap();
+        sink.record(record("warm", Outcome::Success, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+        // Another connection holds the write lock, so the writer waits on its first
+        // batch while every other record queues up behind it.
+        let blocker = Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let pending: Vec<_> = (0..50)
+            .map(|_| sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:01Z")))
+            .collect();
+        blocker.execute_batch("COMMIT").unwrap();
+        for written in pending {
+            written.await.unwrap();
+        }
+        let stats = sink.stats();
+        assert_eq!(stats.records, 51);
+        let batches = stats.batches - 1;
+        assert!(
+            expected_batches.contains(&batches),
+            "{mode:?}: {batches} transactions for 50 records"
+        );
+        assert!(sink.verify().unwrap().is_intact());
+    }
+}
+
+#[tokio::test]
+async fn concurrent_writers_keep_one_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    // Two sinks on one file, as two server processes would have.
+    let a = SqliteSink::open(&path).unwrap();
+    let b = SqliteSink::open(&path).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let sink = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+                .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    drop((a, b));
+    // Reopened later, the chain continues.
+    let c = SqliteSink::open(&path).unwrap();
+    c.record(record("later", Outcome::Error, "2025-06-23T00:00:00Z"))
+        .await
+        .unwrap();
+    let report = c.verify().unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked, 201);
+    assert_eq!(report.head.unwrap().0, 201);
+}
+
+#[tokio::test]
+async fn the_table_can_live_in_the_applications_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let db = Database::open(&path).unwrap();
+    db.with_writer(|c| c.execute_batch("CREATE TABLE notes (id INTEGER PRIMARY KEY)"))
+        .unwrap();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(SqliteSink::open(&path).unwrap())
+        .state(db.clone())
+        .build()
+        .unwrap();
+    server
+        .call(CallRequest::new("echo", Some(json!({"text": "x"}))).bearer("alice"))
+        .await;
+    server
+        .call(CallRequest::new("wipe", Some(json!({}))).bearer("alice"))
+        .await;
+    let r = server
+        .call(CallRequest::new("usage", None).bearer("alice"))
+        .await;
+    // The usage call itself is recorded after it ran: it sees the two before it.
+    assert_eq!(
+        r.result().unwrap().structured_value(),
+        Some(&json!({"calls": 2, "denied": 1}))
+    );
+    let n: i64 = db
+        .with_reader(|c| c.query_row("SELECT count(*) FROM aac_audit", [], |r| r.get(0)))
+        .unwrap();
+    assert_eq!(n, 3);
+}
+
+#[tokio::test]
+async fn an_incompatible_table_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE aac_audit (id INTEGER PRIMARY KEY, what TEXT)")
+        .unwrap();
+    let err = SqliteSink::open(&path).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the existing `aac_audit` table has columns (id, what)"),
+        "{err}"
+    );
+}
+
+async fn sample(path: &std::path::Path) {
+    let sink = SqliteSink::open(path).unwrap();
+    let write = |tool: &str, outcome, at: &str, principal: Option<&str>, ws: &str| {
+        let mut r = record(tool, outcome, at);
+        r.principal = principal.map(str::to_owned);
+        r.workspace = Some(ws.to_owned());
+        sink.record(r)
+    };
+    let futures = vec![
+        write(
+            "echo",
+            Outcome::Success,
+            "2025-06-21T10:00:00Z",
+            Some("alice"),
+            "acme",
+        ),
+        write(
+            "wipe",
+            Outcome::Denied,
+            "2025-06-21T10:15:00Z",
+            Some("bob"),
+            "acme",
+        ),
+        write(
+            "wipe",
+            Outcome::Denied,
+            "2025-06-21T10:45:00Z",
+            Some("bob"),
+            "acme",
+        ),
+        write(
+            "wipe",
+            Outcome::Denied,
+            "2025-06-21T11:05:00Z",
+            Some("bob"),
+            "acme",
+        ),
+        // An offset is stored in UTC: this is 2025-06-22T08:00:00Z.
+        write(
+            "echo",
+            Outcome::Denied,
+            "2025-06-22T10:00:00+02:00",
+            None,
+            "zeta",
+        ),
+        write(
+            "echo",
+            Outcome::Error,
+            "2025-06-22T09:00:00Z",
+            Some("carol"),
+            "zeta",
+        ),
+        write(
+            "echo",
+            Outcome::Success,
+            "2025-06-22T09:30:00Z",
+            Some("carol"),
+            "zeta",
+        ),
+    ];
+    for f in futures {
+        f.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn queries_filter_by_every_field_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    sample(&path).await;
+    let conn = open_reader(&path).unwrap();
+    let seqs =
+        |q: AuditQuery| -> Vec<i64> { q.fetch(&conn).unwrap().iter().map(|s| s.seq).collect() };
+    assert_eq!(seqs(AuditQuery::new()), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(seqs(AuditQuery::new().tool("wipe")), [2, 3, 4]);
+    assert_eq!(
+        seqs(AuditQuery::new().outcome(Outcome::Denied)),
+        [2, 3, 4, 5]
+    );
+    assert_eq!(seqs(AuditQuery::new().reason("not_found")), [6]);
+    assert_eq!(seqs(AuditQuery::new().principal("carol")), [6, 7]);
+    assert_eq!(seqs(AuditQuery::new().workspace("zeta")), [5, 6, 7]);
+    assert_eq!(
+        seqs(
+            AuditQuery::new()
+                .since("2025-06-21T10:30:00Z")
+                .unwrap()
+                .until("2025-06-22")
+                .unwrap()
+        ),
+        [3, 4]
+    );
+    assert_eq!(
+        seqs(AuditQuery::new().since("2025-06-22T08:00:00Z").unwrap()),
+        [5, 6, 7],
+        "the +02:00 timestamp was stored in UTC"
+    );
+    assert_eq!(
+        seqs(AuditQuery::new().tool("echo").outcome(Outcome::Denied)),
+        [5]
+    );
+    assert_eq!(seqs(AuditQuery::new().limit(2)), [6, 7]);
+    assert!(seqs(AuditQuery::new().since("1h").unwrap()).is_empty());
+    assert_eq!(seqs(AuditQuery::new().since("36500d").unwrap()).len(), 7);
+    let stored = AuditQuery::new().fetch(&conn).unwrap();
+    assert_eq!(stored[4].record.timestamp, "2025-06-22T08:00:00.000000Z");
+}
+
+#[tokio::test]
+async fn the_summary_counts_days_hours_and_refused_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    sample(&path).await;
+    let conn = open_reader(&path).unwrap();
+    let summary = AuditQuery::new().summary(&conn).unwrap();
+    assert_eq!(
+        (
+            summary.total,
+            summary.success,
+            summary.denied,
+            summary.error
+        ),
+        (7, 2, 4, 1)
+    );
+    let days: Vec<_> = summary
+        .calls_per_day
+        .iter()
+        .map(|d| (d.day.as_str(), d.total, d.success, d.denied, d.error))
+        .collect();
+    assert_eq!(
+        days,
+        [("2025-06-21", 4, 1, 3, 0), ("2025-06-22", 3, 1, 1, 1)]
+    );
+    let hours: Vec<_> = summary
+        .denials_per_hour
+        .iter()
+        .map(|h| {
+            (
+                h.hour.as_str(),
+                h.principal.as_deref(),
+                h.tool.as_str(),
+                h.denials,
+            )
+        })
+        .collect();
+    assert_eq!(
+        hours,
+        [
+            ("2025-06-21T10:00:00Z", Some("bob"), "wipe", 2),
+            ("2025-06-21T11:00:00Z", Some("bob"), "wipe", 1),
+            ("2025-06-22T08:00:00Z", None, "echo", 1),
+        ]
+    );
+    let tools: Vec<_> = summary
+        .most_refused_tools
+        .iter()
+        .map(|t| (t.tool.as_str(), t.denials))
+        .collect();
+    assert_eq!(tools, [("wipe", 3), ("echo", 1)]);
+    assert_eq!(
+        summary.most_refused_tools[0].reasons["insufficient_scope"],
+        3
+    );
+
+    // Filters apply to the summary too.
+    let bob = AuditQuery::new().principal("bob").summary(&conn).unwrap();
+    assert_eq!((bob.total, bob.denied), (3, 3));
+
+    let text = summary.to_string();
+    assert!(
+        text.starts_with("7 calls: 2 success, 4 denied, 1 error\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2025-06-21T10:00:00Z  bob        wipe  2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wipe  3       insufficient_scope 3"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn records_format_as_a_table_and_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    sample(&path).await;
+    let conn = open_reader(&path).unwrap();
+    let stored = AuditQuery::new().tool("wipe").fetch(&conn).unwrap();
+    let table = format_table(&stored);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[0].starts_with("seq  timestamp"), "{table}");
+    assert!(
+        lines[1].starts_with(
+            "2    2025-06-21T10:15:00.000000Z  wipe  denied   insufficient_scope  403"
+        ),
+        "{table}"
+    );
+    let jsonl = format_json_lines(&stored);
+    let back: Vec<StoredRecord> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(back, stored);
+    let first: serde_json::Value = serde_json::from_str(jsonl.lines().next().unwrap()).unwrap();
+    for key in [
+        "seq",
+        "tool",
+        "outcome",
+        "reason",
+        "scopes_provided",
+        "timestamp",
+        "hash",
+    ] {
+        assert!(first.get(key).is_some(), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn the_audit_command_parses_its_flags_and_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    sample(&path).await;
+    let conn = open_reader(&path).unwrap();
+    let run = |args: &[&str]| -> String {
+        let mut out = Vec::new();
+        AuditCommand::parse(args)
+            .unwrap()
+            .run(&conn, &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let out = run(&["--tool", "wipe", "--outcome=denied", "--json"]);
+    assert_eq!(out.lines().count(), 3);
+    assert!(out.lines().all(|l| l.contains(r#""tool":"wipe""#)));
+    let out = run(&["--since", "2025-06-22", "--outcome", "error"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("carol"));
+    let out = run(&["--stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(stats["denied"], 4);
+    assert_eq!(stats["most_refused_tools"][0]["tool"], "wipe");
+    let out = run(&["--verify"]);
+    assert!(
+        out.starts_with("chain intact: 7 records, head seq 7 hash "),
+        "{out}"
+    );
+
+    for bad in [
+        &["--outcome", "maybe"][..],
+        &["--since", "yesterday"],
+        &["--tool"],
+        &["--frobnicate"],
+    ] {
+        let err = AuditCommand::parse(bad).unwrap_err();
+        assert!(!err.to_string().is_empty());
+    }
+    assert!(
+        AuditCommand::parse(["--since", "yesterday"])
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read `yesterday` as a time")
+    );
+}
+
+#[test]
+fn times_read_as_canonical_utc() {
+    assert_eq!(
+        parse_time("2025-06-22T17:30:00+02:00").unwrap(),
+        "2025-06-22T15:30:00.000000Z"
+    );
+    assert_eq!(
+        parse_time("2025-06-22").unwrap(),
+        "2025-06-22T00:00:00.000000Z"
+    );
+    let hour_ago = parse_time("1h").unwrap();
+    let now = parse_time("0s").unwrap();
+    assert!(hour_ago < now);
+    assert!(parse_time("5x").is_err());
+    assert!(parse_time("").is_err());
+}
+
+#[tokio::test]
+async fn json_lines_go_to_a_synced_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let sink = JsonLinesSink::file(&path).unwrap();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            let token = if i % 2 == 0 { "alice" } else { "bob" };
+            server
+                .call(CallRequest::new("wipe", Some(json!({"confirm": true}))).bearer(token))
+                .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let records: Vec<AuditRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 40);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Denied)
+            .count(),
+        20
+    );
+    assert_eq!(sink.stats().records, 40);
+    // Appends, never truncates.
+    drop(server);
+    drop(sink);
+    let again = JsonLinesSink::file(&path).unwrap();
+    again
+        .record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 41);
+}
+
+#[tokio::test]
+async fn a_fan_out_fails_when_any_sink_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = MemorySink::new();
+    // A directory cannot take records.
+    let broken = SqliteSink::open_or_unavailable(dir.path());
+    let fan = FanOut::new().with(memory.clone()).with(broken);
+    assert!(fan.ready().is_err());
+    assert!(
+        fan.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+            .await
+            .is_err()
+    );
+    assert_eq!(memory.records().len(), 1, "the healthy sink still wrote");
+    assert!(FanOut::new().ready().is_err());
+    let ok = FanOut::new()
+        .with(memory.clone())
+        .with(Arc::new(MemorySink::new()));
+    assert!(ok.ready().is_ok());
+    ok.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(memory.records().len(), 2);
+}
