@@ -383,12 +383,17 @@ impl Client {
             }
         };
         let service = service.map_err(|err| {
-            let kind = if err.is_authorization_required() {
-                ClientErrorKind::Unauthorized
+            if err.is_authorization_required() {
+                ClientError::new(
+                    ClientErrorKind::Unauthorized,
+                    format!("the server at `{endpoint}` refused the credentials: {err}"),
+                )
             } else {
-                ClientErrorKind::Connect
-            };
-            ClientError::new(kind, format!("cannot connect to `{endpoint}`: {err}"))
+                ClientError::new(
+                    ClientErrorKind::Connect,
+                    format!("cannot connect to `{endpoint}`: {err}"),
+                )
+            }
         })?;
         let server_name = service
             .peer_info()

@@ -1,0 +1,267 @@
+//! `aac-host` against the reference server, `aacworkflow`, over stdio and Streamable HTTP:
+//! a refused answer sends nothing (its audit trail, which records every `tools/call`
+//! attempt, refused ones included, stays empty), a yes deletes.
+//!
+//! The `aacworkflow` binary is the one cargo built beside `aac-host` (`cargo test
+//! --workspace` builds both; alone, run `cargo build -p aacworkflow` first).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn aacworkflow_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_aac-host"))
+        .with_file_name(format!("aacworkflow{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "the reference server is not built at `{}`: run `cargo build -p aacworkflow` \
+         (or `cargo test --workspace`, which builds it)",
+        bin.display()
+    );
+    bin
+}
+
+/// A seeded reference database in a temporary directory, and a token for alice (admin).
+struct Reference {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    token: String,
+}
+
+impl Reference {
+    fn new() -> Reference {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("aacworkflow.db");
+        let reference = Reference {
+            _dir: dir,
+            db,
+            token: String::new(),
+        };
+        let init = reference.aacworkflow(&["init", "--demo"]);
+        assert!(init.status.success(), "{init:?}");
+        let token = reference.aacworkflow(&[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "alice",
+            "--scopes",
+            "all",
+        ]);
+        assert!(token.status.success(), "{token:?}");
+        Reference {
+            token: String::from_utf8(token.stdout).unwrap().trim().to_owned(),
+            ..reference
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(aacworkflow_bin());
+        command
+            .env("AAC_DB", &self.db)
+            .env("AAC_LOG", "warn")
+            .env_remove("AAC_TOKEN");
+        command
+    }
+
+    fn aacworkflow(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    /// The audit records of `tool`, oldest first.
+    fn audit(&self, tool: &str) -> Vec<Value> {
+        let out = self.aacworkflow(&["audit", "--json", "--tool", tool]);
+        assert!(out.status.success(), "{out:?}");
+        let mut records: Vec<Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        records.sort_by_key(|r| r["timestamp"].as_str().unwrap_or("").to_owned());
+        records
+    }
+
+    /// `aacworkflow serve --http 127.0.0.1:0`, killed on drop.
+    fn serve_http(&self) -> HttpServer {
+        let mut child = self
+            .command()
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut server = HttpServer {
+            child,
+            url: String::new(),
+        };
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = stderr.read_line(&mut line).unwrap();
+            assert!(n > 0, "aacworkflow exited before serving");
+            if let Some(url) = line.trim().strip_prefix("aacworkflow: serving MCP on ") {
+                server.url = url.to_owned();
+                break;
+            }
+        }
+        // Keep reading its stderr so that the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        server
+    }
+}
+
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn host(args: &[&str], stdin: &str) -> Run {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+        .args(["--timeout", "60"])
+        .args(args)
+        .env("AAC_LOG", "warn")
+        .env_remove("AAC_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The host's arguments to reach the server, after the tool and its arguments.
+enum Via<'a> {
+    Stdio,
+    Http(&'a HttpServer),
+}
+
+fn call(reference: &Reference, via: &Via<'_>, tool: &str, arguments: &str, stdin: &str) -> Run {
+    let bin = aacworkflow_bin();
+    let bin = bin.to_str().unwrap();
+    let db = reference.db.to_str().unwrap();
+    let token = reference.token.as_str();
+    match via {
+        Via::Stdio => host(
+            &[
+                "--token", token, "--trust", tool, arguments, "--", bin, "--db", db, "serve",
+            ],
+            stdin,
+        ),
+        Via::Http(server) => host(
+            &[
+                "--url",
+                &server.url,
+                "--token",
+                token,
+                "--trust",
+                tool,
+                arguments,
+            ],
+            stdin,
+        ),
+    }
+}
+
+fn refuse_then_delete(reference: &Reference, via: Via<'_>) {
+    let args = r#"{"issue_id":"AAC-1"}"#;
+
+    // No: the question names the issue, and nothing reaches the server.
+    let run = call(reference, &via, "delete_issue", args, "n\n");
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Delete issue AAC-1? [y/N]"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        reference.audit("delete_issue").is_empty(),
+        "a refused answer must send no tools/call"
+    );
+    let run = call(reference, &via, "get_issue", args, "");
+    assert_eq!(run.code, 0, "the issue is still there: {}", run.stderr);
+    let issue: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(issue["key"], "AAC-1");
+
+    // Yes: confirm: true is added, the guard lets it through, the issue is gone.
+    let run = call(reference, &via, "delete_issue", args, "y\n");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let deleted: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(deleted["key"], "AAC-1");
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["outcome"], "success");
+
+    let run = call(reference, &via, "get_issue", args, "");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("error: not_found"), "{}", run.stderr);
+}
+
+#[test]
+fn over_stdio_a_refused_answer_sends_nothing_and_a_yes_deletes() {
+    let reference = Reference::new();
+    refuse_then_delete(&reference, Via::Stdio);
+}
+
+#[test]
+fn over_http_a_refused_answer_sends_nothing_and_a_yes_deletes() {
+    let reference = Reference::new();
+    let server = reference.serve_http();
+    refuse_then_delete(&reference, Via::Http(&server));
+}
+
+#[test]
+fn a_refused_token_is_reported_and_nothing_is_called() {
+    let reference = Reference::new();
+    let server = reference.serve_http();
+    let run = host(
+        &[
+            "--url",
+            &server.url,
+            "--token",
+            "aac_not_a_real_token",
+            "--trust",
+            "--yes",
+            "delete_issue",
+            r#"{"issue_id":"AAC-1"}"#,
+        ],
+        "",
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("refused the credentials"),
+        "{}",
+        run.stderr
+    );
+    assert!(reference.audit("delete_issue").is_empty());
+}
