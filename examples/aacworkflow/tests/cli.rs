@@ -1,0 +1,297 @@
+//! The command line, as a user runs it: the real binary on real files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use aac_tools::sqlite::{Database, TokenStore};
+
+fn aacworkflow(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aacworkflow"));
+    command
+        .current_dir(dir)
+        .env_remove("AAC_DB")
+        .env_remove("AAC_TOKEN")
+        .env("AAC_LOG", "warn");
+    command
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    aacworkflow(dir)
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// The command failed with exactly one line on stderr, `error: …`, and no panic.
+fn one_line_error(output: &Output) -> String {
+    let err = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected, got: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(stdout(output).is_empty());
+    lines[0].to_owned()
+}
+
+fn count_issues(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("SELECT count(*) FROM issues", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn init_twice_is_harmless_and_the_default_path_is_in_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run(dir.path(), &["init", "--demo"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let path = dir.path().join("aacworkflow.db");
+    assert!(path.exists(), "the default database is ./aacworkflow.db");
+    assert_eq!(count_issues(&path), 6);
+    let second = run(dir.path(), &["init", "--demo"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(count_issues(&path), 6, "seeding twice adds nothing");
+    let plain = run(dir.path(), &["init"]);
+    assert!(plain.status.success());
+    assert_eq!(count_issues(&path), 6);
+}
+
+#[test]
+fn db_comes_from_the_flag_then_aac_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let by_env = dir.path().join("env.db");
+    let out = aacworkflow(dir.path())
+        .env("AAC_DB", &by_env)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(by_env.exists());
+    let by_flag = dir.path().join("flag.db");
+    let out = aacworkflow(dir.path())
+        .env("AAC_DB", &by_env)
+        .args(["init", "--db"])
+        .arg(&by_flag)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(by_flag.exists());
+    assert!(!dir.path().join("aacworkflow.db").exists());
+}
+
+#[test]
+fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let out = run(
+        dir.path(),
+        &[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "bob",
+            "--scopes",
+            "issues:read,comments:read",
+            "--expires",
+            "30d",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    let token = printed.trim_end_matches('\n');
+    assert_eq!(printed.lines().count(), 1, "the token alone: {printed:?}");
+    assert!(token.starts_with("aac_") && !token.contains(' '), "{token}");
+
+    let path = dir.path().join("aacworkflow.db");
+    let verify = |token: &str| {
+        let db = Database::open(&path).unwrap();
+        TokenStore::open(&db).unwrap().verify_blocking(token)
+    };
+    let principal = verify(token).unwrap();
+    assert_eq!(principal.subject(), "bob");
+    assert_eq!(principal.workspace(), Some("demo"));
+    assert_eq!(
+        principal.scopes().collect::<Vec<_>>(),
+        ["comments:read", "issues:read"]
+    );
+    let info = {
+        let db = Database::open(&path).unwrap();
+        TokenStore::open(&db).unwrap().list().unwrap()
+    };
+    let expires = info[0].expires_at.unwrap() - info[0].created_at;
+    assert_eq!(expires, 30 * 86_400);
+
+    let listed = run(dir.path(), &["token", "list"]);
+    assert!(stdout(&listed).contains("bob@demo"));
+    assert!(!stdout(&listed).contains(token), "never the secret");
+
+    let revoked = run(dir.path(), &["token", "revoke", token]);
+    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    assert_eq!(verify(token).unwrap_err().reason(), "invalid_token");
+    let again = run(dir.path(), &["token", "revoke", token]);
+    assert!(one_line_error(&again).contains("no live token"));
+
+    let all = run(
+        dir.path(),
+        &[
+            "token",
+            "create",
+            "--workspace",
+            "other",
+            "--user",
+            "oscar",
+            "--scopes",
+            "all",
+        ],
+    );
+    assert!(all.status.success());
+    let oscar = verify(stdout(&all).trim()).unwrap();
+    assert_eq!(oscar.scopes().count(), 7);
+}
+
+#[test]
+fn token_create_refuses_unknown_users_scopes_and_durations() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let create = |workspace: &str, user: &str, scopes: &str, expires: Option<&str>| {
+        let mut args = vec![
+            "token",
+            "create",
+            "--workspace",
+            workspace,
+            "--user",
+            user,
+            "--scopes",
+            scopes,
+        ];
+        if let Some(e) = expires {
+            args.extend(["--expires", e]);
+        }
+        run(dir.path(), &args)
+    };
+    let line = one_line_error(&create("demo", "zed", "issues:read", None));
+    assert!(line.contains("no user `zed` in workspace `demo`"), "{line}");
+    // oscar exists, but not in `demo`.
+    let line = one_line_error(&create("demo", "oscar", "issues:read", None));
+    assert!(line.contains("no user `oscar`"), "{line}");
+    let line = one_line_error(&create("demo", "bob", "issues:raed", None));
+    assert!(line.contains("unknown scope `issues:raed`"), "{line}");
+    let line = one_line_error(&create("demo", "bob", "issues:read", Some("30x")));
+    assert!(line.contains("30d"), "{line}");
+}
+
+#[test]
+fn commands_on_a_missing_database_say_to_run_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = one_line_error(&run(dir.path(), &["token", "list"]));
+    assert!(line.contains("aacworkflow init"), "{line}");
+    let line = one_line_error(&run(dir.path(), &["audit"]));
+    assert!(line.contains("aacworkflow init"), "{line}");
+    assert!(
+        !dir.path().join("aacworkflow.db").exists(),
+        "nothing created"
+    );
+}
+
+/// Every broken path gets one line that says what to do, and leaves the file as it was.
+#[test]
+fn bad_database_files_get_one_line_that_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |path: &Path, expect: &str| {
+        let before = std::fs::read(path).ok();
+        for args in [&["init"][..], &["token", "list"], &["serve", "--demo"]] {
+            let out = aacworkflow(dir.path())
+                .args(args)
+                .arg("--db")
+                .arg(path)
+                .output()
+                .unwrap();
+            let line = one_line_error(&out);
+            assert!(line.contains(expect), "{args:?}: {line}");
+            assert!(line.contains("--db") || line.contains("upgrade"), "{line}");
+        }
+        assert_eq!(std::fs::read(path).ok(), before, "the file is untouched");
+    };
+
+    let garbage = dir.path().join("notes.txt");
+    std::fs::write(&garbage, "these are my notes, not a database\n".repeat(200)).unwrap();
+    check(&garbage, "not an aacworkflow database");
+
+    let foreign = dir.path().join("foreign.db");
+    {
+        let conn = rusqlite::Connection::open(&foreign).unwrap();
+        conn.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL);")
+            .unwrap();
+    }
+    check(&foreign, "another application");
+
+    let newer = dir.path().join("newer.db");
+    assert!(
+        aacworkflow(dir.path())
+            .args(["init", "--db"])
+            .arg(&newer)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    {
+        let conn = rusqlite::Connection::open(&newer).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    check(&newer, "schema version 99");
+
+    check(dir.path(), "is a directory");
+
+    let nowhere: PathBuf = dir.path().join("no/such/dir/aacworkflow.db");
+    let out = aacworkflow(dir.path())
+        .args(["init", "--db"])
+        .arg(&nowhere)
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(line.contains("does not exist"), "{line}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_unwritable_path_gets_one_line_that_says_what_to_do() {
+    // /proc refuses new files even to root, so this holds whoever runs the tests.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["init", "--db", "/proc/aacworkflow.db"]);
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("cannot write to `/proc/aacworkflow.db`"),
+        "{line}"
+    );
+    assert!(line.contains("writable"), "{line}");
+}
+
+#[test]
+fn serve_on_stdio_needs_a_token_and_checks_it_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let out = run(dir.path(), &["serve"]);
+    let line = one_line_error(&out);
+    assert!(line.contains("AAC_TOKEN"), "{line}");
+    let out = aacworkflow(dir.path())
+        .arg("serve")
+        .env("AAC_TOKEN", "aac_000000000000_nope")
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(line.contains("AAC_TOKEN is refused"), "{line}");
+    let out = run(dir.path(), &["serve", "--stateless"]);
+    assert_eq!(out.status.code(), Some(2), "clap: --stateless needs --http");
+}

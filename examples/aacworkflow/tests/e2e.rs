@@ -1,0 +1,623 @@
+//! End to end: rmcp's own client against the real `aacworkflow` binary, over stdio and
+//! over Streamable HTTP (with sessions and stateless), on a real SQLite file. Every tool,
+//! every kind of refusal, and the audit records they leave, read back with
+//! `aacworkflow audit --json`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::{Map, Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_aacworkflow");
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// A database seeded by `aacworkflow init --demo`, in a temporary directory.
+struct Env {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("aacworkflow.db");
+        let env = Env { dir, db };
+        let out = env.command().args(["init", "--demo"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        env
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .current_dir(self.dir.path())
+            .env("AAC_DB", &self.db)
+            .env_remove("AAC_TOKEN")
+            .env("AAC_LOG", "warn");
+        command
+    }
+
+    /// `aacworkflow token create …`: the token printed on stdout.
+    fn token(&self, workspace: &str, user: &str, scopes: &str) -> String {
+        let out = self
+            .command()
+            .args(["token", "create", "--workspace", workspace, "--user", user])
+            .args(["--scopes", scopes])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    fn revoke(&self, token: &str) {
+        let out = self
+            .command()
+            .args(["token", "revoke", token])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+
+    /// `aacworkflow audit --json` with extra filters: one record per line.
+    fn audit(&self, filters: &[&str]) -> Vec<Value> {
+        let out = self
+            .command()
+            .args(["audit", "--json"])
+            .args(filters)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON record per line"))
+            .collect()
+    }
+
+    fn log(&self, name: &str) -> std::fs::File {
+        std::fs::File::create(self.dir.path().join(name)).unwrap()
+    }
+
+    /// Connect over stdio to `aacworkflow serve [extra]` with `AAC_TOKEN=token`.
+    async fn stdio(&self, token: &str, extra: &[&str]) -> Client {
+        let mut command = tokio::process::Command::new(BIN);
+        command
+            .current_dir(self.dir.path())
+            .arg("serve")
+            .args(extra)
+            .env("AAC_DB", &self.db)
+            .env("AAC_TOKEN", token)
+            .env("AAC_LOG", "info");
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(Stdio::from(self.log("stdio.log")))
+            .spawn()
+            .unwrap();
+        client_config()
+            .serve(transport)
+            .await
+            .expect("MCP handshake")
+    }
+
+    /// Start `aacworkflow serve --http 127.0.0.1:0 [extra]` and wait for its address.
+    fn http(&self, extra: &[&str]) -> HttpServer {
+        let mut child = self
+            .command()
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the server says where it listens before anything else")
+                .unwrap();
+            if let Some(url) = line.strip_prefix("aacworkflow: serving MCP on ") {
+                break url.to_owned();
+            }
+        };
+        // Keep draining stderr so that the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        HttpServer { child, url }
+    }
+}
+
+/// A running `aacworkflow serve --http`, killed on drop.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl HttpServer {
+    async fn connect(&self, token: &str) -> Client {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(self.url.as_str()).auth_header(token);
+        client_config()
+            .serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .expect("MCP handshake over HTTP")
+    }
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("aacworkflow-e2e", "0"),
+    )
+}
+
+/// Call a tool and return the `CallToolResult` JSON.
+async fn call(client: &Client, tool: &str, args: Value) -> Value {
+    let arguments: Map<String, Value> = match args {
+        Value::Object(map) => map,
+        other => panic!("arguments must be an object, not {other}"),
+    };
+    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    let result = client
+        .peer()
+        .call_tool(params)
+        .await
+        .expect("tools/call answered");
+    serde_json::to_value(result).unwrap()
+}
+
+async fn ok(client: &Client, tool: &str, args: Value) -> Value {
+    let result = call(client, tool, args).await;
+    assert_ne!(result["isError"], true, "{tool}: {result}");
+    result["structuredContent"].clone()
+}
+
+async fn refused(client: &Client, tool: &str, args: Value, status: u16, reason: &str) -> Value {
+    let result = call(client, tool, args).await;
+    assert_eq!(result["isError"], true, "{tool}: {result}");
+    let body = &result["structuredContent"];
+    assert_eq!(body["status"], status, "{tool}: {result}");
+    assert_eq!(body["reason"], reason, "{tool}: {result}");
+    // The text content carries the same JSON.
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&text, body);
+    body.clone()
+}
+
+/// A call refused for want of a scope. Over stdio it is a tool result (403
+/// `insufficient_scope`); over HTTP the server answers a real `403` with
+/// `WWW-Authenticate: Bearer error="insufficient_scope"` so that clients can step up,
+/// which rmcp's client reports as an error of the request.
+async fn scope_refused(client: &Client, tool: &str, args: Value) {
+    let arguments: Map<String, Value> = args.as_object().unwrap().clone();
+    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    match client.peer().call_tool(params).await {
+        Ok(result) => {
+            let result = serde_json::to_value(result).unwrap();
+            assert_eq!(result["isError"], true, "{result}");
+            assert_eq!(result["structuredContent"]["status"], 403);
+            assert_eq!(result["structuredContent"]["reason"], "insufficient_scope");
+        }
+        Err(err) => {
+            let text = format!("{err} {err:?}");
+            assert!(text.to_lowercase().contains("insufficient"), "{text}");
+        }
+    }
+}
+
+async fn tool_names(client: &Client) -> Vec<String> {
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    names
+}
+
+/// The whole story on one connection: every tool, then every refusal the tools and the
+/// pipeline give. Returns how many calls it made.
+async fn every_tool_and_refusal(
+    env: &Env,
+    admin: &Client,
+    readers: [&Client; 2],
+    viewer: &Client,
+) -> usize {
+    let tools = admin.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 10);
+    let delete = tools.iter().find(|t| t.name == "delete_issue").unwrap();
+    let delete = serde_json::to_value(delete).unwrap();
+    assert_eq!(delete["annotations"]["destructiveHint"], true);
+    assert_eq!(delete["annotations"]["readOnlyHint"], false);
+    assert_eq!(delete["annotations"]["idempotentHint"], true);
+    assert_eq!(delete["annotations"]["openWorldHint"], false);
+    assert_eq!(
+        delete["_meta"]["aac-tools.dev/scopes"],
+        json!(["issues:write"])
+    );
+
+    // Every tool, as alice (admin).
+    let page = ok(admin, "list_issues", json!({"status": "open", "limit": 2})).await;
+    assert_eq!(page["issues"].as_array().unwrap().len(), 2);
+    let next = page["next_cursor"].as_str().unwrap().to_owned();
+    let rest = ok(
+        admin,
+        "list_issues",
+        json!({"status": "open", "cursor": next}),
+    )
+    .await;
+    assert_eq!(rest["issues"].as_array().unwrap().len(), 2);
+    let issue = ok(admin, "get_issue", json!({"issue_id": "AAC-2"})).await;
+    assert_eq!(issue["title"], "CSV export drops the last row");
+    let comments = ok(admin, "list_comments", json!({"issue_id": issue["id"]})).await;
+    assert_eq!(comments["comments"].as_array().unwrap().len(), 1);
+    let created = ok(
+        admin,
+        "create_issue",
+        json!({"title": "Typo on the pricing page"}),
+    )
+    .await;
+    let key = created["key"].as_str().unwrap().to_owned();
+    assert_eq!(key, "AAC-6");
+    let updated = ok(
+        admin,
+        "update_issue",
+        json!({"issue_id": key, "body": "“Pricng”"}),
+    )
+    .await;
+    assert_eq!(updated["changed"], true);
+    let comment = ok(
+        admin,
+        "comment_issue",
+        json!({"issue_id": key, "body": "Fixed in the CMS."}),
+    )
+    .await;
+    assert_eq!(comment["author"], "alice");
+    let assigned = ok(
+        admin,
+        "assign_issue_to_agent",
+        json!({"issue_id": key, "agent": "autopilot"}),
+    )
+    .await;
+    assert_eq!(assigned["issue"]["assignee"]["name"], "autopilot");
+    let run1 = ok(admin, "trigger_autopilot", json!({"issue_id": key})).await;
+    let run2 = ok(admin, "trigger_autopilot", json!({"issue_id": key})).await;
+    assert_ne!(run1["run_id"], run2["run_id"]);
+    let usage = ok(admin, "dashboard_usage_daily", json!({"days": 7})).await;
+    assert!(usage["total_calls"].as_i64().unwrap() >= 10, "{usage}");
+
+    // The delete: refused without confirm, refused to a viewer, then done.
+    let body = refused(
+        admin,
+        "delete_issue",
+        json!({"issue_id": key}),
+        400,
+        "destructive_flag_missing",
+    )
+    .await;
+    assert_eq!(
+        body["error"],
+        "confirm: true required for destructive operations"
+    );
+    let body = refused(
+        viewer,
+        "delete_issue",
+        json!({"issue_id": key, "confirm": true}),
+        403,
+        "forbidden",
+    )
+    .await;
+    assert!(body["error"].as_str().unwrap().contains("viewer"));
+    let deleted = ok(
+        admin,
+        "delete_issue",
+        json!({"issue_id": key, "confirm": true}),
+    )
+    .await;
+    assert_eq!(deleted["key"], key.as_str());
+    assert_eq!(deleted["comments_deleted"], 1);
+    assert_eq!(deleted["runs_deleted"], 2);
+
+    // Refusals of the pipeline and of the tools.
+    scope_refused(readers[0], "create_issue", json!({"title": "x"})).await;
+    scope_refused(readers[1], "dashboard_usage_daily", json!({})).await;
+    refused(
+        admin,
+        "list_issues",
+        json!({"limit": 500}),
+        400,
+        "invalid_arguments",
+    )
+    .await;
+    refused(admin, "no_such_tool", json!({}), 404, "unknown_tool").await;
+    refused(
+        admin,
+        "get_issue",
+        json!({"issue_id": key}),
+        404,
+        "not_found",
+    )
+    .await;
+    refused(
+        admin,
+        "get_issue",
+        json!({"issue_id": "OTH-1"}),
+        404,
+        "not_found",
+    )
+    .await;
+    refused(
+        admin,
+        "trigger_autopilot",
+        json!({"issue_id": "AAC-3"}),
+        409,
+        "conflict",
+    )
+    .await;
+
+    // The records, read back with the command line.
+    let denied = env.audit(&["--outcome", "denied"]);
+    let reasons: Vec<&str> = denied
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "destructive_flag_missing",
+            "forbidden",
+            "insufficient_scope",
+            "insufficient_scope",
+            "invalid_arguments",
+            "unknown_tool",
+        ]
+    );
+    let confirm = &denied[0];
+    assert_eq!(confirm["tool"], "delete_issue");
+    assert_eq!(confirm["principal"], "alice");
+    assert_eq!(confirm["workspace"], "demo");
+    assert_eq!(confirm["access_level"], "delete");
+    assert!(confirm["timestamp"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        denied[2]["scopes_provided"],
+        json!(["comments:read", "issues:read"])
+    );
+    let deletes = env.audit(&["--tool", "delete_issue"]);
+    let outcomes: Vec<&str> = deletes
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied", "denied", "success"]);
+    assert_eq!(deletes[2]["arguments"]["issue_id"], key.as_str());
+    assert_eq!(deletes[2]["arguments"]["confirm"], true);
+    let errors = env.audit(&["--outcome", "error"]);
+    assert_eq!(errors.len(), 3);
+    21
+}
+
+#[tokio::test]
+async fn stdio_every_tool_every_refusal_and_their_audit_records() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let bob = env.token("demo", "bob", "issues:read,comments:read");
+    let carol = env.token("demo", "carol", "all");
+    let admin = env.stdio(&alice, &[]).await;
+    let reader = env.stdio(&bob, &[]).await;
+    let viewer = env.stdio(&carol, &[]).await;
+    let calls = every_tool_and_refusal(&env, &admin, [&reader, &reader], &viewer).await;
+
+    let all = env.audit(&[]);
+    assert_eq!(all.len(), calls, "one record per call");
+    assert!(all.iter().all(|r| r["transport"] == "stdio"));
+
+    // A token revoked while the server runs stops working at once: 401.
+    env.revoke(&bob);
+    refused(&reader, "list_issues", json!({}), 401, "invalid_token").await;
+    let last = env.audit(&["--limit", "1"]);
+    assert_eq!(last[0]["outcome"], "denied");
+    assert_eq!(last[0]["reason"], "invalid_token");
+    assert_eq!(last[0]["principal"], Value::Null);
+
+    let stats = env
+        .command()
+        .args(["audit", "--stats", "--json"])
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["total"], calls as i64 + 1, "{stats}");
+    let verify = env.command().args(["audit", "--verify"]).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+
+    for client in [admin, reader, viewer] {
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn http_with_sessions_every_tool_every_refusal_and_their_audit_records() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let bob = env.token("demo", "bob", "issues:read,comments:read");
+    let carol = env.token("demo", "carol", "all");
+    let server = env.http(&[]);
+    let admin = server.connect(&alice).await;
+    let reader = server.connect(&bob).await;
+    let reader2 = server.connect(&bob).await;
+    let viewer = server.connect(&carol).await;
+    let calls = every_tool_and_refusal(&env, &admin, [&reader, &reader2], &viewer).await;
+    let all = env.audit(&[]);
+    // The scope refusals are decided by the HTTP layer (a real 403 that lets clients
+    // step up); every attempt still leaves exactly one record.
+    assert_eq!(all.len(), calls, "one record per call");
+    assert!(
+        all.iter().all(|r| r["transport"] == "streamable_http"),
+        "{all:?}"
+    );
+    for client in [admin, reader, reader2, viewer] {
+        let _ = client.cancel().await;
+    }
+}
+
+#[tokio::test]
+async fn http_stateless_and_read_only_modes() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+
+    let stateless = env.http(&["--stateless"]);
+    let client = stateless.connect(&alice).await;
+    assert_eq!(tool_names(&client).await.len(), 10);
+    let created = ok(&client, "create_issue", json!({"title": "Stateless works"})).await;
+    let got = ok(&client, "get_issue", json!({"issue_id": created["id"]})).await;
+    assert_eq!(got["title"], "Stateless works");
+    refused(
+        &client,
+        "delete_issue",
+        json!({"issue_id": "AAC-1"}),
+        400,
+        "destructive_flag_missing",
+    )
+    .await;
+    client.cancel().await.unwrap();
+    drop(stateless);
+
+    let read_only = env.http(&["--read-only"]);
+    let client = read_only.connect(&alice).await;
+    assert_eq!(
+        tool_names(&client).await,
+        [
+            "dashboard_usage_daily",
+            "get_issue",
+            "list_comments",
+            "list_issues"
+        ]
+    );
+    ok(&client, "list_issues", json!({})).await;
+    refused(
+        &client,
+        "delete_issue",
+        json!({"issue_id": "AAC-1", "confirm": true}),
+        404,
+        "unknown_tool",
+    )
+    .await;
+    refused(
+        &client,
+        "create_issue",
+        json!({"title": "x"}),
+        404,
+        "unknown_tool",
+    )
+    .await;
+    client.cancel().await.unwrap();
+    let hidden = env.audit(&["--outcome", "denied", "--tool", "create_issue"]);
+    assert_eq!(hidden.last().unwrap()["check"], "read_only_mode");
+}
+
+#[tokio::test]
+async fn http_without_a_token_is_refused_before_any_session() {
+    let env = Env::new();
+    let server = env.http(&[]);
+    let config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
+    let refused = client_config()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await;
+    let err = refused.err().expect("no session without a token");
+    assert!(err.is_authorization_required(), "{err}");
+    let bad =
+        StreamableHttpClientTransportConfig::with_uri(server.url.as_str()).auth_header("aac_nope");
+    let err = client_config()
+        .serve(StreamableHttpClientTransport::from_config(bad))
+        .await
+        .err()
+        .expect("no session with a bad token");
+    assert!(err.is_authorization_required(), "{err}");
+}
+
+#[tokio::test]
+async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
+    // The README's first command: no database yet, `serve --demo`.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .current_dir(dir.path())
+        .env_remove("AAC_DB")
+        .env("AAC_LOG", "warn")
+        .args(["serve", "--demo", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut token = None;
+    let url = loop {
+        let line = lines.next().expect("a line").unwrap();
+        if line.trim().starts_with("aac_") {
+            token = Some(line.trim().to_owned());
+        }
+        if let Some(url) = line.strip_prefix("aacworkflow: serving MCP on ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let server = HttpServer { child, url };
+    assert!(dir.path().join("aacworkflow.db").exists());
+    let token = token.expect("the demo token is printed on stderr");
+    let client = server.connect(&token).await;
+    let page = ok(&client, "list_issues", json!({})).await;
+    assert_eq!(page["issues"].as_array().unwrap().len(), 5);
+    client.cancel().await.unwrap();
+    drop(server);
+
+    // Over stdio, `serve --demo` without AAC_TOKEN uses the token it printed.
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .current_dir(dir.path())
+        .args(["serve", "--demo"])
+        .env_remove("AAC_DB")
+        .env_remove("AAC_TOKEN")
+        .env("AAC_LOG", "warn");
+    let (transport, _) = TokioChildProcess::builder(command)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = client_config().serve(transport).await.unwrap();
+    let issue = ok(&client, "get_issue", json!({"issue_id": "AAC-1"})).await;
+    assert_eq!(issue["key"], "AAC-1");
+    client.cancel().await.unwrap();
+    assert_eq!(
+        count(&dir.path().join("aacworkflow.db")),
+        6,
+        "seeding twice added nothing"
+    );
+}
+
+fn count(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("SELECT count(*) FROM issues", [], |r| r.get(0))
+        .unwrap()
+}
