@@ -59,7 +59,7 @@ fn encode_cursor(number: i64) -> String {
 }
 
 fn decode_cursor(cursor: &str) -> Option<i64> {
-    if cursor.len() % 2 != 0 || cursor.len() > 64 {
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 64 {
         return None;
     }
     let bytes = (0..cursor.len())

@@ -546,15 +546,18 @@ async fn http_without_a_token_is_refused_before_any_session() {
     let refused = client_config()
         .serve(StreamableHttpClientTransport::from_config(config))
         .await;
-    let err = refused.err().expect("no session without a token");
+    let Err(err) = refused else {
+        panic!("no session without a token")
+    };
     assert!(err.is_authorization_required(), "{err}");
     let bad =
         StreamableHttpClientTransportConfig::with_uri(server.url.as_str()).auth_header("aac_nope");
-    let err = client_config()
+    let Err(err) = client_config()
         .serve(StreamableHttpClientTransport::from_config(bad))
         .await
-        .err()
-        .expect("no session with a bad token");
+    else {
+        panic!("no session with a bad token")
+    };
     assert!(err.is_authorization_required(), "{err}");
 }
 

@@ -321,6 +321,7 @@ async fn write_tools_change_what_they_say_and_nothing_more() {
 }
 
 /// One refusal: its status, reason and check, and the audit record it left.
+#[allow(clippy::too_many_arguments)] // one line per refusal reads best as a table
 async fn refused(
     f: &Fixture,
     token: Option<&str>,
