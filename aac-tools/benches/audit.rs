@@ -1,0 +1,339 @@
+//! The audit trail's benchmark (not a test): run with
+//!
+//! ```text
+//! cargo bench -p aac-tools --bench audit
+//! ```
+//!
+//! 1. Durable records per second through [`SqliteSink`], group commit against one
+//!    transaction per record, at 1, 8 and 64 concurrent callers, side by side in one run
+//!    (each figure the median of three runs of `AUDIT_BENCH_SECONDS`, default 2 s).
+//! 2. The median latency of a trivial tool call through `Server::call` in process, with
+//!    the SQLite sink against `audit_disabled` (and, to show where the time goes, against
+//!    an in-memory sink and a SQLite sink with `synchronous = NORMAL`), measured in
+//!    interleaved blocks so that both see the same machine.
+//! 3. For scale: the median latency of one `fdatasync` of a small append on the same
+//!    file system.
+//!
+//! Figures are printed as a table, then as one JSON line (`AUDIT_BENCH_JSON …`).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aac_tools::audit::{
+    AuditRecord, AuditSink, CommitMode, MemorySink, Outcome, SqliteSink, Synchronous,
+};
+use aac_tools::{CallRequest, Principal, Registry, Server, StaticTokens, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct PingArgs {
+    /// Anything.
+    word: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Pong {
+    word: String,
+}
+
+/// The trivial tool.
+#[mcp_tool(read_only, scope = "bench:read")]
+async fn ping(args: PingArgs) -> Result<Pong, ToolError> {
+    Ok(Pong { word: args.word })
+}
+
+fn seconds() -> Duration {
+    let s: f64 = std::env::var("AUDIT_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(s)
+}
+
+fn sample_record(i: u64) -> AuditRecord {
+    AuditRecord {
+        tool: "update_issue".to_owned(),
+        outcome: if i % 7 == 0 {
+            Outcome::Denied
+        } else {
+            Outcome::Success
+        },
+        reason: (i % 7 == 0).then(|| "insufficient_scope".to_owned()),
+        check: None,
+        status: if i % 7 == 0 { 403 } else { 200 },
+        scopes_provided: vec!["issues:read".to_owned(), "issues:write".to_owned()],
+        timestamp: "2025-06-22T15:30:00.123456Z".to_owned(),
+        principal: Some("agent-7".to_owned()),
+        workspace: Some("acme".to_owned()),
+        transport: "streamable_http".to_owned(),
+        request_id: Some(i.to_string()),
+        duration_us: 180,
+        access_level: Some(aac_tools::access::AccessLevel::Write),
+        arguments: json!({"issue_id": "sha256:0123456789abcdef", "title": "sha256:fedcba9876543210"}),
+    }
+}
+
+/// Records per second written by `callers` concurrent callers for `duration`.
+fn throughput(
+    rt: &tokio::runtime::Runtime,
+    mode: CommitMode,
+    callers: usize,
+    duration: Duration,
+) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SqliteSink::builder(dir.path().join("audit.db"))
+        .commit(mode)
+        .open()
+        .unwrap();
+    rt.block_on(async {
+        for i in 0..20 {
+            sink.record(sample_record(i)).await.unwrap();
+        }
+    });
+    let before = sink.stats();
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for c in 0..callers {
+            let sink = sink.clone();
+            let stop = Arc::clone(&stop);
+            let written = Arc::clone(&written);
+            tasks.push(tokio::spawn(async move {
+                let mut i = c as u64 * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    sink.record(sample_record(i)).await.unwrap();
+                    written.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            }));
+        }
+        tokio::time::sleep(duration).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = sink.stats();
+    let records = after.records - before.records;
+    assert_eq!(records, written.load(Ordering::Relaxed));
+    let batch = records as f64 / (after.batches - before.batches).max(1) as f64;
+    assert!(sink.verify().unwrap().is_intact());
+    (records as f64 / elapsed, batch)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// A server over the trivial tool, with `sink` or, for `None`, `audit_disabled`.
+fn server(sink: Option<Box<dyn AuditSink>>) -> Server {
+    let builder = Server::builder(Registry::collect().unwrap())
+        .verifier(StaticTokens::new().with("token", Principal::new("bench", ["bench:read"])));
+    let builder = match sink {
+        Some(sink) => builder.audit(Arc::<dyn AuditSink>::from(sink)),
+        None => builder.audit_disabled(),
+    };
+    builder.build().unwrap()
+}
+
+async fn one_call(server: &Server) -> f64 {
+    let started = Instant::now();
+    let response = server
+        .call(CallRequest::new("ping", Some(json!({"word": "hello"}))).bearer("token"))
+        .await;
+    let took = started.elapsed().as_secs_f64() * 1e6;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    took
+}
+
+/// Median call latency (µs) of each server, measured in interleaved blocks.
+fn latencies(
+    rt: &tokio::runtime::Runtime,
+    servers: &[(&str, Server)],
+    blocks: usize,
+    per_block: usize,
+) -> Vec<f64> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
+    rt.block_on(async {
+        for (_, s) in servers {
+            for _ in 0..50 {
+                one_call(s).await;
+            }
+        }
+        for _ in 0..blocks {
+            for (i, (_, s)) in servers.iter().enumerate() {
+                for _ in 0..per_block {
+                    samples[i].push(one_call(s).await);
+                }
+            }
+        }
+    });
+    samples.iter_mut().map(|v| median(v)).collect()
+}
+
+/// Median latency (µs) of calls made by `callers` concurrent callers for `duration`.
+fn concurrent_latency(
+    rt: &tokio::runtime::Runtime,
+    server: &Server,
+    callers: usize,
+    duration: Duration,
+) -> f64 {
+    let samples = rt.block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for _ in 0..callers {
+            let server = server.clone();
+            let stop = Arc::clone(&stop);
+            tasks.push(tokio::spawn(async move {
+                let mut v = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    v.push(one_call(&server).await);
+                }
+                v
+            }));
+        }
+        tokio::time::sleep(duration).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    });
+    let mut samples = samples;
+    median(&mut samples)
+}
+
+fn fdatasync_latency() -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("sync"))
+        .unwrap();
+    let mut v = Vec::new();
+    for _ in 0..300 {
+        file.write_all(&[b'x'; 300]).unwrap();
+        let started = Instant::now();
+        file.sync_data().unwrap();
+        v.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    median(&mut v)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we need.
+    let quick = std::env::args().any(|a| a == "--test" || a == "--list");
+    if quick {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let duration = seconds();
+    println!(
+        "audit benchmark: {} s per run, median of 3 runs",
+        duration.as_secs_f64()
+    );
+    println!(
+        "machine: {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    // 1. Throughput.
+    println!("\ndurable records/s (synchronous = FULL)");
+    println!(
+        "{:>8}  {:>14}  {:>10}  {:>14}  {:>8}",
+        "callers", "group commit", "batch", "per record", "ratio"
+    );
+    let mut json_rows = Vec::new();
+    for callers in [1usize, 8, 64] {
+        let mut group = Vec::new();
+        let mut per = Vec::new();
+        let mut batch = Vec::new();
+        for _ in 0..3 {
+            let (g, b) = throughput(&rt, CommitMode::Group, callers, duration);
+            group.push(g);
+            batch.push(b);
+            per.push(throughput(&rt, CommitMode::PerRecord, callers, duration).0);
+        }
+        let (g, p, b) = (median(&mut group), median(&mut per), median(&mut batch));
+        println!(
+            "{callers:>8}  {g:>14.0}  {b:>10.1}  {p:>14.0}  {:>7.1}x",
+            g / p
+        );
+        json_rows.push(json!({"callers": callers, "group_per_s": g.round(), "mean_batch": (b * 10.0).round() / 10.0, "per_record_per_s": p.round(), "ratio": (g / p * 10.0).round() / 10.0}));
+    }
+
+    // 2. Latency of a trivial call.
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full.db");
+    let normal = dir.path().join("normal.db");
+    let servers: Vec<(&str, Server)> = vec![
+        ("audit_disabled", server(None)),
+        ("memory sink", server(Some(Box::new(MemorySink::new())))),
+        (
+            "sqlite FULL",
+            server(Some(Box::new(SqliteSink::open(&full).unwrap()))),
+        ),
+        (
+            "sqlite NORMAL",
+            server(Some(Box::new(
+                SqliteSink::builder(&normal)
+                    .synchronous(Synchronous::Normal)
+                    .open()
+                    .unwrap(),
+            ))),
+        ),
+    ];
+    let blocks = 20;
+    let per_block = 100;
+    let medians = latencies(&rt, &servers, blocks, per_block);
+    let base = medians[0];
+    println!(
+        "\nmedian latency of a trivial call, in process, 1 caller ({} calls each, interleaved)",
+        blocks * per_block
+    );
+    println!("{:>16}  {:>10}  {:>10}", "audit", "median µs", "added");
+    let mut json_latency = Vec::new();
+    for ((name, _), m) in servers.iter().zip(&medians) {
+        let added = (m - base) / base * 100.0;
+        println!("{name:>16}  {m:>10.1}  {added:>9.0}%");
+        json_latency.push(json!({"audit": name, "median_us": (m * 10.0).round() / 10.0, "added_pct": added.round()}));
+    }
+
+    let conc_disabled = concurrent_latency(&rt, &servers[0].1, 64, duration);
+    let conc_full = concurrent_latency(&rt, &servers[2].1, 64, duration);
+    println!("\nmedian latency with 64 concurrent callers");
+    println!("{:>16}  {conc_disabled:>10.1}", "audit_disabled");
+    println!(
+        "{:>16}  {conc_full:>10.1}  {:>9.0}%",
+        "sqlite FULL",
+        (conc_full - conc_disabled) / conc_disabled * 100.0
+    );
+
+    // 3. Scale.
+    let sync = fdatasync_latency();
+    println!("\nmedian fdatasync of a 300-byte append: {sync:.1} µs");
+
+    println!(
+        "AUDIT_BENCH_JSON {}",
+        json!({
+            "seconds": duration.as_secs_f64(),
+            "throughput": json_rows,
+            "latency_1_caller": json_latency,
+            "latency_64_callers": {"audit_disabled_us": (conc_disabled * 10.0).round() / 10.0, "sqlite_full_us": (conc_full * 10.0).round() / 10.0},
+            "fdatasync_us": (sync * 10.0).round() / 10.0,
+        })
+    );
+}
