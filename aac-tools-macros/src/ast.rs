@@ -2,7 +2,7 @@
 
 use proc_macro2::Span;
 use syn::spanned::Spanned as _;
-use syn::{FnArg, ItemFn, ReturnType, Type};
+use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
 
 use crate::errors::Errors;
 
@@ -11,12 +11,22 @@ pub(crate) struct Param<'a> {
     pub(crate) ty: &'a Type,
 }
 
+/// The return type of the tool function.
+pub(crate) enum Output<'a> {
+    /// `Result<T, E>` written out: the output `T` and the error `E` are checked each on
+    /// its own span, so that a mistake in one is reported under it.
+    Result { ok: &'a Type, err: &'a Type },
+    /// Any other type (an alias such as `MyResult<T>`, or a mistake such as `String`):
+    /// checked as a whole.
+    Other(&'a Type),
+}
+
 /// The annotated `async fn`, as far as the expansion needs it.
 pub(crate) struct ToolFn<'a> {
     pub(crate) item: &'a ItemFn,
     pub(crate) params: Vec<Param<'a>>,
     /// The type after `->`; `None` when the function returns `()`.
-    pub(crate) output: Option<&'a Type>,
+    pub(crate) output: Option<Output<'a>>,
     /// The doc comment, one string per `///` line.
     pub(crate) doc_lines: Vec<String>,
 }
@@ -49,8 +59,8 @@ impl<'a> ToolFn<'a> {
             ));
         }
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-            errors.push(syn::Error::new(
-                sig.generics.span(),
+            errors.push(syn::Error::new_spanned(
+                &sig.generics,
                 "`#[mcp_tool]` functions cannot be generic: a tool has one concrete schema",
             ));
         }
@@ -64,21 +74,23 @@ impl<'a> ToolFn<'a> {
         let mut params = Vec::new();
         for input in &sig.inputs {
             match input {
-                FnArg::Receiver(receiver) => errors.push(syn::Error::new(
-                    receiver.span(),
+                FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
+                    receiver,
                     "`#[mcp_tool]` functions cannot take `self`; tools are free functions \
                      that receive shared state through `State<T>`",
                 )),
-                FnArg::Typed(pat_type) => {
-                    if let Type::Reference(reference) = &*pat_type.ty {
-                        errors.push(syn::Error::new(
-                            reference.and_token.span,
-                            "`#[mcp_tool]` parameters are owned values; remove the `&`",
-                        ));
-                        continue;
-                    }
-                    params.push(Param { ty: &pat_type.ty });
-                }
+                FnArg::Typed(pat_type) => match &*pat_type.ty {
+                    Type::Reference(reference) => errors.push(syn::Error::new(
+                        reference.and_token.span,
+                        "`#[mcp_tool]` parameters are owned values; remove the `&`",
+                    )),
+                    Type::ImplTrait(impl_trait) => errors.push(syn::Error::new(
+                        impl_trait.impl_token.span,
+                        "`#[mcp_tool]` functions cannot be generic: a tool has one concrete \
+                         schema, so name a concrete type instead of `impl …`",
+                    )),
+                    ty => params.push(Param { ty }),
+                },
             }
         }
 
@@ -91,7 +103,7 @@ impl<'a> ToolFn<'a> {
                 ));
                 None
             }
-            ReturnType::Type(_, ty) => Some(&**ty),
+            ReturnType::Type(_, ty) => Some(Output::of(ty)),
         };
 
         let doc_lines = item
@@ -118,8 +130,40 @@ impl<'a> ToolFn<'a> {
         }
     }
 
+    /// Whether the signature is one a free tool function could have (no `self`, no
+    /// generics), so that its types can be checked even when the attribute has mistakes.
+    pub(crate) fn is_free_and_concrete(&self) -> bool {
+        let sig = &self.item.sig;
+        sig.generics.params.is_empty()
+            && sig.generics.where_clause.is_none()
+            && sig.variadic.is_none()
+            && sig.inputs.iter().all(|input| match input {
+                FnArg::Receiver(_) => false,
+                FnArg::Typed(pat_type) => {
+                    !matches!(&*pat_type.ty, Type::Reference(_) | Type::ImplTrait(_))
+                }
+            })
+    }
+
     /// The span of the function's name, for errors about the tool as a whole.
     pub(crate) fn name_span(&self) -> Span {
         self.item.sig.ident.span()
+    }
+}
+
+impl<'a> Output<'a> {
+    fn of(ty: &'a Type) -> Output<'a> {
+        if let Type::Path(path) = ty
+            && path.qself.is_none()
+            && let Some(last) = path.path.segments.last()
+            && last.ident == "Result"
+            && let PathArguments::AngleBracketed(args) = &last.arguments
+            && args.args.len() == 2
+            && let (Some(GenericArgument::Type(ok)), Some(GenericArgument::Type(err))) =
+                (args.args.first(), args.args.last())
+        {
+            return Output::Result { ok, err };
+        }
+        Output::Other(ty)
     }
 }

@@ -42,11 +42,19 @@ pub(crate) struct Attr {
     pub(crate) description: Option<Spanned<String>>,
     pub(crate) input_schema: Option<Path>,
     pub(crate) audit_fields: Option<Vec<Spanned<String>>>,
+    /// Whether a `scope` key was written at all (even with a malformed value), so that a
+    /// bad scope is not also reported as a missing one.
+    pub(crate) scope_written: bool,
+    /// The attribute's arguments, for errors about the attribute as a whole.
+    pub(crate) tokens: TokenStream,
 }
 
 impl Attr {
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
-        let mut attr = Attr::default();
+        let mut attr = Attr {
+            tokens: args.clone(),
+            ..Attr::default()
+        };
         let parser = syn::meta::parser(|meta| {
             attr.parse_one(&meta, errors);
             Ok(())
@@ -70,15 +78,18 @@ impl Attr {
             "destructive" => flag(meta, &key, &mut self.destructive, span),
             "idempotent" => flag(meta, &key, &mut self.idempotent, span),
             "open_world" => flag(meta, &key, &mut self.open_world, span),
-            "scope" => string(meta, &key).map(|s| self.scopes.push(s)),
+            "scope" => {
+                self.scope_written = true;
+                string(meta, &key).map(|s| self.scopes.push(s))
+            }
             "name" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.name, s)),
             "title" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.title, s)),
             "description" => {
                 string(meta, &key).and_then(|s| once(meta, &key, &mut self.description, s))
             }
-            "input_schema" => value(meta, &key)
-                .and_then(|v| v.parse::<Path>())
-                .and_then(|p| once(meta, &key, &mut self.input_schema, p)),
+            "input_schema" => {
+                path(meta, &key).and_then(|p| once(meta, &key, &mut self.input_schema, p))
+            }
             "audit_fields" => {
                 string_list(meta, &key).and_then(|l| once(meta, &key, &mut self.audit_fields, l))
             }
@@ -161,25 +172,64 @@ fn value<'a>(meta: &'a ParseNestedMeta<'_>, key: &str) -> syn::Result<syn::parse
     meta.value()
 }
 
-fn string(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Spanned<String>> {
+/// Parse the value after `key =` with `parse`; on failure, report `expected` under the
+/// value and skip it, so that the next key is still read.
+fn parse_value<T>(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    expected: &str,
+    parse: impl FnOnce(syn::parse::ParseStream<'_>) -> syn::Result<T>,
+) -> syn::Result<T> {
     let input = value(meta, key)?;
-    let lit: LitStr = input.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            format!("`#[mcp_tool]` argument `{key}` takes a string literal: `{key} = \"…\"`"),
-        )
-    })?;
+    let fork = input.fork();
+    match parse(&fork) {
+        Ok(parsed) if fork.is_empty() || fork.peek(Token![,]) => {
+            syn::parse::discouraged::Speculative::advance_to(input, &fork);
+            Ok(parsed)
+        }
+        _ => {
+            let value: syn::Expr = input.parse()?;
+            Err(syn::Error::new_spanned(
+                value,
+                format!("`#[mcp_tool]` argument `{key}` takes {expected}"),
+            ))
+        }
+    }
+}
+
+fn string(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Spanned<String>> {
+    let lit: LitStr = parse_value(
+        meta,
+        key,
+        &format!("a string literal: `{key} = \"…\"`"),
+        |input| input.parse(),
+    )?;
     Ok(Spanned {
         value: lit.value(),
         span: lit.span(),
     })
 }
 
+fn path(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Path> {
+    parse_value(
+        meta,
+        key,
+        &format!("the path of a `fn() -> serde_json::Value`: `{key} = my_schema`"),
+        |input| input.parse(),
+    )
+}
+
 fn string_list(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Vec<Spanned<String>>> {
-    let input = value(meta, key)?;
-    let content;
-    syn::bracketed!(content in input);
-    let list = content.parse_terminated(<LitStr as syn::parse::Parse>::parse, Token![,])?;
+    let list = parse_value(
+        meta,
+        key,
+        &format!("a list of string literals: `{key} = [\"field\", …]`"),
+        |input| {
+            let content;
+            syn::bracketed!(content in input);
+            content.parse_terminated(<LitStr as syn::parse::Parse>::parse, Token![,])
+        },
+    )?;
     Ok(list
         .into_iter()
         .map(|lit| Spanned {

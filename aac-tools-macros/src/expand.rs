@@ -3,61 +3,223 @@
 //!
 //! Generated code names everything by absolute path (`::aac_tools::__private::…`,
 //! `::core::…`) so that a user's own `Result` or `Tool` cannot shadow it.
+//!
+//! Every requirement on a user's type is written as a qualified path
+//! (`<Ty as Trait>::item`) spanned on that type, never as a bound of a helper function:
+//! rustc then reports the trait's `#[diagnostic::on_unimplemented]` text with the caret
+//! on the user's type, and no "required by a bound in `__private::…`" note.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::ItemFn;
 use syn::spanned::Spanned as _;
 
-use crate::ast::ToolFn;
+use crate::ast::{Output, ToolFn};
 use crate::attr::Attr;
-use crate::valid::{Level, Tool};
+use crate::errors::Errors;
+use crate::valid::{self, Level, Tool};
+
+/// What the attribute expands to when the item has mistakes: every error, then the
+/// user's item as written (so that one mistake does not cascade into twenty).
+pub(crate) struct Failure {
+    errors: syn::Error,
+    keep: TokenStream,
+}
+
+impl Failure {
+    /// The one place where errors become tokens.
+    pub(crate) fn into_tokens(self) -> TokenStream {
+        let mut tokens = self.errors.into_compile_error();
+        tokens.extend(self.keep);
+        tokens
+    }
+}
+
+/// Parse, check and expand one `#[mcp_tool]` item.
+pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStream, Failure> {
+    let item: ItemFn = match syn::parse2(input.clone()) {
+        Ok(item) => item,
+        Err(err) => {
+            return Err(Failure {
+                errors: syn::Error::new(err.span(), "`#[mcp_tool]` applies to an `async fn` only"),
+                keep: input,
+            });
+        }
+    };
+    let mut errors = Errors::default();
+    let attr = Attr::parse(args, &mut errors);
+    let func = ToolFn::from_item(&item, &mut errors);
+    let tool = valid::check(&attr, &func, &mut errors);
+    match errors.finish() {
+        Ok(()) => Ok(expand(&attr, &func, &tool)),
+        Err(errors) => {
+            // The types' own mistakes (an argument type that is not `Deserialize`, an
+            // output that is not `Serialize`…) are reported in the same pass, as long as
+            // the signature is one a tool could have.
+            let checks = if func.is_free_and_concrete() {
+                let params = ParamConsts::new(&func);
+                let defs = &params.defs;
+                let output = output_checks(&func);
+                quote! {
+                    #[allow(non_camel_case_types, clippy::all)]
+                    const _: () = {
+                        #defs
+                        #output
+                    };
+                }
+            } else {
+                TokenStream::new()
+            };
+            Err(Failure {
+                errors,
+                keep: quote!(#[allow(dead_code)] #item #checks),
+            })
+        }
+    }
+}
+
+fn private() -> TokenStream {
+    quote!(::aac_tools::__private)
+}
+
+/// One `const __AAC_Pn: Param<Ty>` per parameter, each spanned on its type.
+struct ParamConsts {
+    names: Vec<Ident>,
+    defs: TokenStream,
+}
+
+impl ParamConsts {
+    fn new(func: &ToolFn<'_>) -> ParamConsts {
+        let private = private();
+        let names: Vec<Ident> = (0..func.params.len())
+            .map(|i| format_ident!("__AAC_P{}", i))
+            .collect();
+        let defs = func
+            .params
+            .iter()
+            .zip(&names)
+            .map(|(param, konst)| {
+                let ty = param.ty;
+                quote_spanned! {ty.span()=>
+                    const #konst: #private::Param<#ty> = #private::Param {
+                        extract: <#ty as #private::ToolParam>::from_call,
+                        input_schema: <#ty as #private::ToolParam>::input_schema,
+                        is_arguments: <#ty as #private::ToolParam>::IS_ARGUMENTS,
+                        rank: <#ty as #private::ToolParam>::NEEDS.rank(),
+                    };
+                }
+            })
+            .collect();
+        ParamConsts { names, defs }
+    }
+}
+
+/// The checks that the output and error types can become a tool result.
+fn output_checks(func: &ToolFn<'_>) -> TokenStream {
+    let private = private();
+    match &func.output {
+        Some(Output::Result { ok, err }) => {
+            let ok_check = quote_spanned! {ok.span()=>
+                const _: fn() -> ::core::option::Option<#private::serde_json::Value> =
+                    <#ok as #private::IntoToolOutput>::output_schema;
+            };
+            let err_check = quote_spanned! {err.span()=>
+                const _: fn(#err) -> #private::ToolError =
+                    <#err as #private::IntoToolError>::into_tool_error;
+            };
+            quote!(#ok_check #err_check)
+        }
+        Some(Output::Other(ty)) => quote_spanned! {ty.span()=>
+            const _: fn() -> ::core::option::Option<#private::serde_json::Value> =
+                <#ty as #private::IntoToolResult>::output_schema;
+        },
+        None => TokenStream::new(),
+    }
+}
 
 pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream {
     let item = func.item;
     let ident = &item.sig.ident;
-    let private = quote!(::aac_tools::__private);
+    let private = private();
 
-    let param_names: Vec<_> = (0..func.params.len())
+    let params = ParamConsts::new(func);
+    let param_defs = &params.defs;
+    let param_consts = &params.names;
+    let param_names: Vec<Ident> = (0..func.params.len())
         .map(|i| format_ident!("__aac_p{}", i))
         .collect();
-    let param_consts: Vec<_> = (0..func.params.len())
-        .map(|i| format_ident!("__AAC_P{}", i))
-        .collect();
-    let param_defs = func.params.iter().zip(&param_consts).map(|(param, konst)| {
-        let ty = param.ty;
-        quote_spanned! {ty.span()=>
-            const #konst: #private::Param<#ty> = #private::param::<#ty>();
-        }
-    });
-    let extracts = param_names.iter().zip(&param_consts).map(|(name, konst)| {
+    let extracts = param_names.iter().zip(param_consts).map(|(name, konst)| {
         quote! { let #name = (#konst.extract)(&mut __aac_call)?; }
     });
+
+    // A data handle above the tool's level does not compile; the error names the rule.
     let may_hold = match tool.level {
-        Level::Read => Some(quote!(assert_read_tool_may_hold)),
-        Level::Write => Some(quote!(assert_write_tool_may_hold)),
+        Level::Read => Some(quote!(ReadToolMayHold)),
+        Level::Write => Some(quote!(WriteToolMayHold)),
         Level::Delete => None,
     };
     let grants = func
         .params
         .iter()
-        .zip(&param_consts)
+        .zip(param_consts)
         .filter_map(|(param, konst)| {
-            let ty = param.ty;
-            let check = may_hold.as_ref()?;
-            Some(quote_spanned! {ty.span()=>
-                const _: () = #private::#check::<{ #konst.rank }>();
+            let rule = may_hold.as_ref()?;
+            Some(quote_spanned! {param.ty.span()=>
+                const _: () = <<#private::Rank<{ #konst.rank }> as #private::RankLevel>::Level
+                    as #private::#rule>::CHECK;
             })
         });
-    let schema_fns = param_consts.iter().map(|konst| quote!(#konst.input_schema));
-    let is_args = param_consts.iter().map(|konst| quote!(#konst.is_arguments));
 
-    // `ast.rs` reported a missing return type; the expansion is skipped on any error.
-    let output = func.output.expect("checked in ast.rs");
-    let into_result = quote_spanned! {output.span()=>
-        <#output as #private::IntoToolResult>::into_tool_result
-    };
-    let output_schema = quote_spanned! {output.span()=>
-        <#output as #private::IntoToolResult>::output_schema
+    // At most one parameter is the arguments: each one after the first says so if it is
+    // a second one, with the caret on its type.
+    let one_arguments_type = func
+        .params
+        .iter()
+        .zip(param_consts)
+        .enumerate()
+        .skip(1)
+        .map(|(i, (param, konst))| {
+            let earlier = &param_consts[..i];
+            quote_spanned! {param.ty.span()=>
+                const _: () = if #konst.is_arguments && (false #(|| #earlier.is_arguments)*) {
+                    ::core::panic!(
+                        "a `#[mcp_tool]` function takes at most one arguments type; put every \
+                         argument in one struct deriving `Deserialize` and `JsonSchema`"
+                    )
+                };
+            }
+        });
+    let schema_fns = param_consts.iter().map(|konst| quote!(#konst.input_schema));
+
+    let call = quote!(#ident(#(#param_names),*).await);
+    let (output_schema, into_result) = match &func.output {
+        Some(Output::Result { ok, err }) => {
+            let into_output = quote_spanned! {ok.span()=>
+                <#ok as #private::IntoToolOutput>::into_tool_output
+            };
+            let into_error = quote_spanned! {err.span()=>
+                <#err as #private::IntoToolError>::into_tool_error
+            };
+            (
+                quote_spanned! {ok.span()=> <#ok as #private::IntoToolOutput>::output_schema },
+                quote! {
+                    match #call {
+                        ::core::result::Result::Ok(__aac_value) => #into_output(__aac_value),
+                        ::core::result::Result::Err(__aac_error) => {
+                            ::core::result::Result::Err(#into_error(__aac_error))
+                        }
+                    }
+                },
+            )
+        }
+        Some(Output::Other(ty)) => (
+            quote_spanned! {ty.span()=> <#ty as #private::IntoToolResult>::output_schema },
+            quote_spanned! {ty.span()=>
+                <#ty as #private::IntoToolResult>::into_tool_result(#call)
+            },
+        ),
+        // `ast.rs` reported a missing return type, and the expansion is skipped on any error.
+        None => unreachable!("checked in ast.rs"),
     };
 
     let name = &tool.name;
@@ -73,11 +235,14 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
     let open_world = tool.open_world;
     let scopes = &tool.scopes;
     let audit_fields = &tool.audit_fields;
-    let raw_input_schema = match &attr.input_schema {
-        Some(path) => {
-            quote!(::core::option::Option::Some(#path as fn() -> #private::serde_json::Value))
-        }
-        None => quote!(::core::option::Option::None),
+    let (raw_schema_def, raw_input_schema) = match &attr.input_schema {
+        Some(path) => (
+            quote_spanned! {path.span()=>
+                const __AAC_INPUT_SCHEMA: fn() -> #private::serde_json::Value = #path;
+            },
+            quote!(::core::option::Option::Some(__AAC_INPUT_SCHEMA)),
+        ),
+        None => (TokenStream::new(), quote!(::core::option::Option::None)),
     };
 
     quote! {
@@ -85,15 +250,15 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
 
         #[allow(non_camel_case_types, clippy::all)]
         const _: () = {
-
-            #(#param_defs)*
+            #param_defs
             #(#grants)*
-            const _: () = #private::assert_at_most_one_arguments_type(&[#(#is_args),*]);
+            #(#one_arguments_type)*
+            #raw_schema_def
 
             fn __aac_handler(mut __aac_call: #private::Call) -> #private::HandlerFuture {
                 ::std::boxed::Box::pin(async move {
                     #(#extracts)*
-                    #into_result(#ident(#(#param_names),*).await)
+                    #into_result
                 })
             }
 

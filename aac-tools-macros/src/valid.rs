@@ -38,12 +38,14 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
         ));
     }
 
-    if attr.scopes.is_empty() {
-        errors.push(syn::Error::new(
-            Span::call_site(),
-            "`#[mcp_tool]` needs at least one `scope = \"resource:action\"`; \
-             scopes are deny by default and a tool without one could never be called",
-        ));
+    if !attr.scope_written {
+        let message = "`#[mcp_tool]` needs at least one `scope = \"resource:action\"`; \
+                       scopes are deny by default and a tool without one could never be called";
+        errors.push(if attr.tokens.is_empty() {
+            syn::Error::new(Span::call_site(), message)
+        } else {
+            syn::Error::new_spanned(&attr.tokens, message)
+        });
     }
     let mut scopes: Vec<String> = Vec::new();
     for scope in &attr.scopes {

@@ -127,26 +127,33 @@ impl Level for Delete {
 }
 
 /// Levels of handles a `read_only` tool may hold: [`Read`] only.
+///
+/// `#[mcp_tool]` checks the level every parameter of a `read_only` tool reaches
+/// ([`ToolParam::NEEDS`](crate::ToolParam::NEEDS)) against this trait, so asking for
+/// `Db<Write>` or `Db<Delete>` in one does not compile.
 #[diagnostic::on_unimplemented(
     message = "read-only tool cannot take a data handle that writes or deletes",
-    label = "this handle is above the tool's `Read` level",
+    label = "this handle reaches `{Self}`, above the tool's `Read` level",
     note = "the level comes from the annotation: `read_only` gives `Db<Read>`, neither `read_only` nor `destructive` gives `Db<Write>`, `destructive` gives `Db<Delete>`"
 )]
-pub trait ReadToolMayHold {}
+pub trait ReadToolMayHold: Level {
+    /// Named by the code `#[mcp_tool]` generates, so that the check is a path, not a call.
+    #[doc(hidden)]
+    const CHECK: () = ();
+}
 
 /// Levels of handles a tool that is neither `read_only` nor `destructive` may hold:
 /// [`Read`] and [`Write`].
 #[diagnostic::on_unimplemented(
     message = "non-destructive tool cannot take a data handle that deletes",
-    label = "this handle is above the tool's `Write` level",
-    note = "only a tool annotated `#[mcp_tool(destructive, …)]` gets `Db<Delete>`"
+    label = "this handle reaches `{Self}`, above the tool's `Write` level",
+    note = "only a tool annotated `#[mcp_tool(destructive, …)]` gets `Db<Delete>`, and its callers must send `confirm: true`"
 )]
-pub trait WriteToolMayHold {}
-
-/// A data handle's access level as a type (`0` read, `1` write, `2` delete), for the
-/// compile-time checks above.
-#[derive(Debug, Clone, Copy)]
-pub struct HandleLevel<const RANK: u8>;
+pub trait WriteToolMayHold: Level {
+    /// Named by the code `#[mcp_tool]` generates, so that the check is a path, not a call.
+    #[doc(hidden)]
+    const CHECK: () = ();
+}
 
 impl AccessLevel {
     /// `0` for read, `1` for write, `2` for delete.
@@ -160,26 +167,28 @@ impl AccessLevel {
 }
 
 #[diagnostic::do_not_recommend]
-impl ReadToolMayHold for HandleLevel<0> {}
+impl ReadToolMayHold for Read {}
 #[diagnostic::do_not_recommend]
-impl WriteToolMayHold for HandleLevel<0> {}
+impl WriteToolMayHold for Read {}
 #[diagnostic::do_not_recommend]
-impl WriteToolMayHold for HandleLevel<1> {}
+impl WriteToolMayHold for Write {}
 
 /// Handles and transactions that may run create/`Update*` queries: those of tools that are
 /// not `read_only`.
+///
+/// Gate every method of your own that creates or changes data with `where Self: MayUpdate`.
 #[diagnostic::on_unimplemented(
     message = "read-only tool cannot use update queries",
-    label = "update query called with `{Self}`",
-    note = "the tool is annotated `read_only`, so its handle only reaches read queries; drop `read_only` if the tool must write"
+    label = "`read_only` tools reach read queries only; drop `read_only` if this tool must write"
 )]
 pub trait MayUpdate {}
 
 /// Handles and transactions that may run `Delete*` queries: those of `destructive` tools.
+///
+/// Gate every method of your own that deletes data with `where Self: MayDelete`.
 #[diagnostic::on_unimplemented(
     message = "non-destructive tool cannot use delete queries",
-    label = "delete query called with `{Self}`",
-    note = "only a tool annotated `#[mcp_tool(destructive, …)]` reaches `Delete*` queries, and its callers must send `confirm: true`"
+    label = "only `destructive` tools reach delete queries, and their callers must send `confirm: true`"
 )]
 pub trait MayDelete {}
 

@@ -81,6 +81,6 @@ pub use crate::server::{
 };
 pub use crate::state::{State, StateMap};
 pub use crate::tool::{
-    Call, Content, Handler, HandlerFuture, IntoToolOutput, IntoToolResult, Text, ToolDef,
-    ToolOutput, ToolParam,
+    Call, Content, Handler, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, Text,
+    ToolDef, ToolOutput, ToolParam,
 };

@@ -174,14 +174,15 @@ impl fmt::Debug for Call {
 /// [`State<T>`](crate::State), a data handle such as `Db<Read>`).
 ///
 /// [`ToolParam::NEEDS`] is the access level the parameter reaches; the macro checks at
-/// compile time that the tool's level covers it.
+/// compile time that the tool's level covers it (see [`crate::access`]).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a parameter of a `#[mcp_tool]` function",
     label = "not tool arguments, nor something the framework provides",
     note = "tool arguments are one type deriving `serde::Deserialize` and `schemars::JsonSchema`; the framework provides `Ctx`, `State<T>` and data handles such as `Db<Read>`"
 )]
 pub trait ToolParam: Sized {
-    /// The access level this parameter reaches (`Read` for everything but data handles).
+    /// The access level this parameter reaches: [`AccessLevel::Read`] for everything but
+    /// data handles, whose level is their own.
     const NEEDS: AccessLevel = AccessLevel::Read;
     /// Whether this parameter is the tool's arguments (at most one per tool).
     const IS_ARGUMENTS: bool = false;
@@ -212,7 +213,11 @@ impl ToolParam for Ctx {
     }
 }
 
-/// What a tool returns: `Result<T, E>` where `T: IntoToolOutput` and `E: Into<ToolError>`.
+/// What a tool returns: `Result<T, E>` where `T: IntoToolOutput` and `E: IntoToolError`.
+///
+/// When the return type is written `Result<T, E>`, the macro checks `T` and `E` each on
+/// its own; this trait is what other return types (an alias such as `MyResult<T>`) must
+/// implement.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the return type of a `#[mcp_tool]` function",
     label = "expected `Result<T, ToolError>`",
@@ -225,14 +230,14 @@ pub trait IntoToolResult {
     fn into_tool_result(self) -> Result<ToolOutput, ToolError>;
 }
 
-impl<T: IntoToolOutput, E: Into<ToolError>> IntoToolResult for Result<T, E> {
+impl<T: IntoToolOutput, E: IntoToolError> IntoToolResult for Result<T, E> {
     fn output_schema() -> Option<Value> {
         T::output_schema()
     }
     fn into_tool_result(self) -> Result<ToolOutput, ToolError> {
         match self {
             Ok(value) => value.into_tool_output(),
-            Err(err) => Err(err.into()),
+            Err(err) => Err(err.into_tool_error()),
         }
     }
 }
@@ -263,6 +268,24 @@ impl<T: Serialize + JsonSchema> IntoToolOutput for T {
     }
 }
 
+/// The error type of a tool: [`ToolError`], or any type with `From<E> for ToolError`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the error type of a `#[mcp_tool]` function",
+    label = "not convertible into `ToolError`",
+    note = "return `ToolError`, or implement `From<{Self}> for ToolError` so that every error has a status and a reason"
+)]
+pub trait IntoToolError {
+    /// Convert to the pipeline's error.
+    fn into_tool_error(self) -> ToolError;
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: Into<ToolError>> IntoToolError for E {
+    fn into_tool_error(self) -> ToolError {
+        self.into()
+    }
+}
+
 /// A plain-text tool result (no `outputSchema`, no `structuredContent`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Text(pub String);
@@ -279,6 +302,7 @@ impl From<&str> for Text {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl IntoToolOutput for Text {
     fn output_schema() -> Option<Value> {
         None
@@ -288,6 +312,7 @@ impl IntoToolOutput for Text {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl IntoToolOutput for ToolOutput {
     fn output_schema() -> Option<Value> {
         None

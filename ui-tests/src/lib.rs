@@ -1,1 +1,59 @@
-//! trybuild cases for `#[mcp_tool]`: see `tests/ui.rs`.
+//! trybuild cases for `#[mcp_tool]` and the access levels: see `tests/ui.rs`.
+//!
+//! This library holds the query traits the cases share, written exactly as a user writes
+//! their own (the pattern of `aac_tools::access`): reads on every transaction, `Update*`
+//! methods gated on `MayUpdate`, `Delete*` methods gated on `MayDelete`.
+
+use aac_tools::ToolError;
+use aac_tools::access::{Level, MayDelete, MayUpdate};
+use aac_tools::sqlite::Tx;
+
+/// Queries that read notes.
+pub trait ReadNotes {
+    /// How many notes there are.
+    fn count_notes(&self) -> Result<i64, ToolError>;
+}
+
+impl<L: Level> ReadNotes for Tx<'_, L> {
+    fn count_notes(&self) -> Result<i64, ToolError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT count(*) FROM notes", [], |r| r.get(0))?)
+    }
+}
+
+/// Queries that create or change notes.
+pub trait UpdateNotes {
+    /// Add a note.
+    fn add_note(&self, text: &str) -> Result<(), ToolError>
+    where
+        Self: MayUpdate;
+}
+
+impl<L: Level> UpdateNotes for Tx<'_, L> {
+    fn add_note(&self, text: &str) -> Result<(), ToolError>
+    where
+        Self: MayUpdate,
+    {
+        self.conn()
+            .execute("INSERT INTO notes (text) VALUES (?1)", [text])?;
+        Ok(())
+    }
+}
+
+/// Queries that delete notes.
+pub trait DeleteNotes {
+    /// Delete every note; returns how many there were.
+    fn delete_notes(&self) -> Result<usize, ToolError>
+    where
+        Self: MayDelete;
+}
+
+impl<L: Level> DeleteNotes for Tx<'_, L> {
+    fn delete_notes(&self) -> Result<usize, ToolError>
+    where
+        Self: MayDelete,
+    {
+        Ok(self.conn().execute("DELETE FROM notes", [])?)
+    }
+}

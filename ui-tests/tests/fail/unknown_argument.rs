@@ -1,8 +1,8 @@
 use aac_tools::{mcp_tool, Text, ToolError};
 
-/// Typo and not async.
+/// A typo in a flag.
 #[mcp_tool(readonly, scope = "notes:read")]
-fn typo() -> Result<Text, ToolError> {
+async fn typo() -> Result<Text, ToolError> {
     Ok(Text("done".into()))
 }
 

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// Audit fields are a list of strings.
+#[mcp_tool(scope = "notes:write", audit_fields = "title")]
+async fn audited() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text};
+
+/// The error is not a `ToolError`.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn stringly() -> Result<Text, String> {
+    Err("no".to_owned())
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// An empty title.
+#[mcp_tool(read_only, scope = "notes:read", title = "")]
+async fn untitled() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// MCP tool names have no spaces.
+#[mcp_tool(read_only, scope = "notes:read", name = "list notes")]
+async fn spaced() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// `name` without its value.
+#[mcp_tool(read_only, scope = "notes:read", name)]
+async fn nameless() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn undocumented() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// Nobody could ever call it.
+#[mcp_tool(read_only, idempotent)]
+async fn unscoped() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// Cannot be both.
+#[mcp_tool(read_only, destructive, scope = "notes:write")]
+async fn both() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,12 @@
+use aac_tools::access::Delete;
+use aac_tools::sqlite::Db;
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// Asks for more than it may have.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn greedy(db: Db<Delete>) -> Result<Text, ToolError> {
+    let _ = db;
+    Ok(Text("done".into()))
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use aac_tools::{mcp_tool, Text, ToolError};
+
+/// An audit field named twice.
+#[mcp_tool(scope = "notes:write", audit_fields = ["title", "title"])]
+async fn audited() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
+
+fn main() {}
