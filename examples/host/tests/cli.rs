@@ -86,7 +86,11 @@ fn a_refused_answer_sends_nothing() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("declares this tool destructive"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("declares this tool destructive"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
     assert_eq!(server.all_calls(), 0);
     let methods: Vec<String> = server.seen().into_iter().filter_map(|s| s.method).collect();
