@@ -147,7 +147,7 @@ impl JwtVerifierBuilder {
         let keys = if let Some(secret) = self.secret {
             if secret.len() < 32 {
                 return Err(err(
-                    "the HS256 secret must be at least 32 bytes long".to_owned(),
+                    "the HS256 secret must be at least 32 bytes long".to_owned()
                 ));
             }
             let key = DecodingKey::from_secret(&secret)
@@ -157,7 +157,10 @@ impl JwtVerifierBuilder {
             let (text, source) = match (self.jwks_file, self.jwks_json) {
                 (Some(path), _) => (
                     std::fs::read_to_string(&path).map_err(|e| {
-                        err(format!("the JWKS file `{}` cannot be read: {e}", path.display()))
+                        err(format!(
+                            "the JWKS file `{}` cannot be read: {e}",
+                            path.display()
+                        ))
                     })?,
                     format!("the JWKS file `{}`", path.display()),
                 ),

@@ -229,7 +229,11 @@ impl Guard {
 }
 
 /// The middleware.
-pub(crate) async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+pub(crate) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
     match guard.check(request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(err) => json_error(&err),
@@ -291,12 +295,36 @@ mod tests {
         assert!(ok(&g, "mcp.example.com:8443", None));
         assert!(!ok(&g, "mcp.example.com:8080", None));
         assert!(!ok(&g, "127.0.0.1", None));
-        assert!(ok(&g, "mcp.example.com:8443", Some("https://app.example.com")));
-        assert!(ok(&g, "mcp.example.com:8443", Some("https://app.example.com:443")));
-        assert!(!ok(&g, "mcp.example.com:8443", Some("https://app.example.com:444")));
-        assert!(!ok(&g, "mcp.example.com:8443", Some("http://app.example.com")));
-        assert!(ok(&g, "mcp.example.com:8443", Some("http://localhost:5173")));
-        assert!(!ok(&g, "mcp.example.com:8443", Some("https://mcp.example.com:8443")));
+        assert!(ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("https://app.example.com")
+        ));
+        assert!(ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("https://app.example.com:443")
+        ));
+        assert!(!ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("https://app.example.com:444")
+        ));
+        assert!(!ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("http://app.example.com")
+        ));
+        assert!(ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("http://localhost:5173")
+        ));
+        assert!(!ok(
+            &g,
+            "mcp.example.com:8443",
+            Some("https://mcp.example.com:8443")
+        ));
     }
 
     #[test]

@@ -214,6 +214,13 @@ pub async fn serve(
 ) -> io::Result<()> {
     let shutdown = options.shutdown.clone();
     let router = try_router(server, options)?;
+    // Without TCP_NODELAY, the second write of a response (the event after the SSE
+    // headers) waits for the client's delayed ACK: 40 ms per call.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -127,9 +127,10 @@ impl App {
     fn refusal(&self, headers: &HeaderMap, err: &ToolError, tool: Option<&str>) -> Response {
         let mut response = json_error(err);
         let challenge = match (err.status(), err.reason()) {
-            (Status::Unauthorized, "missing_token") => {
-                Some(format!(r#"Bearer resource_metadata="{}""#, self.resource_urls(headers).metadata))
-            }
+            (Status::Unauthorized, "missing_token") => Some(format!(
+                r#"Bearer resource_metadata="{}""#,
+                self.resource_urls(headers).metadata
+            )),
             (Status::Unauthorized, _) => Some(format!(
                 r#"Bearer error="invalid_token", error_description="{}", resource_metadata="{}""#,
                 quoted(err.message()),
@@ -169,7 +170,13 @@ fn manifest_body(tools: &[Value], positions: &[usize]) -> Bytes {
 /// A quoted-string value of an auth-param: no quotes, backslashes or control characters.
 fn quoted(text: &str) -> String {
     text.chars()
-        .map(|c| if c == '"' || c == '\\' || c.is_control() { '\'' } else { c })
+        .map(|c| {
+            if c == '"' || c == '\\' || c.is_control() {
+                '\''
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -196,7 +203,8 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
 
 /// A refusal as JSON: the error's status and `{"error", "reason", "status"}`.
 pub(crate) fn json_error(err: &ToolError) -> Response {
-    let status = StatusCode::from_u16(err.status().code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(err.status().code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, axum::Json(err.to_json())).into_response()
 }
 
@@ -216,7 +224,10 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ToolError> {
                 format!("the request body is larger than {limit} bytes"),
             )
         } else {
-            ToolError::bad_request("invalid_body", format!("the request body could not be read: {err}"))
+            ToolError::bad_request(
+                "invalid_body",
+                format!("the request body could not be read: {err}"),
+            )
         }
     })
 }
@@ -359,8 +370,14 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
     // Unknown and hidden tools go on to the pipeline, which answers them as MCP tool
     // errors and records them; so does everything that passes.
 
+    let is_delete = parts.method == Method::DELETE;
     parts.extensions.insert(VerifiedPrincipal(principal));
-    next.run(Request::from_parts(parts, Body::from(body))).await
+    let mut response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    // rmcp answers a session's DELETE with 202; the Python SDK expects 200 or 204.
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// `GET /tools`: the manifest of the tools `tools/list` shows this caller.
@@ -539,7 +556,9 @@ mod tests {
         assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");
         h.insert("mcp-method", "tools/list".parse().unwrap());
         assert!(ToolsCall::probe(&h, body).is_none());
-        assert!(ToolsCall::probe(&HeaderMap::new(), br#"{"method":"tools/list","id":1}"#).is_none());
+        assert!(
+            ToolsCall::probe(&HeaderMap::new(), br#"{"method":"tools/list","id":1}"#).is_none()
+        );
         assert!(ToolsCall::probe(&HeaderMap::new(), b"not json").is_none());
     }
 }

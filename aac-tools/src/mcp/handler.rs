@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -130,8 +131,10 @@ impl ServerHandler for McpHandler {
         request: SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.log_level
-            .store(level_rank(from_rmcp_level(request.level)), Ordering::Relaxed);
+        self.log_level.store(
+            level_rank(from_rmcp_level(request.level)),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -153,7 +156,9 @@ impl ServerHandler for McpHandler {
     fn get_tool(&self, name: &str) -> Option<Tool> {
         let i = *self.shared.index.get(name)?;
         let listed = !self.shared.server.is_read_only_mode()
-            || self.shared.server.registry().tools()[i].def().is_read_only();
+            || self.shared.server.registry().tools()[i]
+                .def()
+                .is_read_only();
         listed.then(|| self.shared.tools[i].clone())
     }
 
@@ -167,24 +172,32 @@ impl ServerHandler for McpHandler {
             .meta
             .log_level()
             .map(|l| level_rank(from_rmcp_level(l)))
-            .map_or_else(|| Arc::clone(&self.log_level), |l| Arc::new(AtomicU8::new(l)));
+            .map_or_else(
+                || Arc::clone(&self.log_level),
+                |l| Arc::new(AtomicU8::new(l)),
+            );
         let peer = RmcpPeer::new(
             context.peer.clone(),
             context.meta.get_progress_token(),
             level,
             context.ct.clone(),
         );
-        let call = CallRequest::new(request.name.into_owned(), request.arguments.map(Value::Object))
-            .credentials(credentials)
-            .transport(self.transport)
-            .request_id(context.id.to_string())
-            .peer(Arc::new(peer))
-            .cancellation(context.ct.clone());
+        let call = CallRequest::new(
+            request.name.into_owned(),
+            request.arguments.map(Value::Object),
+        )
+        .credentials(credentials)
+        .transport(self.transport)
+        .request_id(context.id.to_string())
+        .peer(Arc::new(peer))
+        .cancellation(context.ct.clone());
         let response = self.shared.server.call(call).await;
-        let result: CallToolResult =
+        let mut result: CallToolResult =
             serde_json::from_value(response.to_mcp_json()).map_err(|err| {
                 ErrorData::internal_error(format!("the tool result is not valid MCP: {err}"), None)
             })?;
+        // 2026-07-28 requires `resultType`; rmcp strips it again for older peers.
+        result.result_type = Some(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
 }

@@ -63,7 +63,7 @@ fn client_error(what: &str, err: ServiceError) -> ToolError {
         ServiceError::McpError(err) => ToolError::new(
             Status::BadRequest,
             "client_request_failed",
-            format!("the client refused the {what}: {}", err.message),
+            format!("the {what} failed: {}", err.message),
         ),
         other => ToolError::new(
             Status::Unavailable,

@@ -14,28 +14,12 @@ mod tools;
 
 use std::process::ExitCode;
 
-use aac_tools::audit::{AuditError, AuditRecord, AuditSink};
+use aac_tools::audit::JsonLinesSink;
 use aac_tools::http::{HttpOptions, serve};
-use aac_tools::{BoxFuture, Principal, Registry, Server};
+use aac_tools::{Principal, Registry, Server};
 
-/// Writes each audit record as one JSON line on stderr.
-struct StderrAudit;
-
-impl AuditSink for StderrAudit {
-    fn ready(&self) -> Result<(), AuditError> {
-        Ok(())
-    }
-
-    fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
-        let line = serde_json::to_string(&record).map_err(|e| AuditError::new(e.to_string()));
-        Box::pin(async move {
-            eprintln!("audit {}", line?);
-            Ok(())
-        })
-    }
-}
-
-const USAGE: &str = "usage: conformance [ADDR]   (default 127.0.0.1:3001; port 0 picks a free port)";
+const USAGE: &str =
+    "usage: conformance [ADDR]   (default 127.0.0.1:3001; port 0 picks a free port)";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -65,11 +49,9 @@ async fn run(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::builder(Registry::collect()?)
         .name("aac-tools-conformance", env!("CARGO_PKG_VERSION"))
         // The suite's client sends no token. Only for this test server.
-        .danger_allow_unauthenticated(Principal::new(
-            "conformance-suite",
-            [tools::SCOPE],
-        ))
-        .audit(StderrAudit)
+        .danger_allow_unauthenticated(Principal::new("conformance-suite", [tools::SCOPE]))
+        // One JSON line per call on stderr.
+        .audit(JsonLinesSink::stderr())
         .build()?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;

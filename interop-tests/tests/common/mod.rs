@@ -1,0 +1,254 @@
+//! Shared by the integration tests: a temporary database with tokens, the test server
+//! in process on a free loopback port, the test server as a child process (killed on
+//! drop), and small HTTP helpers.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use aac_tools::audit::MemorySink;
+use aac_tools::http::HttpOptions;
+use aac_tools::sqlite::{Database, TokenStore};
+use interop_tests::{Options, build_server, open_database};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// A temporary database with two tokens: `alice` with every scope, `bob` read-only.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub db: Database,
+    pub db_path: PathBuf,
+    pub audit_path: PathBuf,
+    pub full: String,
+    pub reader: String,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db_path = dir.path().join("notes.db");
+        let audit_path = dir.path().join("audit.jsonl");
+        let db = open_database(&db_path).expect("the database opens");
+        let store = TokenStore::open(&db).expect("the token store opens");
+        let full = store
+            .create("alice", Some("interop"), interop_tests::ALL_SCOPES, None)
+            .expect("a token")
+            .token;
+        let reader = store
+            .create("bob", Some("interop"), &["notes:read"], None)
+            .expect("a token")
+            .token;
+        Fixture {
+            dir,
+            db,
+            db_path,
+            audit_path,
+            full,
+            reader,
+        }
+    }
+}
+
+/// The test server, in process, on a free loopback port. Stops on drop.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    pub sink: MemorySink,
+    pub fixture: Fixture,
+    shutdown: CancellationToken,
+}
+
+impl TestServer {
+    pub async fn start(options: HttpOptions, server_options: Options) -> TestServer {
+        let fixture = Fixture::new();
+        let sink = MemorySink::new();
+        let server =
+            build_server(&fixture.db, sink.clone(), server_options).expect("the server builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let shutdown = CancellationToken::new();
+        let options = options.shutdown(shutdown.clone());
+        tokio::spawn(async move {
+            aac_tools::http::serve(server, listener, options)
+                .await
+                .expect("the server serves");
+        });
+        TestServer {
+            base,
+            sink,
+            fixture,
+            shutdown,
+        }
+    }
+
+    pub fn mcp(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A child process, killed and reaped on drop.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `interop-server` binary of this package.
+pub fn server_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_interop-server"))
+}
+
+/// Start `interop-server … http 127.0.0.1:0` and return it with its `/mcp` URL.
+pub fn spawn_http_server(fixture: &Fixture) -> (ChildGuard, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(server_bin())
+        .arg("--db")
+        .arg(&fixture.db_path)
+        .arg("--audit")
+        .arg(&fixture.audit_path)
+        .args(["http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("interop-server starts");
+    let stdout = child.stdout.take().expect("a stdout pipe");
+    let guard = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("interop-server prints its address");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from interop-server: {line:?}"))
+        .to_owned();
+    (guard, url)
+}
+
+/// The audit records of a JSON-lines file.
+pub fn read_audit(path: &std::path::Path) -> Vec<aac_tools::audit::AuditRecord> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an audit record"))
+        .collect()
+}
+
+/// The JSON-RPC messages of a Streamable HTTP response body (SSE or JSON).
+pub fn messages(body: &str) -> Vec<Value> {
+    if body.trim_start().starts_with('{') {
+        return vec![serde_json::from_str(body).expect("a JSON body")];
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+        .map(|data| serde_json::from_str(data).expect("a JSON-RPC message"))
+        .collect()
+}
+
+/// A minimal MCP client over raw HTTP.
+pub struct RawMcp {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub token: Option<String>,
+    pub session: Option<String>,
+}
+
+impl RawMcp {
+    pub fn new(url: &str, token: Option<&str>) -> RawMcp {
+        RawMcp {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+            token: token.map(str::to_owned),
+            session: None,
+        }
+    }
+
+    pub fn post(&self) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        request
+    }
+
+    /// POST a body; the status and the JSON-RPC messages of the answer.
+    pub async fn send(&self, body: impl Into<String>) -> (u16, Vec<Value>) {
+        let response = self
+            .post()
+            .body(body.into())
+            .send()
+            .await
+            .expect("a response");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        let messages = if (200..300).contains(&status) && !text.is_empty() {
+            messages(&text)
+        } else {
+            Vec::new()
+        };
+        (status, messages)
+    }
+
+    /// initialize + notifications/initialized; remembers the session.
+    pub async fn initialize(&mut self) -> Value {
+        let response = self
+            .post()
+            .body(
+                serde_json::json!({
+                    "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "1"},
+                    },
+                })
+                .to_string(),
+            )
+            .send()
+            .await
+            .expect("a response");
+        assert_eq!(response.status().as_u16(), 200, "initialize");
+        self.session = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        let text = response.text().await.expect("a body");
+        let result = messages(&text).pop().expect("the initialize result");
+        let (status, _) = self
+            .send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        assert_eq!(status, 202, "notifications/initialized");
+        result
+    }
+
+    /// tools/call; the final JSON-RPC message (the response).
+    pub async fn call(&self, id: i64, tool: &str, arguments: Value) -> (u16, Option<Value>) {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        });
+        let (status, mut messages) = self.send(body.to_string()).await;
+        (status, messages.pop())
+    }
+}

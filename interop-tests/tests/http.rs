@@ -1,0 +1,826 @@
+//! The HTTP surface end to end, over real loopback HTTP: `/mcp` (401, 403 with the
+//! step-up challenge, sessions, stateless mode, bad input), `/tools`, `POST
+//! /tools/{name}`, the RFC 9728 metadata, Host/Origin checks, the body limit, JWTs beside
+//! opaque tokens, and exactly one audit record per `tools/call` attempt.
+
+mod common;
+
+use aac_tools::audit::{Check, Outcome};
+use aac_tools::http::HttpOptions;
+use aac_tools::jwt::JwtVerifier;
+use aac_tools::{CONFIRM_REQUIRED, Registry};
+use common::{RawMcp, TestServer, messages};
+use interop_tests::Options;
+use serde_json::{Value, json};
+
+fn challenge(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().expect("ascii").to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn mcp_without_a_valid_token_is_401_with_the_metadata_url() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let metadata = format!("{}/.well-known/oauth-protected-resource/mcp", server.base);
+    let raw = RawMcp::new(&server.mcp(), None);
+
+    // initialize, without a token
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(
+        challenge(&response),
+        format!(r#"Bearer resource_metadata="{metadata}""#)
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "missing_token");
+
+    // a tools/call with a bad token: 401 invalid_token, recorded once
+    let raw = RawMcp::new(&server.mcp(), Some("aac_0123456789ab_nope"));
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":"r-1","method":"tools/call","params":{"name":"add_note","arguments":{"text":"secret"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let header = challenge(&response);
+    assert!(
+        header.starts_with(r#"Bearer error="invalid_token", "#),
+        "{header}"
+    );
+    assert!(
+        header.ends_with(&format!(r#"resource_metadata="{metadata}""#)),
+        "{header}"
+    );
+
+    // GET and DELETE need a token too
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = reqwest::Client::new()
+            .request(method, server.mcp())
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+    }
+
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record.tool, "add_note");
+    assert_eq!(record.outcome, Outcome::Denied);
+    assert_eq!(record.check, Some(Check::Authenticate));
+    assert_eq!(record.reason.as_deref(), Some("invalid_token"));
+    assert_eq!(record.status, 401);
+    assert_eq!(record.transport, "streamable_http");
+    assert_eq!(record.request_id.as_deref(), Some("r-1"));
+    assert_eq!(record.principal, None);
+    // redacted, not verbatim
+    assert_ne!(record.arguments["text"], "secret");
+    assert!(
+        record.arguments["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+}
+
+#[tokio::test]
+async fn missing_scope_is_a_real_403_recorded_once() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    raw.initialize().await;
+
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":1,"confirm":true}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert_eq!(
+        challenge(&response),
+        format!(
+            r#"Bearer error="insufficient_scope", scope="notes:delete", resource_metadata="{}/.well-known/oauth-protected-resource/mcp""#,
+            server.base
+        )
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "insufficient_scope");
+
+    // the session still serves what the token allows
+    let (status, result) = raw.call(8, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result.unwrap()["result"]["isError"], false);
+
+    let records = server.sink.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0].tool, "delete_note");
+    assert_eq!(records[0].check, Some(Check::Scope));
+    assert_eq!(records[0].principal.as_deref(), Some("bob"));
+    assert_eq!(records[0].scopes_provided, vec!["notes:read".to_owned()]);
+    assert_eq!(records[0].request_id.as_deref(), Some("7"));
+    assert_eq!(records[0].arguments["confirm"], true);
+    assert_eq!(records[1].tool, "list_notes");
+    assert_eq!(records[1].outcome, Outcome::Success);
+    assert_eq!(records[1].principal.as_deref(), Some("bob"));
+}
+
+#[tokio::test]
+async fn the_mcp_name_header_names_the_tool_and_the_pipeline_still_checks_the_body() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    raw.initialize().await;
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
+
+    // The header is what the HTTP layer checks.
+    let response = raw
+        .post()
+        .header("mcp-name", "add_note")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(challenge(&response).contains(r#"scope="notes:write""#));
+
+    // A header that lies the other way gets past the HTTP layer, but not the pipeline.
+    let lying = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+    let response = raw
+        .post()
+        .header("mcp-name", "list_notes")
+        .body(lying)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let result = messages(&response.text().await.unwrap()).pop().unwrap();
+    assert_eq!(result["result"]["isError"], true);
+    assert_eq!(
+        result["result"]["structuredContent"]["reason"],
+        "insufficient_scope"
+    );
+
+    let records = server.sink.records();
+    let checks: Vec<_> = records.iter().map(|r| (r.tool.as_str(), r.check)).collect();
+    assert_eq!(
+        checks,
+        [
+            ("add_note", Some(Check::Scope)),
+            ("add_note", Some(Check::Scope))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn sessions_start_with_initialize_and_end_with_delete() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let init = raw.initialize().await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(init["result"]["serverInfo"]["name"], "aac-interop");
+    assert!(init["result"]["capabilities"]["tools"].is_object());
+    assert!(init["result"]["capabilities"]["logging"].is_object());
+    let session = raw.session.clone().expect("a session id");
+
+    // without the session: 400; with an unknown one: 404
+    let mut other = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let (status, _) = other
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .await;
+    assert_eq!(status, 400);
+    other.session = Some("not-a-session".into());
+    let (status, _) = other
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .await;
+    assert_eq!(status, 404);
+
+    // logging/setLevel and ping answer {}
+    let (status, msgs) = raw
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}"#)
+        .await;
+    assert_eq!((status, &msgs.last().unwrap()["result"]), (200, &json!({})));
+    let (status, msgs) = raw
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
+    assert_eq!((status, &msgs.last().unwrap()["result"]), (200, &json!({})));
+
+    // tools/list is the registry's objects, exactly
+    let (_, msgs) = raw
+        .send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+        .await;
+    let listed = msgs.last().unwrap()["result"]["tools"].clone();
+    let registry = Registry::collect_module("interop_tests::tools").unwrap();
+    let expected: Vec<Value> = registry.tools().iter().map(|t| t.json().clone()).collect();
+    assert_eq!(listed, Value::Array(expected));
+
+    // DELETE ends the session
+    let delete = |s: &str| {
+        reqwest::Client::new()
+            .delete(server.mcp())
+            .bearer_auth(&server.fixture.full)
+            .header("mcp-session-id", s.to_owned())
+            .send()
+    };
+    assert_eq!(delete(&session).await.unwrap().status(), 204);
+    let (status, _) = raw
+        .send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .await;
+    assert_eq!(status, 404);
+}
+
+/// The session's standalone stream (`GET /mcp`), its messages forwarded to a channel.
+async fn standalone_stream(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    use futures_util::StreamExt;
+    let response = raw
+        .http
+        .get(&raw.url)
+        .bearer_auth(raw.token.as_deref().unwrap())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", raw.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let event: String = buffer.drain(..end + 2).collect();
+                for message in messages(&event) {
+                    if tx.send(message).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next log message of the standalone stream (a guard, not a timing assertion:
+/// it only keeps a broken server from hanging the test).
+async fn next_log(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
+    loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a log message within 30 s")
+            .expect("the stream is open");
+        if message["method"] == "notifications/message" {
+            return message["params"].clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn progress_tokens_are_echoed_verbatim_and_logs_follow_set_level() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let mut logs = standalone_stream(&raw).await;
+
+    let call = |id: i64, to: u32, token: Value| {
+        json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "count_slowly", "arguments": {"to": to}, "_meta": {"progressToken": token}},
+        })
+        .to_string()
+    };
+    // progress rides the call's own stream, with the client's token as sent
+    let (_, msgs) = raw.send(call(1, 2, json!(42))).await;
+    let progress: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 2, "{msgs:#?}");
+    assert_eq!(progress[0]["params"]["progressToken"], json!(42));
+    assert!(progress[0]["params"]["progressToken"].is_i64());
+    assert_eq!(progress[1]["params"]["progress"], json!(2.0));
+    assert_eq!(progress[1]["params"]["total"], json!(2.0));
+    assert_eq!(msgs.last().unwrap()["id"], 1);
+    assert_eq!(msgs.last().unwrap()["result"]["isError"], false);
+    // log messages (default level: info) ride the session's standalone stream
+    for step in [1, 2] {
+        let log = next_log(&mut logs).await;
+        assert_eq!(log["level"], "info");
+        assert_eq!(log["logger"], "count_slowly");
+        assert_eq!(log["data"], json!({"step": step}));
+    }
+
+    // a string token stays a string; at level `error` the info logs are not sent
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"error"}}"#)
+        .await;
+    let (_, msgs) = raw.send(call(3, 2, json!("p-1"))).await;
+    let progress: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 2);
+    assert_eq!(progress[0]["params"]["progressToken"], json!("p-1"));
+    raw.send(r#"{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"debug"}}"#)
+        .await;
+    raw.send(call(5, 3, json!(5))).await;
+    // the stream is ordered: had call 3 logged, its steps 1, 2 would come first
+    let steps: Vec<Value> = [
+        next_log(&mut logs).await,
+        next_log(&mut logs).await,
+        next_log(&mut logs).await,
+    ]
+    .into_iter()
+    .map(|log| log["data"]["step"].clone())
+    .collect();
+    assert_eq!(steps, [json!(1), json!(2), json!(3)]);
+}
+
+#[tokio::test]
+async fn bad_input_gets_errors_and_the_server_keeps_serving() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(4096),
+        Options::default(),
+    )
+    .await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+
+    // malformed JSON
+    let response = raw.post().body("{not json").send().await.unwrap();
+    assert!(response.status().is_client_error(), "{}", response.status());
+    // wrong JSON-RPC shapes
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"id":1,"method":"tools/list"}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+        r#""tools/list""#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"add_note"}"#,
+    ] {
+        let response = raw.post().body(body).send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let is_jsonrpc_error = (200..300).contains(&status)
+            && messages(&text)
+                .last()
+                .is_some_and(|m| m.get("error").is_some());
+        assert!(
+            (400..500).contains(&status) || is_jsonrpc_error,
+            "{body}: {status} {text}"
+        );
+    }
+    // unknown method: a JSON-RPC "method not found"
+    let (status, msgs) = raw
+        .send(r#"{"jsonrpc":"2.0","id":5,"method":"no/such/method"}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(msgs.last().unwrap()["error"]["code"], -32601);
+    // unknown tool: a tool error, recorded
+    let (_, result) = raw.call(6, "no_such_tool", json!({})).await;
+    let result = result.unwrap();
+    assert_eq!(result["result"]["isError"], true);
+    assert_eq!(
+        result["result"]["structuredContent"]["reason"],
+        "unknown_tool"
+    );
+    // oversized body: 413, not recorded
+    let big = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "add_note", "arguments": {"text": "x".repeat(8000)}},
+    });
+    let response = raw.post().body(big.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "body_too_large");
+
+    // still serving, and the session still works
+    let (status, result) = raw.call(8, "add_note", json!({"text": "still here"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result.unwrap()["result"]["structuredContent"]["id"], 1);
+
+    let tools: Vec<(String, Option<Check>)> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.tool, r.check))
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            ("no_such_tool".to_owned(), Some(Check::FindTool)),
+            ("add_note".to_owned(), None),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn host_and_origin_are_checked_on_every_route() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    let post = |host: &str, origin: Option<&str>| {
+        let mut request = client
+            .post(server.mcp())
+            .bearer_auth(&server.fixture.full)
+            .header("host", host.to_owned())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin.to_owned());
+        }
+        request.send()
+    };
+    let evil = post("evil.example.com", Some("http://evil.example.com"))
+        .await
+        .unwrap();
+    assert_eq!(evil.status(), 403);
+    let body: Value = evil.json().await.unwrap();
+    assert_eq!(body["reason"], "host_not_allowed");
+    let local = format!("127.0.0.1:{port}");
+    let ok = post(&local, Some(&format!("http://{local}")))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let bad_origin = post(&local, Some("https://evil.example.com"))
+        .await
+        .unwrap();
+    assert_eq!(bad_origin.status(), 403);
+
+    for path in ["/tools", "/.well-known/oauth-protected-resource"] {
+        let response = client
+            .get(format!("{}{path}", server.base))
+            .header("host", "evil.example.com")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn get_tools_is_the_manifest_of_the_listed_tools() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/tools", server.base);
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    assert!(challenge(&response).contains("resource_metadata="));
+
+    let response = client
+        .get(&url)
+        .bearer_auth(&server.fixture.reader)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let text = response.text().await.unwrap();
+    let registry = Registry::collect_module("interop_tests::tools").unwrap();
+    assert_eq!(text, registry.manifest());
+    let manifest: Value = serde_json::from_str(&text).unwrap();
+    let delete = manifest["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "delete_note")
+        .unwrap();
+    assert_eq!(delete["scopes"], json!(["notes:delete"]));
+    assert_eq!(delete["annotations"]["destructiveHint"], true);
+
+    // read-only mode lists only the read-only tools
+    let read_only = TestServer::start(
+        HttpOptions::default(),
+        Options {
+            read_only: true,
+            jwt: None,
+        },
+    )
+    .await;
+    let manifest: Value = client
+        .get(format!("{}/tools", read_only.base))
+        .bearer_auth(&read_only.fixture.full)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = manifest["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["count_slowly", "list_notes", "summarize_notes"]);
+}
+
+#[tokio::test]
+async fn post_tools_name_is_a_plain_json_call() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    let url = |name: &str| format!("{}/tools/{name}", server.base);
+    let full = &server.fixture.full;
+
+    let response = client
+        .post(url("add_note"))
+        .bearer_auth(full)
+        .header("x-request-id", "req-1")
+        .body(r#"{"text": "plain"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap(), json!({"id": 1}));
+
+    // a content (non-structured) result
+    let response = client
+        .post(url("count_slowly"))
+        .bearer_auth(full)
+        .body(r#"{"to": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.json::<Value>().await.unwrap(),
+        json!({"content": [{"type": "text", "text": "counted to 1"}]})
+    );
+
+    // the confirm guard: 400 with the exact message
+    let response = client
+        .post(url("delete_note"))
+        .bearer_auth(full)
+        .body(r#"{"id": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], CONFIRM_REQUIRED);
+    assert_eq!(
+        body,
+        json!({"error": CONFIRM_REQUIRED, "reason": "destructive_flag_missing", "status": 400})
+    );
+
+    // 401, 403, 404, invalid arguments, a body that is not JSON
+    let response = client.post(url("list_notes")).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    assert!(challenge(&response).starts_with("Bearer resource_metadata="));
+    let response = client
+        .post(url("delete_note"))
+        .bearer_auth(&server.fixture.reader)
+        .body(r#"{"id": 1, "confirm": true}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(challenge(&response).contains(r#"error="insufficient_scope", scope="notes:delete""#));
+    let response = client
+        .post(url("no_such_tool"))
+        .bearer_auth(full)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["reason"],
+        "unknown_tool"
+    );
+    let response = client
+        .post(url("add_note"))
+        .bearer_auth(full)
+        .body(r#"{"text": 3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["reason"],
+        "invalid_arguments"
+    );
+    let response = client
+        .post(url("add_note"))
+        .bearer_auth(full)
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["reason"],
+        "invalid_arguments"
+    );
+    let response = client
+        .post(url("add_note"))
+        .bearer_auth("aac_0123456789ab_nope")
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401, "a bad token is told first");
+
+    let delete = client
+        .post(url("delete_note"))
+        .bearer_auth(full)
+        .body(r#"{"id": 1, "confirm": true}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        delete.json::<Value>().await.unwrap(),
+        json!({"deleted": true})
+    );
+
+    let records: Vec<(String, Option<Check>, u16)> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r.transport, "http");
+            (r.tool, r.check, r.status)
+        })
+        .collect();
+    let expected = [
+        ("add_note", None, 200),
+        ("count_slowly", None, 200),
+        ("delete_note", Some(Check::Confirm), 400),
+        ("list_notes", Some(Check::Authenticate), 401),
+        ("delete_note", Some(Check::Scope), 403),
+        ("no_such_tool", Some(Check::FindTool), 404),
+        ("add_note", Some(Check::Validate), 400),
+        ("add_note", Some(Check::Validate), 400),
+        ("add_note", Some(Check::Authenticate), 401),
+        ("delete_note", None, 200),
+    ]
+    .map(|(t, c, s)| (t.to_owned(), c, s));
+    assert_eq!(records, expected);
+    assert_eq!(
+        server.sink.records()[0].request_id.as_deref(),
+        Some("req-1")
+    );
+}
+
+#[tokio::test]
+async fn protected_resource_metadata() {
+    let server = TestServer::start(
+        HttpOptions::default()
+            .resource_url("https://mcp.example.com/mcp")
+            .authorization_servers(vec!["https://auth.example.com".into()]),
+        Options::default(),
+    )
+    .await;
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let response = reqwest::get(format!("{}{path}", server.base))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let metadata: Value = response.json().await.unwrap();
+        assert_eq!(metadata["resource"], "https://mcp.example.com/mcp");
+        assert_eq!(
+            metadata["authorization_servers"],
+            json!(["https://auth.example.com"])
+        );
+        assert_eq!(
+            metadata["scopes_supported"],
+            json!(["notes:delete", "notes:read", "notes:write"])
+        );
+        assert_eq!(metadata["bearer_methods_supported"], json!(["header"]));
+    }
+    let response = reqwest::Client::new()
+        .post(format!("{}/mcp", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        challenge(&response),
+        r#"Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp""#
+    );
+}
+
+#[tokio::test]
+async fn stateless_mode_serves_without_sessions() {
+    let server =
+        TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("mcp-session-id").is_none());
+
+    // every POST stands alone: no session id needed
+    let (status, result) = raw.call(1, "add_note", json!({"text": "stateless"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        result.unwrap()["result"]["structuredContent"],
+        json!({"id": 1})
+    );
+    let reader = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    let response = reader
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+
+    let get = reqwest::Client::new()
+        .get(server.mcp())
+        .bearer_auth(&server.fixture.full)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    assert_eq!(server.sink.records().len(), 2);
+}
+
+const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
+
+fn jwt(claims: Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn jwts_work_beside_opaque_tokens() {
+    let verifier = JwtVerifier::builder()
+        .issuer("https://auth.example.com")
+        .audience("https://mcp.example.com/mcp")
+        .hs256_secret(SECRET)
+        .build()
+        .unwrap();
+    let server = TestServer::start(
+        HttpOptions::default(),
+        Options {
+            read_only: false,
+            jwt: Some(verifier),
+        },
+    )
+    .await;
+    let now = jsonwebtoken::get_current_timestamp();
+    let good = jwt(json!({
+        "iss": "https://auth.example.com", "aud": "https://mcp.example.com/mcp",
+        "sub": "carol", "exp": now + 300, "scp": ["notes:read", "notes:write"],
+        "workspace": "acme", "jti": "jwt-1",
+    }));
+    let expired = jwt(json!({
+        "iss": "https://auth.example.com", "aud": "https://mcp.example.com/mcp",
+        "sub": "carol", "exp": now - 3600, "scope": "notes:read",
+    }));
+    let other_audience = jwt(json!({
+        "iss": "https://auth.example.com", "aud": "https://elsewhere.example.com",
+        "sub": "carol", "exp": now + 300, "scope": "notes:read",
+    }));
+    let client = reqwest::Client::new();
+    let call = |token: String| {
+        client
+            .post(format!("{}/tools/add_note", server.base))
+            .bearer_auth(token)
+            .body(r#"{"text": "by jwt"}"#)
+            .send()
+    };
+    assert_eq!(call(good).await.unwrap().status(), 200);
+    for token in [expired, other_audience] {
+        let response = call(token).await.unwrap();
+        assert_eq!(response.status(), 401);
+        assert!(challenge(&response).contains(r#"error="invalid_token""#));
+    }
+    assert_eq!(
+        call(server.fixture.full.clone()).await.unwrap().status(),
+        200
+    );
+
+    let records = server.sink.records();
+    assert_eq!(records[0].principal.as_deref(), Some("carol"));
+    assert_eq!(records[0].workspace.as_deref(), Some("acme"));
+    assert_eq!(
+        records[0].scopes_provided,
+        vec!["notes:read".to_owned(), "notes:write".to_owned()]
+    );
+    assert_eq!(records[1].reason.as_deref(), Some("invalid_token"));
+    assert_eq!(records[3].principal.as_deref(), Some("alice"));
+}
