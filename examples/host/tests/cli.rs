@@ -352,3 +352,77 @@ fn list_shows_what_the_host_would_do() {
     assert!(line("delete_thing").contains("asks: the server declares this tool destructive"));
     assert_eq!(server.all_calls(), 0);
 }
+
+/// A stdio MCP server in POSIX shell: it answers `initialize` and `tools/list`, and on
+/// `tools/call` appends a line to `count` and exits without answering (the child dies
+/// mid-call, the usual transport failure of stdio).
+#[cfg(unix)]
+const DYING_SERVER: &str = r#"
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"dying","version":"0"}}}\n' "$id" ;;
+    *'"method":"tools/list"'*)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[%s,%s]}}\n' "$id" "$CREATE" "$UPDATE" ;;
+    *'"method":"tools/call"'*)
+      echo call >> "$1"
+      exit 1 ;;
+  esac
+done
+"#;
+
+#[cfg(unix)]
+#[test]
+fn over_stdio_a_dead_child_is_retried_only_for_safe_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = dir.path().join("calls");
+    let calls = || {
+        std::fs::read_to_string(&count)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let run = |tool: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+            .args(["--timeout", "30", "--trust", "--yes", "--retries", "2"])
+            .args(["--backoff", "1", tool, r#"{"id":"T-1"}"#, "--", "sh", "-c"])
+            .arg(DYING_SERVER)
+            .arg("dying-server")
+            .arg(&count)
+            .env(
+                "CREATE",
+                tool_json("create_thing", "Create thing", [F, F, F, F]),
+            )
+            .env(
+                "UPDATE",
+                tool_json("update_thing", "Update thing", [F, F, T, F]),
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, stderr) = run("create_thing");
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("was not retried"), "{stderr}");
+    assert_eq!(calls(), 1, "a non-idempotent call reaches the server once");
+
+    let (code, stderr) = run("update_thing");
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("failed 3 times"), "{stderr}");
+    assert_eq!(
+        calls(),
+        1 + 3,
+        "an idempotent call is resent, each time to a new child"
+    );
+}
+
+#[cfg(unix)]
+fn tool_json(name: &str, title: &str, hints: [Option<bool>; 4]) -> String {
+    tool(name, title, hints, false).to_string()
+}
