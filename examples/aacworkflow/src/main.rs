@@ -443,10 +443,9 @@ async fn serve_http(
         .stateless(stateless)
         .shutdown(shutdown.clone());
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::info!("interrupted; shutting down");
-            shutdown.cancel();
-        }
+        stop_signal().await;
+        tracing::info!("stopping: no new calls, sessions closed");
+        shutdown.cancel();
     });
     // Tests and scripts read this line to find the port of `--http 127.0.0.1:0`.
     eprintln!("aacworkflow: serving MCP on http://{local}/mcp");
@@ -459,6 +458,29 @@ async fn serve_http(
     aac_tools::http::serve(server, listener, options)
         .await
         .map_err(|e| AppError::new(format!("the HTTP server failed: {e}")))
+}
+
+/// Ctrl-C, or SIGTERM (what `docker stop` and systemd send).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn audit(path: &Path, args: AuditArgs) -> Result<(), AppError> {

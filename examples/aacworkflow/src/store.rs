@@ -155,6 +155,14 @@ fn inspect(path: &Path) -> Result<Inspection, AppError> {
                 .collect::<Result<Vec<_>, _>>()
         })
         .map_err(classify)?;
+    // Corruption past the first page shows only when the pages are read: check them all
+    // once, before serving (linear in the file's size; fine for this server's files).
+    let check: String = conn
+        .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+        .map_err(classify)?;
+    if check != "ok" {
+        return Err(not_a_database(path));
+    }
     Ok(Inspection {
         application_id,
         user_version,
@@ -223,11 +231,23 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
              or pass --db with another path"
         ))
     };
-    let db =
-        Database::open(path).map_err(|e| match e.sqlite().and_then(|s| s.sqlite_error_code()) {
-            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => not_a_database(path),
-            _ => unwritable(&e),
-        })?;
+    let db = Database::open(path).map_err(|e| match e.sqlite() {
+        Some(s)
+            if matches!(
+                s.sqlite_error_code(),
+                Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+            ) =>
+        {
+            not_a_database(path)
+        }
+        // SQLite's own words, without the path repeated.
+        Some(rusqlite::Error::SqliteFailure(code, _)) => {
+            let text = code.to_string();
+            let words = text.split_once(": ").map_or(text.as_str(), |(_, w)| w);
+            unwritable(&words)
+        }
+        _ => unwritable(&e),
+    })?;
     migrate(&db).map_err(|e| unwritable(&e))?;
     TokenStore::open(&db).map_err(|e| unwritable(&e))?;
     Ok(db)

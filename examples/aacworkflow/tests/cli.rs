@@ -252,6 +252,30 @@ fn bad_database_files_get_one_line_that_says_what_to_do() {
     }
     check(&newer, "schema version 99");
 
+    // A real aacworkflow database whose pages past the header are damaged.
+    let corrupt = dir.path().join("corrupt.db");
+    assert!(
+        aacworkflow(dir.path())
+            .args(["init", "--demo", "--db"])
+            .arg(&corrupt)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    {
+        let conn = rusqlite::Connection::open(&corrupt).unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    let mut bytes = std::fs::read(&corrupt).unwrap();
+    assert!(
+        bytes.len() > 6 * 4096,
+        "the demo database spans several pages"
+    );
+    bytes[2 * 4096..5 * 4096].fill(0xff);
+    std::fs::write(&corrupt, &bytes).unwrap();
+    check(&corrupt, "not an aacworkflow database");
+
     check(dir.path(), "is a directory");
 
     let nowhere: PathBuf = dir.path().join("no/such/dir/aacworkflow.db");
