@@ -1,0 +1,419 @@
+//! The official Python MCP SDK (`mcp` from PyPI) as a client of an aac-tools server,
+//! over stdio and over Streamable HTTP, in the handshake protocol (2025-11-25) and the
+//! newest one (2026-07-28): initialize, `tools/list` with every annotation checked,
+//! successful calls, progress, logging, sampling, and each kind of refusal, with exactly
+//! one audit record per call attempt.
+//!
+//! Behind the `interop` feature: `cargo test -p interop-tests --features interop`, after
+//! `scripts/test` made the venv (`target/interop/venv`; or set `AAC_INTEROP_PYTHON`).
+//! Without Python and the SDK these tests fail, loudly; they never skip.
+
+#![cfg(feature = "interop")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aac_tools::audit::{AuditRecord, Outcome};
+use aac_tools::{CONFIRM_REQUIRED, Registry};
+use common::{ChildGuard, Fixture, read_audit, server_bin, spawn_http_server};
+use serde_json::{Value, json};
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_owned()
+}
+
+/// The Python of the venv with the SDK; a clear failure without it.
+fn python() -> PathBuf {
+    let python = match std::env::var_os("AAC_INTEROP_PYTHON") {
+        Some(python) => PathBuf::from(python),
+        None => workspace_root().join("target/interop/venv/bin/python"),
+    };
+    let ok = Command::new(&python)
+        .args(["-c", "import mcp, httpx2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "the interop tests need Python with the official MCP SDK at `{}`, and it is missing \
+         or lacks the `mcp` package. Run `scripts/test` (it creates the venv), or:\n\n    \
+         python3 -m venv target/interop/venv && target/interop/venv/bin/pip install -r \
+         interop-tests/python/requirements.txt\n\nor point AAC_INTEROP_PYTHON at a Python that \
+         has it.",
+        python.display()
+    );
+    python
+}
+
+/// Run `interop_client.py` with these arguments; its JSON report.
+fn run_client(args: &[String]) -> Value {
+    let script = workspace_root().join("interop-tests/python/interop_client.py");
+    let child = Command::new(python())
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python starts");
+    let mut child = ChildGuard(child);
+    // A guard against a hung client, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.0.try_wait().expect("python runs").is_none() {
+        assert!(Instant::now() < deadline, "the Python client hung");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "the Python client failed ({status}):\n{stderr}"
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not a report ({e}):\n{stdout}"))
+}
+
+/// The annotations every tool must advertise, as the table in the design says.
+const HINTS: &[(&str, [bool; 4])] = &[
+    // name, [readOnlyHint, destructiveHint, idempotentHint, openWorldHint]
+    ("add_note", [false, false, false, false]),
+    ("count_slowly", [true, false, true, false]),
+    ("delete_note", [false, true, true, false]),
+    ("list_notes", [true, false, true, false]),
+    ("summarize_notes", [true, false, true, false]),
+];
+
+fn structured(result: &Value) -> &Value {
+    &result["structuredContent"]
+}
+
+fn refusal(result: &Value, reason: &str, status: u16) {
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(structured(result)["reason"], reason, "{result}");
+    assert_eq!(structured(result)["status"], status, "{result}");
+    // the text content is the same JSON
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&text, structured(result));
+}
+
+fn check_full_session(mode: &str, full: &Value) {
+    let expected_version = if mode == "legacy" {
+        "2025-11-25"
+    } else {
+        "2026-07-28"
+    };
+    assert_eq!(full["protocol_version"], expected_version);
+    assert_eq!(full["server_name"], "aac-interop");
+    assert!(full["capabilities"]["tools"].is_object());
+    assert!(full["capabilities"]["logging"].is_object());
+    if mode == "legacy" {
+        assert_eq!(full["ping"], true);
+    }
+
+    // tools/list: exactly the registry's objects, and every hint explicit
+    let registry = Registry::collect_module("interop_tests::tools").unwrap();
+    let expected: Vec<Value> = registry.tools().iter().map(|t| t.json().clone()).collect();
+    assert_eq!(full["tools"], Value::Array(expected), "{mode}");
+    let tools = full["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), HINTS.len());
+    for (tool, (name, [read_only, destructive, idempotent, open_world])) in tools.iter().zip(HINTS)
+    {
+        assert_eq!(tool["name"], *name);
+        let a = &tool["annotations"];
+        assert_eq!(a["readOnlyHint"], *read_only, "{name}");
+        assert_eq!(a["destructiveHint"], *destructive, "{name}");
+        assert_eq!(a["idempotentHint"], *idempotent, "{name}");
+        assert_eq!(a["openWorldHint"], *open_world, "{name}");
+        assert!(!tool["description"].as_str().unwrap().is_empty());
+    }
+    let delete = &tools[2];
+    assert_eq!(
+        delete["_meta"]["aac-tools.dev/scopes"],
+        json!(["notes:delete"])
+    );
+    assert_eq!(
+        delete["inputSchema"]["properties"]["confirm"]["type"],
+        "boolean"
+    );
+    assert_eq!(delete["inputSchema"]["required"], json!(["id", "confirm"]));
+
+    let calls = &full["calls"];
+    let added = &calls["add_note"];
+    assert_eq!(added["isError"], false);
+    let id = structured(added)["id"].as_i64().expect("an id");
+    let notes = structured(&calls["list_notes"])["notes"]
+        .as_array()
+        .unwrap();
+    assert!(
+        notes.contains(&json!({"id": id, "text": "from python"})),
+        "{notes:?}"
+    );
+    for label in ["delete_without_confirm", "delete_confirm_false"] {
+        refusal(&calls[label], "destructive_flag_missing", 400);
+        assert_eq!(structured(&calls[label])["error"], CONFIRM_REQUIRED);
+    }
+    assert_eq!(
+        structured(&calls["delete_confirmed"]),
+        &json!({"deleted": true})
+    );
+    for label in ["add_empty_text", "add_wrong_type", "add_unknown_field"] {
+        refusal(&calls[label], "invalid_arguments", 400);
+    }
+    assert!(
+        structured(&calls["add_empty_text"])["error"]
+            .as_str()
+            .unwrap()
+            .contains("`/text`")
+    );
+    refusal(&calls["unknown_tool"], "unknown_tool", 404);
+    assert_eq!(
+        calls["count_slowly"]["content"],
+        json!([{"type": "text", "text": "counted to 3"}])
+    );
+
+    let progress = full["progress"].as_array().unwrap();
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert_eq!(values, [1.0, 2.0, 3.0]);
+    assert!(progress.iter().all(|p| p["total"] == 3.0));
+    let logs = full["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), 3, "{logs:?}");
+    for (i, log) in logs.iter().enumerate() {
+        assert_eq!(log["level"], "info");
+        assert_eq!(log["logger"], "count_slowly");
+        assert_eq!(log["data"], json!({"step": i + 1}));
+    }
+
+    let summary = &calls["summarize_notes"];
+    if mode == "legacy" {
+        assert_eq!(
+            summary["content"],
+            json!([{"type": "text", "text": "summary: three short notes"}])
+        );
+        let requests = full["sampling_requests"].as_array().unwrap();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0]["maxTokens"], 50);
+        assert_eq!(
+            requests[0]["messages"],
+            json!([{"role": "user", "content": {"type": "text", "text": "Summarize 0 notes."}}])
+        );
+    } else {
+        // 2026-07-28 forbids server-to-client requests (it has InputRequiredResult
+        // instead, which aac-tools does not produce yet): a tool error, not a hang.
+        refusal(summary, "client_request_failed", 400);
+        assert!(full["sampling_requests"].as_array().unwrap().is_empty());
+    }
+}
+
+type Expected = (&'static str, Outcome, Option<&'static str>);
+
+fn full_session_records(mode: &str) -> Vec<Expected> {
+    use Outcome::{Denied, Error, Success};
+    vec![
+        ("add_note", Success, None),
+        ("list_notes", Success, None),
+        ("delete_note", Denied, Some("destructive_flag_missing")),
+        ("delete_note", Denied, Some("destructive_flag_missing")),
+        ("delete_note", Success, None),
+        ("add_note", Denied, Some("invalid_arguments")),
+        ("add_note", Denied, Some("invalid_arguments")),
+        ("add_note", Denied, Some("invalid_arguments")),
+        ("no_such_tool", Denied, Some("unknown_tool")),
+        ("count_slowly", Success, None),
+        if mode == "legacy" {
+            ("summarize_notes", Success, None)
+        } else {
+            ("summarize_notes", Error, Some("client_request_failed"))
+        },
+    ]
+}
+
+fn check_audit(records: &[AuditRecord], transport: &str, expected: &[Expected]) {
+    let got: Vec<(&str, Outcome, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.outcome, r.reason.as_deref()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(records.iter().all(|r| r.transport == transport));
+    // the confirmed delete kept `confirm` and hashed the rest
+    let delete = records
+        .iter()
+        .find(|r| r.tool == "delete_note" && r.outcome == Outcome::Success)
+        .unwrap();
+    assert_eq!(delete.arguments["confirm"], true);
+    assert!(
+        delete.arguments["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(delete.principal.as_deref(), Some("alice"));
+    assert_eq!(delete.workspace.as_deref(), Some("interop"));
+}
+
+#[test]
+fn python_sdk_over_stdio() {
+    let fixture = Fixture::new();
+    let arg = |a: &str| format!("--arg={a}");
+    let report = run_client(&[
+        "stdio".into(),
+        "--command".into(),
+        server_bin().display().to_string(),
+        arg("--db"),
+        arg(&fixture.db_path.display().to_string()),
+        arg("--audit"),
+        arg(&fixture.audit_path.display().to_string()),
+        arg("stdio"),
+        "--full".into(),
+        fixture.full.clone(),
+        "--reader".into(),
+        fixture.reader.clone(),
+    ]);
+    assert_eq!(report["sdk"], "mcp");
+
+    let mut expected = Vec::new();
+    for mode in ["legacy", "auto"] {
+        let entry = &report["modes"][mode];
+        check_full_session(mode, &entry["full"]);
+        // Over stdio the session starts without a valid token; every call is refused
+        // as a tool error naming the reason.
+        for (label, reason) in [
+            ("no_token", "missing_token"),
+            ("bad_token", "invalid_token"),
+        ] {
+            let session = &entry[label];
+            assert_eq!(session["connected"], true, "{label}: {session}");
+            assert_eq!(session["tools_listed"], 5);
+            refusal(&session["add_note"], reason, 401);
+            refusal(&session["list_notes"], reason, 401);
+        }
+        let reader = &entry["reader"];
+        refusal(&reader["add_note"], "insufficient_scope", 403);
+        assert_eq!(
+            structured(&reader["add_note"])["error"],
+            "this tool requires the scopes: notes:write"
+        );
+        assert_eq!(reader["list_notes"]["isError"], false);
+
+        use Outcome::{Denied, Success};
+        expected.extend(full_session_records(mode));
+        expected.extend([
+            ("add_note", Denied, Some("missing_token")),
+            ("list_notes", Denied, Some("missing_token")),
+            ("add_note", Denied, Some("invalid_token")),
+            ("list_notes", Denied, Some("invalid_token")),
+            ("add_note", Denied, Some("insufficient_scope")),
+            ("list_notes", Success, None),
+        ]);
+    }
+    check_audit(&read_audit(&fixture.audit_path), "stdio", &expected);
+}
+
+#[test]
+fn python_sdk_over_streamable_http() {
+    let fixture = Fixture::new();
+    let (_server, url) = spawn_http_server(&fixture);
+    let base = url.strip_suffix("/mcp").unwrap().to_owned();
+    let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp");
+    let report = run_client(&[
+        "http".into(),
+        "--url".into(),
+        url.clone(),
+        "--full".into(),
+        fixture.full.clone(),
+        "--reader".into(),
+        fixture.reader.clone(),
+    ]);
+
+    let mut expected = Vec::new();
+    for mode in ["legacy", "auto"] {
+        let entry = &report["modes"][mode];
+        check_full_session(mode, &entry["full"]);
+
+        // Over HTTP, no valid token means no session: 401 with the metadata URL.
+        for (label, error) in [("no_token", None), ("bad_token", Some("invalid_token"))] {
+            let session = &entry[label];
+            assert_eq!(session["connected"], false, "{label}: {session}");
+            let responses = session["http"].as_array().unwrap();
+            assert!(!responses.is_empty());
+            for response in responses {
+                assert_eq!(response["status"], 401, "{label}: {response}");
+                assert_eq!(response["resource_metadata"], metadata_url.as_str());
+                assert_eq!(response.get("error").and_then(Value::as_str), error);
+            }
+        }
+        // A token without the scope: the session works, the call gets a real 403
+        // with the step-up challenge the SDK's own parser reads.
+        let reader = &entry["reader"];
+        assert_eq!(reader["connected"], true);
+        assert!(reader["add_note_error"]["type"].is_string());
+        let forbidden: Vec<&Value> = reader["http"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == 403)
+            .collect();
+        assert_eq!(forbidden.len(), 1, "{reader}");
+        assert_eq!(forbidden[0]["error"], "insufficient_scope");
+        assert_eq!(forbidden[0]["scope"], "notes:write");
+        assert_eq!(forbidden[0]["resource_metadata"], metadata_url.as_str());
+        assert_eq!(reader["list_notes"]["isError"], false);
+        assert!(
+            reader["http"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["status"].as_u64().unwrap() < 300 || r["status"] == 403),
+            "{reader}"
+        );
+
+        use Outcome::{Denied, Success};
+        expected.extend(full_session_records(mode));
+        expected.extend([
+            ("add_note", Denied, Some("insufficient_scope")),
+            ("list_notes", Success, None),
+        ]);
+    }
+
+    // The metadata the 401 points to passes the SDK's RFC 9728 model.
+    let metadata = &report["resource_metadata"];
+    assert_eq!(metadata["status"], 200);
+    assert_eq!(metadata["metadata"]["resource"], url.as_str());
+    assert_eq!(
+        metadata["metadata"]["authorization_servers"],
+        json!(["https://auth.example.test"])
+    );
+    assert_eq!(
+        metadata["metadata"]["scopes_supported"],
+        json!(["notes:delete", "notes:read", "notes:write"])
+    );
+
+    check_audit(
+        &read_audit(&fixture.audit_path),
+        "streamable_http",
+        &expected,
+    );
+}
