@@ -363,3 +363,237 @@ impl TokenVerifier for JwtVerifier {
         Box::pin(async move { self.verify_now(token) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &str = "a shared secret of at least thirty-two bytes";
+    const AUD: &str = "https://mcp.example.com/mcp";
+    const ISS: &str = "https://auth.example.com";
+
+    // RFC 8032 §7.1, test 1.
+    const ED_SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    const ED_PUBLIC_B64URL: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+
+    fn hs256() -> JwtVerifier {
+        JwtVerifier::builder()
+            .issuer(ISS)
+            .audience(AUD)
+            .hs256_secret(SECRET)
+            .build()
+            .unwrap()
+    }
+
+    fn sign_hs256(claims: Value) -> String {
+        let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        encode(&Header::new(Algorithm::HS256), &claims, &key).unwrap()
+    }
+
+    fn claims(extra: Value) -> Value {
+        let mut claims = json!({
+            "iss": ISS, "aud": AUD, "sub": "alice",
+            "exp": get_current_timestamp() + 300,
+        });
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        claims
+    }
+
+    fn reason(verifier: &JwtVerifier, token: &str) -> String {
+        verifier.verify_now(token).unwrap_err().message().to_owned()
+    }
+
+    #[test]
+    fn scopes_from_scope_or_scp() {
+        let v = hs256();
+        let p = v
+            .verify_now(&sign_hs256(claims(json!({"scope": "a:read  b:write"}))))
+            .unwrap();
+        assert_eq!(p.scopes().collect::<Vec<_>>(), ["a:read", "b:write"]);
+        let p = v
+            .verify_now(&sign_hs256(claims(json!({"scp": ["c:read", "d:run"]}))))
+            .unwrap();
+        assert_eq!(p.scopes().collect::<Vec<_>>(), ["c:read", "d:run"]);
+        let p = v
+            .verify_now(&sign_hs256(claims(json!({"scp": "e:read f:read"}))))
+            .unwrap();
+        assert_eq!(p.scopes().collect::<Vec<_>>(), ["e:read", "f:read"]);
+        let p = v.verify_now(&sign_hs256(claims(json!({})))).unwrap();
+        assert_eq!(p.scopes().len(), 0);
+        assert_eq!(p.subject(), "alice");
+        assert_eq!(p.workspace(), None);
+    }
+
+    #[test]
+    fn workspace_and_token_id() {
+        let p = hs256()
+            .verify_now(&sign_hs256(claims(
+                json!({"workspace": "acme", "jti": "t-1"}),
+            )))
+            .unwrap();
+        assert_eq!(p.workspace(), Some("acme"));
+        assert_eq!(p.token_id(), Some("t-1"));
+        let custom = JwtVerifier::builder()
+            .audience(AUD)
+            .hs256_secret(SECRET)
+            .workspace_claim("org_id")
+            .build()
+            .unwrap();
+        let p = custom
+            .verify_now(&sign_hs256(claims(
+                json!({"org_id": "o-7", "workspace": "x"}),
+            )))
+            .unwrap();
+        assert_eq!(p.workspace(), Some("o-7"));
+        assert_eq!(
+            reason(&custom, &sign_hs256(claims(json!({"org_id": 7})))),
+            "the token's `org_id` claim is not a workspace name"
+        );
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let v = hs256();
+        let now = get_current_timestamp();
+        let cases = [
+            (claims(json!({"exp": now - 3600})), "the token has expired"),
+            (
+                claims(json!({"nbf": now + 3600})),
+                "the token is not valid yet",
+            ),
+            (
+                claims(json!({"iss": "https://evil.example.com"})),
+                "the token was issued by another issuer",
+            ),
+            (
+                claims(json!({"aud": "https://other.example.com"})),
+                "the token was issued for another audience",
+            ),
+        ];
+        for (claims, why) in cases {
+            assert_eq!(reason(&v, &sign_hs256(claims)), why);
+        }
+        let mut no_sub = claims(json!({}));
+        no_sub.as_object_mut().unwrap().remove("sub");
+        assert_eq!(
+            reason(&v, &sign_hs256(no_sub)),
+            "the token has no `sub` claim"
+        );
+        let mut no_exp = claims(json!({}));
+        no_exp.as_object_mut().unwrap().remove("exp");
+        assert_eq!(
+            reason(&v, &sign_hs256(no_exp)),
+            "the token has no `exp` claim"
+        );
+        // another secret
+        let key = EncodingKey::from_secret(b"another secret that is also long enough").unwrap();
+        let forged = encode(&Header::new(Algorithm::HS256), &claims(json!({})), &key).unwrap();
+        assert_eq!(reason(&v, &forged), "the token's signature does not verify");
+        assert_eq!(reason(&v, "not.a.jwt"), "malformed token");
+        let err = v.verify_now("x.y.z").unwrap_err();
+        assert_eq!(err.reason(), "invalid_token");
+    }
+
+    fn ed_der() -> Vec<u8> {
+        let mut der = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        der.extend((0..32).map(|i| u8::from_str_radix(&ED_SEED[2 * i..2 * i + 2], 16).unwrap()));
+        der
+    }
+
+    #[test]
+    fn jwks_keys_by_kid() {
+        let jwks = json!({"keys": [
+            {"kty": "OKP", "crv": "Ed25519", "x": ED_PUBLIC_B64URL, "kid": "ed-1", "alg": "EdDSA"},
+            // base64url of SECRET
+            {"kty": "oct", "k": "YSBzaGFyZWQgc2VjcmV0IG9mIGF0IGxlYXN0IHRoaXJ0eS10d28gYnl0ZXM", "kid": "hs-1"},
+        ]});
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        std::fs::write(&path, jwks.to_string()).unwrap();
+        let v = JwtVerifier::builder()
+            .issuer(ISS)
+            .audience(AUD)
+            .jwks_file(&path)
+            .build()
+            .unwrap();
+
+        let ed_key = EncodingKey::from_ed_der(&ed_der());
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some("ed-1".into());
+        let token = encode(&header, &claims(json!({"scope": "x:read"})), &ed_key).unwrap();
+        assert_eq!(v.verify_now(&token).unwrap().subject(), "alice");
+
+        let hs_key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("hs-1".into());
+        let token = encode(&header, &claims(json!({})), &hs_key).unwrap();
+        assert!(v.verify_now(&token).is_ok());
+
+        // an unknown kid, no kid in a set of two, an algorithm that is not the key's
+        header.kid = Some("nope".into());
+        let token = encode(&header, &claims(json!({})), &hs_key).unwrap();
+        assert_eq!(
+            reason(&v, &token),
+            "the token is signed with an unknown key"
+        );
+        header.kid = None;
+        let token = encode(&header, &claims(json!({})), &hs_key).unwrap();
+        assert_eq!(
+            reason(&v, &token),
+            "the token is signed with an unknown key"
+        );
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("ed-1".into());
+        let token = encode(&header, &claims(json!({})), &hs_key).unwrap();
+        assert_eq!(
+            reason(&v, &token),
+            "the token's algorithm does not match its key"
+        );
+    }
+
+    #[test]
+    fn configuration_errors() {
+        let no_audience = JwtVerifier::builder().hs256_secret(SECRET).build();
+        assert!(no_audience.unwrap_err().to_string().contains("audience"));
+        let no_key = JwtVerifier::builder().audience(AUD).build();
+        assert!(
+            no_key
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one source of keys")
+        );
+        let short = JwtVerifier::builder()
+            .audience(AUD)
+            .hs256_secret("short")
+            .build();
+        assert!(short.unwrap_err().to_string().contains("at least 32 bytes"));
+        let missing = JwtVerifier::builder()
+            .audience(AUD)
+            .jwks_file("/nonexistent/jwks.json")
+            .build();
+        assert!(missing.unwrap_err().to_string().contains("cannot be read"));
+        let garbage = JwtVerifier::builder().audience(AUD).jwks_json("{}").build();
+        assert!(
+            garbage
+                .unwrap_err()
+                .to_string()
+                .contains("not a JSON Web Key Set")
+        );
+    }
+
+    #[test]
+    fn jwt_shape() {
+        assert!(looks_like_jwt("a.b.c"));
+        assert!(!looks_like_jwt("aac_0123_abcd"));
+        assert!(!looks_like_jwt("a.b"));
+    }
+}
