@@ -77,17 +77,14 @@ fn decode_cursor(cursor: &str) -> Option<i64> {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListIssuesArgs {
     /// Only issues with this status.
-    #[serde(default)]
     pub status: Option<IssueStatus>,
     /// Only issues assigned to this user or agent.
-    #[serde(default)]
     pub assignee: Option<String>,
     /// How many issues per page.
     #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 100))]
     pub limit: u32,
     /// The `next_cursor` of the previous page, to get the next one.
-    #[serde(default)]
     pub cursor: Option<String>,
 }
 
@@ -241,7 +238,6 @@ pub struct CreateIssueArgs {
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
     /// The details.
-    #[serde(default)]
     #[schemars(length(max = 20000))]
     pub body: Option<String>,
 }
@@ -279,15 +275,12 @@ pub struct UpdateIssueArgs {
     /// The issue's UUID or its key, such as `AAC-42`.
     pub issue_id: String,
     /// A new title.
-    #[serde(default)]
     #[schemars(length(min = 1, max = 200))]
     pub title: Option<String>,
     /// A new description.
-    #[serde(default)]
     #[schemars(length(max = 20000))]
     pub body: Option<String>,
     /// `open` or `closed`.
-    #[serde(default)]
     pub status: Option<IssueStatus>,
 }
 
