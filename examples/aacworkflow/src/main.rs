@@ -438,6 +438,13 @@ async fn serve_http(
     let local = listener
         .local_addr()
         .map_err(|e| AppError::new(format!("cannot read the listening address: {e}")))?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            %local,
+            "listening beyond loopback, but only requests whose Host is localhost, 127.0.0.1 or ::1 \
+             are accepted (the DNS-rebinding guard); put a proxy that sets Host in front"
+        );
+    }
     let shutdown = tokio_util::sync::CancellationToken::new();
     let options = aac_tools::http::HttpOptions::default()
         .stateless(stateless)
