@@ -147,3 +147,16 @@ async fn summarize_notes(ctx: Ctx, db: ReadDb) -> Result<Text, ToolError> {
     let text = answer["content"]["text"].as_str().unwrap_or_default();
     Ok(Text(format!("summary: {text}")))
 }
+
+/// Wait until the client cancels the call (at most a minute), then refuse with
+/// `cancelled`: the audit record shows that the cancellation reached the tool.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn wait_for_cancellation(ctx: Ctx) -> Result<Text, ToolError> {
+    tokio::select! {
+        () = ctx.cancellation().cancelled() => Err(ToolError::bad_request(
+            "cancelled",
+            "the client cancelled the call",
+        )),
+        () = tokio::time::sleep(Duration::from_secs(60)) => Ok(Text("not cancelled".into())),
+    }
+}

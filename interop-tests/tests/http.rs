@@ -284,6 +284,51 @@ async fn next_log(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value
 }
 
 #[tokio::test]
+async fn a_session_belongs_to_the_principal_that_opened_it() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let mut bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    bob.session = alice.session.clone();
+
+    let response = bob
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let get = bob
+        .http
+        .get(server.mcp())
+        .bearer_auth(&server.fixture.reader)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", alice.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        get.status(),
+        404,
+        "bob cannot read alice's standalone stream"
+    );
+    let delete = bob
+        .http
+        .delete(server.mcp())
+        .bearer_auth(&server.fixture.reader)
+        .header("mcp-session-id", alice.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), 404, "nor end alice's session");
+
+    let (status, result) = alice.call(2, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result.unwrap()["result"]["isError"], false);
+    assert_eq!(server.sink.records().len(), 1);
+}
+
+#[tokio::test]
 async fn progress_tokens_are_echoed_verbatim_and_logs_follow_set_level() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
@@ -524,7 +569,15 @@ async fn get_tools_is_the_manifest_of_the_listed_tools() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["count_slowly", "list_notes", "summarize_notes"]);
+    assert_eq!(
+        names,
+        [
+            "count_slowly",
+            "list_notes",
+            "summarize_notes",
+            "wait_for_cancellation"
+        ]
+    );
 }
 
 #[tokio::test]

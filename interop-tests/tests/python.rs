@@ -102,6 +102,7 @@ const HINTS: &[(&str, [bool; 4])] = &[
     ("delete_note", [false, true, true, false]),
     ("list_notes", [true, false, true, false]),
     ("summarize_notes", [true, false, true, false]),
+    ("wait_for_cancellation", [true, false, true, false]),
 ];
 
 fn structured(result: &Value) -> &Value {
@@ -306,7 +307,7 @@ fn python_sdk_over_stdio() {
         ] {
             let session = &entry[label];
             assert_eq!(session["connected"], true, "{label}: {session}");
-            assert_eq!(session["tools_listed"], 5);
+            assert_eq!(session["tools_listed"], HINTS.len());
             refusal(&session["add_note"], reason, 401);
             refusal(&session["list_notes"], reason, 401);
         }

@@ -100,7 +100,7 @@ fn the_stdio_token_is_verified_on_every_call() {
     assert_eq!(init["result"]["serverInfo"]["name"], "aac-interop");
 
     let listed = server.request(1, "tools/list", json!({}));
-    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 5);
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 6);
     let added = server.call(2, "add_note", json!({"text": "over stdio"}));
     assert_eq!(added["isError"], false);
     assert_eq!(added["structuredContent"], json!({"id": 1}));
@@ -133,6 +133,39 @@ fn the_stdio_token_is_verified_on_every_call() {
         ]
     );
     assert_eq!(records[0].request_id.as_deref(), Some("2"));
+}
+
+#[test]
+fn cancellation_reaches_the_tool() {
+    let fixture = Fixture::new();
+    let mut server = StdioServer::start(&fixture, Some(&fixture.full));
+    server.initialize();
+    server.send(json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "wait_for_cancellation", "arguments": {}},
+    }));
+    server.send(json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": "the user gave up"},
+    }));
+    // The cancelled call gets no answer; its audit record says the tool saw the
+    // cancellation. (A guard against a broken server, not a timing assertion.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let record = loop {
+        if let Some(record) = read_audit(&fixture.audit_path).pop() {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no audit record for the cancelled call"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(record.tool, "wait_for_cancellation");
+    assert_eq!(record.reason.as_deref(), Some("cancelled"));
+    assert_eq!(record.request_id.as_deref(), Some("1"));
+    // and the server goes on serving
+    assert_eq!(server.request(2, "ping", json!({}))["result"], json!({}));
 }
 
 #[test]

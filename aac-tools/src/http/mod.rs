@@ -31,6 +31,7 @@
 
 mod guard;
 mod routes;
+mod sessions;
 
 use std::fmt;
 use std::io;

@@ -14,6 +14,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use super::HttpOptions;
+use super::sessions::SessionOwners;
 use crate::audit::Check;
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
@@ -38,7 +39,12 @@ struct AppInner {
     visible: usize,
     /// Built from [`HttpOptions::resource_url`], when it is set.
     resource: Option<ResourceUrls>,
+    /// Who opened each MCP session.
+    sessions: SessionOwners,
 }
+
+/// The Streamable HTTP session header.
+const SESSION_ID: &str = "mcp-session-id";
 
 /// The `resource` identifier and the URL of its metadata document.
 struct ResourceUrls {
@@ -92,6 +98,7 @@ impl App {
                 full_manifest,
                 visible: visible.len(),
                 resource,
+                sessions: SessionOwners::default(),
             }),
             options: Arc::new(options),
         }
@@ -350,6 +357,24 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
         }
     };
 
+    // A session is used only by the principal that opened it; to anyone else it does
+    // not exist (the same 404 as an unknown session).
+    let session = parts
+        .headers
+        .get(SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && !app.inner.sessions.allows(id, &principal)
+    {
+        tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
+        return json_error(&ToolError::new(
+            Status::NotFound,
+            "session_not_found",
+            "no such session",
+        ));
+    }
+
     if let Some(call) = &call
         && let Err((Check::Scope, err)) = app.server().authorize(&principal, &call.tool)
     {
@@ -371,8 +396,27 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
     // errors and records them; so does everything that passes.
 
     let is_delete = parts.method == Method::DELETE;
-    parts.extensions.insert(VerifiedPrincipal(principal));
+    parts
+        .extensions
+        .insert(VerifiedPrincipal(Arc::clone(&principal)));
     let mut response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    match &session {
+        None => {
+            if let Some(opened) = response
+                .headers()
+                .get(SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+            {
+                app.inner.sessions.opened(opened, &principal);
+            }
+        }
+        Some(id) => {
+            let status = response.status();
+            if status == StatusCode::NOT_FOUND || (is_delete && status.is_success()) {
+                app.inner.sessions.closed(id);
+            }
+        }
+    }
     // rmcp answers a session's DELETE with 202; the Python SDK expects 200 or 204.
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
