@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Text};
+use aac_tools::{Text, mcp_tool};
 
 /// The error is not a `ToolError`.
 #[mcp_tool(read_only, scope = "notes:read")]

@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, ToolError};
+use aac_tools::{ToolError, mcp_tool};
 
 struct Summary {
     notes: u32,

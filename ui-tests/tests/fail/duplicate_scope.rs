@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// The same scope twice.
 #[mcp_tool(read_only, scope = "notes:read", scope = "notes:read")]

@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// The doc comment is overridden by an empty description.
 #[mcp_tool(read_only, scope = "notes:read", description = "  ")]

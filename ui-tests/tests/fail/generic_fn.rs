@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// One tool has one schema.
 #[mcp_tool(read_only, scope = "notes:read")]

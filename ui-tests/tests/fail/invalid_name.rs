@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// MCP tool names have no spaces.
 #[mcp_tool(read_only, scope = "notes:read", name = "list notes")]

@@ -1,5 +1,5 @@
 use aac_tools::sqlite::ReadDb;
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 use ui_tests::DeleteNotes;
 
 /// Deletes from a read-only tool.

@@ -1,6 +1,6 @@
 use aac_tools::access::MayUpdate;
 use aac_tools::sqlite::ReadDb;
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 use ui_tests::UpdateNotes;
 
 fn greet<Q: UpdateNotes + MayUpdate>(queries: &Q) -> Result<(), ToolError> {

@@ -1,6 +1,6 @@
 use aac_tools::access::Delete;
 use aac_tools::sqlite::Db;
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// Asks for more than it may have.
 #[mcp_tool(read_only, scope = "notes:read")]

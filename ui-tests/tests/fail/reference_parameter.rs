@@ -1,4 +1,4 @@
-use aac_tools::{mcp_tool, Ctx, Text, ToolError};
+use aac_tools::{Ctx, Text, ToolError, mcp_tool};
 
 /// Parameters are owned.
 #[mcp_tool(read_only, scope = "notes:read")]

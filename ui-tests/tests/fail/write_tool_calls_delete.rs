@@ -1,5 +1,5 @@
 use aac_tools::sqlite::WriteDb;
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 use ui_tests::DeleteNotes;
 
 /// Deletes from a tool that is not `destructive`.

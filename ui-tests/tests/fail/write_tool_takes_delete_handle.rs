@@ -1,5 +1,5 @@
 use aac_tools::sqlite::DeleteDb;
-use aac_tools::{mcp_tool, Text, ToolError};
+use aac_tools::{Text, ToolError, mcp_tool};
 
 /// Asks for more than it may have.
 #[mcp_tool(idempotent, scope = "notes:write")]
