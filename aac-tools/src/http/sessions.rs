@@ -66,7 +66,7 @@ impl SessionOwners {
             },
         );
         let opened = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
-        if opened % SWEEP_EVERY == 0 {
+        if opened.is_multiple_of(SWEEP_EVERY) {
             owners.retain(|_, owner| now.duration_since(owner.last_seen) < IDLE);
         }
     }

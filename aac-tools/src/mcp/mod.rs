@@ -2,8 +2,8 @@
 //! inside this module, so that an rmcp upgrade touches one place.
 //!
 //! The server side is an rmcp `ServerHandler` (written by hand, without rmcp's macros)
-//! over [`Server`]: `tools/list` from the registry's tool objects, converted once;
-//! `tools/call` through [`Server::call`], so that every check and the audit record
+//! over [`Server`](crate::Server): `tools/list` from the registry's tool objects, converted once;
+//! `tools/call` through [`Server::call`](crate::Server::call), so that every check and the audit record
 //! happen exactly as on every other transport; `logging/setLevel`; `ping`; and a
 //! [`ClientPeer`](crate::ClientPeer) over rmcp's peer for progress, log messages,
 //! sampling, elicitation and cancellation. Every protocol version rmcp supports is
