@@ -681,7 +681,7 @@ impl Server {
         let empty = Value::Object(Map::new());
         let instance = arguments.as_ref().unwrap_or(&empty);
         if let Err(err) = entry.validator().validate(instance) {
-            let pointer = err.instance_path().as_str().to_owned();
+            let pointer = argument_pointer(&err);
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, err)));
         }
         let mut handler_args = match arguments.as_ref() {
@@ -783,6 +783,26 @@ fn build_record(
         access_level: trace.entry.map(|e| e.def().access_level()),
         arguments,
     }
+}
+
+/// The JSON pointer of a validation error: where the offending value is, or for a missing
+/// or unexpected property, where that property is (or would be).
+fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind;
+    let mut pointer = err.instance_path().as_str().to_owned();
+    let property = match err.kind() {
+        ValidationErrorKind::Required { property } => property.as_str(),
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            unexpected.first().map(String::as_str)
+        }
+        _ => None,
+    };
+    if let Some(property) = property {
+        pointer.push('/');
+        pointer.push_str(&property.replace('~', "~0").replace('/', "~1"));
+    }
+    pointer
 }
 
 /// Now, RFC 3339 in UTC with microseconds: `2025-06-22T15:30:00.123456Z`.
