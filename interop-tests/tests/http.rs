@@ -445,6 +445,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     assert_eq!(response.status(), 413);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["reason"], "body_too_large");
+    assert_eq!(body["status"], 413);
 
     // still serving, and the session still works
     let (status, result) = raw.call(8, "add_note", json!({"text": "still here"})).await;

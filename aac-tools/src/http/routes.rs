@@ -239,12 +239,15 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ToolError> {
     })
 }
 
+/// The answer to a body that could not be read: 413 (with `"status": 413` in the body,
+/// which [`Status`] has no variant for) when it was too large.
 fn body_error(err: &ToolError) -> Response {
-    let mut response = json_error(err);
-    if err.reason() == "body_too_large" {
-        *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+    if err.reason() != "body_too_large" {
+        return json_error(err);
     }
-    response
+    let mut body = err.to_json();
+    body["status"] = json!(413);
+    (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
 }
 
 /// What the gate needs to know of a JSON-RPC message that is a `tools/call`.
