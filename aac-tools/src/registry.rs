@@ -88,6 +88,13 @@ pub enum RegistryError {
         /// The name asked for.
         name: String,
     },
+    /// `audit_fields` names a field that is not one of the tool's arguments.
+    UnknownAuditField {
+        /// The tool.
+        tool: String,
+        /// The field.
+        field: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
@@ -108,6 +115,11 @@ impl fmt::Display for RegistryError {
             RegistryError::UnknownTool { name } => {
                 write!(f, "no tool named `{name}` is linked into this binary")
             }
+            RegistryError::UnknownAuditField { tool, field } => write!(
+                f,
+                "tool `{tool}` keeps the audit field `{field}`, which is not one of its \
+                 arguments; fix `#[mcp_tool(audit_fields = […])]`"
+            ),
         }
     }
 }
@@ -331,7 +343,9 @@ fn describe_drift(old: &str, new: &str) -> String {
     for (name, tool) in &new {
         match old.iter().find(|(n, _)| n == name) {
             None => changes.push(format!("`{name}` added")),
-            Some((_, before)) if before != tool => changes.push(format!("`{name}` changed")),
+            Some((_, before)) if before != tool => {
+                changes.push(format!("`{name}` changed ({})", changed_keys(before, tool)));
+            }
             Some(_) => {}
         }
     }
@@ -345,6 +359,19 @@ fn describe_drift(old: &str, new: &str) -> String {
     } else {
         changes.join(", ")
     }
+}
+
+/// The top-level keys of two tool objects whose values differ, such as `` `_meta`, `scopes` ``.
+fn changed_keys(before: &Value, after: &Value) -> String {
+    let empty = Map::new();
+    let before = before.as_object().unwrap_or(&empty);
+    let after = after.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.retain(|k| before.get(*k) != after.get(*k));
+    let keys: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    keys.join(", ")
 }
 
 /// `get_issue` → `Get issue`.
@@ -369,6 +396,7 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
         schema::finish_input_schema(raw_input, def.is_destructive()).map_err(invalid)?;
     let validator = jsonschema::validator_for(&input_schema)
         .map_err(|e| invalid(format!("the input schema does not compile: {e}")))?;
+    check_audit_fields(def, &input_schema)?;
     let (output_schema, wrap_output) = match def.output_schema_value() {
         Some(schema) => {
             let (schema, wrap) = schema::finish_output_schema(schema);
@@ -413,6 +441,31 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
         validator,
         wrap_output,
     })
+}
+
+/// Every audit field must be an argument, when the schema lists its properties at the
+/// root (a composed schema is taken on trust).
+fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
+    let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
+        .iter()
+        .any(|k| input_schema.get(*k).is_some());
+    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    if composed {
+        return Ok(());
+    }
+    match def
+        .audit_fields()
+        .iter()
+        .find(|field| !properties.contains_key(**field))
+    {
+        Some(field) => Err(RegistryError::UnknownAuditField {
+            tool: def.name().to_owned(),
+            field: (*field).to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn manifest_string(tools: &[ToolEntry]) -> String {

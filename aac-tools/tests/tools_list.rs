@@ -173,3 +173,93 @@ fn manifest_is_deterministic_and_carries_scopes() {
     assert_eq!(doc["tools"][1]["name"], "get_issue");
     assert!(a.ends_with("}\n"));
 }
+
+#[test]
+fn tool_objects_have_exactly_the_mcp_fields() {
+    let registry = registry();
+    let keys = |name: &str| -> Vec<String> {
+        let mut keys: Vec<String> = registry
+            .get(name)
+            .unwrap()
+            .json()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        keys("get_issue"),
+        [
+            "_meta",
+            "annotations",
+            "description",
+            "inputSchema",
+            "name",
+            "outputSchema",
+            "title"
+        ]
+    );
+    // Plain text: no outputSchema.
+    assert_eq!(
+        keys("delete_issue"),
+        [
+            "_meta",
+            "annotations",
+            "description",
+            "inputSchema",
+            "name",
+            "title"
+        ]
+    );
+    let get = registry.get("get_issue").unwrap().json();
+    assert_eq!(
+        get["outputSchema"],
+        json!({
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "title": {"type": "string"}},
+            "required": ["id", "title"],
+        })
+    );
+    for entry in registry.tools() {
+        let annotations = entry.json()["annotations"].as_object().unwrap();
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(annotations[hint].is_boolean(), "{} {hint}", entry.name());
+        }
+        assert_eq!(entry.json()["inputSchema"]["type"], "object");
+        assert!(entry.json()["inputSchema"].get("$schema").is_none());
+        assert_eq!(entry.input_schema(), &entry.json()["inputSchema"]);
+    }
+}
+
+#[test]
+fn the_list_is_built_once_and_served_as_built() {
+    let registry = registry();
+    let first = registry.get("get_issue").unwrap().json() as *const serde_json::Value;
+    let again = registry.get("get_issue").unwrap().json() as *const serde_json::Value;
+    assert!(
+        std::ptr::eq(first, again),
+        "the same object, not a rebuilt one"
+    );
+    let server = aac_tools::Server::builder(registry.clone())
+        .audit_disabled()
+        .build()
+        .unwrap();
+    let listed = server.list_tools_json(None);
+    let expected: Vec<&serde_json::Value> = registry.tools().iter().map(|t| t.json()).collect();
+    assert_eq!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>(),
+        expected
+    );
+}

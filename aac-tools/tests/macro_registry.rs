@@ -1,0 +1,178 @@
+//! The registry refuses, at start-up, what the macro cannot see: two tools with one name,
+//! schemas that cannot be advertised, audit fields that are not arguments.
+//!
+//! This binary links such tools on purpose, so `Registry::collect()` fails here; each test
+//! builds a registry of the definitions it needs with `collect_module`, `collect_named`
+//! or `from_defs`.
+
+use aac_tools::{Registry, RegistryError, Text, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+mod first {
+    use super::*;
+
+    /// The first twin.
+    #[mcp_tool(read_only, scope = "twins:read", name = "twin")]
+    async fn first_twin() -> Result<Text, ToolError> {
+        Ok(Text("first".into()))
+    }
+
+    /// A tool of its own.
+    #[mcp_tool(read_only, scope = "solo:read")]
+    async fn solo() -> Result<Text, ToolError> {
+        Ok(Text("solo".into()))
+    }
+}
+
+mod second {
+    use super::*;
+
+    /// The second twin.
+    #[mcp_tool(scope = "twins:write", name = "twin")]
+    async fn second_twin() -> Result<Text, ToolError> {
+        Ok(Text("second".into()))
+    }
+}
+
+mod broken {
+    use super::*;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub(super) struct HasConfirm {
+        confirm: bool,
+    }
+
+    /// A destructive tool whose arguments have their own `confirm`.
+    #[mcp_tool(destructive, scope = "broken:write")]
+    async fn own_confirm(args: HasConfirm) -> Result<Text, ToolError> {
+        Ok(Text(args.confirm.to_string()))
+    }
+
+    fn array_schema() -> Value {
+        json!({"type": "array"})
+    }
+
+    /// Its input schema is not an object.
+    #[mcp_tool(read_only, scope = "broken:read", input_schema = array_schema)]
+    async fn not_an_object() -> Result<Text, ToolError> {
+        Ok(Text("never".into()))
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub(super) struct Note {
+        title: String,
+    }
+
+    /// Keeps an audit field it does not have.
+    #[mcp_tool(scope = "broken:write", audit_fields = ["title", "body"])]
+    async fn audits_a_ghost(args: Note) -> Result<Text, ToolError> {
+        Ok(Text(args.title))
+    }
+}
+
+#[test]
+fn two_tools_with_one_name_are_refused_naming_both() {
+    let err = Registry::collect().expect_err("two tools are named `twin`");
+    let RegistryError::DuplicateName {
+        name,
+        first,
+        second,
+    } = &err
+    else {
+        panic!("expected a duplicate name, got {err}");
+    };
+    assert_eq!(name, "twin");
+    let mut locations = [first.as_str(), second.as_str()];
+    locations.sort_unstable();
+    assert!(
+        locations[0]
+            .starts_with("`macro_registry::first::first_twin` (aac-tools/tests/macro_registry.rs:"),
+        "{locations:?}"
+    );
+    assert!(
+        locations[1].starts_with(
+            "`macro_registry::second::second_twin` (aac-tools/tests/macro_registry.rs:"
+        ),
+        "{locations:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("two tools are named `twin`: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(first) && message.contains(second),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("rename one with `#[mcp_tool(name = \"…\")]`"),
+        "{message}"
+    );
+
+    // The same through `collect_named` and `from_defs`.
+    let named = Registry::collect_named(&["twin"]).expect_err("both twins are named");
+    assert_eq!(named, err);
+    let first_twin = Registry::collect_module("macro_registry::first").unwrap();
+    let second_twin = Registry::collect_module("macro_registry::second").unwrap();
+    let both = [
+        first_twin.get("twin").unwrap().def(),
+        second_twin.get("twin").unwrap().def(),
+    ];
+    assert_eq!(Registry::from_defs(both).unwrap_err(), err);
+    // Each alone is fine, and the module filter takes whole path segments only.
+    assert_eq!(first_twin.len(), 2);
+    assert_eq!(second_twin.len(), 1);
+    assert!(
+        Registry::collect_module("macro_registry::fir")
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn schemas_that_cannot_be_advertised_are_refused() {
+    let err = Registry::collect_named(&["own_confirm"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tool `own_confirm` has an invalid schema: a destructive tool's arguments cannot have \
+         their own `confirm` field: the framework adds it and the handler never sees it"
+    );
+    let err = Registry::collect_named(&["not_an_object"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tool `not_an_object` has an invalid schema: an MCP input schema must have \
+         `\"type\": \"object\"` at its root, found \"array\""
+    );
+}
+
+#[test]
+fn audit_fields_must_be_arguments() {
+    let err = Registry::collect_named(&["audits_a_ghost"]).unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::UnknownAuditField {
+            tool: "audits_a_ghost".into(),
+            field: "body".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "tool `audits_a_ghost` keeps the audit field `body`, which is not one of its \
+         arguments; fix `#[mcp_tool(audit_fields = […])]`"
+    );
+}
+
+#[test]
+fn named_and_module_collections() {
+    assert_eq!(
+        Registry::collect_named(&["nope"]).unwrap_err(),
+        RegistryError::UnknownTool {
+            name: "nope".into()
+        }
+    );
+    let solo = Registry::collect_named(&["solo"]).unwrap();
+    assert_eq!(solo.len(), 1);
+    assert_eq!(solo.scopes_supported(), ["solo:read"]);
+}
