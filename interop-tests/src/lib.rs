@@ -36,6 +36,8 @@ pub struct Options {
     pub read_only: bool,
     /// Accept these JWTs beside the store's opaque tokens.
     pub jwt: Option<JwtVerifier>,
+    /// List only the tools the caller has every scope for.
+    pub filter_list_by_scope: bool,
 }
 
 /// The server over `db`: opaque tokens from the store in `db` (and JWTs if configured),
@@ -57,6 +59,7 @@ pub fn build_server(
             .audit(audit)
             .state(db.clone())
             .read_only_mode(options.read_only)
+            .filter_list_by_scope(options.filter_list_by_scope)
             .build()?,
     )
 }

@@ -551,7 +551,7 @@ async fn get_tools_is_the_manifest_of_the_listed_tools() {
         HttpOptions::default(),
         Options {
             read_only: true,
-            jwt: None,
+            ..Options::default()
         },
     )
     .await;
@@ -830,8 +830,8 @@ async fn jwts_work_beside_opaque_tokens() {
     let server = TestServer::start(
         HttpOptions::default(),
         Options {
-            read_only: false,
             jwt: Some(verifier),
+            ..Options::default()
         },
     )
     .await;
@@ -877,4 +877,97 @@ async fn jwts_work_beside_opaque_tokens() {
     );
     assert_eq!(records[1].reason.as_deref(), Some("invalid_token"));
     assert_eq!(records[3].principal.as_deref(), Some("alice"));
+}
+
+#[tokio::test]
+async fn shutdown_ends_sessions_and_serve_returns() {
+    let fixture = common::Fixture::new();
+    let server = interop_tests::build_server(
+        &fixture.db,
+        aac_tools::audit::MemorySink::new(),
+        Options::default(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(aac_tools::http::serve(
+        server,
+        listener,
+        HttpOptions::default().shutdown(shutdown.clone()),
+    ));
+    let mut raw = RawMcp::new(&url, Some(&fixture.full));
+    raw.initialize().await;
+    let mut stream = standalone_stream(&raw).await;
+
+    shutdown.cancel();
+    // Guards against a hang, not timing assertions.
+    let served = tokio::time::timeout(std::time::Duration::from_secs(30), serving)
+        .await
+        .expect("serve returns after shutdown");
+    served.unwrap().expect("serve ends without an error");
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while stream.recv().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the standalone stream ends");
+}
+
+#[tokio::test]
+async fn the_scope_filter_lists_only_what_the_caller_may_call() {
+    let server = TestServer::start(
+        HttpOptions::default(),
+        Options {
+            filter_list_by_scope: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    let read_tools = [
+        "count_slowly",
+        "list_notes",
+        "summarize_notes",
+        "wait_for_cancellation",
+    ];
+    let mut reader = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    reader.initialize().await;
+    let (_, msgs) = reader
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .await;
+    let names: Vec<String> = msgs.last().unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, read_tools);
+    let manifest: Value = reqwest::Client::new()
+        .get(format!("{}/tools", server.base))
+        .bearer_auth(&server.fixture.reader)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = manifest["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, read_tools);
+
+    let mut full = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    full.initialize().await;
+    let (_, msgs) = full
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .await;
+    assert_eq!(
+        msgs.last().unwrap()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
 }

@@ -68,11 +68,15 @@ impl StdioServer {
     }
 
     fn initialize(&mut self) -> Value {
+        self.initialize_with("2025-06-18")
+    }
+
+    fn initialize_with(&mut self, version: &str) -> Value {
         let init = self.request(
             0,
             "initialize",
             json!({
-                "protocolVersion": "2025-06-18",
+                "protocolVersion": version,
                 "capabilities": {},
                 "clientInfo": {"name": "raw", "version": "1"},
             }),
@@ -176,4 +180,22 @@ fn without_a_token_stdio_calls_are_refused() {
     let refused = server.call(1, "list_notes", json!({}));
     assert_eq!(refused["isError"], true);
     assert_eq!(refused["structuredContent"]["reason"], "missing_token");
+}
+
+#[test]
+fn every_handshake_protocol_version_is_accepted() {
+    let fixture = Fixture::new();
+    for version in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
+        let mut server = StdioServer::start(&fixture, Some(&fixture.full));
+        let init = server.initialize_with(version);
+        assert_eq!(init["result"]["protocolVersion"], version);
+        let listed = server.request(1, "tools/list", json!({}));
+        assert_eq!(
+            listed["result"]["tools"].as_array().unwrap().len(),
+            6,
+            "{version}"
+        );
+        let called = server.call(2, "list_notes", json!({}));
+        assert_eq!(called["isError"], false, "{version}");
+    }
 }

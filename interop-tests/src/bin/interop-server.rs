@@ -57,7 +57,7 @@ async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         JsonLinesSink::file(audit)?,
         Options {
             read_only,
-            jwt: None,
+            ..Options::default()
         },
     )?;
     match rest.as_slice() {
