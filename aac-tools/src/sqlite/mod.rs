@@ -51,6 +51,8 @@ use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
 
 pub use check::{ReadOnlyCheck, ReadOnlyViolation, content_hash};
+/// The `rusqlite` this module is built on, so that query code names the same version.
+pub use rusqlite;
 pub use tokens::{NewToken, TokenInfo, TokenStore};
 
 /// How long a connection waits for a lock held by another connection or process.
@@ -292,24 +294,27 @@ where
     F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError>,
 {
     conn.execute_batch(begin)?;
+    // Rolls back whatever is left open, however `f` ends: an `Err`, a failed `COMMIT`,
+    // or a panic (the writer connection outlives the panic and must not stay inside a
+    // transaction).
+    let open = OpenTransaction(conn);
     let tx = Tx {
         conn,
         level: PhantomData,
     };
-    let result = f(&tx);
-    match result {
-        Ok(value) => match conn.execute_batch("COMMIT") {
-            Ok(()) => Ok(value),
-            Err(err) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(err.into())
-            }
-        },
-        Err(err) => {
-            if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            Err(err)
+    let value = f(&tx)?;
+    conn.execute_batch("COMMIT")?;
+    drop(open);
+    Ok(value)
+}
+
+/// Rolls back the transaction of its connection when dropped, if one is still open.
+struct OpenTransaction<'c>(&'c Connection);
+
+impl Drop for OpenTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
         }
     }
 }
