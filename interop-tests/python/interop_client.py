@@ -143,6 +143,19 @@ async def full_session(transport: Transport, mode: str) -> dict[str, Any]:
     return out
 
 
+async def without_log_opt_in(transport: Transport) -> int:
+    """On 2026-07-28 a request opts in to log messages with a level in `_meta`; without
+    one, none may arrive. The number that did."""
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async with transport.client(transport.args.full, "auto", logging_callback=on_log) as client:
+        await client.call_tool("count_slowly", {"to": 2})
+    return len(logs)
+
+
 async def refused_session(transport: Transport, token: str | None, mode: str) -> dict[str, Any]:
     """A client with a missing, bad or under-scoped token: what it can and cannot do."""
     out: dict[str, Any] = {}
@@ -191,6 +204,8 @@ async def main() -> None:
             transport.recorder.responses.clear()
             entry[label] = await refused_session(transport, token, mode)
             entry[label]["http"] = list(transport.recorder.responses)
+        if mode == "auto":
+            entry["logs_without_opt_in"] = await without_log_opt_in(transport)
         report["modes"][mode] = entry
 
     if args.transport == "http":

@@ -118,7 +118,12 @@ fn refusal(result: &Value, reason: &str, status: u16) {
     assert_eq!(&text, structured(result));
 }
 
-fn check_full_session(mode: &str, full: &Value) {
+fn check_full_session(mode: &str, entry: &Value) {
+    let full = &entry["full"];
+    if mode == "auto" {
+        // 2026-07-28: a request without a `_meta` log level gets no log messages.
+        assert_eq!(entry["logs_without_opt_in"], 0);
+    }
     let expected_version = if mode == "legacy" {
         "2025-11-25"
     } else {
@@ -298,7 +303,7 @@ fn python_sdk_over_stdio() {
     let mut expected = Vec::new();
     for mode in ["legacy", "auto"] {
         let entry = &report["modes"][mode];
-        check_full_session(mode, &entry["full"]);
+        check_full_session(mode, entry);
         // Over stdio the session starts without a valid token; every call is refused
         // as a tool error naming the reason.
         for (label, reason) in [
@@ -329,6 +334,10 @@ fn python_sdk_over_stdio() {
             ("add_note", Denied, Some("insufficient_scope")),
             ("list_notes", Success, None),
         ]);
+        if mode == "auto" {
+            // the call without a log opt-in
+            expected.push(("count_slowly", Success, None));
+        }
     }
     check_audit(&read_audit(&fixture.audit_path), "stdio", &expected);
 }
@@ -352,7 +361,7 @@ fn python_sdk_over_streamable_http() {
     let mut expected = Vec::new();
     for mode in ["legacy", "auto"] {
         let entry = &report["modes"][mode];
-        check_full_session(mode, &entry["full"]);
+        check_full_session(mode, entry);
 
         // Over HTTP, no valid token means no session: 401 with the metadata URL.
         for (label, error) in [("no_token", None), ("bad_token", Some("invalid_token"))] {
@@ -397,6 +406,10 @@ fn python_sdk_over_streamable_http() {
             ("add_note", Denied, Some("insufficient_scope")),
             ("list_notes", Success, None),
         ]);
+        if mode == "auto" {
+            // the call without a log opt-in
+            expected.push(("count_slowly", Success, None));
+        }
     }
 
     // The metadata the 401 points to passes the SDK's RFC 9728 model.

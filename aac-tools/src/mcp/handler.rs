@@ -79,6 +79,9 @@ pub(crate) struct McpHandler {
 /// Log messages below `info` are dropped until the client asks for them.
 const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 
+/// A minimum level above every level: no log messages at all.
+const NO_LOGS: u8 = u8::MAX;
+
 impl McpHandler {
     pub(crate) fn new(shared: Arc<Shared>, transport: Transport, token: Option<String>) -> Self {
         McpHandler {
@@ -168,14 +171,16 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let credentials = self.credentials(&context);
-        let level = context
-            .meta
-            .log_level()
-            .map(|l| level_rank(from_rmcp_level(l)))
-            .map_or_else(
-                || Arc::clone(&self.log_level),
-                |l| Arc::new(AtomicU8::new(l)),
-            );
+        // The request's own level (2026-07-28 `_meta`), else the session's. From
+        // 2026-07-28 on, a request without one has not opted in to log messages.
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        let level = match context.meta.log_level() {
+            Some(level) => Arc::new(AtomicU8::new(level_rank(from_rmcp_level(level)))),
+            None if modern => Arc::new(AtomicU8::new(NO_LOGS)),
+            None => Arc::clone(&self.log_level),
+        };
         let peer = RmcpPeer::new(
             context.peer.clone(),
             context.meta.get_progress_token(),
