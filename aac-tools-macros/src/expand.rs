@@ -61,7 +61,7 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
                 let defs = &params.defs;
                 let output = output_checks(&func);
                 quote! {
-                    #[allow(non_camel_case_types, clippy::all)]
+                    #[allow(dead_code, non_camel_case_types, clippy::all)]
                     const _: () = {
                         #defs
                         #output
