@@ -14,9 +14,8 @@ mod valid;
 
 use proc_macro::TokenStream;
 
-/// Turns an `async fn` into an MCP tool whose annotations the server enforces.
-///
-/// See the `aac-tools` crate documentation for the full reference.
+/// *Defined in `aac-tools-macros`, an implementation detail: the reference of
+/// `#[mcp_tool]` is at `aac_tools::mcp_tool`, where `aac-tools` re-exports it.*
 #[proc_macro_attribute]
 pub fn mcp_tool(args: TokenStream, input: TokenStream) -> TokenStream {
     let output =

@@ -68,6 +68,64 @@ pub mod host;
 #[doc(hidden)]
 pub mod __private;
 
+/// Turns an `async fn` into an MCP tool whose annotations the server enforces.
+///
+/// ```
+/// use aac_tools::sqlite::DeleteDb;
+/// use aac_tools::{mcp_tool, Text, ToolError};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct DeleteArgs {
+///     /// The note's id.
+///     id: i64,
+/// }
+///
+/// /// Delete a note permanently.
+/// #[mcp_tool(destructive, idempotent, scope = "notes:write")]
+/// async fn delete_note(db: DeleteDb, args: DeleteArgs) -> Result<Text, ToolError> {
+///     let gone = db
+///         .run(move |tx| Ok(tx.conn().execute("DELETE FROM notes WHERE id = ?1", [args.id])?))
+///         .await?;
+///     Ok(Text(format!("{gone} note deleted")))
+/// }
+/// ```
+///
+/// # Keys
+///
+/// | key | meaning |
+/// | --- | --- |
+/// | `read_only` | changes nothing: `readOnlyHint`, `idempotentHint`; handles at [`access::Read`] |
+/// | `destructive` | may destroy data: `destructiveHint`; callers send `confirm: true`; handles up to [`access::Delete`] |
+/// | `idempotent` | `idempotentHint` (implied by `read_only`) |
+/// | `open_world` | `openWorldHint`: the tool reaches outside systems |
+/// | `scope = "resource:action"` | a scope the caller needs; at least one; repeat for several |
+/// | `name = "…"` | the MCP name (default: the function's name) |
+/// | `title = "…"` | the human title (default: from the name, `get_note` → `Get note`) |
+/// | `description = "…"` | the description (default: the doc comment, paragraphs kept) |
+/// | `input_schema = path` | a `fn() -> serde_json::Value` advertised and validated instead of the derived schema |
+/// | `audit_fields = ["a", …]` | argument fields kept verbatim in audit records (the others are hashed) |
+///
+/// A tool that is neither `read_only` nor `destructive` runs at [`access::Write`].
+/// `read_only` with `destructive` is a compile error.
+///
+/// # Parameters, in any order
+///
+/// - at most one arguments type deriving `serde::Deserialize` and `schemars::JsonSchema`
+///   (none for a tool without arguments);
+/// - a data handle such as [`sqlite::Db<L>`](crate::sqlite::Db) at or below the tool's level;
+/// - [`Ctx`], the call's context; [`State<T>`], shared state.
+///
+/// # Return
+///
+/// `Result<T, E>`, where `E` is [`ToolError`] or converts into it ([`IntoToolError`]), and
+/// `T` derives `serde::Serialize` and `schemars::JsonSchema` (it becomes `outputSchema` and
+/// `structuredContent`; a non-object is wrapped as `{"result": …}`), or is [`Text`] or
+/// [`ToolOutput`].
+///
+/// Every mistake is a compile error in our words with the caret on your token, all of an
+/// item's errors in one pass; `ui-tests/tests/fail` holds one case per mistake.
 pub use aac_tools_macros::mcp_tool;
 
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
