@@ -167,17 +167,13 @@ impl<'a> ReadOnlyCheck<'a> {
         let principal = Arc::new(self.principal.unwrap_or_else(|| {
             Principal::new("read-only-check", self.server.registry().scopes_supported())
         }));
-        let exclude: Vec<&str> = self.exclude.iter().map(String::as_str).collect();
-        let hash = || {
-            content_hash(self.db, &exclude).map_err(|e| ReadOnlyViolation::Database(e.to_string()))
-        };
         let mut checked = BTreeMap::new();
         for entry in self.server.registry().tools() {
             if !entry.def().is_read_only() {
                 continue;
             }
             let name = entry.name();
-            let before = hash()?;
+            let before = hash_off_runtime(self.db, &self.exclude).await?;
             let arguments = self
                 .arguments
                 .get(name)
@@ -196,7 +192,7 @@ impl<'a> ReadOnlyCheck<'a> {
                     error: err.to_string(),
                 });
             }
-            let after = hash()?;
+            let after = hash_off_runtime(self.db, &self.exclude).await?;
             if before != after {
                 return Err(ReadOnlyViolation::DataChanged {
                     tool: name.to_owned(),
@@ -206,4 +202,17 @@ impl<'a> ReadOnlyCheck<'a> {
         }
         Ok(checked)
     }
+}
+
+/// [`content_hash`] on a blocking thread, like every other piece of database work.
+async fn hash_off_runtime(db: &Database, exclude: &[String]) -> Result<String, ReadOnlyViolation> {
+    let db = db.clone();
+    let exclude = exclude.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let exclude: Vec<&str> = exclude.iter().map(String::as_str).collect();
+        content_hash(&db, &exclude)
+    })
+    .await
+    .map_err(|e| ReadOnlyViolation::Database(format!("the hashing task failed: {e}")))?
+    .map_err(|e| ReadOnlyViolation::Database(e.to_string()))
 }
