@@ -68,6 +68,11 @@ pub mod host;
 #[doc(hidden)]
 pub mod __private;
 
+// The README's Rust examples compile as doc tests, so the front page cannot rot.
+#[cfg(all(doctest, feature = "sqlite", feature = "mcp"))]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 /// Turns an `async fn` into an MCP tool whose annotations the server enforces.
 ///
 /// ```
