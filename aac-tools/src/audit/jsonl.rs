@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::worker::{Backend, Health, SinkStats, Worker};
+use super::worker::{Backend, Batching, Health, SinkStats, Worker};
 use super::{AuditError, AuditRecord, AuditSink};
 use crate::principal::BoxFuture;
 
@@ -26,7 +26,7 @@ use crate::principal::BoxFuture;
 /// ```
 #[derive(Clone)]
 pub struct JsonLinesSink {
-    worker: Worker,
+    worker: Worker<LinesBackend>,
     target: Arc<str>,
 }
 
@@ -84,7 +84,7 @@ impl JsonLinesSink {
         let worker = Worker::spawn(
             "aac-audit-jsonl",
             backend,
-            1024,
+            Batching::group(1024),
             Arc::new(Health::new(None)),
         )?;
         Ok(JsonLinesSink {
@@ -116,12 +116,24 @@ struct LinesBackend {
 }
 
 impl Backend for LinesBackend {
-    fn write_batch(&mut self, batch: &[AuditRecord]) -> Result<(), AuditError> {
+    /// The record's line, newline included.
+    type Item = Vec<u8>;
+
+    fn prepare(record: AuditRecord) -> Vec<u8> {
+        // An `AuditRecord` always serializes (string keys, no failing impls).
+        let mut line = serde_json::to_vec(&record).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+
+    fn describe(line: &Vec<u8>) -> String {
+        String::from_utf8_lossy(line).trim_end().to_owned()
+    }
+
+    fn write_batch(&mut self, batch: &[Vec<u8>]) -> Result<(), AuditError> {
         self.buf.clear();
-        for record in batch {
-            serde_json::to_writer(&mut self.buf, record)
-                .map_err(|e| AuditError::new(format!("cannot encode an audit record: {e}")))?;
-            self.buf.push(b'\n');
+        for line in batch {
+            self.buf.extend_from_slice(line);
         }
         let failed =
             |e: std::io::Error| AuditError::new(format!("cannot write to {}: {e}", self.name));

@@ -203,9 +203,17 @@ pub fn redact_arguments(arguments: Option<&Map<String, Value>>, keep: &[&str]) -
             let value = if kept {
                 value.clone()
             } else {
-                let digest = Sha256::digest(value.to_string().as_bytes());
-                let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-                Value::String(format!("sha256:{hex}"))
+                // One buffer and a hex table: this runs for every argument of every call.
+                let json = serde_json::to_vec(value).unwrap_or_default();
+                let digest = Sha256::digest(&json);
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut text = String::with_capacity(7 + 16);
+                text.push_str("sha256:");
+                for b in &digest[..8] {
+                    text.push(char::from(HEX[usize::from(b >> 4)]));
+                    text.push(char::from(HEX[usize::from(b & 0x0f)]));
+                }
+                Value::String(text)
             };
             (key.clone(), value)
         })

@@ -5,9 +5,14 @@
 //! This is group commit: while one batch is being flushed, the next one fills up, so
 //! under load one flush serves many calls, and with a single caller the latency is one
 //! write and one flush.
+//!
+//! The writer thread is the one serial part, so whatever does not depend on the order
+//! of records (encoding them as JSON, for instance) is done by the callers, on their
+//! own threads, before the record is handed over ([`Backend::prepare`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -16,8 +21,17 @@ use crate::principal::BoxFuture;
 
 /// Writes a batch of records durably, all or nothing.
 pub(crate) trait Backend: Send + 'static {
+    /// A record as the writer thread takes it.
+    type Item: Send + 'static;
+
+    /// Turn a record into an item, on the caller's thread.
+    fn prepare(record: AuditRecord) -> Self::Item;
+
+    /// The item as one line of the error log, when it could not be written.
+    fn describe(item: &Self::Item) -> String;
+
     /// Write `batch` and make it durable before returning `Ok`.
-    fn write_batch(&mut self, batch: &[AuditRecord]) -> Result<(), AuditError>;
+    fn write_batch(&mut self, batch: &[Self::Item]) -> Result<(), AuditError>;
 }
 
 /// Whether the sink can write, as [`AuditSink::ready`](super::AuditSink::ready) answers it.
@@ -77,8 +91,8 @@ impl Health {
     }
 }
 
-struct Job {
-    record: AuditRecord,
+struct Job<I> {
+    record: I,
     reply: oneshot::Sender<Result<(), AuditError>>,
 }
 
@@ -92,25 +106,65 @@ pub struct SinkStats {
     pub batches: u64,
 }
 
+/// How the writer thread groups records.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Batching {
+    /// The most records in one batch (1: one durable write per record).
+    pub(crate) max_batch: usize,
+    /// When the previous batch held several records (callers are concurrent), wait for
+    /// as many records as it held, while they arrive less than this apart. Zero: never
+    /// wait.
+    pub(crate) linger: Duration,
+    /// The longest a batch waits for more records in all.
+    pub(crate) max_linger: Duration,
+}
+
+impl Batching {
+    /// Group commit with the default waits.
+    pub(crate) const fn group(max_batch: usize) -> Batching {
+        Batching {
+            max_batch,
+            linger: Duration::from_micros(50),
+            max_linger: Duration::from_millis(1),
+        }
+    }
+}
+
 /// The caller's side of a writer thread. Cheap to clone; the thread ends when the last
 /// clone is dropped, after answering every record it was given.
-#[derive(Debug, Clone)]
-pub(crate) struct Worker {
-    jobs: mpsc::Sender<Job>,
+pub(crate) struct Worker<B: Backend> {
+    jobs: mpsc::Sender<Job<B::Item>>,
     health: Arc<Health>,
 }
 
-impl Worker {
-    /// Start a writer thread named `name` over `backend`, writing at most `max_batch`
-    /// records per batch (1: one durable write per record).
-    pub(crate) fn spawn<B: Backend>(
+impl<B: Backend> Clone for Worker<B> {
+    fn clone(&self) -> Self {
+        Worker {
+            jobs: self.jobs.clone(),
+            health: Arc::clone(&self.health),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Worker<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("health", &self.health)
+            .finish()
+    }
+}
+
+impl<B: Backend> Worker<B> {
+    /// Start a writer thread named `name` over `backend`, grouping records as
+    /// `batching` says.
+    pub(crate) fn spawn(
         name: &str,
         mut backend: B,
-        max_batch: usize,
+        batching: Batching,
         health: Arc<Health>,
-    ) -> Result<Worker, AuditError> {
-        let (jobs, rx) = mpsc::channel::<Job>();
-        let max_batch = max_batch.max(1);
+    ) -> Result<Worker<B>, AuditError> {
+        let (jobs, rx) = mpsc::channel::<Job<B::Item>>();
+        let max_batch = batching.max_batch.max(1);
         let thread_health = Arc::clone(&health);
         let sink_name = name.to_owned();
         std::thread::Builder::new()
@@ -124,8 +178,9 @@ impl Worker {
                     }
                 }
                 let _alive = Alive(Arc::clone(&thread_health));
-                let mut batch: Vec<AuditRecord> = Vec::with_capacity(max_batch.min(1024));
+                let mut batch: Vec<B::Item> = Vec::with_capacity(max_batch.min(1024));
                 let mut replies = Vec::with_capacity(max_batch.min(1024));
+                let mut last_batch = 0;
                 while let Ok(first) = rx.recv() {
                     batch.push(first.record);
                     replies.push(first.reply);
@@ -138,6 +193,47 @@ impl Worker {
                             Err(_) => break,
                         }
                     }
+                    // The callers answered by the last commit are about to send their
+                    // next records: waiting for them (as many as the last batch held)
+                    // lets every concurrent caller share this commit's flush, instead of
+                    // splitting into cohorts that alternate between two flushes. The
+                    // wait ends early when no record arrived for `linger`; it polls
+                    // rather than sleeps, since a sleeping thread wakes late on a busy
+                    // machine. A lone caller never waits (its last batch held one).
+                    let target = last_batch.min(max_batch);
+                    if target > 1 && batch.len() < target && !batching.linger.is_zero() {
+                        let started = Instant::now();
+                        let mut last_arrival = started;
+                        while batch.len() < target {
+                            match rx.try_recv() {
+                                Ok(job) => {
+                                    batch.push(job.record);
+                                    replies.push(job.reply);
+                                    last_arrival = Instant::now();
+                                }
+                                Err(mpsc::TryRecvError::Empty) => {
+                                    let now = Instant::now();
+                                    if now - last_arrival >= batching.linger
+                                        || now - started >= batching.max_linger
+                                    {
+                                        break;
+                                    }
+                                    std::thread::yield_now();
+                                }
+                                Err(mpsc::TryRecvError::Disconnected) => break,
+                            }
+                        }
+                        while batch.len() < max_batch {
+                            match rx.try_recv() {
+                                Ok(job) => {
+                                    batch.push(job.record);
+                                    replies.push(job.reply);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    last_batch = batch.len();
                     let result = backend.write_batch(&batch);
                     match &result {
                         Ok(()) => {
@@ -155,7 +251,7 @@ impl Worker {
                                 tracing::error!(
                                     sink = %sink_name,
                                     error = %err,
-                                    record = %serde_json::to_string(record).unwrap_or_default(),
+                                    record = %B::describe(record),
                                     "audit record could not be written"
                                 );
                             }
@@ -183,7 +279,10 @@ impl Worker {
     /// Hand `record` to the writer thread; the future resolves once it is durable.
     pub(crate) fn record(&self, record: AuditRecord) -> BoxFuture<'static, Result<(), AuditError>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.jobs.send(Job { record, reply });
+        let sent = self.jobs.send(Job {
+            record: B::prepare(record),
+            reply,
+        });
         Box::pin(async move {
             if sent.is_err() {
                 return Err(AuditError::new("the audit writer thread has stopped"));
