@@ -251,6 +251,9 @@ pub trait AuditSink: Send + Sync + 'static {
     fn ready(&self) -> Result<(), AuditError>;
 
     /// Write one record durably. The answer to the call waits for this.
+    ///
+    /// Hand the record off (to a queue, a writer thread…) before returning the future, as
+    /// the built-in sinks do: the future may be dropped unfinished if the caller goes away.
     fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>>;
 }
 
