@@ -581,13 +581,13 @@ impl Server {
             Ok(output) => (Ok(output), None),
             Err((check, err)) => (Err(err), Some(check)),
         };
-        let record = attempt.record(&result, check);
         match &self.inner.audit {
             None => {
                 attempt.recorded = true;
                 CallResponse { result, check }
             }
             Some(sink) => {
+                let record = attempt.record(&result, check);
                 let written = sink.record(record);
                 attempt.recorded = true;
                 match written.await {
