@@ -173,7 +173,11 @@ async fn serve_http(
                     Default::default(),
                     StreamableHttpServerConfig::default(),
                 );
-            axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+            axum::serve(
+                nodelay(listener),
+                axum::Router::new().nest_service("/mcp", service),
+            )
+            .await
         }
         Variant::RmcpPerCall => {
             let service: StreamableHttpService<PerCallRouter, LocalSessionManager> =
@@ -182,7 +186,21 @@ async fn serve_http(
                     Default::default(),
                     StreamableHttpServerConfig::default(),
                 );
-            axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+            axum::serve(
+                nodelay(listener),
+                axum::Router::new().nest_service("/mcp", service),
+            )
+            .await
         }
     }
+}
+
+/// The listener with `TCP_NODELAY` on every connection, as `aac_tools::http::serve` does:
+/// without it an SSE answer waits for the client's delayed ACK (40 ms).
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    })
 }

@@ -79,8 +79,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
 
 fn main() -> io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("serve") {
-        return serve(&args[1..]);
+    match args.first().map(String::as_str) {
+        Some("serve") => return serve(&args[1..]),
+        Some("profile") => return profile(&args[1..]),
+        _ => {}
     }
     let options = parse_options(&args).map_err(io::Error::other)?;
     if cfg!(debug_assertions) {
@@ -209,6 +211,30 @@ fn serve(args: &[String]) -> io::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(variant::serve(variant, transport, audit_db.as_deref()))
+}
+
+/// `bench-all profile <aac|aac-audit|rmcp> <calls>`: one in-process call path in a loop,
+/// for a profiler (`valgrind --tool=callgrind`, `perf record`).
+fn profile(args: &[String]) -> io::Result<()> {
+    let usage = || io::Error::other("usage: bench-all profile <aac|aac-audit|rmcp> <calls>");
+    let what = args.first().ok_or_else(usage)?;
+    let calls: usize = args.get(1).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let fx = rt.block_on(async { Fixture::new() });
+    let mut ok = 0;
+    for i in 0..calls {
+        let done = match what.as_str() {
+            "aac" => rt.block_on(fx.aac_verified(&fx.aac_no_audit, i)),
+            "aac-audit" => rt.block_on(fx.aac_verified(&fx.aac_counting, i)),
+            "rmcp" => rt.block_on(fx.rmcp(&fx.rmcp_stored, i)),
+            _ => return Err(usage()),
+        };
+        ok += usize::from(done);
+    }
+    eprintln!("{ok} of {calls} calls succeeded");
+    Ok(())
 }
 
 /// Median nanoseconds per call of `f` over batches.
