@@ -237,29 +237,34 @@ fn profile(args: &[String]) -> io::Result<()> {
     Ok(())
 }
 
-/// Median nanoseconds per call of `f` over batches.
+/// Median nanoseconds per call of `f` over 15 batches, each batch long enough to last
+/// about 20 ms (so that slow operations do not take minutes).
 fn time_per_call(mut f: impl FnMut(usize) -> bool) -> io::Result<f64> {
-    const BATCH: usize = 2000;
     const BATCHES: usize = 15;
+    let failed = || io::Error::other("a benchmark call failed");
+    // Warm up, and size the batches.
     let mut i = 0;
-    for _ in 0..BATCH {
+    let start = Instant::now();
+    while i < 10 || (i < 2000 && start.elapsed() < Duration::from_millis(20)) {
         if !f(i) {
-            return Err(io::Error::other("a benchmark call failed"));
+            return Err(failed());
         }
         i += 1;
     }
-    let mut per_call = Vec::with_capacity(BATCHES);
+    let per_call = start.elapsed().as_nanos() as f64 / i as f64;
+    let batch = ((20_000_000.0 / per_call) as usize).clamp(1, 20_000);
+    let mut results = Vec::with_capacity(BATCHES);
     for _ in 0..BATCHES {
         let start = Instant::now();
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             if !f(i) {
-                return Err(io::Error::other("a benchmark call failed"));
+                return Err(failed());
             }
             i += 1;
         }
-        per_call.push(start.elapsed().as_nanos() as f64 / BATCH as f64);
+        results.push(start.elapsed().as_nanos() as f64 / batch as f64);
     }
-    Ok(median(&per_call))
+    Ok(median(&results))
 }
 
 fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
@@ -311,7 +316,7 @@ fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
         time_per_call(|i| rt.block_on(fx.rmcp(&fx.rmcp_per_call, i)))?,
     );
     add(
-        "`tools/list` of 150, aac-tools",
+        "`tools/list` of 150, aac-tools `Server::list_tools_json`",
         time_per_call(|_| fx.aac_list() > 0)?,
     );
     add(
