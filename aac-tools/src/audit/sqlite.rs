@@ -2,6 +2,7 @@
 //! thread that commits the records of concurrent callers together (group commit).
 
 use std::fmt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,8 +208,8 @@ impl SqliteSinkBuilder {
     /// Open the database (creating the file and the table if needed) and start the
     /// writer thread, or say why the database cannot take records.
     pub fn open(self) -> Result<SqliteSink, AuditError> {
-        let conn = open_connection(&self.path, &self)?;
-        self.start(Some(conn), None)
+        let connected = connect(&self.path, &self)?;
+        self.start(Some(connected), None)
     }
 
     /// Like [`open`](Self::open), but never fails: if the database cannot be opened,
@@ -218,8 +219,8 @@ impl SqliteSinkBuilder {
     ///
     /// A server built with it starts, and serves nothing unaudited.
     pub fn open_or_unavailable(self) -> SqliteSink {
-        match open_connection(&self.path, &self) {
-            Ok(conn) => match self.clone().start(Some(conn), None) {
+        match connect(&self.path, &self) {
+            Ok(connected) => match self.clone().start(Some(connected), None) {
                 Ok(sink) => sink,
                 Err(err) => self.unavailable_forever(err),
             },
@@ -251,7 +252,7 @@ impl SqliteSinkBuilder {
 
     fn start(
         self,
-        conn: Option<Connection>,
+        conn: Option<Connected>,
         problem: Option<AuditError>,
     ) -> Result<SqliteSink, AuditError> {
         let batching = match self.commit {
@@ -284,7 +285,56 @@ impl SqliteSinkBuilder {
     }
 }
 
-fn open_connection(path: &Path, options: &SqliteSinkBuilder) -> Result<Connection, AuditError> {
+/// The sink's connection, and the write-ahead log to sync when commits do not.
+struct Connected {
+    conn: Connection,
+    wal: Option<Arc<File>>,
+}
+
+/// Open the database for the sink.
+///
+/// With group commit and `synchronous = FULL`, the connection itself runs with
+/// `synchronous = NORMAL` (a commit writes the log but does not sync it) and the
+/// write-ahead log file is opened to be synced by the syncer thread before any caller
+/// of the batch is answered: the same durability as `FULL`, with the next batch written
+/// while this one is flushed. If the log file cannot be opened, the connection syncs
+/// at each commit itself (`FULL`).
+fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditError> {
+    let defer = options.commit == CommitMode::Group && options.synchronous == Synchronous::Full;
+    let synchronous = if defer {
+        Synchronous::Normal
+    } else {
+        options.synchronous
+    };
+    let conn = open_connection(path, options, synchronous)?;
+    if !defer {
+        return Ok(Connected { conn, wal: None });
+    }
+    let mut wal_path = path.as_os_str().to_owned();
+    wal_path.push("-wal");
+    match File::open(&wal_path) {
+        Ok(wal) => Ok(Connected {
+            conn,
+            wal: Some(Arc::new(wal)),
+        }),
+        Err(e) => {
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "cannot open the audit database's write-ahead log to sync it; every commit syncs it instead"
+            );
+            conn.pragma_update(None, "synchronous", Synchronous::Full.pragma())
+                .map_err(sql_error)?;
+            Ok(Connected { conn, wal: None })
+        }
+    }
+}
+
+fn open_connection(
+    path: &Path,
+    options: &SqliteSinkBuilder,
+    synchronous: Synchronous,
+) -> Result<Connection, AuditError> {
     let shown = path.display();
     let cannot = |e: rusqlite::Error| {
         AuditError::new(format!("cannot open the audit database `{shown}`: {e}"))
@@ -312,7 +362,7 @@ fn open_connection(path: &Path, options: &SqliteSinkBuilder) -> Result<Connectio
             "cannot put the audit database `{shown}` in WAL mode (journal mode is `{mode}`)"
         )));
     }
-    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
+    conn.pragma_update(None, "synchronous", synchronous.pragma())
         .map_err(cannot)?;
     ensure_table(&conn).map_err(|e| AuditError::new(format!("audit database `{shown}`: {e}")))?;
     Ok(conn)
@@ -320,7 +370,7 @@ fn open_connection(path: &Path, options: &SqliteSinkBuilder) -> Result<Connectio
 
 struct SqliteBackend {
     path: PathBuf,
-    conn: Option<Connection>,
+    conn: Option<Connected>,
     options: SqliteSinkBuilder,
     last_attempt: Instant,
     problem: Option<AuditError>,
@@ -337,6 +387,10 @@ impl Backend for SqliteBackend {
         format!("[{}", item.tail)
     }
 
+    fn deferred_sync(&self) -> Option<Arc<File>> {
+        self.conn.as_ref().and_then(|c| c.wal.clone())
+    }
+
     fn write_batch(&mut self, batch: &[PreparedRow]) -> Result<(), AuditError> {
         if self.conn.is_none() {
             if self.last_attempt.elapsed() < self.options.retry_interval {
@@ -346,7 +400,7 @@ impl Backend for SqliteBackend {
                     .unwrap_or_else(|| AuditError::new("the audit database is not open")));
             }
             self.last_attempt = Instant::now();
-            match open_connection(&self.path, &self.options) {
+            match connect(&self.path, &self.options) {
                 Ok(conn) => {
                     tracing::info!(path = %self.path.display(), "the audit database is open");
                     self.conn = Some(conn);
@@ -358,10 +412,10 @@ impl Backend for SqliteBackend {
                 }
             }
         }
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(connected) = self.conn.as_mut() else {
             return Err(AuditError::new("the audit database is not open"));
         };
-        append(conn, batch).map_err(|e| {
+        append(&mut connected.conn, batch).map_err(|e| {
             AuditError::new(format!(
                 "cannot write to the audit database `{}`: {e}",
                 self.path.display()

@@ -10,6 +10,7 @@
 //! of records (encoding them as JSON, for instance) is done by the callers, on their
 //! own threads, before the record is handed over ([`Backend::prepare`]).
 
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -30,8 +31,70 @@ pub(crate) trait Backend: Send + 'static {
     /// The item as one line of the error log, when it could not be written.
     fn describe(item: &Self::Item) -> String;
 
-    /// Write `batch` and make it durable before returning `Ok`.
+    /// Write `batch`, all or nothing, and make it durable before returning `Ok` — unless
+    /// [`deferred_sync`](Backend::deferred_sync) names a file to sync.
     fn write_batch(&mut self, batch: &[Self::Item]) -> Result<(), AuditError>;
+
+    /// A file whose sync makes the batch just written durable. When there is one, the
+    /// callers of the batch are answered by a second thread after it synced the file,
+    /// while the writer thread goes on with the next batch: writing one batch overlaps
+    /// with flushing the previous one.
+    fn deferred_sync(&self) -> Option<Arc<File>> {
+        None
+    }
+}
+
+type Reply = oneshot::Sender<Result<(), AuditError>>;
+
+/// Batches written but not yet durable, handed to the syncer thread.
+struct Unsynced {
+    file: Arc<File>,
+    replies: Vec<Reply>,
+}
+
+/// The syncer thread: syncs once for every batch waiting, then answers their callers.
+fn spawn_syncer(name: &str, health: Arc<Health>) -> Result<mpsc::Sender<Unsynced>, AuditError> {
+    let (tx, rx) = mpsc::channel::<Unsynced>();
+    std::thread::Builder::new()
+        .name(format!("{name}-sync"))
+        .spawn(move || {
+            let mut waiting: Vec<Unsynced> = Vec::new();
+            while let Ok(first) = rx.recv() {
+                waiting.push(first);
+                while let Ok(more) = rx.try_recv() {
+                    waiting.push(more);
+                }
+                // Every batch here was written before this sync starts, so it covers
+                // them all. (Normally one file; a reconnection may give a second.)
+                let mut result = Ok(());
+                let mut synced: Vec<&Arc<File>> = Vec::new();
+                for unsynced in &waiting {
+                    if synced.iter().any(|f| Arc::ptr_eq(f, &unsynced.file)) {
+                        continue;
+                    }
+                    if let Err(e) = unsynced.file.sync_data() {
+                        result = Err(AuditError::new(format!(
+                            "cannot flush the audit log to disk: {e}"
+                        )));
+                    }
+                    synced.push(&unsynced.file);
+                }
+                match &result {
+                    Ok(()) => health.set_ok(),
+                    Err(err) => {
+                        health.set_failed(err);
+                        tracing::error!(error = %err, "audit records were written but could not be made durable");
+                    }
+                }
+                for unsynced in waiting.drain(..) {
+                    for reply in unsynced.replies {
+                        let _ = reply.send(result.clone());
+                    }
+                }
+            }
+        })
+        .map_err(|e| AuditError::new(format!("cannot start the audit sync thread: {e}")))?;
+    Ok(tx)
 }
 
 /// Whether the sink can write, as [`AuditSink::ready`](super::AuditSink::ready) answers it.
@@ -93,7 +156,7 @@ impl Health {
 
 struct Job<I> {
     record: I,
-    reply: oneshot::Sender<Result<(), AuditError>>,
+    reply: Reply,
 }
 
 /// What a file-backed sink wrote since it started.
@@ -181,6 +244,8 @@ impl<B: Backend> Worker<B> {
                 let mut batch: Vec<B::Item> = Vec::with_capacity(max_batch.min(1024));
                 let mut replies = Vec::with_capacity(max_batch.min(1024));
                 let mut last_batch = 0;
+                // Started the first time a batch defers its sync.
+                let mut syncer: Option<mpsc::Sender<Unsynced>> = None;
                 while let Ok(first) = rx.recv() {
                     batch.push(first.record);
                     replies.push(first.reply);
@@ -235,13 +300,16 @@ impl<B: Backend> Worker<B> {
                     }
                     last_batch = batch.len();
                     let result = backend.write_batch(&batch);
+                    let deferred = backend.deferred_sync();
                     match &result {
                         Ok(()) => {
                             thread_health
                                 .records
                                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
                             thread_health.batches.fetch_add(1, Ordering::Relaxed);
-                            thread_health.set_ok();
+                            if deferred.is_none() {
+                                thread_health.set_ok();
+                            }
                         }
                         Err(err) => {
                             thread_health.set_failed(err);
@@ -257,8 +325,35 @@ impl<B: Backend> Worker<B> {
                             }
                         }
                     }
-                    for reply in replies.drain(..) {
-                        let _ = reply.send(result.clone());
+                    match (&result, deferred) {
+                        (Ok(()), Some(file)) => {
+                            if syncer.is_none() {
+                                match spawn_syncer(&sink_name, Arc::clone(&thread_health)) {
+                                    Ok(tx) => syncer = Some(tx),
+                                    Err(err) => thread_health.set_failed(&err),
+                                }
+                            }
+                            let unsynced = Unsynced {
+                                file,
+                                replies: std::mem::take(&mut replies),
+                            };
+                            let unsent = match &syncer {
+                                Some(tx) => tx.send(unsynced).err().map(|e| e.0),
+                                None => Some(unsynced),
+                            };
+                            if let Some(unsynced) = unsent {
+                                let stopped = AuditError::new("the audit sync thread has stopped");
+                                thread_health.set_failed(&stopped);
+                                for reply in unsynced.replies {
+                                    let _ = reply.send(Err(stopped.clone()));
+                                }
+                            }
+                        }
+                        _ => {
+                            for reply in replies.drain(..) {
+                                let _ = reply.send(result.clone());
+                            }
+                        }
                     }
                     batch.clear();
                 }
