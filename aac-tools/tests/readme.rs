@@ -24,7 +24,9 @@ async fn get_note(db: ReadDb, args: GetNote) -> Result<Note, ToolError> {
     db.run(move |tx| {
         let text = tx
             .conn()
-            .query_row("SELECT text FROM notes WHERE id = ?1", [args.id], |r| r.get(0));
+            .query_row("SELECT text FROM notes WHERE id = ?1", [args.id], |r| {
+                r.get(0)
+            });
         text.map(|text| Note { id: args.id, text })
             .map_err(|_| ToolError::not_found(format!("no note {}", args.id)))
     })
