@@ -11,7 +11,7 @@
 //! own threads, before the record is handed over ([`Backend::prepare`]).
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -46,19 +46,32 @@ pub(crate) trait Backend: Send + 'static {
 
 type Reply = oneshot::Sender<Result<(), AuditError>>;
 
-/// Batches written but not yet durable, handed to the syncer thread.
-struct Unsynced {
+/// A batch written but not yet durable, handed to the syncer thread (which also frees
+/// its items, sparing the writer thread that work).
+struct Unsynced<I> {
     file: Arc<File>,
     replies: Vec<Reply>,
+    items: Vec<I>,
+}
+
+/// The syncer thread's inbox, and how many batches it has not answered yet.
+struct Syncer<I> {
+    inbox: mpsc::Sender<Unsynced<I>>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 /// The syncer thread: syncs once for every batch waiting, then answers their callers.
-fn spawn_syncer(name: &str, health: Arc<Health>) -> Result<mpsc::Sender<Unsynced>, AuditError> {
-    let (tx, rx) = mpsc::channel::<Unsynced>();
+fn spawn_syncer<I: Send + 'static>(
+    name: &str,
+    health: Arc<Health>,
+) -> Result<Syncer<I>, AuditError> {
+    let (inbox, rx) = mpsc::channel::<Unsynced<I>>();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::clone(&in_flight);
     std::thread::Builder::new()
         .name(format!("{name}-sync"))
         .spawn(move || {
-            let mut waiting: Vec<Unsynced> = Vec::new();
+            let mut waiting: Vec<Unsynced<I>> = Vec::new();
             while let Ok(first) = rx.recv() {
                 waiting.push(first);
                 while let Ok(more) = rx.try_recv() {
@@ -72,29 +85,42 @@ fn spawn_syncer(name: &str, health: Arc<Health>) -> Result<mpsc::Sender<Unsynced
                     if synced.iter().any(|f| Arc::ptr_eq(f, &unsynced.file)) {
                         continue;
                     }
-                    if let Err(e) = unsynced.file.sync_data() {
-                        result = Err(AuditError::new(format!(
-                            "cannot flush the audit log to disk: {e}"
-                        )));
+                    if let Err(err) = sync(&unsynced.file) {
+                        result = Err(err);
                     }
                     synced.push(&unsynced.file);
                 }
-                match &result {
-                    Ok(()) => health.set_ok(),
-                    Err(err) => {
-                        health.set_failed(err);
-                        tracing::error!(error = %err, "audit records were written but could not be made durable");
-                    }
-                }
+                settle(&health, &result);
+                let mut done = Vec::with_capacity(waiting.len());
                 for unsynced in waiting.drain(..) {
                     for reply in unsynced.replies {
                         let _ = reply.send(result.clone());
                     }
+                    done.push(unsynced.items);
+                    answered.fetch_sub(1, Ordering::AcqRel);
                 }
+                // Freed after the callers were answered.
+                drop(done);
             }
         })
         .map_err(|e| AuditError::new(format!("cannot start the audit sync thread: {e}")))?;
-    Ok(tx)
+    Ok(Syncer { inbox, in_flight })
+}
+
+fn sync(file: &File) -> Result<(), AuditError> {
+    file.sync_data()
+        .map_err(|e| AuditError::new(format!("cannot flush the audit log to disk: {e}")))
+}
+
+/// Record the outcome of a sync in the sink's health.
+fn settle(health: &Health, result: &Result<(), AuditError>) {
+    match result {
+        Ok(()) => health.set_ok(),
+        Err(err) => {
+            health.set_failed(err);
+            tracing::error!(error = %err, "audit records were written but could not be made durable");
+        }
+    }
 }
 
 /// Whether the sink can write, as [`AuditSink::ready`](super::AuditSink::ready) answers it.
@@ -245,7 +271,7 @@ impl<B: Backend> Worker<B> {
                 let mut replies = Vec::with_capacity(max_batch.min(1024));
                 let mut last_batch = 0;
                 // Started the first time a batch defers its sync.
-                let mut syncer: Option<mpsc::Sender<Unsynced>> = None;
+                let mut syncer: Option<Syncer<B::Item>> = None;
                 while let Ok(first) = rx.recv() {
                     batch.push(first.record);
                     replies.push(first.reply);
@@ -326,19 +352,43 @@ impl<B: Backend> Worker<B> {
                         }
                     }
                     match (&result, deferred) {
+                        // A lone record while nothing else is being synced: sync it
+                        // here, sparing its caller the hand-over to the syncer.
+                        (Ok(()), Some(file))
+                            if batch.len() == 1
+                                && syncer
+                                    .as_ref()
+                                    .is_none_or(|s| s.in_flight.load(Ordering::Acquire) == 0) =>
+                        {
+                            let result = sync(&file);
+                            settle(&thread_health, &result);
+                            for reply in replies.drain(..) {
+                                let _ = reply.send(result.clone());
+                            }
+                        }
                         (Ok(()), Some(file)) => {
                             if syncer.is_none() {
                                 match spawn_syncer(&sink_name, Arc::clone(&thread_health)) {
-                                    Ok(tx) => syncer = Some(tx),
+                                    Ok(started) => syncer = Some(started),
                                     Err(err) => thread_health.set_failed(&err),
                                 }
                             }
                             let unsynced = Unsynced {
                                 file,
                                 replies: std::mem::take(&mut replies),
+                                items: std::mem::replace(
+                                    &mut batch,
+                                    Vec::with_capacity(last_batch.max(1)),
+                                ),
                             };
                             let unsent = match &syncer {
-                                Some(tx) => tx.send(unsynced).err().map(|e| e.0),
+                                Some(s) => {
+                                    s.in_flight.fetch_add(1, Ordering::AcqRel);
+                                    s.inbox.send(unsynced).err().map(|e| {
+                                        s.in_flight.fetch_sub(1, Ordering::AcqRel);
+                                        e.0
+                                    })
+                                }
                                 None => Some(unsynced),
                             };
                             if let Some(unsynced) = unsent {
