@@ -208,6 +208,7 @@ fn fdatasync_latency() -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let mut file = std::fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(dir.path().join("sync"))
