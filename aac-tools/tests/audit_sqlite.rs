@@ -1,6 +1,8 @@
 //! The SQLite sink on real database files: what it stores, append-only triggers, the
 //! hash chain and `verify`, group commit, sharing the application's file, and reading.
 
+#![cfg(feature = "sqlite")]
+
 use std::sync::Arc;
 
 use aac_tools::audit::{
