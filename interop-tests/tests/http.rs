@@ -728,6 +728,25 @@ async fn post_tools_name_is_a_plain_json_call() {
 }
 
 #[tokio::test]
+async fn metadata_without_an_authorization_server_leaves_the_list_out() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let metadata: Value = reqwest::get(format!(
+        "{}/.well-known/oauth-protected-resource",
+        server.base
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert!(metadata.get("resource").is_some_and(Value::is_string));
+    assert!(
+        metadata.get("authorization_servers").is_none(),
+        "an empty list is rejected by clients: {metadata}"
+    );
+}
+
+#[tokio::test]
 async fn protected_resource_metadata() {
     let server = TestServer::start(
         HttpOptions::default()

@@ -542,14 +542,18 @@ pub(crate) async fn call_tool(
 /// `GET /.well-known/oauth-protected-resource[/…]`: RFC 9728 metadata.
 pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap) -> Response {
     let urls = app.resource_urls(&headers);
-    axum::Json(json!({
+    let mut metadata = json!({
         "resource": urls.resource,
-        "authorization_servers": app.options.authorization_servers,
         "scopes_supported": app.server().registry().scopes_supported(),
         "bearer_methods_supported": ["header"],
         "resource_name": app.server().name(),
-    }))
-    .into_response()
+    });
+    // RFC 9728 makes the list optional; an empty one is rejected by clients (the Python
+    // SDK among them), so a server without an authorization server leaves it out.
+    if !app.options.authorization_servers.is_empty() {
+        metadata["authorization_servers"] = json!(app.options.authorization_servers);
+    }
+    axum::Json(metadata).into_response()
 }
 
 /// Any other route.
