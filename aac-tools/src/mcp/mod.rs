@@ -45,6 +45,12 @@ mod stdio {
     ///
     /// Nothing but MCP may be written to stdout while this runs: send logs to stderr.
     ///
+    /// When stdin and stdout are pipes (the way MCP clients start servers), they are read
+    /// and written on the runtime's I/O reactor, without a hand-off to a blocking thread
+    /// per message (on Linux, through rmcp's `stdio_pipes`, which reopens them so that
+    /// the process's own standard streams stay blocking); otherwise they are used as
+    /// they are. The runtime needs I/O enabled (`#[tokio::main]` has it).
+    ///
     /// ```no_run
     /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
     /// aac_tools::mcp::serve_stdio(server, std::env::var("AAC_TOKEN").ok()).await
@@ -54,7 +60,7 @@ mod stdio {
         let shared = Shared::new(server)?;
         let handler = McpHandler::new(shared, Transport::Stdio, token);
         let running = handler
-            .serve(rmcp::transport::stdio())
+            .serve(rmcp::transport::stdio_pipes())
             .await
             .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
         running
