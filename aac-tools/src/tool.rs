@@ -463,6 +463,12 @@ impl ToolOutput {
         self
     }
 
+    /// The content items and the structured value, taken apart (for a transport that
+    /// builds its own result type without copying them).
+    pub(crate) fn into_parts(self) -> (Vec<Content>, Option<Value>) {
+        (self.content, self.structured)
+    }
+
     /// The MCP `CallToolResult` JSON of this output.
     pub fn to_json(&self) -> Value {
         let mut result = Map::new();

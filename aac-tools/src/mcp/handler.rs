@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    LoggingLevel, PaginatedRequestParams, ResourceContents, ResultType, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -20,8 +20,10 @@ use serde_json::{Value, json};
 
 use super::peer::RmcpPeer;
 use crate::context::{LogLevel, Transport};
+use crate::error::ToolError;
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
+use crate::tool::{Content, ToolOutput};
 
 /// What every session of one server shares: the server, the rmcp tools converted once
 /// from the registry, and the `initialize` answer.
@@ -197,13 +199,50 @@ impl ServerHandler for McpHandler {
         .peer(Arc::new(peer))
         .cancellation(context.ct.clone());
         let response = self.shared.server.call(call).await;
-        let mut result: CallToolResult =
-            serde_json::from_value(response.to_mcp_json()).map_err(|err| {
-                ErrorData::internal_error(format!("the tool result is not valid MCP: {err}"), None)
-            })?;
-        // 2026-07-28 requires `resultType`; rmcp strips it again for older peers.
-        result.result_type = Some(ResultType::COMPLETE);
-        Ok(CallToolResponse::Complete(result))
+        Ok(CallToolResponse::Complete(call_tool_result(
+            response.into_result(),
+        )))
+    }
+}
+
+/// The rmcp result of a call, built directly from the pipeline's (no JSON in between):
+/// the same `CallToolResult` JSON as [`CallResponse::to_mcp_json`](crate::CallResponse::to_mcp_json),
+/// with `resultType` (which 2026-07-28 requires; rmcp strips it again for older peers).
+pub(crate) fn call_tool_result(result: Result<ToolOutput, ToolError>) -> CallToolResult {
+    let mut result = match result {
+        Ok(output) => {
+            let (content, structured) = output.into_parts();
+            let mut result =
+                CallToolResult::success(content.into_iter().map(content_block).collect());
+            result.structured_content = structured;
+            result
+        }
+        Err(err) => {
+            let body = err.to_json();
+            let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
+            result.structured_content = Some(body);
+            result
+        }
+    };
+    result.result_type = Some(ResultType::COMPLETE);
+    result
+}
+
+fn content_block(item: Content) -> ContentBlock {
+    match item {
+        Content::Text { text } => ContentBlock::text(text),
+        Content::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        Content::Audio { data, mime_type } => ContentBlock::audio(data, mime_type),
+        Content::ResourceText {
+            uri,
+            mime_type,
+            text,
+        } => ContentBlock::resource(ResourceContents::text(text, uri).with_mime_type(mime_type)),
+        Content::ResourceBlob {
+            uri,
+            mime_type,
+            blob,
+        } => ContentBlock::resource(ResourceContents::blob(blob, uri).with_mime_type(mime_type)),
     }
 }
 
@@ -234,5 +273,61 @@ pub(crate) fn to_rmcp_level(level: LogLevel) -> LoggingLevel {
         LogLevel::Critical => LoggingLevel::Critical,
         LogLevel::Alert => LoggingLevel::Alert,
         LogLevel::Emergency => LoggingLevel::Emergency,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::error::Status;
+    use crate::server::error_result_json;
+
+    /// The direct conversion writes exactly the JSON of `to_mcp_json`, plus `resultType`.
+    #[test]
+    fn direct_results_match_the_json_form() {
+        let outputs = [
+            ToolOutput::structured(json!({"id": 7, "tags": ["a", "b"], "note": "x\"y"}))
+                .finish(false),
+            ToolOutput::structured(json!([1, 2])).finish(true),
+            ToolOutput::text("plain"),
+            ToolOutput::content(vec![
+                Content::Image {
+                    data: "aGk=".into(),
+                    mime_type: "image/png".into(),
+                },
+                Content::Audio {
+                    data: "aGk=".into(),
+                    mime_type: "audio/wav".into(),
+                },
+                Content::ResourceText {
+                    uri: "file:///a.txt".into(),
+                    mime_type: "text/markdown".into(),
+                    text: "# a".into(),
+                },
+                Content::ResourceBlob {
+                    uri: "file:///b.bin".into(),
+                    mime_type: "application/octet-stream".into(),
+                    blob: "AAE=".into(),
+                },
+            ]),
+            ToolOutput::default(),
+        ];
+        for output in outputs {
+            let mut expected = output.to_json();
+            expected["resultType"] = json!("complete");
+            let direct = serde_json::to_value(call_tool_result(Ok(output))).unwrap();
+            assert_eq!(direct, expected);
+        }
+        for err in [
+            ToolError::confirm_required(),
+            ToolError::new(Status::Forbidden, "insufficient_scope", "needs \"a:b\""),
+        ] {
+            let mut expected = error_result_json(&err);
+            expected["resultType"] = json!("complete");
+            let direct = serde_json::to_value(call_tool_result(Err(err))).unwrap();
+            assert_eq!(direct, expected);
+        }
     }
 }
