@@ -352,6 +352,8 @@ impl fmt::Debug for Server {
 struct Trace<'a> {
     principal: Option<Arc<Principal>>,
     entry: Option<&'a ToolEntry>,
+    /// The redacted arguments, computed before the handler took the arguments.
+    redacted: Option<Value>,
 }
 
 /// One attempt in progress. If it is dropped before its record was handed to the sink
@@ -370,16 +372,24 @@ struct Attempt<'a> {
 }
 
 impl Attempt<'_> {
-    fn record(&self, result: &Result<ToolOutput, ToolError>, check: Option<Check>) -> AuditRecord {
+    fn record(
+        &mut self,
+        result: &Result<ToolOutput, ToolError>,
+        check: Option<Check>,
+    ) -> AuditRecord {
+        let arguments = match self.trace.redacted.take() {
+            Some(redacted) => redacted,
+            None => redacted_arguments(self.trace.entry, self.arguments.as_ref()),
+        };
         build_record(
             &self.tool,
             result,
             check,
             &self.trace,
-            self.timestamp.clone(),
+            std::mem::take(&mut self.timestamp),
             self.transport,
             self.request_id.clone(),
-            self.arguments.as_ref(),
+            arguments,
             self.started,
         )
     }
@@ -553,13 +563,19 @@ impl Server {
             server: self,
             tool,
             arguments,
-            timestamp: now_rfc3339(),
+            // Only a record needs the time of day.
+            timestamp: if self.inner.audit.is_some() {
+                now_rfc3339()
+            } else {
+                String::new()
+            },
             transport,
             request_id,
             started,
             trace: Trace {
                 principal: None,
                 entry: None,
+                redacted: None,
             },
             recorded: false,
         };
@@ -622,6 +638,7 @@ impl Server {
         let trace = Trace {
             principal: principal.cloned(),
             entry: self.inner.registry.get(tool),
+            redacted: None,
         };
         let result = Err(error);
         let record = build_record(
@@ -632,7 +649,7 @@ impl Server {
             now_rfc3339(),
             transport,
             request_id,
-            arguments,
+            redacted_arguments(trace.entry, arguments),
             started,
         );
         let Err(error) = result else { unreachable!() };
@@ -677,15 +694,22 @@ impl Server {
                 return Err((Check::Confirm, ToolError::confirm_required()));
             }
         }
-        // 5. validate against the advertised schema, before deserialization
+        // 5. validate against the advertised schema, before deserialization (the
+        // boolean check is the fast path; the first error is looked for only on failure)
         let empty = Value::Object(Map::new());
         let instance = arguments.as_ref().unwrap_or(&empty);
-        if let Err(err) = entry.validator().validate(instance) {
+        if !entry.validator().is_valid(instance)
+            && let Err(err) = entry.validator().validate(instance)
+        {
             let pointer = argument_pointer(&err);
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, err)));
         }
-        let mut handler_args = match arguments.as_ref() {
-            Some(Value::Object(map)) => Some(map.clone()),
+        // The record keeps the arguments redacted; the handler takes them as they are.
+        if self.inner.audit.is_some() {
+            trace.redacted = Some(redacted_arguments(trace.entry, arguments.as_ref()));
+        }
+        let mut handler_args = match arguments.take() {
+            Some(Value::Object(map)) => Some(map),
             _ => None,
         };
         if def.is_destructive()
@@ -735,7 +759,7 @@ fn build_record(
     timestamp: String,
     transport: Transport,
     request_id: Option<String>,
-    arguments: Option<&Value>,
+    arguments: Value,
     started: Instant,
 ) -> AuditRecord {
     let (outcome, reason, status) = match result {
@@ -750,15 +774,6 @@ fn build_record(
             };
             (outcome, Some(err.reason().to_owned()), err.status().code())
         }
-    };
-    let keep = trace.entry.map_or(&[][..], |e| e.def().audit_fields());
-    let arguments = match arguments {
-        Some(Value::Object(map)) => redact_arguments(Some(map), keep),
-        Some(other) => redact_arguments(
-            Some(&Map::from_iter([("$".to_owned(), other.clone())])),
-            &[],
-        ),
-        None => redact_arguments(None, keep),
     };
     AuditRecord {
         tool: tool.to_owned(),
@@ -785,6 +800,19 @@ fn build_record(
     }
 }
 
+/// The arguments as an audit record keeps them: redacted but for the tool's audit fields.
+fn redacted_arguments(entry: Option<&ToolEntry>, arguments: Option<&Value>) -> Value {
+    let keep = entry.map_or(&[][..], |e| e.def().audit_fields());
+    match arguments {
+        Some(Value::Object(map)) => redact_arguments(Some(map), keep),
+        Some(other) => redact_arguments(
+            Some(&Map::from_iter([("$".to_owned(), other.clone())])),
+            &[],
+        ),
+        None => redact_arguments(None, keep),
+    }
+}
+
 /// The JSON pointer of a validation error: where the offending value is, or for a missing
 /// or unexpected property, where that property is (or would be).
 fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
@@ -807,12 +835,41 @@ fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
 
 /// Now, RFC 3339 in UTC with microseconds: `2025-06-22T15:30:00.123456Z`.
 pub(crate) fn now_rfc3339() -> String {
+    rfc3339_micros(time::OffsetDateTime::now_utc())
+}
+
+/// `at` in UTC, RFC 3339 with microseconds. Written digit by digit: this runs for every
+/// audit record, and `time`'s general formatter costs several times more.
+fn rfc3339_micros(at: time::OffsetDateTime) -> String {
     const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
     );
-    time::OffsetDateTime::now_utc()
-        .format(FORMAT)
-        .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned())
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let Ok(year) = u32::try_from(at.year()) else {
+        return at
+            .format(FORMAT)
+            .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned());
+    };
+    if year > 9999 {
+        return at
+            .format(FORMAT)
+            .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned());
+    }
+    let mut text = *b"0000-00-00T00:00:00.000000Z";
+    let mut put = |start: usize, width: usize, mut value: u32| {
+        for i in (start..start + width).rev() {
+            text[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, u32::from(u8::from(at.month())));
+    put(8, 2, u32::from(at.day()));
+    put(11, 2, u32::from(at.hour()));
+    put(14, 2, u32::from(at.minute()));
+    put(17, 2, u32::from(at.second()));
+    put(20, 6, at.microsecond());
+    text.iter().map(|&b| char::from(b)).collect()
 }
 
 /// Polls a future, turning a panic into `None` so that a panicking handler still leaves
@@ -828,5 +885,27 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
             Ok(Poll::Pending) => Poll::Pending,
             Err(_) => Poll::Ready(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_micros;
+
+    #[test]
+    fn timestamps_are_rfc3339_with_microseconds() {
+        use time::macros::datetime;
+        assert_eq!(
+            rfc3339_micros(datetime!(2025-06-22 15:30:00.123456 UTC)),
+            "2025-06-22T15:30:00.123456Z"
+        );
+        assert_eq!(
+            rfc3339_micros(datetime!(0987-01-02 03:04:05.000007 UTC)),
+            "0987-01-02T03:04:05.000007Z"
+        );
+        assert_eq!(
+            rfc3339_micros(datetime!(2025-12-31 23:59:59.999999 -01:00)),
+            "2026-01-01T00:59:59.999999Z"
+        );
     }
 }
