@@ -95,11 +95,29 @@ pub trait TokenVerifier: Send + Sync + 'static {
     /// Verify `token`. Errors should be [`ToolError::invalid_token`] and say why
     /// (malformed, unknown, expired, revoked) without echoing the token.
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>>;
+
+    /// Verify `token`, as [`TokenVerifier::verify`], for a principal the caller shares.
+    /// The pipeline calls this on every call; the default wraps `verify`. A verifier
+    /// that keeps its principals (such as [`StaticTokens`]) overrides it to hand out
+    /// the one it holds instead of a copy per call.
+    fn verify_shared<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Principal>, ToolError>> {
+        Box::pin(async move { self.verify(token).await.map(Arc::new) })
+    }
 }
 
 impl<V: TokenVerifier + ?Sized> TokenVerifier for Arc<V> {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
         (**self).verify(token)
+    }
+
+    fn verify_shared<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Principal>, ToolError>> {
+        (**self).verify_shared(token)
     }
 }
 
@@ -148,12 +166,22 @@ impl TokenVerifier for VerifierChain {
             None => Box::pin(async { Err(ToolError::invalid_token("malformed token")) }),
         }
     }
+
+    fn verify_shared<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Principal>, ToolError>> {
+        match self.verifiers.iter().find(|(claims, _)| claims(token)) {
+            Some((_, verifier)) => verifier.verify_shared(token),
+            None => Box::pin(async { Err(ToolError::invalid_token("malformed token")) }),
+        }
+    }
 }
 
 /// A fixed table of tokens, for tests and examples. Tokens are compared in constant time.
 #[derive(Debug, Default, Clone)]
 pub struct StaticTokens {
-    tokens: Vec<(String, Principal)>,
+    tokens: Vec<(String, Arc<Principal>)>,
 }
 
 impl StaticTokens {
@@ -164,19 +192,64 @@ impl StaticTokens {
 
     /// Accept `token` as `principal`.
     pub fn with(mut self, token: impl Into<String>, principal: Principal) -> StaticTokens {
-        self.tokens.push((token.into(), principal));
+        self.tokens.push((token.into(), Arc::new(principal)));
         self
+    }
+
+    fn find(&self, token: &str) -> Result<&Arc<Principal>, ToolError> {
+        use subtle::ConstantTimeEq;
+        self.tokens
+            .iter()
+            .find(|(t, _)| bool::from(t.as_bytes().ct_eq(token.as_bytes())))
+            .map(|(_, p)| p)
+            .ok_or_else(|| ToolError::invalid_token("unknown token"))
     }
 }
 
 impl TokenVerifier for StaticTokens {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
-        use subtle::ConstantTimeEq;
-        let found = self
-            .tokens
-            .iter()
-            .find(|(t, _)| bool::from(t.as_bytes().ct_eq(token.as_bytes())))
-            .map(|(_, p)| p.clone());
-        Box::pin(async move { found.ok_or_else(|| ToolError::invalid_token("unknown token")) })
+        let found = self.find(token).map(|p| Principal::clone(p));
+        Box::pin(async move { found })
+    }
+
+    fn verify_shared<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Principal>, ToolError>> {
+        let found = self.find(token).map(Arc::clone);
+        Box::pin(async move { found })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<T>(future: BoxFuture<'_, T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+            .block_on(future)
+    }
+
+    #[test]
+    fn shared_verification_hands_out_the_kept_principal() {
+        let tokens = StaticTokens::new().with("t1", Principal::new("alice", ["a:read"]));
+        let first = block_on(tokens.verify_shared("t1")).unwrap();
+        let second = block_on(tokens.verify_shared("t1")).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(*first, block_on(tokens.verify("t1")).unwrap());
+        assert_eq!(
+            block_on(tokens.verify_shared("t2")).unwrap_err().reason(),
+            "invalid_token"
+        );
+        // Through a chain and an Arc, the same principal, and the same refusals.
+        let chain = Arc::new(VerifierChain::new().with(|t| t.starts_with('t'), tokens));
+        assert_eq!(
+            block_on(chain.verify_shared("t1")).unwrap().subject(),
+            "alice"
+        );
+        assert!(block_on(chain.verify_shared("x1")).is_err());
+        assert!(block_on(chain.verify_shared("t9")).is_err());
     }
 }

@@ -506,7 +506,7 @@ impl Server {
         match credentials {
             Credentials::Verified(principal) => Ok(Arc::clone(principal)),
             Credentials::Bearer(token) => match &self.inner.verifier {
-                Some(verifier) => verifier.verify(token).await.map(Arc::new),
+                Some(verifier) => verifier.verify_shared(token).await,
                 None => Err(ToolError::invalid_token(
                     "this server is configured to accept no tokens",
                 )),

@@ -1,6 +1,7 @@
 //! The handlers: the `/mcp` gate (401/403 before MCP), `/tools`, `/tools/{name}` and the
 //! protected-resource metadata.
 
+use std::borrow::Cow;
 use std::error::Error as _;
 use std::sync::Arc;
 
@@ -41,6 +42,8 @@ struct AppInner {
     resource: Option<ResourceUrls>,
     /// Who opened each MCP session.
     sessions: SessionOwners,
+    /// Every scope some tool requires.
+    every_scope: Vec<&'static str>,
 }
 
 /// The Streamable HTTP session header.
@@ -91,6 +94,7 @@ impl App {
             .resource_url
             .as_deref()
             .map(ResourceUrls::for_resource);
+        let every_scope = server.registry().scopes_supported();
         App {
             inner: Arc::new(AppInner {
                 server,
@@ -99,6 +103,7 @@ impl App {
                 visible: visible.len(),
                 resource,
                 sessions: SessionOwners::default(),
+                every_scope,
             }),
             options: Arc::new(options),
         }
@@ -252,19 +257,19 @@ fn body_error(err: &ToolError) -> Response {
 
 /// What the gate needs to know of a JSON-RPC message that is a `tools/call`.
 #[derive(Deserialize)]
-struct Probe {
+struct Probe<'a> {
     #[serde(default)]
     id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<ProbeParams>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<ProbeParams<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ProbeParams {
-    #[serde(default)]
-    name: Option<String>,
+struct ProbeParams<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
     #[serde(default)]
     #[allow(dead_code)]
     arguments: Option<IgnoredAny>,
@@ -296,13 +301,13 @@ impl ToolsCall {
         if header("mcp-method").is_some_and(|m| m != "tools/call") {
             return None;
         }
-        let probe: Probe = serde_json::from_slice(body).ok()?;
+        let probe: Probe<'_> = serde_json::from_slice(body).ok()?;
         if probe.method.as_deref() != Some("tools/call") {
             return None;
         }
         let tool = match header("mcp-name") {
             Some(name) => name.to_owned(),
-            None => probe.params?.name?,
+            None => probe.params?.name?.into_owned(),
         };
         let id = probe.id.map(|id| match id {
             Value::String(s) => s,
@@ -333,14 +338,17 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
     } else {
         Bytes::new()
     };
-    let call = (parts.method == Method::POST)
-        .then(|| ToolsCall::probe(&parts.headers, &body))
-        .flatten();
+    let is_post = parts.method == Method::POST;
+    let probe = || {
+        is_post
+            .then(|| ToolsCall::probe(&parts.headers, &body))
+            .flatten()
+    };
 
     let principal = match app.authenticate(&parts.headers).await {
         Ok(principal) => principal,
         Err(err) => {
-            let err = match &call {
+            let err = match &probe() {
                 Some(call) => {
                     app.server()
                         .record_refusal(
@@ -378,7 +386,10 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
         ));
     }
 
-    if let Some(call) = &call
+    // A principal with every scope any tool requires passes every scope check: the body
+    // need not be looked at (the pipeline checks again, as for every transport).
+    if !principal.has_scopes(&app.inner.every_scope)
+        && let Some(call) = &probe()
         && let Err((Check::Scope, err)) = app.server().authorize(&principal, &call.tool)
     {
         let err = app
