@@ -140,6 +140,33 @@ impl Guard {
         Guard { hosts, origins }
     }
 
+    /// Whether the `Host` value is an allowed host written plainly (`name` or
+    /// `name:port`, a name of letters, digits, dots and hyphens): the common case, decided
+    /// without parsing or allocating. It accepts nothing that [`Authority::parse`] and
+    /// [`Guard::host_allowed`] would refuse; anything else goes to them.
+    fn plainly_allowed(&self, value: &str) -> bool {
+        let Some(allowed) = &self.hosts else {
+            return false;
+        };
+        let (name, port) = match value.split_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+                match port.parse::<u16>() {
+                    Ok(port) => (name, Some(port)),
+                    Err(_) => return false,
+                }
+            }
+            Some(_) => return false,
+            None => (value, None),
+        };
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+            && allowed
+                .iter()
+                .any(|a| a.host.eq_ignore_ascii_case(name) && (a.port.is_none() || a.port == port))
+    }
+
     fn host_allowed(&self, host: &Authority) -> bool {
         match &self.hosts {
             None => true,
@@ -193,7 +220,29 @@ impl Guard {
     }
 
     /// `Ok` if the request may proceed, else the refusal.
-    fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
+    pub(crate) fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
+        let plain = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| self.plainly_allowed(v));
+        if !plain {
+            self.check_host(uri, headers)?;
+        }
+        for origin in headers.get_all(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
+            if !allowed {
+                tracing::warn!(origin = ?origin, "refused a request with an Origin that is not allowed");
+                return Err(ToolError::new(
+                    Status::Forbidden,
+                    "origin_not_allowed",
+                    "the Origin of this request is not allowed",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
         let host = match headers.get(header::HOST) {
             Some(value) => value.to_str().ok().and_then(Authority::parse),
             // HTTP/2 carries the authority in the URI.
@@ -212,17 +261,6 @@ impl Guard {
                 "host_not_allowed",
                 format!("the Host `{}` is not allowed", host.host),
             ));
-        }
-        for origin in headers.get_all(header::ORIGIN) {
-            let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
-            if !allowed {
-                tracing::warn!(origin = ?origin, "refused a request with an Origin that is not allowed");
-                return Err(ToolError::new(
-                    Status::Forbidden,
-                    "origin_not_allowed",
-                    "the Origin of this request is not allowed",
-                ));
-            }
         }
         Ok(())
     }
@@ -325,6 +363,60 @@ mod tests {
             "mcp.example.com:8443",
             Some("https://mcp.example.com:8443")
         ));
+    }
+
+    /// The fast path accepts only what the full parse accepts, and nothing it refuses.
+    #[test]
+    fn the_plain_fast_path_agrees_with_the_parse() {
+        let guards = [
+            guard(HttpOptions::default()),
+            guard(HttpOptions::default().allowed_hosts(["mcp.example.com:8443", "a-b.example"])),
+        ];
+        let hosts = [
+            "localhost",
+            "LocalHost:8080",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:65535",
+            "127.0.0.1:65536",
+            "127.0.0.1:",
+            "127.0.0.1:+1",
+            "127.0.0.1:08080",
+            "127.0.0.1.evil.example.com",
+            "user@127.0.0.1",
+            "localhost:80:80",
+            "[::1]:9000",
+            "::1",
+            "mcp.example.com:8443",
+            "MCP.example.com:8443",
+            "mcp.example.com:8444",
+            "mcp.example.com",
+            "a-b.example:1",
+            "a_b.example",
+            "",
+        ];
+        for g in &guards {
+            for host in hosts {
+                let parsed = Authority::parse(host).is_some_and(|a| g.host_allowed(&a));
+                if g.plainly_allowed(host) {
+                    assert!(
+                        parsed,
+                        "the fast path accepted {host:?}, the parse refuses it"
+                    );
+                }
+                let mut h = HeaderMap::new();
+                if let Ok(value) = host.parse() {
+                    h.insert(header::HOST, value);
+                    assert_eq!(
+                        g.check(&Uri::from_static("/mcp"), &h).is_ok(),
+                        parsed,
+                        "{host:?}"
+                    );
+                }
+            }
+        }
+        assert!(guards[0].plainly_allowed("127.0.0.1:8080"));
+        assert!(guards[1].plainly_allowed("mcp.example.com:8443"));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::streamable::{StreamableOptions, mcp_route};
+use crate::mcp::streamable::{McpService, StreamableOptions};
 use crate::server::Server;
 
 /// How the HTTP surface is served. Start from [`HttpOptions::default`].
@@ -170,7 +170,7 @@ pub fn router(server: Server, options: HttpOptions) -> Router {
 }
 
 fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
-    let mcp = mcp_route(
+    let mcp = McpService::new(
         server.clone(),
         StreamableOptions {
             stateless: options.stateless,
@@ -179,15 +179,9 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
         },
     )?;
     let app = routes::App::new(server, options);
-    let guard = guard::Guard::new(&app.options);
+    let guard = Arc::new(guard::Guard::new(&app.options));
+    let mcp = routes::McpEndpoint::new(app.clone(), Arc::clone(&guard), mcp);
     Ok(Router::new()
-        .route(
-            "/mcp",
-            mcp.layer(axum::middleware::from_fn_with_state(
-                app.clone(),
-                routes::mcp_gate,
-            )),
-        )
         .route("/tools", get(routes::list_tools))
         .route("/tools/{name}", post(routes::call_tool))
         .route(
@@ -200,10 +194,9 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
         )
         .fallback(routes::not_found)
         .with_state(app)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(guard),
-            guard::check,
-        )))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
+        // Added after the guard layer, which it applies itself.
+        .route_service("/mcp", mcp))
 }
 
 /// Serve [`router`] on `listener` until the listener fails or

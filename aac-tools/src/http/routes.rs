@@ -2,25 +2,28 @@
 //! protected-resource metadata.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 use std::error::Error as _;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use super::HttpOptions;
+use super::guard::Guard;
 use super::sessions::SessionOwners;
 use crate::audit::Check;
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::mcp::VerifiedPrincipal;
-use crate::principal::Principal;
+use crate::mcp::streamable::McpService;
+use crate::principal::{BoxFuture, Principal};
 use crate::server::{CallRequest, Credentials, Server};
 
 /// The state of every route.
@@ -325,10 +328,47 @@ impl ToolsCall {
     }
 }
 
+/// `/mcp`: the `Host`/`Origin` guard, then [`mcp_gate`], then rmcp's service, called
+/// directly (no middleware layers, one boxed future per request).
+#[derive(Clone)]
+pub(crate) struct McpEndpoint(Arc<EndpointInner>);
+
+struct EndpointInner {
+    app: App,
+    guard: Arc<Guard>,
+    mcp: McpService,
+}
+
+impl McpEndpoint {
+    pub(crate) fn new(app: App, guard: Arc<Guard>, mcp: McpService) -> McpEndpoint {
+        McpEndpoint(Arc::new(EndpointInner { app, guard, mcp }))
+    }
+}
+
+impl tower_service::Service<Request> for McpEndpoint {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let endpoint = Arc::clone(&self.0);
+        Box::pin(async move {
+            if let Err(err) = endpoint.guard.check(request.uri(), request.headers()) {
+                return Ok(json_error(&err));
+            }
+            Ok(mcp_gate(&endpoint.app, request, &endpoint.mcp).await)
+        })
+    }
+}
+
 /// In front of `/mcp`: the body limit, authentication (401) and, for a `tools/call`,
 /// the scope check (403), each refused attempt recorded once. The verified principal
 /// goes down to the MCP handler in the request's extensions.
-pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Next) -> Response {
+async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let body = if parts.method == Method::POST {
         match read_body(body, app.options.max_body_bytes).await {
@@ -413,7 +453,9 @@ pub(crate) async fn mcp_gate(State(app): State<App>, request: Request, next: Nex
     parts
         .extensions
         .insert(VerifiedPrincipal(Arc::clone(&principal)));
-    let mut response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let mut response = mcp
+        .handle(Request::from_parts(parts, Body::from(body)))
+        .await;
     match &session {
         None => {
             if let Some(opened) = response

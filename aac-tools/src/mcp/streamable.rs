@@ -1,4 +1,4 @@
-//! Streamable HTTP from rmcp, as an axum route for `/mcp`.
+//! Streamable HTTP from rmcp: the service behind `/mcp`.
 //!
 //! Host/Origin checks, the body limit and authentication are done by [`crate::http`]
 //! before a request reaches this service; the verified principal arrives in the
@@ -26,32 +26,35 @@ pub(crate) struct StreamableOptions {
 }
 
 /// The `/mcp` endpoint: rmcp's Streamable HTTP service over our handler.
-pub(crate) fn mcp_route<S>(
-    server: Server,
-    options: StreamableOptions,
-) -> io::Result<axum::routing::MethodRouter<S>>
-where
-    S: Clone + Send + Sync + 'static,
-{
-    let shared = Shared::new(server)?;
-    let config = StreamableHttpServerConfig::default()
-        // Our HTTP layer checks Host and Origin for every route, /mcp included.
-        .disable_allowed_hosts()
-        .disable_allowed_origins()
-        .with_legacy_session_mode(!options.stateless)
-        .with_json_response(options.stateless)
-        .with_max_request_body_bytes(options.max_body_bytes)
-        .with_cancellation_token(options.shutdown);
-    let service = StreamableHttpService::new(
-        move || {
-            Ok(McpHandler::new(
-                Arc::clone(&shared),
-                Transport::StreamableHttp,
-                None,
-            ))
-        },
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    Ok(axum::routing::any_service(service))
+#[derive(Clone)]
+pub(crate) struct McpService(StreamableHttpService<McpHandler, LocalSessionManager>);
+
+impl McpService {
+    pub(crate) fn new(server: Server, options: StreamableOptions) -> io::Result<McpService> {
+        let shared = Shared::new(server)?;
+        let config = StreamableHttpServerConfig::default()
+            // Our HTTP layer checks Host and Origin for every route, /mcp included.
+            .disable_allowed_hosts()
+            .disable_allowed_origins()
+            .with_legacy_session_mode(!options.stateless)
+            .with_json_response(options.stateless)
+            .with_max_request_body_bytes(options.max_body_bytes)
+            .with_cancellation_token(options.shutdown);
+        Ok(McpService(StreamableHttpService::new(
+            move || {
+                Ok(McpHandler::new(
+                    Arc::clone(&shared),
+                    Transport::StreamableHttp,
+                    None,
+                ))
+            },
+            Arc::new(LocalSessionManager::default()),
+            config,
+        )))
+    }
+
+    /// Answer one request (called directly: no router or boxed service in between).
+    pub(crate) async fn handle(&self, request: axum::extract::Request) -> axum::response::Response {
+        self.0.handle(request).await.map(axum::body::Body::new)
+    }
 }
