@@ -116,7 +116,18 @@ impl ServerProcess {
         transport: TransportKind,
         audit_db: Option<&Path>,
     ) -> io::Result<ServerProcess> {
-        let mut command = Command::new(exe);
+        // `AAC_BENCH_SERVER_WRAPPER="valgrind --tool=callgrind"` runs the server under a
+        // profiler (for `bench-all drive`).
+        let wrapper = std::env::var("AAC_BENCH_SERVER_WRAPPER").unwrap_or_default();
+        let mut wrapper = wrapper.split_whitespace();
+        let mut command = match wrapper.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(wrapper).arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
         command
             .arg("serve")
             .arg(variant.key())
@@ -134,7 +145,7 @@ impl ServerProcess {
         if transport == TransportKind::Http {
             let stdout = child.stdout.take().ok_or_else(|| bad("no stdout"))?;
             let mut lines = BufReader::new(stdout).lines();
-            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
                 .await
                 .map_err(|_| bad("the server did not say where it listens"))??
                 .ok_or_else(|| bad("the server exited before listening"))?;
@@ -169,6 +180,21 @@ impl ServerProcess {
         };
         client.initialize().await?;
         Ok(client)
+    }
+
+    /// Ask the server to stop with SIGTERM (so that a profiler wrapping it writes its
+    /// data), wait for it up to `grace`, then stop it.
+    pub async fn terminate(mut self, grace: Duration) {
+        let pid = self.pid().to_string();
+        let asked = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .is_ok_and(|s| s.success());
+        if asked {
+            let _ = tokio::time::timeout(grace, self.child.wait()).await;
+        }
+        self.stop().await;
     }
 
     /// Stop the server and wait for it.

@@ -10,6 +10,9 @@
 //!
 //! `bench-all serve <a|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
 //! the load generator starts this same binary so that one build serves both sides.
+//! `bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
+//! against one server (to profile that server), and `bench-all profile …` one in-process
+//! call path.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -82,6 +85,7 @@ fn main() -> io::Result<()> {
     match args.first().map(String::as_str) {
         Some("serve") => return serve(&args[1..]),
         Some("profile") => return profile(&args[1..]),
+        Some("drive") => return drive(&args[1..]),
         _ => {}
     }
     let options = parse_options(&args).map_err(io::Error::other)?;
@@ -235,6 +239,79 @@ fn profile(args: &[String]) -> io::Result<()> {
     }
     eprintln!("{ok} of {calls} calls succeeded");
     Ok(())
+}
+
+/// `bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>`: start one server,
+/// print its process id on stderr, wait a second (attach a profiler:
+/// `perf record -g -p <pid>`), then load it for `secs` seconds with one scenario and
+/// print the throughput.
+fn drive(args: &[String]) -> io::Result<()> {
+    let usage = || {
+        io::Error::other("usage: bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>")
+    };
+    let variant = args
+        .first()
+        .and_then(|s| Variant::from_key(s))
+        .ok_or_else(usage)?;
+    let scenario = args.get(1).ok_or_else(usage)?.clone();
+    let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
+    let exe = std::env::current_exe()?;
+    let dir = tempfile::tempdir()?;
+    let audit_db = (variant == Variant::AacDurable).then(|| dir.path().join("audit.db"));
+    let plan = Plan {
+        warmup_calls: std::env::var("AAC_BENCH_WARMUP")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(300),
+        measure: Duration::from_secs_f64(secs),
+        max_calls: 10_000_000,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let transport = if scenario.starts_with("http") {
+            TransportKind::Http
+        } else {
+            TransportKind::Stdio
+        };
+        let mut server =
+            ServerProcess::spawn(&exe, variant, transport, audit_db.as_deref()).await?;
+        eprintln!("server pid {}", server.pid());
+        let result = match scenario.as_str() {
+            "stdio" | "stdio-pipelined" => {
+                let mut client = server.stdio_client().await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if scenario == "stdio" {
+                    client.sequential(plan).await?
+                } else {
+                    client.pipelined(plan, 32).await?
+                }
+            }
+            http => {
+                let clients: usize = http
+                    .strip_prefix("http-")
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(usage)?;
+                let addr = server.addr.ok_or_else(|| io::Error::other("no address"))?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                http_run(addr, clients, plan).await?
+            }
+        };
+        let mut latencies = result.latencies_ns.clone();
+        latencies.sort_unstable();
+        let p50 = latencies.get(latencies.len() / 2).copied().unwrap_or(0);
+        println!(
+            "{} {scenario}: {:.0} calls/s, p50 {:.1} µs, {} measured calls after {} warm-up calls per client",
+            variant.key(),
+            result.throughput(),
+            p50 as f64 / 1000.0,
+            result.calls,
+            plan.warmup_calls,
+        );
+        server.terminate(Duration::from_secs(60)).await;
+        Ok(())
+    })
 }
 
 /// Median nanoseconds per call of `f` over 15 batches, each batch long enough to last
