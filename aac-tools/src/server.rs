@@ -1,11 +1,12 @@
 //! The server: one transport-agnostic pipeline that stdio, Streamable HTTP and plain HTTP
 //! all call, in the order of "the path of one call".
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -288,7 +289,7 @@ impl ServerBuilder {
         if audit.is_none() {
             tracing::warn!("the audit trail is disabled on this server");
         }
-        let visible = self
+        let visible: Vec<usize> = self
             .registry
             .tools()
             .iter()
@@ -296,6 +297,13 @@ impl ServerBuilder {
             .filter(|(_, t)| !self.read_only_mode || t.def().is_read_only())
             .map(|(i, _)| i)
             .collect();
+        let mut visible_scopes: Vec<&'static str> = visible
+            .iter()
+            .flat_map(|&i| self.registry.tools()[i].def().scopes().iter().copied())
+            .collect();
+        visible_scopes.sort_unstable();
+        visible_scopes.dedup();
+        let full_list = Arc::new(list_json(&self.registry, &visible));
         Ok(Server {
             inner: Arc::new(Inner {
                 registry: self.registry,
@@ -308,10 +316,22 @@ impl ServerBuilder {
                 filter_list_by_scope: self.filter_list_by_scope,
                 state: self.state,
                 visible,
+                visible_scopes,
+                full_list,
+                filtered_lists: Mutex::new(HashMap::new()),
             }),
         })
     }
 }
+
+/// The `tools/list` result JSON of the tools at these positions.
+fn list_json(registry: &Registry, positions: &[usize]) -> Value {
+    let tools = registry.tools();
+    serde_json::json!({ "tools": positions.iter().map(|&i| tools[i].json().clone()).collect::<Vec<_>>() })
+}
+
+/// How many distinct filtered lists [`Server::list_tools_json`] keeps.
+const FILTERED_LISTS_KEPT: usize = 64;
 
 /// An MCP server's core: the registry, the checks and the audit trail, independent of
 /// any transport. Cheap to clone.
@@ -336,6 +356,12 @@ struct Inner {
     filter_list_by_scope: bool,
     state: StateMap,
     visible: Vec<usize>,
+    /// Every scope some listed tool requires.
+    visible_scopes: Vec<&'static str>,
+    /// `tools/list` of every listed tool, built once.
+    full_list: Arc<Value>,
+    /// `tools/list` of a subset (the scope filter), by the subset's positions as a bit set.
+    filtered_lists: Mutex<HashMap<Vec<u64>, Arc<Value>>>,
 }
 
 impl fmt::Debug for Server {
@@ -489,13 +515,46 @@ impl Server {
             })
     }
 
-    /// The `tools/list` result JSON for `principal`: `{"tools": [...]}`.
-    pub fn list_tools_json(&self, principal: Option<&Principal>) -> Value {
-        let tools: Vec<Value> = self
-            .listed_tools(principal)
-            .map(|(_, t)| t.json().clone())
-            .collect();
-        serde_json::json!({ "tools": tools })
+    /// Whether `tools/list` depends on the caller
+    /// ([`ServerBuilder::filter_list_by_scope`]).
+    pub fn filters_list_by_scope(&self) -> bool {
+        self.inner.filter_list_by_scope
+    }
+
+    /// The `tools/list` result JSON for `principal`: `{"tools": [...]}`, shared.
+    ///
+    /// The list of every listed tool is built once, when the server is built; with
+    /// [`ServerBuilder::filter_list_by_scope`], a principal that lacks some scope gets a
+    /// list built for its subset of tools, kept for the next principal with the same
+    /// subset (up to 64 subsets).
+    pub fn list_tools_json(&self, principal: Option<&Principal>) -> Arc<Value> {
+        let inner = &self.inner;
+        if !inner.filter_list_by_scope
+            || principal.is_some_and(|p| p.has_scopes(&inner.visible_scopes))
+        {
+            return Arc::clone(&inner.full_list);
+        }
+        let positions: Vec<usize> = self.listed_tools(principal).map(|(i, _)| i).collect();
+        if positions.len() == inner.visible.len() {
+            return Arc::clone(&inner.full_list);
+        }
+        let mut key = vec![0u64; inner.registry.len().div_ceil(64)];
+        for &i in &positions {
+            key[i / 64] |= 1 << (i % 64);
+        }
+        let mut lists = inner
+            .filtered_lists
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = lists.get(&key) {
+            return Arc::clone(list);
+        }
+        let list = Arc::new(list_json(&inner.registry, &positions));
+        if lists.len() >= FILTERED_LISTS_KEPT {
+            lists.clear();
+        }
+        lists.insert(key, Arc::clone(&list));
+        list
     }
 
     /// Step 1: turn credentials into a principal, or refuse with 401.
