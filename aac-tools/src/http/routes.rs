@@ -35,8 +35,9 @@ pub(crate) struct App {
 
 struct AppInner {
     server: Server,
-    /// The manifest's tool objects (with `scopes`), at their registry positions.
-    manifest_tools: Vec<Value>,
+    /// The manifest's tool objects (with `scopes`), at their registry positions, each
+    /// serialized as it appears in a manifest document.
+    manifest_parts: Vec<String>,
     /// The manifest of every tool `tools/list` can show, serialized once.
     full_manifest: Bytes,
     /// How many tools that is.
@@ -79,10 +80,10 @@ impl App {
     pub(crate) fn new(server: Server, options: HttpOptions) -> App {
         let manifest: Value =
             serde_json::from_str(server.registry().manifest()).unwrap_or(Value::Null);
-        let manifest_tools: Vec<Value> = manifest
+        let manifest_parts: Vec<String> = manifest
             .get("tools")
             .and_then(Value::as_array)
-            .cloned()
+            .map(|tools| tools.iter().map(manifest_part).collect())
             .unwrap_or_default();
         let visible: Vec<usize> = server
             .registry()
@@ -92,7 +93,7 @@ impl App {
             .filter(|(_, t)| !server.is_read_only_mode() || t.def().is_read_only())
             .map(|(i, _)| i)
             .collect();
-        let full_manifest = manifest_body(&manifest_tools, &visible);
+        let full_manifest = manifest_body(&manifest_parts, &visible);
         let resource = options
             .resource_url
             .as_deref()
@@ -101,7 +102,7 @@ impl App {
         App {
             inner: Arc::new(AppInner {
                 server,
-                manifest_tools,
+                manifest_parts,
                 full_manifest,
                 visible: visible.len(),
                 resource,
@@ -173,12 +174,41 @@ impl App {
     }
 }
 
-/// The manifest document of these tools.
-fn manifest_body(tools: &[Value], positions: &[usize]) -> Bytes {
-    let tools: Vec<&Value> = positions.iter().filter_map(|&i| tools.get(i)).collect();
-    let mut text = serde_json::to_string_pretty(&json!({ "tools": tools }))
+/// The start and end of a pretty-printed manifest document around its tool objects.
+const MANIFEST_HEAD: &str = "{\n  \"tools\": [\n";
+const MANIFEST_TAIL: &str = "\n  ]\n}\n";
+
+/// One tool object, pretty-printed as it appears in a manifest document (indented for
+/// its place in the `tools` array): parts join with `,\n` between the head and tail.
+fn manifest_part(tool: &Value) -> String {
+    let text = serde_json::to_string_pretty(&json!({ "tools": [tool] }))
         .expect("a JSON value always serializes");
-    text.push('\n');
+    text.strip_prefix(MANIFEST_HEAD)
+        .and_then(|t| t.strip_suffix(&MANIFEST_TAIL[..MANIFEST_TAIL.len() - 1]))
+        .unwrap_or(&text)
+        .to_owned()
+}
+
+/// The manifest document of these tools (as `serde_json::to_string_pretty` writes
+/// `{"tools": [...]}`, and a newline), joined from the parts serialized at start-up.
+fn manifest_body(parts: &[String], positions: &[usize]) -> Bytes {
+    let chosen: Vec<&str> = positions
+        .iter()
+        .filter_map(|&i| parts.get(i).map(String::as_str))
+        .collect();
+    if chosen.is_empty() {
+        return Bytes::from_static(b"{\n  \"tools\": []\n}\n");
+    }
+    let size = chosen.iter().map(|p| p.len() + 2).sum::<usize>() + 32;
+    let mut text = String::with_capacity(size);
+    text.push_str(MANIFEST_HEAD);
+    for (n, part) in chosen.iter().enumerate() {
+        if n > 0 {
+            text.push_str(",\n");
+        }
+        text.push_str(part);
+    }
+    text.push_str(MANIFEST_TAIL);
     Bytes::from(text)
 }
 
@@ -486,6 +516,13 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
         Ok(principal) => principal,
         Err(err) => return app.refusal(&headers, &err, None),
     };
+    if !app.server().filters_list_by_scope() {
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            app.inner.full_manifest.clone(),
+        )
+            .into_response();
+    }
     let listed: Vec<usize> = app
         .server()
         .listed_tools(Some(&principal))
@@ -494,7 +531,7 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
     let body = if listed.len() == app.inner.visible {
         app.inner.full_manifest.clone()
     } else {
-        manifest_body(&app.inner.manifest_tools, &listed)
+        manifest_body(&app.inner.manifest_parts, &listed)
     };
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -632,6 +669,27 @@ mod tests {
             urls.metadata,
             "https://mcp.example.com/.well-known/oauth-protected-resource"
         );
+    }
+
+    /// A manifest joined from its parts is byte for byte what serde_json writes.
+    #[test]
+    fn manifest_bodies_are_the_pretty_json_of_the_chosen_tools() {
+        let tools = [
+            json!({"name": "a", "inputSchema": {"type": "object", "properties": {}}, "scopes": ["x:y"]}),
+            json!({"name": "b", "description": "with \"quotes\"\nand lines", "scopes": []}),
+            json!({"name": "c", "annotations": {"readOnlyHint": true}, "scopes": ["p", "q"]}),
+        ];
+        let parts: Vec<String> = tools.iter().map(manifest_part).collect();
+        for positions in [vec![], vec![0], vec![1], vec![0, 2], vec![0, 1, 2]] {
+            let chosen: Vec<&Value> = positions.iter().map(|&i| &tools[i]).collect();
+            let mut expected = serde_json::to_string_pretty(&json!({ "tools": chosen })).unwrap();
+            expected.push('\n');
+            assert_eq!(
+                std::str::from_utf8(&manifest_body(&parts, &positions)).unwrap(),
+                expected,
+                "{positions:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 // up to 2025-11-25, which is what clients speak today.
 #![allow(deprecated)]
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
@@ -42,12 +43,20 @@ impl Shared {
         let mut tools = Vec::with_capacity(entries.len());
         let mut index = HashMap::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
-            let tool: Tool = serde_json::from_value(entry.json().clone()).map_err(|err| {
+            let mut tool: Tool = serde_json::from_value(entry.json().clone()).map_err(|err| {
                 io::Error::other(format!(
                     "tool `{}` cannot be expressed as an MCP tool: {err}",
                     entry.name()
                 ))
             })?;
+            // The same text, borrowed from the definition: every `tools/list` clones
+            // these tools, and a borrowed name or description costs nothing to clone.
+            if tool.name == entry.name() {
+                tool.name = Cow::Borrowed(entry.name());
+            }
+            if tool.description.as_deref() == Some(entry.def().description()) {
+                tool.description = Some(Cow::Borrowed(entry.def().description()));
+            }
             tools.push(tool);
             index.insert(entry.name(), i);
         }
@@ -148,7 +157,13 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let principal = self.principal(&context).await;
+        // Without the scope filter the list is the same for everyone: no need to verify
+        // the token for it.
+        let principal = if self.shared.server.filters_list_by_scope() {
+            self.principal(&context).await
+        } else {
+            None
+        };
         let tools = self
             .shared
             .server

@@ -9,8 +9,8 @@
 //! sampling, elicitation and cancellation. Every protocol version rmcp supports is
 //! accepted.
 //!
-//! Two transports use it: [`serve_stdio`] here, and Streamable HTTP at `/mcp` in
-//! [`crate::http`].
+//! Two transports use it: [`serve_stdio`] here (and [`serve_io`], the same over any
+//! byte streams), and Streamable HTTP at `/mcp` in [`crate::http`].
 
 #[cfg(feature = "mcp")]
 mod handler;
@@ -23,13 +23,14 @@ pub(crate) mod streamable;
 pub mod client;
 
 #[cfg(feature = "mcp")]
-pub use self::stdio::serve_stdio;
+pub use self::stdio::{serve_io, serve_stdio};
 
 #[cfg(feature = "mcp")]
 mod stdio {
     use std::io;
 
     use rmcp::ServiceExt;
+    use tokio::io::{AsyncRead, AsyncWrite};
 
     use super::handler::{McpHandler, Shared};
     use crate::context::Transport;
@@ -57,10 +58,39 @@ mod stdio {
     /// # }
     /// ```
     pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
+        let (read, write) = rmcp::transport::stdio_pipes();
+        serve_io(server, token, read, write).await
+    }
+
+    /// Serve MCP with the stdio framing (one JSON-RPC message per line) over any byte
+    /// streams: a socket, a child's pipes, an in-memory [`tokio::io::duplex`] in tests.
+    /// Until `read` ends. Everything else is as [`serve_stdio`], whose records also say
+    /// `stdio`.
+    ///
+    /// ```
+    /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
+    /// let (client, server_end) = tokio::io::duplex(64 * 1024);
+    /// let (read, write) = tokio::io::split(server_end);
+    /// tokio::spawn(aac_tools::mcp::serve_io(server, Some("aac_…".to_owned()), read, write));
+    /// // write JSON-RPC lines to `client`, read the answers from it
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn serve_io<R, W>(
+        server: Server,
+        token: Option<String>,
+        read: R,
+        write: W,
+    ) -> io::Result<()>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
         let shared = Shared::new(server)?;
         let handler = McpHandler::new(shared, Transport::Stdio, token);
         let running = handler
-            .serve(rmcp::transport::stdio_pipes())
+            .serve((read, write))
             .await
             .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
         running
