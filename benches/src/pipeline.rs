@@ -12,6 +12,9 @@ use rmcp::ServerHandler;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, NumberOrString};
 use rmcp::service::{Peer, RequestContext, RoleServer, RunningService, serve_directly};
 use serde_json::{Map, Value};
+use tokio::io::{
+    AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
+};
 
 use crate::aac_flavour::{self, SCOPE_READ, SCOPE_WRITE};
 use crate::rmcp_flavour::{PerCallRouter, StoredRouter};
@@ -211,10 +214,10 @@ impl Fixture {
         std::hint::black_box(serde_json::to_value(out).is_ok())
     }
 
-    /// `tools/list` of aac-tools, serialized as sent.
+    /// `tools/list` of aac-tools through `Server::list_tools_json`, serialized.
     pub fn aac_list(&self) -> usize {
         let list = self.aac_no_audit.list_tools_json(Some(&self.principal));
-        serde_json::to_string(&list).map_or(0, |s| s.len())
+        serde_json::to_string(&*list).map_or(0, |s| s.len())
     }
 
     /// `tools/list` of rmcp with the stored router, serialized as sent.
@@ -225,5 +228,128 @@ impl Fixture {
     /// `tools/list` of rmcp rebuilding its router, serialized as sent.
     pub fn rmcp_per_call_list(&self) -> usize {
         serde_json::to_string(&self.rmcp_per_call.list()).map_or(0, |s| s.len())
+    }
+}
+
+/// An MCP session over an in-memory stream, in process: the client writes JSON-RPC lines
+/// and reads the answers, the server runs as a task of the same runtime. What the stdio
+/// transport does per message (framing, JSON-RPC parsing and serialization, dispatch),
+/// without pipes or threads.
+#[derive(Debug)]
+pub struct McpSession {
+    write: WriteHalf<DuplexStream>,
+    lines: Lines<BufReader<ReadHalf<DuplexStream>>>,
+    /// The 150 `tools/call` lines, prepared once.
+    calls: Vec<String>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for McpSession {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+const LIST_REQUEST: &str = r#"{"jsonrpc":"2.0","id":0,"method":"tools/list","params":{}}"#;
+
+impl McpSession {
+    /// A session with an aac-tools server (through `aac_tools::mcp::serve_io`, with the
+    /// benchmark token, as over stdio). Must run inside a tokio runtime.
+    pub async fn aac(server: Server) -> std::io::Result<McpSession> {
+        McpSession::start(|read, write| {
+            tokio::spawn(async move {
+                let _ = aac_tools::mcp::serve_io(server, Some(BENCH_TOKEN.to_owned()), read, write)
+                    .await;
+            })
+        })
+        .await
+    }
+
+    /// A session with an rmcp server.
+    pub async fn rmcp<H: ServerHandler>(handler: H) -> std::io::Result<McpSession> {
+        McpSession::start(|read, write| {
+            tokio::spawn(async move {
+                if let Ok(running) = rmcp::ServiceExt::serve(handler, (read, write)).await {
+                    let _ = running.waiting().await;
+                }
+            })
+        })
+        .await
+    }
+
+    async fn start(
+        spawn: impl FnOnce(
+            ReadHalf<DuplexStream>,
+            WriteHalf<DuplexStream>,
+        ) -> tokio::task::JoinHandle<()>,
+    ) -> std::io::Result<McpSession> {
+        let (client, server_end) = tokio::io::duplex(256 * 1024);
+        let (read, write) = tokio::io::split(server_end);
+        let server = spawn(read, write);
+        let (read, write) = tokio::io::split(client);
+        let mut session = McpSession {
+            write,
+            lines: BufReader::new(read).lines(),
+            // Request id 150 + i calls tool i.
+            calls: (0..TOOL_COUNT as u64)
+                .map(|i| crate::load::call_request(TOOL_COUNT as u64 + i) + "\n")
+                .collect(),
+            server,
+        };
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": crate::load::PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "aac-bench", "version": "0"},
+            },
+        });
+        let answer = session.round_trip(&(init.to_string() + "\n")).await?;
+        if !answer.contains("\"result\"") {
+            return Err(std::io::Error::other(format!(
+                "initialize failed: {answer}"
+            )));
+        }
+        session
+            .write
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await?;
+        Ok(session)
+    }
+
+    async fn round_trip(&mut self, line: &str) -> std::io::Result<String> {
+        self.write.write_all(line.as_bytes()).await?;
+        loop {
+            let answer = self
+                .lines
+                .next_line()
+                .await?
+                .ok_or_else(|| std::io::Error::other("the server closed the stream"))?;
+            // Notifications (log messages) have no id.
+            if answer.contains("\"id\":") {
+                return Ok(answer);
+            }
+        }
+    }
+
+    /// One `tools/call` of tool `i % 150`; true when it is the tool's success (checked
+    /// on the text: the answer's id, `isError: false` and the tool's name in its output).
+    pub async fn call(&mut self, i: usize) -> bool {
+        let index = i % TOOL_COUNT;
+        let line = std::mem::take(&mut self.calls[index]);
+        let answer = self.round_trip(&line).await;
+        self.calls[index] = line;
+        let Ok(answer) = answer else { return false };
+        let id = format!("\"id\":{}", TOOL_COUNT + index);
+        let tool = format!("\"tool\":\"{}\"", tool_name(index));
+        answer.contains(&id) && answer.contains("\"isError\":false") && answer.contains(&tool)
+    }
+
+    /// One `tools/list`; the number of tools listed (counted on the text).
+    pub async fn list(&mut self) -> usize {
+        match self.round_trip(&(LIST_REQUEST.to_owned() + "\n")).await {
+            Ok(answer) => answer.matches("\"inputSchema\"").count(),
+            Err(_) => 0,
+        }
     }
 }

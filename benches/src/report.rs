@@ -49,24 +49,48 @@ pub struct PipelineLine {
     pub ns: f64,
 }
 
-/// The pipeline table.
-pub fn pipeline_table(out: &mut String, lines: &[PipelineLine], baseline: &str, floor: &str) {
+/// The pipeline table: ratios to the line `baseline`, and, with a `floor`, the cost
+/// over that line.
+pub fn pipeline_table(
+    out: &mut String,
+    lines: &[PipelineLine],
+    baseline: &str,
+    floor: Option<&str>,
+) {
     let base = lines.iter().find(|l| l.what == baseline).map(|l| l.ns);
-    let bare = lines.iter().find(|l| l.what == floor).map(|l| l.ns);
-    let _ = writeln!(
-        out,
-        "| in process, per call | median | over the bare handler | ratio to {baseline} |"
-    );
-    let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+    let bare = floor.and_then(|f| lines.iter().find(|l| l.what == f).map(|l| l.ns));
+    match bare {
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "| in process, per call | median | over the bare handler | ratio to {baseline} |"
+            );
+            let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "| in process, per call | median | ratio to {baseline} |"
+            );
+            let _ = writeln!(out, "| --- | ---: | ---: |");
+        }
+    }
     for line in lines {
-        let over = bare.map_or(String::new(), |b| format_ns(line.ns - b));
         let ratio = base.map_or(String::new(), |b| format!("{:.2}", line.ns / b));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {over} | {ratio} |",
-            line.what,
-            format_ns(line.ns)
-        );
+        match bare {
+            Some(b) => {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {ratio} |",
+                    line.what,
+                    format_ns(line.ns),
+                    format_ns(line.ns - b)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "| {} | {} | {ratio} |", line.what, format_ns(line.ns));
+            }
+        }
     }
 }
 
@@ -148,6 +172,40 @@ pub fn end_to_end_table(
                 format_ns(p99 as f64)
             );
         }
+    }
+}
+
+/// The durability table: the disk's `fdatasync` latency, and for each scenario the
+/// throughput of (a) and (a-normal) against (c) and against each other.
+pub fn durability_table(out: &mut String, e2e: &EndToEnd, scenarios: &[&str], syncs: &[u64]) {
+    let mut sorted = syncs.to_vec();
+    sorted.sort_unstable();
+    let _ = writeln!(
+        out,
+        "One `fdatasync` of a 4 KiB write on the file system of the audit databases, {} times \
+         in this run: median {}, p99 {}.\n",
+        sorted.len(),
+        format_ns(percentile(&sorted, 50.0) as f64),
+        format_ns(percentile(&sorted, 99.0) as f64)
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | (a) ÷ (c) | (a-normal) ÷ (c) | (a) ÷ (a-normal) | (a-normal) ÷ (b) |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: |");
+    let ratio = |s: usize, a: Variant, b: Variant| {
+        e2e.ratio(s, a, b)
+            .map_or(String::from("–"), |r| format!("{r:.2}"))
+    };
+    for (s, name) in scenarios.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} |",
+            ratio(s, Variant::AacDurable, Variant::RmcpStored),
+            ratio(s, Variant::AacDurableNormal, Variant::RmcpStored),
+            ratio(s, Variant::AacDurable, Variant::AacDurableNormal),
+            ratio(s, Variant::AacDurableNormal, Variant::AacNoAudit),
+        );
     }
 }
 

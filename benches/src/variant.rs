@@ -4,6 +4,7 @@ use std::io;
 use std::path::Path;
 
 use aac_tools::Server;
+use aac_tools::audit::Synchronous;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -17,6 +18,9 @@ use crate::rmcp_flavour::{PerCallRouter, StoredRouter};
 pub enum Variant {
     /// (a) aac-tools with every check on and the durable SQLite audit trail.
     AacDurable,
+    /// (a-normal) the same with `synchronous = NORMAL`: records survive a crash of the
+    /// process, not a power loss; separates the framework's cost from the disk's.
+    AacDurableNormal,
     /// (b) aac-tools with every check on and the audit trail off.
     AacNoAudit,
     /// (c) rmcp's `#[tool]` macros with a stored router.
@@ -27,17 +31,19 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 4] = [
+    pub const ALL: [Variant; 5] = [
         Variant::AacDurable,
+        Variant::AacDurableNormal,
         Variant::AacNoAudit,
         Variant::RmcpStored,
         Variant::RmcpPerCall,
     ];
 
-    /// `a`, `b`, `c` or `d`.
+    /// `a`, `n` (a-normal), `b`, `c` or `d`.
     pub const fn key(self) -> &'static str {
         match self {
             Variant::AacDurable => "a",
+            Variant::AacDurableNormal => "n",
             Variant::AacNoAudit => "b",
             Variant::RmcpStored => "c",
             Variant::RmcpPerCall => "d",
@@ -53,6 +59,7 @@ impl Variant {
     pub const fn label(self) -> &'static str {
         match self {
             Variant::AacDurable => "(a) aac-tools, durable SQLite audit",
+            Variant::AacDurableNormal => "(a-normal) aac-tools, SQLite audit, synchronous NORMAL",
             Variant::AacNoAudit => "(b) aac-tools, audit off",
             Variant::RmcpStored => "(c) rmcp macros, stored router",
             Variant::RmcpPerCall => "(d) rmcp macros, default #[tool_handler]",
@@ -61,7 +68,23 @@ impl Variant {
 
     /// Whether this is an aac-tools server.
     pub const fn is_aac(self) -> bool {
-        matches!(self, Variant::AacDurable | Variant::AacNoAudit)
+        matches!(
+            self,
+            Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit
+        )
+    }
+
+    /// Whether this server keeps a SQLite audit trail (and needs a file for it).
+    pub const fn has_audit_db(self) -> bool {
+        matches!(self, Variant::AacDurable | Variant::AacDurableNormal)
+    }
+
+    /// The name in ratios: `a`, `a-normal`, `b`, `c` or `d`.
+    pub const fn short(self) -> &'static str {
+        match self {
+            Variant::AacDurableNormal => "a-normal",
+            other => other.key(),
+        }
     }
 }
 
@@ -94,18 +117,23 @@ impl TransportKind {
     }
 }
 
-/// The aac-tools server of variant (a) or (b). (a) writes its audit trail to the SQLite
-/// file `audit_db`.
+/// The aac-tools server of variant (a), (a-normal) or (b). (a) and (a-normal) write their
+/// audit trail to the SQLite file `audit_db`.
 pub fn aac_server(variant: Variant, audit_db: Option<&Path>) -> io::Result<Server> {
     let registry = aac_flavour::registry().map_err(io::Error::other)?;
     let builder = Server::builder(registry).verifier(bench_verifier());
     let builder = match variant {
         Variant::AacNoAudit => builder.audit_disabled(),
-        Variant::AacDurable => {
+        Variant::AacDurable | Variant::AacDurableNormal => {
             let path = audit_db.ok_or_else(|| {
-                io::Error::other("variant (a) needs the path of its audit database")
+                io::Error::other("this variant needs the path of its audit database")
             })?;
-            builder.audit(crate::durable::sink(path)?)
+            let synchronous = if variant == Variant::AacDurable {
+                Synchronous::Full
+            } else {
+                Synchronous::Normal
+            };
+            builder.audit(crate::durable::sink(path, synchronous)?)
         }
         _ => return Err(io::Error::other("not an aac-tools variant")),
     };
@@ -133,7 +161,7 @@ pub async fn serve(
 async fn serve_stdio(variant: Variant, audit_db: Option<&Path>) -> io::Result<()> {
     let failed = |err: String| io::Error::other(format!("the MCP session failed: {err}"));
     match variant {
-        Variant::AacDurable | Variant::AacNoAudit => {
+        Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit => {
             let server = aac_server(variant, audit_db)?;
             aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await
         }
@@ -162,7 +190,7 @@ async fn serve_http(
     audit_db: Option<&Path>,
 ) -> io::Result<()> {
     match variant {
-        Variant::AacDurable | Variant::AacNoAudit => {
+        Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit => {
             let server = aac_server(variant, audit_db)?;
             aac_tools::http::serve(server, listener, aac_tools::http::HttpOptions::default()).await
         }

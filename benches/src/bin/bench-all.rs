@@ -6,11 +6,11 @@
 //!
 //! Options: `--rounds N` (default 3), `--secs S` measured seconds per scenario (default
 //! 2), `--compile-rounds N` (default 2), `--skip-pipeline`, `--skip-e2e`,
-//! `--skip-compile`, `--variants abcd`, `--compile-dir DIR`, `--out FILE`.
+//! `--skip-compile`, `--variants anbcd` (n: a-normal), `--compile-dir DIR`, `--out FILE`.
 //!
-//! `bench-all serve <a|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
+//! `bench-all serve <a|n|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
 //! the load generator starts this same binary so that one build serves both sides.
-//! `bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
+//! `bench-all drive <a|n|b|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
 //! against one server (to profile that server), and `bench-all profile …` one in-process
 //! call path.
 
@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 use aac_bench::compile;
 use aac_bench::load::{Plan, ServerProcess, http_run};
 use aac_bench::mem::{RssSampler, rss_kib};
-use aac_bench::pipeline::Fixture;
+use aac_bench::pipeline::{Fixture, McpSession};
 use aac_bench::report::{self, EndToEnd, Goal, Memory, PipelineLine};
+use aac_bench::rmcp_flavour::{PerCallRouter, StoredRouter};
 use aac_bench::stats::median;
+use aac_bench::tools::TOOL_COUNT;
 use aac_bench::variant::{self, TransportKind, Variant};
 
 struct Options {
@@ -101,10 +103,24 @@ fn main() -> io::Result<()> {
 
     if options.pipeline {
         eprintln!("== the pipeline alone, in process");
-        let lines = pipeline_section()?;
+        let (lines, mcp_lines) = pipeline_section()?;
         out.push_str("## The pipeline alone (in process, no I/O)\n\n");
-        report::pipeline_table(&mut out, &lines, "rmcp stored router", "bare handler");
+        report::pipeline_table(&mut out, &lines, "rmcp stored router", Some("bare handler"));
         out.push('\n');
+        out.push_str(
+            "## Through MCP, in process (JSON-RPC lines over an in-memory stream, one runtime thread)\n\n",
+        );
+        report::pipeline_table(&mut out, &mcp_lines, MCP_CALL_BASELINE, None);
+        out.push('\n');
+        let mcp = |w: &str| mcp_lines.iter().find(|l| l.what == w).map(|l| l.ns);
+        if let (Some(aac), Some(rmcp)) = (mcp(MCP_LIST_AAC), mcp(MCP_LIST_BASELINE)) {
+            goals.push(Goal {
+                what: "`tools/list` of 150 over MCP: aac-tools / rmcp stored router, time".into(),
+                value: aac / rmcp,
+                bound: 1.0,
+                at_least: false,
+            });
+        }
         let get = |w: &str| lines.iter().find(|l| l.what == w).map(|l| l.ns);
         if let (Some(full), Some(bare)) = (
             get("aac-tools, audit record (null sink)"),
@@ -121,7 +137,7 @@ fn main() -> io::Result<()> {
 
     if options.e2e {
         eprintln!("== end to end");
-        let (e2e, memory) = end_to_end(&options)?;
+        let (e2e, memory, syncs) = end_to_end(&options)?;
         out.push_str("## End to end: `tools/call` on a 150-tool server\n\n");
         out.push_str(&format!(
             "{} rounds of {:.1} s per scenario and server; throughput is the median over rounds, \
@@ -130,6 +146,9 @@ fn main() -> io::Result<()> {
             options.rounds, options.secs
         ));
         report::end_to_end_table(&mut out, &e2e, &SCENARIO_NAMES, &options.variants);
+        out.push('\n');
+        out.push_str("## Durability: what the disk costs\n\n");
+        report::durability_table(&mut out, &e2e, &SCENARIO_NAMES, &syncs);
         out.push('\n');
         out.push_str("## Memory (resident set)\n\n");
         report::memory_table(&mut out, &memory);
@@ -142,7 +161,7 @@ fn main() -> io::Result<()> {
             ] {
                 if let Some(r) = e2e.ratio(s, a, b) {
                     goals.push(Goal {
-                        what: format!("{name}: ({}) / ({}) throughput", a.key(), b.key()),
+                        what: format!("{name}: ({}) / ({}) throughput", a.short(), b.short()),
                         value: r,
                         bound,
                         at_least: true,
@@ -201,7 +220,7 @@ fn main() -> io::Result<()> {
 }
 
 fn serve(args: &[String]) -> io::Result<()> {
-    let usage = || io::Error::other("usage: bench-all serve <a|b|c|d> <stdio|http> [audit-db]");
+    let usage = || io::Error::other("usage: bench-all serve <a|n|b|c|d> <stdio|http> [audit-db]");
     let variant = args
         .first()
         .and_then(|s| Variant::from_key(s))
@@ -217,22 +236,40 @@ fn serve(args: &[String]) -> io::Result<()> {
     runtime.block_on(variant::serve(variant, transport, audit_db.as_deref()))
 }
 
-/// `bench-all profile <aac|aac-audit|rmcp> <calls>`: one in-process call path in a loop,
-/// for a profiler (`valgrind --tool=callgrind`, `perf record`).
+/// `bench-all profile <aac|aac-audit|rmcp|mcp-aac|mcp-rmcp|mcp-aac-list|mcp-rmcp-list>
+/// <calls>`: one in-process call path in a loop, for a profiler
+/// (`valgrind --tool=callgrind`, `perf record`). The `mcp-` paths go through MCP over an
+/// in-memory stream.
 fn profile(args: &[String]) -> io::Result<()> {
-    let usage = || io::Error::other("usage: bench-all profile <aac|aac-audit|rmcp> <calls>");
+    let usage = || {
+        io::Error::other(
+            "usage: bench-all profile <aac|aac-audit|rmcp|mcp-aac|mcp-rmcp|mcp-aac-list|mcp-rmcp-list> <calls>",
+        )
+    };
     let what = args.first().ok_or_else(usage)?;
     let calls: usize = args.get(1).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let fx = rt.block_on(async { Fixture::new() });
+    let mut session = match what.as_str() {
+        "mcp-aac" | "mcp-aac-list" => Some(rt.block_on(McpSession::aac(variant::aac_server(
+            Variant::AacNoAudit,
+            None,
+        )?))?),
+        "mcp-rmcp" | "mcp-rmcp-list" => Some(rt.block_on(McpSession::rmcp(StoredRouter::new()))?),
+        _ => None,
+    };
     let mut ok = 0;
     for i in 0..calls {
-        let done = match what.as_str() {
-            "aac" => rt.block_on(fx.aac_verified(&fx.aac_no_audit, i)),
-            "aac-audit" => rt.block_on(fx.aac_verified(&fx.aac_counting, i)),
-            "rmcp" => rt.block_on(fx.rmcp(&fx.rmcp_stored, i)),
+        let done = match (what.as_str(), &mut session) {
+            ("aac", _) => rt.block_on(fx.aac_verified(&fx.aac_no_audit, i)),
+            ("aac-audit", _) => rt.block_on(fx.aac_verified(&fx.aac_counting, i)),
+            ("rmcp", _) => rt.block_on(fx.rmcp(&fx.rmcp_stored, i)),
+            ("mcp-aac" | "mcp-rmcp", Some(session)) => rt.block_on(session.call(i)),
+            ("mcp-aac-list" | "mcp-rmcp-list", Some(session)) => {
+                rt.block_on(session.list()) == TOOL_COUNT
+            }
             _ => return Err(usage()),
         };
         ok += usize::from(done);
@@ -241,13 +278,13 @@ fn profile(args: &[String]) -> io::Result<()> {
     Ok(())
 }
 
-/// `bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>`: start one server,
+/// `bench-all drive <a|n|b|c|d> <stdio|stdio-pipelined|http-N> <secs>`: start one server,
 /// print its process id on stderr, wait a second (attach a profiler:
 /// `perf record -g -p <pid>`), then load it for `secs` seconds with one scenario and
 /// print the throughput.
 fn drive(args: &[String]) -> io::Result<()> {
     let usage = || {
-        io::Error::other("usage: bench-all drive <a|b|c|d> <stdio|stdio-pipelined|http-N> <secs>")
+        io::Error::other("usage: bench-all drive <a|n|b|c|d> <stdio|stdio-pipelined|http-N> <secs>")
     };
     let variant = args
         .first()
@@ -257,7 +294,7 @@ fn drive(args: &[String]) -> io::Result<()> {
     let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
     let exe = std::env::current_exe()?;
     let dir = tempfile::tempdir()?;
-    let audit_db = (variant == Variant::AacDurable).then(|| dir.path().join("audit.db"));
+    let audit_db = variant.has_audit_db().then(|| dir.path().join("audit.db"));
     let plan = Plan {
         warmup_calls: std::env::var("AAC_BENCH_WARMUP")
             .ok()
@@ -344,7 +381,13 @@ fn time_per_call(mut f: impl FnMut(usize) -> bool) -> io::Result<f64> {
     Ok(median(&results))
 }
 
-fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
+const MCP_CALL_BASELINE: &str = "`tools/call`, rmcp stored router";
+const MCP_LIST_AAC: &str = "`tools/list` of 150, aac-tools";
+const MCP_LIST_BASELINE: &str = "`tools/list` of 150, rmcp stored router";
+
+type Lines = Vec<PipelineLine>;
+
+fn pipeline_section() -> io::Result<(Lines, Lines)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -393,7 +436,7 @@ fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
         time_per_call(|i| rt.block_on(fx.rmcp(&fx.rmcp_per_call, i)))?,
     );
     add(
-        "`tools/list` of 150, aac-tools `Server::list_tools_json`",
+        "`tools/list` of 150, aac-tools `Server::list_tools_json`, serialized",
         time_per_call(|_| fx.aac_list() > 0)?,
     );
     add(
@@ -404,7 +447,45 @@ fn pipeline_section() -> io::Result<Vec<PipelineLine>> {
         "`tools/list` of 150, rmcp router rebuilt",
         time_per_call(|_| fx.rmcp_per_call_list() > 0)?,
     );
-    Ok(lines)
+
+    // The path the transports use: JSON-RPC in, the MCP handler, JSON-RPC out.
+    let mut mcp_lines = Vec::new();
+    let mut add = |what: &str, ns: f64| {
+        eprintln!("  {what}: {}", report::format_ns(ns));
+        mcp_lines.push(PipelineLine {
+            what: what.to_owned(),
+            ns,
+        });
+    };
+    let no_audit = variant::aac_server(Variant::AacNoAudit, None)?;
+    let mut aac = rt.block_on(McpSession::aac(no_audit))?;
+    let mut stored = rt.block_on(McpSession::rmcp(StoredRouter::new()))?;
+    let mut per_call = rt.block_on(McpSession::rmcp(PerCallRouter))?;
+    add(
+        "`tools/call`, aac-tools, audit off (token verified per call)",
+        time_per_call(|i| rt.block_on(aac.call(i)))?,
+    );
+    add(
+        MCP_CALL_BASELINE,
+        time_per_call(|i| rt.block_on(stored.call(i)))?,
+    );
+    add(
+        "`tools/call`, rmcp router rebuilt",
+        time_per_call(|i| rt.block_on(per_call.call(i)))?,
+    );
+    add(
+        MCP_LIST_AAC,
+        time_per_call(|_| rt.block_on(aac.list()) == TOOL_COUNT)?,
+    );
+    add(
+        MCP_LIST_BASELINE,
+        time_per_call(|_| rt.block_on(stored.list()) == TOOL_COUNT)?,
+    );
+    add(
+        "`tools/list` of 150, rmcp router rebuilt",
+        time_per_call(|_| rt.block_on(per_call.list()) == TOOL_COUNT)?,
+    );
+    Ok((lines, mcp_lines))
 }
 
 const SCENARIO_NAMES: [&str; 5] = [
@@ -415,7 +496,7 @@ const SCENARIO_NAMES: [&str; 5] = [
     "HTTP, 64 clients",
 ];
 
-fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memory>)> {
+fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memory>, Vec<u64>)> {
     let exe = std::env::current_exe()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -424,8 +505,12 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
     let measure = Duration::from_secs_f64(options.secs);
     let mut e2e = EndToEnd::default();
     let mut memory: BTreeMap<Variant, Memory> = BTreeMap::new();
+    // What one flush costs on the file system the audit databases are on, measured in
+    // every round (the disk's latency drifts too).
+    let mut syncs = Vec::new();
     let n = options.variants.len();
     for round in 0..options.rounds {
+        syncs.extend(aac_bench::durable::fdatasync_latencies(dir.path(), 200)?);
         for k in 0..n {
             let variant = options.variants[(round + k) % n];
             let mem = memory.entry(variant).or_default();
@@ -433,7 +518,7 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
                 dir.path()
                     .join(format!("audit-{}-{round}-{t}.db", variant.key()))
             };
-            let audit_db = (variant == Variant::AacDurable).then(|| db("stdio"));
+            let audit_db = variant.has_audit_db().then(|| db("stdio"));
             eprintln!("round {} · {}", round + 1, variant.label());
             rt.block_on(async {
                 // stdio: one process, one client.
@@ -460,7 +545,7 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
                 server.stop().await;
 
                 // HTTP: one process, 1, 16 then 64 clients.
-                let audit_db = (variant == Variant::AacDurable).then(|| db("http"));
+                let audit_db = variant.has_audit_db().then(|| db("http"));
                 let server =
                     ServerProcess::spawn(&exe, variant, TransportKind::Http, audit_db.as_deref())
                         .await?;
@@ -486,5 +571,5 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
             })?;
         }
     }
-    Ok((e2e, memory))
+    Ok((e2e, memory, syncs))
 }
