@@ -70,9 +70,13 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
             } else {
                 TokenStream::new()
             };
+            // `const async fn` is rustc's own error too: the item is kept without its
+            // `const`, which ours already reports.
+            let mut kept = item.clone();
+            kept.sig.constness = None;
             Err(Failure {
                 errors,
-                keep: quote!(#[allow(dead_code)] #item #checks),
+                keep: quote!(#[allow(dead_code)] #kept #checks),
             })
         }
     }
