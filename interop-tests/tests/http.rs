@@ -325,7 +325,24 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let (status, result) = alice.call(2, "list_notes", json!({})).await;
     assert_eq!(status, 200);
     assert_eq!(result.unwrap()["result"]["isError"], false);
-    assert_eq!(server.sink.records().len(), 1);
+
+    // bob's `tools/call` was an attempt, refused and recorded; his GET and DELETE were not
+    // tool calls
+    let records = server.sink.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let refused = &records[0];
+    assert_eq!(refused.tool, "list_notes");
+    assert_eq!(refused.outcome, Outcome::Denied);
+    assert_eq!(refused.check, Some(Check::Session));
+    assert_eq!(refused.reason.as_deref(), Some("session_not_found"));
+    assert_eq!(refused.status, 404);
+    assert_eq!(refused.request_id.as_deref(), Some("1"));
+    assert_ne!(
+        refused.principal, records[1].principal,
+        "bob's, not alice's"
+    );
+    assert!(refused.principal.is_some());
+    assert_eq!(records[1].outcome, Outcome::Success);
 }
 
 #[tokio::test]

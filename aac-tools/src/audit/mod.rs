@@ -95,6 +95,9 @@ impl fmt::Display for Outcome {
 pub enum Check {
     /// 1. No valid principal.
     Authenticate,
+    /// 1. Streamable HTTP: the request names an MCP session that another principal
+    ///    opened (answered 404 `session_not_found`, as an unknown session).
+    Session,
     /// 2. No such tool.
     FindTool,
     /// 2. The tool is hidden by read-only mode.
@@ -116,6 +119,7 @@ impl Check {
     pub const fn as_str(self) -> &'static str {
         match self {
             Check::Authenticate => "authenticate",
+            Check::Session => "session",
             Check::FindTool => "find_tool",
             Check::ReadOnlyMode => "read_only_mode",
             Check::Scope => "scope",

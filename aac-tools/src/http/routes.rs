@@ -449,11 +449,25 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         && !app.inner.sessions.allows(id, &principal)
     {
         tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
-        return json_error(&ToolError::new(
-            Status::NotFound,
-            "session_not_found",
-            "no such session",
-        ));
+        let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
+        let err = match &probe() {
+            // A refused `tools/call` attempt, recorded like every other.
+            Some(call) => {
+                app.server()
+                    .record_refusal(
+                        &call.tool,
+                        ToolsCall::arguments(&body).as_ref(),
+                        Some(&principal),
+                        Transport::StreamableHttp,
+                        call.id.clone(),
+                        Check::Session,
+                        err,
+                    )
+                    .await
+            }
+            None => err,
+        };
+        return json_error(&err);
     }
 
     // A principal with every scope any tool requires passes every scope check: the body
