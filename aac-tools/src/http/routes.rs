@@ -349,6 +349,29 @@ impl ToolsCall {
         Some(ToolsCall { tool, id })
     }
 
+    /// Record this call's refusal by the gate (one audit record, as for every attempt)
+    /// and hand the error back.
+    async fn refused(
+        &self,
+        app: &App,
+        body: &[u8],
+        principal: Option<&Arc<Principal>>,
+        check: Check,
+        err: ToolError,
+    ) -> ToolError {
+        app.server()
+            .record_refusal(
+                &self.tool,
+                ToolsCall::arguments(body).as_ref(),
+                principal,
+                Transport::StreamableHttp,
+                self.id.clone(),
+                check,
+                err,
+            )
+            .await
+    }
+
     /// The call's arguments, parsed only when a refusal is recorded.
     fn arguments(body: &[u8]) -> Option<Value> {
         serde_json::from_slice::<ArgumentsOnly>(body)
@@ -420,16 +443,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         Err(err) => {
             let err = match &probe() {
                 Some(call) => {
-                    app.server()
-                        .record_refusal(
-                            &call.tool,
-                            ToolsCall::arguments(&body).as_ref(),
-                            None,
-                            Transport::StreamableHttp,
-                            call.id.clone(),
-                            Check::Authenticate,
-                            err,
-                        )
+                    call.refused(app, &body, None, Check::Authenticate, err)
                         .await
                 }
                 None => err,
@@ -453,16 +467,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         let err = match &probe() {
             // A refused `tools/call` attempt, recorded like every other.
             Some(call) => {
-                app.server()
-                    .record_refusal(
-                        &call.tool,
-                        ToolsCall::arguments(&body).as_ref(),
-                        Some(&principal),
-                        Transport::StreamableHttp,
-                        call.id.clone(),
-                        Check::Session,
-                        err,
-                    )
+                call.refused(app, &body, Some(&principal), Check::Session, err)
                     .await
             }
             None => err,
@@ -476,17 +481,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         && let Some(call) = &probe()
         && let Err((Check::Scope, err)) = app.server().authorize(&principal, &call.tool)
     {
-        let err = app
-            .server()
-            .record_refusal(
-                &call.tool,
-                ToolsCall::arguments(&body).as_ref(),
-                Some(&principal),
-                Transport::StreamableHttp,
-                call.id.clone(),
-                Check::Scope,
-                err,
-            )
+        let err = call
+            .refused(app, &body, Some(&principal), Check::Scope, err)
             .await;
         return app.refusal(&parts.headers, &err, Some(&call.tool));
     }
