@@ -159,29 +159,25 @@ pub async fn serve(
 }
 
 async fn serve_stdio(variant: Variant, audit_db: Option<&Path>) -> io::Result<()> {
-    let failed = |err: String| io::Error::other(format!("the MCP session failed: {err}"));
     match variant {
         Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit => {
             let server = aac_server(variant, audit_db)?;
             aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await
         }
-        Variant::RmcpStored => {
-            let running = StoredRouter::new()
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            running.waiting().await.map_err(|e| failed(e.to_string()))?;
-            Ok(())
-        }
-        Variant::RmcpPerCall => {
-            let running = PerCallRouter
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            running.waiting().await.map_err(|e| failed(e.to_string()))?;
-            Ok(())
-        }
+        Variant::RmcpStored => rmcp_stdio(StoredRouter::new()).await,
+        Variant::RmcpPerCall => rmcp_stdio(PerCallRouter).await,
     }
+}
+
+/// An rmcp server over rmcp's own stdio transport, until the client leaves.
+async fn rmcp_stdio<H: rmcp::ServerHandler>(handler: H) -> io::Result<()> {
+    let failed = |err: String| io::Error::other(format!("the MCP session failed: {err}"));
+    let running = handler
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    running.waiting().await.map_err(|e| failed(e.to_string()))?;
+    Ok(())
 }
 
 async fn serve_http(
@@ -194,33 +190,27 @@ async fn serve_http(
             let server = aac_server(variant, audit_db)?;
             aac_tools::http::serve(server, listener, aac_tools::http::HttpOptions::default()).await
         }
-        Variant::RmcpStored => {
-            let service: StreamableHttpService<StoredRouter, LocalSessionManager> =
-                StreamableHttpService::new(
-                    || Ok(StoredRouter::new()),
-                    Default::default(),
-                    StreamableHttpServerConfig::default(),
-                );
-            axum::serve(
-                nodelay(listener),
-                axum::Router::new().nest_service("/mcp", service),
-            )
-            .await
-        }
-        Variant::RmcpPerCall => {
-            let service: StreamableHttpService<PerCallRouter, LocalSessionManager> =
-                StreamableHttpService::new(
-                    || Ok(PerCallRouter),
-                    Default::default(),
-                    StreamableHttpServerConfig::default(),
-                );
-            axum::serve(
-                nodelay(listener),
-                axum::Router::new().nest_service("/mcp", service),
-            )
-            .await
-        }
+        Variant::RmcpStored => rmcp_http(listener, StoredRouter::new).await,
+        Variant::RmcpPerCall => rmcp_http(listener, || PerCallRouter).await,
     }
+}
+
+/// An rmcp server over rmcp's Streamable HTTP service (sessions on, one handler per
+/// session from `handler`), at `/mcp`.
+async fn rmcp_http<H: rmcp::ServerHandler>(
+    listener: tokio::net::TcpListener,
+    handler: impl Fn() -> H + Send + Sync + 'static,
+) -> io::Result<()> {
+    let service: StreamableHttpService<H, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(handler()),
+        Default::default(),
+        StreamableHttpServerConfig::default(),
+    );
+    axum::serve(
+        nodelay(listener),
+        axum::Router::new().nest_service("/mcp", service),
+    )
+    .await
 }
 
 /// The listener with `TCP_NODELAY` on every connection, as `aac_tools::http::serve` does:

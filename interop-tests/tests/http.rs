@@ -9,7 +9,7 @@ use aac_tools::audit::{Check, Outcome};
 use aac_tools::http::HttpOptions;
 use aac_tools::jwt::JwtVerifier;
 use aac_tools::{CONFIRM_REQUIRED, Registry};
-use common::{RawMcp, TestServer, messages};
+use common::{RawMcp, TestServer, messages, tool_names};
 use interop_tests::Options;
 use serde_json::{Value, json};
 
@@ -572,21 +572,7 @@ async fn get_tools_is_the_manifest_of_the_listed_tools() {
         },
     )
     .await;
-    let manifest: Value = client
-        .get(format!("{}/tools", read_only.base))
-        .bearer_auth(&read_only.fixture.full)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = manifest["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = read_only.manifest_names(&read_only.fixture.full).await;
     assert_eq!(
         names,
         [
@@ -970,28 +956,9 @@ async fn the_scope_filter_lists_only_what_the_caller_may_call() {
     let (_, msgs) = reader
         .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
         .await;
-    let names: Vec<String> = msgs.last().unwrap()["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
+    let names = tool_names(&msgs.last().unwrap()["result"]["tools"]);
     assert_eq!(names, read_tools);
-    let manifest: Value = reqwest::Client::new()
-        .get(format!("{}/tools", server.base))
-        .bearer_auth(&server.fixture.reader)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = manifest["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = server.manifest_names(&server.fixture.reader).await;
     assert_eq!(names, read_tools);
 
     let mut full = RawMcp::new(&server.mcp(), Some(&server.fixture.full));

@@ -87,6 +87,30 @@ impl TestServer {
     pub fn mcp(&self) -> String {
         format!("{}/mcp", self.base)
     }
+
+    /// The names of the tools `GET /tools` lists for `token`.
+    pub async fn manifest_names(&self, token: &str) -> Vec<String> {
+        let manifest: Value = reqwest::Client::new()
+            .get(format!("{}/tools", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        tool_names(&manifest["tools"])
+    }
+}
+
+/// The `name` of each tool in a JSON array of tools (a manifest's or `tools/list`'s).
+pub fn tool_names(tools: &Value) -> Vec<String> {
+    tools
+        .as_array()
+        .expect("an array of tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("a tool name").to_owned())
+        .collect()
 }
 
 impl Drop for TestServer {
