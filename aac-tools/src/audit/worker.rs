@@ -107,6 +107,19 @@ fn spawn_syncer<I: Send + 'static>(
     Ok(Syncer { inbox, in_flight })
 }
 
+/// Move the jobs already queued into `batch` and `replies`, up to `max` records.
+fn drain<I>(rx: &mpsc::Receiver<Job<I>>, batch: &mut Vec<I>, replies: &mut Vec<Reply>, max: usize) {
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(job) => {
+                batch.push(job.record);
+                replies.push(job.reply);
+            }
+            Err(_) => break,
+        }
+    }
+}
+
 fn sync(file: &File) -> Result<(), AuditError> {
     file.sync_data()
         .map_err(|e| AuditError::new(format!("cannot flush the audit log to disk: {e}")))
@@ -275,15 +288,7 @@ impl<B: Backend> Worker<B> {
                 while let Ok(first) = rx.recv() {
                     batch.push(first.record);
                     replies.push(first.reply);
-                    while batch.len() < max_batch {
-                        match rx.try_recv() {
-                            Ok(job) => {
-                                batch.push(job.record);
-                                replies.push(job.reply);
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    drain(&rx, &mut batch, &mut replies, max_batch);
                     // The callers answered by the last commit are about to send their
                     // next records: waiting for them (as many as the last batch held)
                     // lets every concurrent caller share this commit's flush, instead of
@@ -314,15 +319,7 @@ impl<B: Backend> Worker<B> {
                                 Err(mpsc::TryRecvError::Disconnected) => break,
                             }
                         }
-                        while batch.len() < max_batch {
-                            match rx.try_recv() {
-                                Ok(job) => {
-                                    batch.push(job.record);
-                                    replies.push(job.reply);
-                                }
-                                Err(_) => break,
-                            }
-                        }
+                        drain(&rx, &mut batch, &mut replies, max_batch);
                     }
                     last_batch = batch.len();
                     let result = backend.write_batch(&batch);
