@@ -7,6 +7,11 @@ use std::time::Duration;
 /// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`…), if the process exists.
 pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    field_kib(&status, field)
+}
+
+/// A `Field:   1234 kB` line of a `/proc/<pid>/status` text, in KiB.
+fn field_kib(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
         rest.trim().strip_suffix("kB")?.trim().parse().ok()
@@ -77,11 +82,25 @@ mod tests {
 
     #[test]
     fn reads_own_resident_set() {
+        // Not compared with `VmHWM`: the kernel updates the peak lazily, so it can lag
+        // behind a resident set read a moment earlier.
         let pid = std::process::id();
         let rss = rss_kib(pid).expect("this process has a resident set");
         assert!(rss > 0);
-        let peak = status_kib(pid, "VmHWM").expect("and a peak");
-        assert!(peak >= rss);
         assert_eq!(status_kib(pid, "NoSuchField"), None);
+        assert_eq!(rss_kib(u32::MAX), None, "no such process");
+    }
+
+    #[test]
+    fn parses_status_fields() {
+        let status = "Name:\tbench-all\nVmHWM:\t   30208 kB\nVmRSS:\t   25600 kB\nThreads:\t4\n";
+        assert_eq!(field_kib(status, "VmRSS"), Some(25600));
+        assert_eq!(field_kib(status, "VmHWM"), Some(30208));
+        assert_eq!(field_kib(status, "Threads"), None, "not in kB");
+        assert_eq!(
+            field_kib(status, "VmRS"),
+            None,
+            "a prefix of a field is not the field"
+        );
     }
 }
