@@ -60,8 +60,9 @@ impl Status {
 /// A refusal or a failure: a status, a stable machine `reason` and a human message.
 ///
 /// Every check of the pipeline and every handler speaks this type. On MCP it becomes a
-/// tool result with `isError: true` whose `structuredContent` is
-/// `{"error": …, "reason": …, "status": …}`; over plain HTTP it becomes the response
+/// tool result with `isError: true` whose text content is
+/// `{"error": …, "reason": …, "status": …}` (and no `structuredContent`, which clients
+/// may check against the tool's output schema); over plain HTTP it becomes the response
 /// status and the same JSON body.
 ///
 /// ```

@@ -149,8 +149,8 @@ impl CallResponse {
     }
 
     /// The MCP `CallToolResult` JSON: the output, or for an error a result with
-    /// `isError: true`, `structuredContent` `{"error", "reason", "status"}` and the same
-    /// JSON as text.
+    /// `isError: true` whose one text content is `{"error", "reason", "status"}` (see
+    /// [`error_result_json`]).
     pub fn to_mcp_json(&self) -> Value {
         match &self.result {
             Ok(output) => output.to_json(),
@@ -159,12 +159,21 @@ impl CallResponse {
     }
 }
 
-/// The MCP `CallToolResult` JSON of a refusal or failure.
+/// The MCP `CallToolResult` JSON of a refusal or failure: `isError: true` and one text
+/// content holding `{"error", "reason", "status"}`, with **no `structuredContent`**.
+///
+/// Why no `structuredContent`: a client may validate `structuredContent` against the
+/// tool's `outputSchema` even when `isError` is true (the TypeScript SDK 1.x does, and
+/// with it the Inspector and most desktop hosts), so an error object there turns every
+/// refusal of a tool with an output schema into a protocol error (`-32602 Structured
+/// content does not match the tool's output schema`) and the model never reads the
+/// message. The spec lets an error result leave `structuredContent` out; every client
+/// shows text content. Machine readers parse the text: it is the same JSON as the REST
+/// error body. This is the one rule for every transport and every refusal; the rmcp
+/// conversion (`mcp::handler::call_tool_result`) writes the same JSON.
 pub fn error_result_json(err: &ToolError) -> Value {
-    let body = err.to_json();
     serde_json::json!({
-        "content": [{"type": "text", "text": body.to_string()}],
-        "structuredContent": body,
+        "content": [{"type": "text", "text": err.to_json().to_string()}],
         "isError": true,
     })
 }

@@ -175,10 +175,10 @@ fn stream_then_kill(
         assert!(result.is_object(), "{answer}");
         let refused = result["isError"] == true;
         if refused {
-            assert_eq!(
-                result["structuredContent"]["reason"], "destructive_flag_missing",
-                "{answer}"
-            );
+            assert!(result.get("structuredContent").is_none(), "{answer}");
+            let text = result["content"][0]["text"].as_str().unwrap();
+            let body: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(body["reason"], "destructive_flag_missing", "{answer}");
         } else {
             assert_eq!(result["structuredContent"]["n"], n, "{answer}");
         }

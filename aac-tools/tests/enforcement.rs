@@ -412,7 +412,7 @@ async fn only_json_true_confirms_a_destructive_call() {
                 );
                 assert_eq!(err.message(), CONFIRM_REQUIRED);
                 assert_eq!(
-                    response.to_mcp_json()["structuredContent"],
+                    error_body(&response.to_mcp_json()),
                     json!({
                         "error": "confirm: true required for destructive operations",
                         "reason": "destructive_flag_missing",
@@ -1107,7 +1107,7 @@ async fn each_refusal_names_its_check_in_the_order_of_the_path() {
         let mcp = response.to_mcp_json();
         assert_eq!(mcp["isError"], true);
         let body = json!({"error": err.message(), "reason": reason, "status": status});
-        assert_eq!(mcp["structuredContent"], body);
+        assert!(mcp.get("structuredContent").is_none(), "{mcp}");
         let text: Value =
             serde_json::from_str(mcp["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text, body);
@@ -1157,7 +1157,7 @@ async fn a_handler_error_comes_back_unchanged() {
     );
     assert_eq!(response.check(), Some(Check::Handler));
     assert_eq!(
-        response.to_mcp_json()["structuredContent"],
+        error_body(&response.to_mcp_json()),
         json!({"error": "note 42 not found", "reason": "not_found", "status": 404})
     );
     let record = f.last_record();
@@ -1221,4 +1221,13 @@ async fn concurrent_calls_are_each_checked_and_recorded() {
     }
     assert_eq!(f.runs.total(), 48);
     assert_eq!(f.sink.records().len(), 64);
+}
+
+/// The `{"error", "reason", "status"}` object of an MCP error result: its one text
+/// content, parsed. An error result carries no `structuredContent` (clients may check it
+/// against the tool's output schema).
+fn error_body(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }

@@ -83,12 +83,7 @@ async fn lists_tools_as_served_and_calls_by_name() {
 async fn a_tool_error_is_an_answer_and_a_jsonrpc_error_is_not_a_transport_failure() {
     let refusal = json!({
         "isError": true,
-        "content": [{"type": "text", "text": "{\"error\":\"confirm: true required for destructive operations\",\"reason\":\"destructive_flag_missing\",\"status\":400}"}],
-        "structuredContent": {
-            "error": "confirm: true required for destructive operations",
-            "reason": "destructive_flag_missing",
-            "status": 400
-        }
+        "content": [{"type": "text", "text": "{\"error\":\"confirm: true required for destructive operations\",\"reason\":\"destructive_flag_missing\",\"status\":400}"}]
     });
     let server = server(&[("delete_thing", Behaviour::Answer(refusal))]);
     let client = Client::connect(&Endpoint::http(server.url()))
@@ -100,7 +95,10 @@ async fn a_tool_error_is_an_answer_and_a_jsonrpc_error_is_not_a_transport_failur
         .await
         .unwrap();
     assert!(result.is_error());
-    assert_eq!(result.error_reason(), Some("destructive_flag_missing"));
+    assert_eq!(
+        result.error_reason().as_deref(),
+        Some("destructive_flag_missing")
+    );
     assert_eq!(
         result.error_message().as_deref(),
         Some("confirm: true required for destructive operations")

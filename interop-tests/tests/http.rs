@@ -165,7 +165,7 @@ async fn the_mcp_name_header_names_the_tool_and_the_pipeline_still_checks_the_bo
     let result = messages(&response.text().await.unwrap()).pop().unwrap();
     assert_eq!(result["result"]["isError"], true);
     assert_eq!(
-        result["result"]["structuredContent"]["reason"],
+        error_body(&result["result"])["reason"],
         "insufficient_scope"
     );
 
@@ -449,10 +449,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let (_, result) = raw.call(6, "no_such_tool", json!({})).await;
     let result = result.unwrap();
     assert_eq!(result["result"]["isError"], true);
-    assert_eq!(
-        result["result"]["structuredContent"]["reason"],
-        "unknown_tool"
-    );
+    assert_eq!(error_body(&result["result"])["reason"], "unknown_tool");
     // oversized body: 413, not recorded
     let big = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -973,4 +970,13 @@ async fn the_scope_filter_lists_only_what_the_caller_may_call() {
             .len(),
         6
     );
+}
+
+/// The `{"error", "reason", "status"}` object of an MCP error result: its one text
+/// content, parsed. An error result carries no `structuredContent` (clients may check it
+/// against the tool's output schema).
+fn error_body(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }

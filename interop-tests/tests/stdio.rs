@@ -114,8 +114,8 @@ fn the_stdio_token_is_verified_on_every_call() {
     assert!(store.revoke(&fixture.full).unwrap());
     let refused = server.call(3, "list_notes", json!({}));
     assert_eq!(refused["isError"], true);
-    assert_eq!(refused["structuredContent"]["reason"], "invalid_token");
-    assert_eq!(refused["structuredContent"]["status"], 401);
+    assert_eq!(error_body(&refused)["reason"], "invalid_token");
+    assert_eq!(error_body(&refused)["status"], 401);
 
     // bad input on stdio: a JSON-RPC error, and the server goes on serving
     server.send(json!({"jsonrpc": "2.0", "id": 4, "method": "no/such/method"}));
@@ -179,7 +179,7 @@ fn without_a_token_stdio_calls_are_refused() {
     server.initialize();
     let refused = server.call(1, "list_notes", json!({}));
     assert_eq!(refused["isError"], true);
-    assert_eq!(refused["structuredContent"]["reason"], "missing_token");
+    assert_eq!(error_body(&refused)["reason"], "missing_token");
 }
 
 #[test]
@@ -198,4 +198,13 @@ fn every_handshake_protocol_version_is_accepted() {
         let called = server.call(2, "list_notes", json!({}));
         assert_eq!(called["isError"], false, "{version}");
     }
+}
+
+/// The `{"error", "reason", "status"}` object of an MCP error result: its one text
+/// content, parsed. An error result carries no `structuredContent` (clients may check it
+/// against the tool's output schema).
+fn error_body(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }

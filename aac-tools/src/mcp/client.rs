@@ -304,24 +304,44 @@ impl ToolResult {
             .join("\n")
     }
 
-    /// For a tool error in the aac-tools form (`structuredContent` is
-    /// `{"error", "reason", "status"}`), the machine reason, such as
-    /// `destructive_flag_missing`.
-    pub fn error_reason(&self) -> Option<&str> {
-        self.structured_content()?.get("reason")?.as_str()
+    /// For a tool error in the aac-tools form (the text content is `{"error", "reason",
+    /// "status"}`), the machine reason, such as `destructive_flag_missing`. A server that
+    /// puts the object in `structuredContent` instead is read too.
+    pub fn error_reason(&self) -> Option<String> {
+        let body = self.error_body()?;
+        body.get("reason")?.as_str().map(str::to_owned)
     }
 
-    /// For a tool error, the human message: `structuredContent.error` if the server gives
-    /// one, else the text content.
+    /// For a tool error, the human message: the `error` of the aac-tools error object if
+    /// the server gives one, else the text content.
     pub fn error_message(&self) -> Option<String> {
         if !self.is_error() {
             return None;
         }
-        let structured = self
-            .structured_content()
-            .and_then(|s| s.get("error"))
-            .and_then(Value::as_str);
-        Some(structured.map_or_else(|| self.text(), str::to_owned))
+        let message = self
+            .error_body()
+            .and_then(|body| body.get("error")?.as_str().map(str::to_owned));
+        Some(message.unwrap_or_else(|| self.text()))
+    }
+
+    /// The `{"error", "reason", "status"}` object of a tool error: the first text content
+    /// parsed as JSON, else `structuredContent`.
+    fn error_body(&self) -> Option<Value> {
+        if !self.is_error() {
+            return None;
+        }
+        let from_text = self
+            .content()
+            .iter()
+            .find(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+            .and_then(|block| block.get("text")?.as_str())
+            .and_then(|text| serde_json::from_str::<Value>(text).ok());
+        let is_error_object = |v: &Value| v.get("error").is_some_and(Value::is_string);
+        from_text.filter(is_error_object).or_else(|| {
+            self.structured_content()
+                .filter(|v| is_error_object(v))
+                .cloned()
+        })
     }
 
     /// The whole `CallToolResult` object.

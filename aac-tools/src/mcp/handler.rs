@@ -232,12 +232,8 @@ pub(crate) fn call_tool_result(result: Result<ToolOutput, ToolError>) -> CallToo
             result.structured_content = structured;
             result
         }
-        Err(err) => {
-            let body = err.to_json();
-            let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
-            result.structured_content = Some(body);
-            result
-        }
+        // No `structuredContent` on an error: see `crate::server::error_result_json`.
+        Err(err) => CallToolResult::error(vec![ContentBlock::text(err.to_json().to_string())]),
     };
     result.result_type = Some(ResultType::COMPLETE);
     result

@@ -198,14 +198,12 @@ async fn ok(client: &Client, tool: &str, args: Value) -> Value {
 
 async fn refused(client: &Client, tool: &str, args: Value, status: u16, reason: &str) -> Value {
     let result = call(client, tool, args).await;
-    assert_eq!(result["isError"], true, "{tool}: {result}");
-    let body = &result["structuredContent"];
+    // The text content carries the error JSON; there is no structured content (hosts on
+    // the TypeScript SDK 1.x check it against the tool's output schema).
+    let body = error_body(&result);
     assert_eq!(body["status"], status, "{tool}: {result}");
     assert_eq!(body["reason"], reason, "{tool}: {result}");
-    // The text content carries the same JSON.
-    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
-    assert_eq!(&text, body);
-    body.clone()
+    body
 }
 
 /// A call refused for want of a scope. Over stdio it is a tool result (403
@@ -218,9 +216,8 @@ async fn scope_refused(client: &Client, tool: &str, args: Value) {
     match client.peer().call_tool(params).await {
         Ok(result) => {
             let result = serde_json::to_value(result).unwrap();
-            assert_eq!(result["isError"], true, "{result}");
-            assert_eq!(result["structuredContent"]["status"], 403);
-            assert_eq!(result["structuredContent"]["reason"], "insufficient_scope");
+            assert_eq!(error_body(&result)["status"], 403);
+            assert_eq!(error_body(&result)["reason"], "insufficient_scope");
         }
         Err(err) => {
             let text = format!("{err} {err:?}");
@@ -623,4 +620,13 @@ fn count(path: &Path) -> i64 {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.query_row("SELECT count(*) FROM issues", [], |r| r.get(0))
         .unwrap()
+}
+
+/// The `{"error", "reason", "status"}` object of an MCP error result: its one text
+/// content, parsed. An error result carries no `structuredContent` (clients may check it
+/// against the tool's output schema).
+fn error_body(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }

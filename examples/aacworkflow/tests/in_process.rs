@@ -344,11 +344,11 @@ async fn refused(
     assert_eq!(err.status().code(), status, "{err}");
     assert_eq!(err.reason(), reason, "{err}");
     assert_eq!(response.check(), Some(check));
-    // Over MCP: a tool result with isError and the same JSON as structured content.
+    // Over MCP: a tool result with isError and the same JSON as text (no structured
+    // content, which hosts check against the output schema).
     let mcp = response.to_mcp_json();
-    assert_eq!(mcp["isError"], true);
-    assert_eq!(mcp["structuredContent"]["reason"], reason);
-    assert_eq!(mcp["structuredContent"]["status"], status);
+    assert_eq!(error_body(&mcp)["reason"], reason);
+    assert_eq!(error_body(&mcp)["status"], status);
     let records = f.sink.records();
     assert_eq!(records.len(), before + 1, "exactly one record per attempt");
     let record = records.last().unwrap().clone();
@@ -680,8 +680,8 @@ async fn another_workspace_issue_is_answered_exactly_like_a_missing_one() {
             }
             answers
         };
-        assert_eq!(answers[0]["structuredContent"]["status"], 404, "{tool}");
-        assert_eq!(answers[0]["structuredContent"]["reason"], "not_found");
+        assert_eq!(error_body(&answers[0])["status"], 404, "{tool}");
+        assert_eq!(error_body(&answers[0])["reason"], "not_found");
         for other in &answers[1..] {
             assert_eq!(&answers[0], other, "{tool}: the answers must not differ");
         }
@@ -831,4 +831,13 @@ async fn tools_list_carries_the_exact_annotations_and_scopes() {
     );
     let delete = &tools[4]["inputSchema"];
     assert_eq!(delete["required"], json!(["issue_id", "confirm"]));
+}
+
+/// The `{"error", "reason", "status"}` object of an MCP error result: its one text
+/// content, parsed. An error result carries no `structuredContent` (clients may check it
+/// against the tool's output schema).
+fn error_body(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }

@@ -250,7 +250,7 @@ fn print_result(result: &ToolResult, json: bool) -> u8 {
     if result.is_error() {
         let message = result.error_message().unwrap_or_default();
         match result.error_reason() {
-            Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
+            Some(reason) => eprintln!("error: {}: {}", term::clean(&reason), term::clean(&message)),
             None => eprintln!("error: {}", term::clean(&message)),
         }
         return TOOL_ERROR;

@@ -273,8 +273,7 @@ fn a_transport_failure_on_an_idempotent_call_is_retried_with_backoff() {
 fn errors_print_with_their_reason() {
     let refusal = json!({
         "isError": true,
-        "content": [{"type": "text", "text": "{}"}],
-        "structuredContent": {"error": "issue T-9 not found", "reason": "not_found", "status": 404}
+        "content": [{"type": "text", "text": "{\"error\":\"issue T-9 not found\",\"reason\":\"not_found\",\"status\":404}"}]
     });
     let server = server(&[("update_thing", Behaviour::Answer(refusal))]);
     let url = server.url();
