@@ -22,6 +22,8 @@ pub enum Status {
     NotFound,
     /// 409: the request conflicts with the current state.
     Conflict,
+    /// 413: the request body is larger than the server accepts.
+    PayloadTooLarge,
     /// 500: a fault of the server.
     Internal,
     /// 503: a dependency is unavailable (for example the audit sink).
@@ -29,7 +31,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 409, 500 or 503.
+    /// The numeric code: 400, 401, 403, 404, 409, 413, 500 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
@@ -37,6 +39,7 @@ impl Status {
             Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::Conflict => 409,
+            Status::PayloadTooLarge => 413,
             Status::Internal => 500,
             Status::Unavailable => 503,
         }
@@ -50,6 +53,7 @@ impl Status {
             403 => Status::Forbidden,
             404 => Status::NotFound,
             409 => Status::Conflict,
+            413 => Status::PayloadTooLarge,
             500 => Status::Internal,
             503 => Status::Unavailable,
             _ => return None,

@@ -43,6 +43,7 @@ pub mod access;
 pub mod audit;
 mod context;
 mod error;
+mod pipeline;
 mod principal;
 mod registry;
 mod schema;
@@ -135,6 +136,7 @@ pub use aac_tools_macros::mcp_tool;
 
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
 pub use crate::error::{CONFIRM_REQUIRED, Status, ToolError};
+pub use crate::pipeline::Attempt;
 pub use crate::principal::{BoxFuture, Principal, StaticTokens, TokenVerifier, VerifierChain};
 pub use crate::registry::{
     META_ACCESS, META_SCOPES, ManifestDrift, Registry, RegistryError, ToolEntry,

@@ -435,13 +435,14 @@ async fn refusals_decided_by_a_transport_are_recorded_once() {
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let bob = Arc::new(Principal::new("bob", ["notes:read"]));
-    let err = server
-        .record_refusal(
-            "add_note",
-            Some(&json!({"title": "t", "body": "b"})),
-            Some(&bob),
-            Transport::PlainHttp,
-            Some("http-9".to_owned()),
+    let attempt = server.begin(
+        CallRequest::new("add_note", Some(json!({"title": "t", "body": "b"})))
+            .credentials(Credentials::Verified(bob))
+            .transport(Transport::PlainHttp)
+            .request_id("http-9"),
+    );
+    let err = attempt
+        .refuse(
             Check::Scope,
             ToolError::insufficient_scope(&["notes:write"]),
         )

@@ -34,6 +34,7 @@ mod jsonl;
 mod read;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod time_format;
 mod worker;
 
 pub use fanout::FanOut;
@@ -95,6 +96,10 @@ impl fmt::Display for Outcome {
 pub enum Check {
     /// 1. No valid principal.
     Authenticate,
+    /// Streamable HTTP: the MCP layer refused the request the `/mcp` gate saw as a
+    ///    `tools/call` (malformed, or headers that contradict the body) before the tool
+    ///    was called.
+    Protocol,
     /// 1. Streamable HTTP: the request names an MCP session that another principal
     ///    opened (answered 404 `session_not_found`, as an unknown session).
     Session,
@@ -119,6 +124,7 @@ impl Check {
     pub const fn as_str(self) -> &'static str {
         match self {
             Check::Authenticate => "authenticate",
+            Check::Protocol => "protocol",
             Check::Session => "session",
             Check::FindTool => "find_tool",
             Check::ReadOnlyMode => "read_only_mode",
@@ -312,21 +318,6 @@ impl AuditSink for MemorySink {
     }
 }
 
-/// The canonical form of a timestamp in the audit trail: RFC 3339 in UTC with
-/// microseconds (`2025-06-22T15:30:00.000000Z`), so that text order is time order.
-pub(crate) fn format_timestamp(at: time::OffsetDateTime) -> String {
-    const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-    );
-    at.to_offset(time::UtcOffset::UTC)
-        .format(FORMAT)
-        .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned())
-}
-
-/// `text` as a canonical timestamp, if it is an RFC 3339 timestamp.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(crate) fn canonical_timestamp(text: &str) -> Option<String> {
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .ok()
-        .map(format_timestamp)
-}
+pub(crate) use time_format::now_timestamp;
+#[cfg(feature = "sqlite")]
+pub(crate) use time_format::{canonical_timestamp, format_timestamp};

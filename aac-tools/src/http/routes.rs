@@ -12,7 +12,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::HttpOptions;
@@ -23,6 +23,7 @@ use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::mcp::VerifiedPrincipal;
 use crate::mcp::streamable::McpService;
+use crate::pipeline::{Attempt, PendingAttempt};
 use crate::principal::{BoxFuture, Principal};
 use crate::server::{CallRequest, Credentials, Server};
 
@@ -35,13 +36,8 @@ pub(crate) struct App {
 
 struct AppInner {
     server: Server,
-    /// The manifest's tool objects (with `scopes`), at their registry positions, each
-    /// serialized as it appears in a manifest document.
-    manifest_parts: Vec<String>,
-    /// The manifest of every tool `tools/list` can show, serialized once.
+    /// The listing's manifest of every visible tool, as a response body.
     full_manifest: Bytes,
-    /// How many tools that is.
-    visible: usize,
     /// Built from [`HttpOptions::resource_url`], when it is set.
     resource: Option<ResourceUrls>,
     /// Who opened each MCP session.
@@ -78,22 +74,7 @@ impl ResourceUrls {
 
 impl App {
     pub(crate) fn new(server: Server, options: HttpOptions) -> App {
-        let manifest: Value =
-            serde_json::from_str(server.registry().manifest()).unwrap_or(Value::Null);
-        let manifest_parts: Vec<String> = manifest
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|tools| tools.iter().map(manifest_part).collect())
-            .unwrap_or_default();
-        let visible: Vec<usize> = server
-            .registry()
-            .tools()
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !server.is_read_only_mode() || t.def().is_read_only())
-            .map(|(i, _)| i)
-            .collect();
-        let full_manifest = manifest_body(&manifest_parts, &visible);
+        let full_manifest = Bytes::from(server.listing().manifest().to_owned());
         let resource = options
             .resource_url
             .as_deref()
@@ -102,9 +83,7 @@ impl App {
         App {
             inner: Arc::new(AppInner {
                 server,
-                manifest_parts,
                 full_manifest,
-                visible: visible.len(),
                 resource,
                 sessions: SessionOwners::default(),
                 every_scope,
@@ -174,44 +153,6 @@ impl App {
     }
 }
 
-/// The start and end of a pretty-printed manifest document around its tool objects.
-const MANIFEST_HEAD: &str = "{\n  \"tools\": [\n";
-const MANIFEST_TAIL: &str = "\n  ]\n}\n";
-
-/// One tool object, pretty-printed as it appears in a manifest document (indented for
-/// its place in the `tools` array): parts join with `,\n` between the head and tail.
-fn manifest_part(tool: &Value) -> String {
-    let text = serde_json::to_string_pretty(&json!({ "tools": [tool] }))
-        .expect("a JSON value always serializes");
-    text.strip_prefix(MANIFEST_HEAD)
-        .and_then(|t| t.strip_suffix(&MANIFEST_TAIL[..MANIFEST_TAIL.len() - 1]))
-        .unwrap_or(&text)
-        .to_owned()
-}
-
-/// The manifest document of these tools (as `serde_json::to_string_pretty` writes
-/// `{"tools": [...]}`, and a newline), joined from the parts serialized at start-up.
-fn manifest_body(parts: &[String], positions: &[usize]) -> Bytes {
-    let chosen: Vec<&str> = positions
-        .iter()
-        .filter_map(|&i| parts.get(i).map(String::as_str))
-        .collect();
-    if chosen.is_empty() {
-        return Bytes::from_static(b"{\n  \"tools\": []\n}\n");
-    }
-    let size = chosen.iter().map(|p| p.len() + 2).sum::<usize>() + 32;
-    let mut text = String::with_capacity(size);
-    text.push_str(MANIFEST_HEAD);
-    for (n, part) in chosen.iter().enumerate() {
-        if n > 0 {
-            text.push_str(",\n");
-        }
-        text.push_str(part);
-    }
-    text.push_str(MANIFEST_TAIL);
-    Bytes::from(text)
-}
-
 /// A quoted-string value of an auth-param: no quotes, backslashes or control characters.
 fn quoted(text: &str) -> String {
     text.chars()
@@ -264,7 +205,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ToolError> {
         }
         if too_large {
             ToolError::new(
-                Status::BadRequest,
+                Status::PayloadTooLarge,
                 "body_too_large",
                 format!("the request body is larger than {limit} bytes"),
             )
@@ -277,18 +218,8 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ToolError> {
     })
 }
 
-/// The answer to a body that could not be read: 413 (with `"status": 413` in the body,
-/// which [`Status`] has no variant for) when it was too large.
-fn body_error(err: &ToolError) -> Response {
-    if err.reason() != "body_too_large" {
-        return json_error(err);
-    }
-    let mut body = err.to_json();
-    body["status"] = json!(413);
-    (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
-}
-
-/// What the gate needs to know of a JSON-RPC message that is a `tools/call`.
+/// What the gate reads of a JSON-RPC message that is a `tools/call`, in one borrowed
+/// parse of the body (the arguments are kept as raw text until a refusal needs them).
 #[derive(Deserialize)]
 struct Probe<'a> {
     #[serde(default)]
@@ -303,81 +234,62 @@ struct Probe<'a> {
 struct ProbeParams<'a> {
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    arguments: Option<IgnoredAny>,
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct ArgumentsOnly {
-    #[serde(default)]
-    params: Option<ArgumentsParams>,
-}
-
-#[derive(Deserialize)]
-struct ArgumentsParams {
-    #[serde(default)]
-    arguments: Option<Value>,
-}
-
-/// A `tools/call` seen by the gate: the tool and the JSON-RPC id.
-struct ToolsCall {
+/// A `tools/call` seen by the gate: the tool, the JSON-RPC id and the raw arguments.
+struct ToolsCall<'a> {
     tool: String,
     id: Option<String>,
+    arguments: Option<&'a RawValue>,
 }
 
-impl ToolsCall {
+impl<'a> ToolsCall<'a> {
     /// The tool named by a `tools/call` message: the `Mcp-Name` header when present,
     /// else the JSON-RPC body.
-    fn probe(headers: &HeaderMap, body: &[u8]) -> Option<ToolsCall> {
+    fn probe(headers: &HeaderMap, body: &'a [u8]) -> Option<ToolsCall<'a>> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         if header("mcp-method").is_some_and(|m| m != "tools/call") {
             return None;
         }
-        let probe: Probe<'_> = serde_json::from_slice(body).ok()?;
+        let probe: Probe<'a> = serde_json::from_slice(body).ok()?;
         if probe.method.as_deref() != Some("tools/call") {
             return None;
         }
+        let params = probe.params?;
         let tool = match header("mcp-name") {
             Some(name) => name.to_owned(),
-            None => probe.params?.name?.into_owned(),
+            None => params.name?.into_owned(),
         };
         let id = probe.id.map(|id| match id {
             Value::String(s) => s,
             other => other.to_string(),
         });
-        Some(ToolsCall { tool, id })
+        Some(ToolsCall {
+            tool,
+            id,
+            arguments: params.arguments,
+        })
     }
 
-    /// Record this call's refusal by the gate (one audit record, as for every attempt)
-    /// and hand the error back.
-    async fn refused(
-        &self,
-        app: &App,
-        body: &[u8],
-        principal: Option<&Arc<Principal>>,
-        check: Check,
-        err: ToolError,
-    ) -> ToolError {
-        app.server()
-            .record_refusal(
-                &self.tool,
-                ToolsCall::arguments(body).as_ref(),
-                principal,
-                Transport::StreamableHttp,
-                self.id.clone(),
-                check,
-                err,
-            )
-            .await
+    /// Begin the attempt of this call: from here on it leaves one audit record.
+    fn begin(&self, server: &Server) -> Attempt {
+        let mut request =
+            CallRequest::new(self.tool.clone(), None).transport(Transport::StreamableHttp);
+        if let Some(id) = &self.id {
+            request = request.request_id(id.clone());
+        }
+        server.begin(request)
     }
 
-    /// The call's arguments, parsed only when a refusal is recorded.
-    fn arguments(body: &[u8]) -> Option<Value> {
-        serde_json::from_slice::<ArgumentsOnly>(body)
-            .ok()?
-            .params?
-            .arguments
+    /// End `attempt` with the gate's refusal; the arguments are read for its record.
+    async fn refuse(&self, mut attempt: Attempt, check: Check, err: ToolError) -> ToolError {
+        attempt.set_arguments(
+            self.arguments
+                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()),
+        );
+        attempt.refuse(check, err).await
     }
 }
 
@@ -419,34 +331,31 @@ impl tower_service::Service<Request> for McpEndpoint {
 }
 
 /// In front of `/mcp`: the body limit, authentication (401) and, for a `tools/call`,
-/// the scope check (403), each refused attempt recorded once. The verified principal
-/// goes down to the MCP handler in the request's extensions.
+/// the scope check (403). A `tools/call` begins its [`Attempt`] here: a refusal ends it
+/// here, else it travels in the request's extensions to the MCP handler, with the
+/// verified principal and the scope verdict.
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
-    let body = if parts.method == Method::POST {
+    let is_post = parts.method == Method::POST;
+    let body = if is_post {
         match read_body(body, app.options.max_body_bytes).await {
             Ok(bytes) => bytes,
-            Err(err) => return body_error(&err),
+            Err(err) => return json_error(&err),
         }
     } else {
         Bytes::new()
     };
-    let is_post = parts.method == Method::POST;
-    let probe = || {
-        is_post
-            .then(|| ToolsCall::probe(&parts.headers, &body))
-            .flatten()
-    };
+    let call = is_post
+        .then(|| ToolsCall::probe(&parts.headers, &body))
+        .flatten();
+    let mut attempt = call.as_ref().map(|call| call.begin(app.server()));
 
     let principal = match app.authenticate(&parts.headers).await {
         Ok(principal) => principal,
         Err(err) => {
-            let err = match &probe() {
-                Some(call) => {
-                    call.refused(app, &body, None, Check::Authenticate, err)
-                        .await
-                }
-                None => err,
+            let err = match (&call, attempt) {
+                (Some(call), Some(attempt)) => call.refuse(attempt, Check::Authenticate, err).await,
+                _ => err,
             };
             return app.refusal(&parts.headers, &err, None);
         }
@@ -459,43 +368,62 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         .get(SESSION_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    if let Some(attempt) = &mut attempt {
+        attempt.authenticated(Arc::clone(&principal));
+    }
     if let Some(id) = &session
         && !app.inner.sessions.allows(id, &principal)
     {
         tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
         let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
-        let err = match &probe() {
-            // A refused `tools/call` attempt, recorded like every other.
-            Some(call) => {
-                call.refused(app, &body, Some(&principal), Check::Session, err)
-                    .await
-            }
-            None => err,
+        let err = match (&call, attempt) {
+            (Some(call), Some(attempt)) => call.refuse(attempt, Check::Session, err).await,
+            _ => err,
         };
         return json_error(&err);
     }
 
-    // A principal with every scope any tool requires passes every scope check: the body
-    // need not be looked at (the pipeline checks again, as for every transport).
-    if !principal.has_scopes(&app.inner.every_scope)
-        && let Some(call) = &probe()
-        && let Err((Check::Scope, err)) = app.server().authorize(&principal, &call.tool)
-    {
-        let err = call
-            .refused(app, &body, Some(&principal), Check::Scope, err)
-            .await;
-        return app.refusal(&parts.headers, &err, Some(&call.tool));
+    // The scope check, to answer a real 403 that makes clients step up. A principal
+    // with every scope any tool requires passes it without looking. Unknown and hidden
+    // tools go on to the MCP handler, which answers them as tool errors.
+    if let (Some(call), Some(mut pending)) = (&call, attempt.take()) {
+        if !principal.has_scopes(&app.inner.every_scope)
+            && let Err((Check::Scope, err)) = pending.authorize()
+        {
+            let err = call.refuse(pending, Check::Scope, err).await;
+            return app.refusal(&parts.headers, &err, Some(&call.tool));
+        }
+        attempt = Some(pending);
     }
-    // Unknown and hidden tools go on to the pipeline, which answers them as MCP tool
-    // errors and records them; so does everything that passes.
 
     let is_delete = parts.method == Method::DELETE;
     parts
         .extensions
         .insert(VerifiedPrincipal(Arc::clone(&principal)));
+    let pending = attempt.map(PendingAttempt::new);
+    if let Some(pending) = &pending {
+        parts.extensions.insert(pending.clone());
+    }
     let mut response = mcp
         .handle(Request::from_parts(parts, Body::from(body)))
         .await;
+    // The MCP layer answered without handing the call to the handler (a malformed
+    // request, headers that contradict the body): the attempt ends here, recorded
+    // before the answer leaves.
+    if let Some(attempt) = pending.as_ref().and_then(PendingAttempt::abandoned) {
+        let err = attempt
+            .refuse(
+                Check::Protocol,
+                ToolError::bad_request(
+                    "not_dispatched",
+                    "the MCP layer refused the request before the tool was called",
+                ),
+            )
+            .await;
+        if err.reason() == "audit_unavailable" {
+            return json_error(&err);
+        }
+    }
     match &session {
         None => {
             if let Some(opened) = response
@@ -526,101 +454,72 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
         Ok(principal) => principal,
         Err(err) => return app.refusal(&headers, &err, None),
     };
-    if !app.server().filters_list_by_scope() {
-        return (
-            [(header::CONTENT_TYPE, "application/json")],
-            app.inner.full_manifest.clone(),
-        )
-            .into_response();
-    }
-    let listed: Vec<usize> = app
-        .server()
-        .listed_tools(Some(&principal))
-        .map(|(i, _)| i)
-        .collect();
-    let body = if listed.len() == app.inner.visible {
-        app.inner.full_manifest.clone()
-    } else {
-        manifest_body(&app.inner.manifest_parts, &listed)
+    let body = match app.server().listing().subset(Some(&principal)) {
+        None => app.inner.full_manifest.clone(),
+        Some(subset) => Bytes::from(app.server().listing().manifest_of(&subset)),
     };
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// `POST /tools/{name}`: a plain JSON call. The body is the arguments (empty for none);
 /// the answer is the structured output, or `{"content": [...]}` for content results;
-/// a refusal has the error's status and `{"error", "reason", "status"}`.
+/// a refusal has the error's status and `{"error", "reason", "status"}`. The path names
+/// the tool, so the attempt begins before anything else is read.
 pub(crate) async fn call_tool(
     State(app): State<App>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let request_id = headers
+    let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
+    if let Some(id) = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 200)
-        .map(str::to_owned);
+    {
+        request = request.request_id(id);
+    }
+    let credentials = credentials(&headers);
+    if let Ok(credentials) = &credentials {
+        request = request.credentials(credentials.clone());
+    }
+    let mut attempt = app.server().begin(request);
+    let tool = attempt.tool().to_owned();
+    let refused = |err: ToolError| app.refusal(&headers, &err, Some(&tool));
+
     let body = match read_body(body, app.options.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(err) => return body_error(&err),
+        Err(err) => return refused(attempt.refuse(Check::Validate, err).await),
     };
-    let credentials = match credentials(&headers) {
-        Ok(credentials) => credentials,
-        Err(err) => {
-            let err = app
-                .server()
-                .record_refusal(
-                    &name,
-                    serde_json::from_slice::<Value>(&body).ok().as_ref(),
-                    None,
-                    Transport::PlainHttp,
-                    request_id,
-                    Check::Authenticate,
-                    err,
-                )
-                .await;
-            return app.refusal(&headers, &err, Some(&name));
-        }
-    };
+    let arguments = serde_json::from_slice::<Value>(&body);
+    if let Err(err) = credentials {
+        attempt.set_arguments(arguments.ok());
+        return refused(attempt.refuse(Check::Authenticate, err).await);
+    }
     let arguments = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        match serde_json::from_slice::<Value>(&body) {
+        match arguments {
             Ok(value) => Some(value),
             Err(parse) => {
                 // Not JSON: refuse after authenticating, so that a caller without a
                 // valid token still learns only that (401).
-                let (principal, check, err) = match app.server().authenticate(&credentials).await {
-                    Err(err) => (None, Check::Authenticate, err),
-                    Ok(principal) => (
-                        Some(principal),
-                        Check::Validate,
-                        ToolError::invalid_arguments("", format!("the body is not JSON: {parse}")),
-                    ),
+                let err = match attempt.authenticate().await {
+                    Err(err) => attempt.refuse(Check::Authenticate, err).await,
+                    Ok(_) => {
+                        let err = ToolError::invalid_arguments(
+                            "",
+                            format!("the body is not JSON: {parse}"),
+                        );
+                        attempt.refuse(Check::Validate, err).await
+                    }
                 };
-                let err = app
-                    .server()
-                    .record_refusal(
-                        &name,
-                        None,
-                        principal.as_ref(),
-                        Transport::PlainHttp,
-                        request_id,
-                        check,
-                        err,
-                    )
-                    .await;
-                return app.refusal(&headers, &err, Some(&name));
+                return refused(err);
             }
         }
     };
-    let mut call = CallRequest::new(name.clone(), arguments)
-        .credentials(credentials)
-        .transport(Transport::PlainHttp);
-    if let Some(id) = request_id {
-        call = call.request_id(id);
-    }
-    let response = app.server().call(call).await;
+    attempt.set_arguments(arguments);
+    let response = attempt.run().await;
     match response.result() {
         Ok(output) => {
             let body = match output.structured_value() {
@@ -635,7 +534,7 @@ pub(crate) async fn call_tool(
             };
             (StatusCode::OK, axum::Json(body)).into_response()
         }
-        Err(err) => app.refusal(&headers, err, Some(&name)),
+        Err(err) => refused(err.clone()),
     }
 }
 
@@ -681,27 +580,6 @@ mod tests {
         );
     }
 
-    /// A manifest joined from its parts is byte for byte what serde_json writes.
-    #[test]
-    fn manifest_bodies_are_the_pretty_json_of_the_chosen_tools() {
-        let tools = [
-            json!({"name": "a", "inputSchema": {"type": "object", "properties": {}}, "scopes": ["x:y"]}),
-            json!({"name": "b", "description": "with \"quotes\"\nand lines", "scopes": []}),
-            json!({"name": "c", "annotations": {"readOnlyHint": true}, "scopes": ["p", "q"]}),
-        ];
-        let parts: Vec<String> = tools.iter().map(manifest_part).collect();
-        for positions in [vec![], vec![0], vec![1], vec![0, 2], vec![0, 1, 2]] {
-            let chosen: Vec<&Value> = positions.iter().map(|&i| &tools[i]).collect();
-            let mut expected = serde_json::to_string_pretty(&json!({ "tools": chosen })).unwrap();
-            expected.push('\n');
-            assert_eq!(
-                std::str::from_utf8(&manifest_body(&parts, &positions)).unwrap(),
-                expected,
-                "{positions:?}"
-            );
-        }
-    }
-
     #[test]
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
@@ -722,7 +600,7 @@ mod tests {
         let h = HeaderMap::new();
         let call = ToolsCall::probe(&h, body).unwrap();
         assert_eq!((call.tool.as_str(), call.id.as_deref()), ("a", Some("7")));
-        assert_eq!(ToolsCall::arguments(body), Some(json!({"x": 1})));
+        assert_eq!(call.arguments.map(RawValue::get), Some(r#"{"x":1}"#));
         let mut h = HeaderMap::new();
         h.insert("mcp-name", "b".parse().unwrap());
         assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");

@@ -20,8 +20,11 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use super::peer::RmcpPeer;
-use crate::context::{LogLevel, Transport};
+use crate::context::{ClientPeer, LogLevel, Transport};
 use crate::error::ToolError;
+use crate::pipeline::Attempt;
+#[cfg(feature = "http")]
+use crate::pipeline::PendingAttempt;
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
 use crate::tool::{Content, ToolOutput};
@@ -122,6 +125,21 @@ impl McpHandler {
         }
     }
 
+    /// The attempt the `/mcp` gate began for this request, if any.
+    fn pending_attempt(&self, context: &RequestContext<RoleServer>) -> Option<Attempt> {
+        #[cfg(feature = "http")]
+        if let Some(pending) = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<PendingAttempt>())
+        {
+            return pending.take();
+        }
+        #[cfg(not(feature = "http"))]
+        let _ = context;
+        None
+    }
+
     async fn principal(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Principal>> {
         self.shared
             .server
@@ -157,29 +175,29 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let listing = self.shared.server.listing();
         // Without the scope filter the list is the same for everyone: no need to verify
         // the token for it.
-        let principal = if self.shared.server.filters_list_by_scope() {
-            self.principal(&context).await
+        let subset = if listing.filters_by_scope() {
+            listing.subset(self.principal(&context).await.as_deref())
         } else {
             None
         };
-        let tools = self
-            .shared
-            .server
-            .listed_tools(principal.as_deref())
-            .map(|(i, _)| self.shared.tools[i].clone())
+        let positions = subset.as_deref().unwrap_or(listing.positions());
+        let tools = positions
+            .iter()
+            .map(|&i| self.shared.tools[i].clone())
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         let i = *self.shared.index.get(name)?;
-        let listed = !self.shared.server.is_read_only_mode()
-            || self.shared.server.registry().tools()[i]
-                .def()
-                .is_read_only();
-        listed.then(|| self.shared.tools[i].clone())
+        self.shared
+            .server
+            .listing()
+            .is_visible(i)
+            .then(|| self.shared.tools[i].clone())
     }
 
     async fn call_tool(
@@ -204,16 +222,25 @@ impl ServerHandler for McpHandler {
             level,
             context.ct.clone(),
         );
-        let call = CallRequest::new(
-            request.name.into_owned(),
-            request.arguments.map(Value::Object),
-        )
-        .credentials(credentials)
-        .transport(self.transport)
-        .request_id(context.id.to_string())
-        .peer(Arc::new(peer))
-        .cancellation(context.ct.clone());
-        let response = self.shared.server.call(call).await;
+        let tool = request.name.into_owned();
+        let arguments = request.arguments.map(Value::Object);
+        let peer: Arc<dyn ClientPeer> = Arc::new(peer);
+        // Over Streamable HTTP the gate began the attempt; take it up, else begin it.
+        let attempt = match self.pending_attempt(&context) {
+            Some(mut attempt) => {
+                attempt.dispatch(tool, arguments, Some(peer), context.ct.clone());
+                attempt
+            }
+            None => self.shared.server.begin(
+                CallRequest::new(tool, arguments)
+                    .credentials(credentials)
+                    .transport(self.transport)
+                    .request_id(context.id.to_string())
+                    .peer(peer)
+                    .cancellation(context.ct.clone()),
+            ),
+        };
+        let response = attempt.run().await;
         Ok(CallToolResponse::Complete(call_tool_result(
             response.into_result(),
         )))

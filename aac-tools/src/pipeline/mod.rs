@@ -1,0 +1,481 @@
+//! The path of one call: an [`Attempt`] owns a `tools/call` from the moment a transport
+//! knows one may be in a request until its one audit record is handed to the sink.
+//!
+//! ```text
+//! Server::begin(request) ──► Attempt ──► attempt.refuse(check, error)   (a transport refuses)
+//!                                   └──► attempt.run()                 (the checks, the handler)
+//!                                   └──► drop                          (abandoned)
+//! ```
+//!
+//! Each of the three ends writes the record exactly once; nothing else builds one.
+//! A transport that checked something already (the `/mcp` gate authenticates and checks
+//! scopes to answer real 401s and 403s) leaves its verdict in the attempt, and
+//! [`Attempt::run`] does not check it again.
+
+pub(crate) mod listing;
+mod record;
+
+pub(crate) use listing::Listing;
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::{AuditRecord, Check};
+use crate::context::{ClientPeer, Ctx};
+use crate::error::{Status, ToolError};
+use crate::principal::Principal;
+use crate::registry::ToolEntry;
+use crate::server::{CallRequest, CallResponse, Credentials, Server};
+use crate::tool::{Call, ToolOutput};
+
+/// One `tools/call` attempt in progress, from [`Server::begin`] to its audit record.
+///
+/// It ends in exactly one of three ways, each of which writes the attempt's one record:
+/// [`Attempt::refuse`] (a transport refused it), [`Attempt::run`] (the pipeline's checks
+/// and the handler), or being dropped unfinished (the client went away, or the MCP layer
+/// never handed the call on), which records it in the background.
+pub struct Attempt {
+    server: Server,
+    request: CallRequest,
+    started: Instant,
+    /// When the attempt began; empty when the server keeps no audit trail.
+    timestamp: String,
+    /// Step 1's verdict, once known.
+    principal: Option<Arc<Principal>>,
+    /// The tool's position in the registry, once found.
+    entry: Option<usize>,
+    /// Steps 2 and 3 passed for `request.tool`.
+    authorized: bool,
+    /// The arguments as the record keeps them, computed before the handler took them.
+    redacted: Option<Value>,
+    /// Whether the transport that began the attempt handed it to the pipeline's caller
+    /// (always, except for an attempt the `/mcp` gate began that the MCP layer dropped).
+    dispatched: bool,
+    recorded: bool,
+}
+
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attempt")
+            .field("tool", &self.request.tool)
+            .field("transport", &self.request.transport)
+            .field("authorized", &self.authorized)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Begin a `tools/call` attempt: from here on it leaves exactly one audit record,
+    /// whichever way it ends.
+    pub fn begin(&self, request: CallRequest) -> Attempt {
+        let started = Instant::now();
+        let principal = match &request.credentials {
+            Credentials::Verified(principal) => Some(Arc::clone(principal)),
+            _ => None,
+        };
+        Attempt {
+            server: self.clone(),
+            // Only a record needs the time of day.
+            timestamp: if self.audit().is_some() {
+                crate::audit::now_timestamp()
+            } else {
+                String::new()
+            },
+            request,
+            started,
+            principal,
+            entry: None,
+            authorized: false,
+            redacted: None,
+            dispatched: true,
+            recorded: false,
+        }
+    }
+
+    /// Run one `tools/call` attempt through every check, the handler and the audit trail:
+    /// `self.begin(request).run()`.
+    ///
+    /// If the returned future is dropped before it completes (a transport whose client
+    /// went away), the attempt is still recorded, in the background, as an `error` with
+    /// reason `cancelled` and status 499.
+    pub async fn call(&self, request: CallRequest) -> CallResponse {
+        self.begin(request).run().await
+    }
+}
+
+impl Attempt {
+    /// The tool the call names.
+    pub fn tool(&self) -> &str {
+        &self.request.tool
+    }
+
+    /// Step 1: the caller's principal, or 401. Verified once per attempt: credentials a
+    /// transport already verified ([`Credentials::Verified`]) are taken as they are.
+    pub async fn authenticate(&mut self) -> Result<Arc<Principal>, ToolError> {
+        if let Some(principal) = &self.principal {
+            return Ok(Arc::clone(principal));
+        }
+        let principal = self.server.authenticate(&self.request.credentials).await?;
+        self.principal = Some(Arc::clone(&principal));
+        Ok(principal)
+    }
+
+    /// Steps 2 and 3, after [`Attempt::authenticate`]: find the tool (404 when unknown or
+    /// hidden by read-only mode) and check the principal's scopes (403 naming every
+    /// scope the tool needs). Checked once per attempt.
+    pub fn authorize(&mut self) -> Result<(), (Check, ToolError)> {
+        if self.authorized {
+            return Ok(());
+        }
+        let Some(principal) = &self.principal else {
+            return Err((Check::Authenticate, ToolError::missing_token()));
+        };
+        let registry = self.server.registry();
+        let position = registry.index(&self.request.tool);
+        self.entry = position;
+        let entry = position
+            .map(|i| &registry.tools()[i])
+            .ok_or_else(|| (Check::FindTool, ToolError::unknown_tool(&self.request.tool)))?;
+        if !self
+            .server
+            .listing()
+            .is_visible(position.unwrap_or(usize::MAX))
+        {
+            return Err((
+                Check::ReadOnlyMode,
+                ToolError::unknown_tool(&self.request.tool),
+            ));
+        }
+        let scopes = entry.def().scopes();
+        if !principal.has_scopes(scopes) {
+            return Err((Check::Scope, ToolError::insufficient_scope(scopes)));
+        }
+        self.authorized = true;
+        Ok(())
+    }
+
+    /// End the attempt with a refusal by the transport: write its record and hand back
+    /// the error to answer (`error` itself, or 503 `audit_unavailable` if the record
+    /// could not be written).
+    pub async fn refuse(mut self, check: Check, error: ToolError) -> ToolError {
+        match self.finish(Err(error), Some(check)).await.into_result() {
+            Err(answer) => answer,
+            Ok(_) => unreachable!("a refusal answers an error"),
+        }
+    }
+
+    /// Run the attempt through every check not yet passed, the handler, and its record.
+    pub async fn run(mut self) -> CallResponse {
+        let result = self.checks_and_handler().await;
+        let (result, check) = match result {
+            Ok(output) => (Ok(output), None),
+            Err((check, err)) => (Err(err), Some(check)),
+        };
+        self.finish(result, check).await
+    }
+
+    /// Write the record (if the server keeps a trail) and make the answer.
+    async fn finish(
+        &mut self,
+        result: Result<ToolOutput, ToolError>,
+        check: Option<Check>,
+    ) -> CallResponse {
+        let Some(sink) = self.server.audit().cloned() else {
+            self.recorded = true;
+            return CallResponse::new(result, check);
+        };
+        let written = sink.record(self.record(&result, check));
+        self.recorded = true;
+        match written.await {
+            Ok(()) => CallResponse::new(result, check),
+            Err(err) => {
+                tracing::error!(tool = %self.request.tool, error = %err, "audit record could not be written; answering 503");
+                CallResponse::new(Err(ToolError::audit_unavailable(err)), Some(Check::Audit))
+            }
+        }
+    }
+
+    /// Steps 1 to 6, skipping what a transport already checked.
+    async fn checks_and_handler(&mut self) -> Result<ToolOutput, (Check, ToolError)> {
+        // 1. authenticate
+        let principal = self
+            .authenticate()
+            .await
+            .map_err(|e| (Check::Authenticate, e))?;
+        // 2. find the tool, 3. scopes
+        self.authorize()?;
+        let server = self.server.clone();
+        let entry = self.entry(&server).expect("authorized: the tool exists");
+        let def = entry.def();
+        let arguments = &mut self.request.arguments;
+        // 4. confirm guard
+        if def.is_destructive()
+            && !matches!(
+                arguments.as_ref().and_then(|a| a.get("confirm")),
+                Some(Value::Bool(true))
+            )
+        {
+            return Err((Check::Confirm, ToolError::confirm_required()));
+        }
+        // 5. validate against the advertised schema, before deserialization (the
+        // boolean check is the fast path; the first error is looked for only on failure)
+        let empty = Value::Object(Map::new());
+        let instance = arguments.as_ref().unwrap_or(&empty);
+        if !entry.validator().is_valid(instance)
+            && let Err(err) = entry.validator().validate(instance)
+        {
+            let pointer = argument_pointer(&err);
+            return Err((Check::Validate, ToolError::invalid_arguments(&pointer, err)));
+        }
+        // The record keeps the arguments redacted; the handler takes them as they are.
+        if server.audit().is_some() {
+            self.redacted = Some(record::redacted_arguments(
+                Some(entry),
+                self.request.arguments.as_ref(),
+            ));
+        }
+        let mut handler_args = match self.request.arguments.take() {
+            Some(Value::Object(map)) => Some(map),
+            _ => None,
+        };
+        if def.is_destructive()
+            && let Some(map) = &mut handler_args
+        {
+            map.remove("confirm");
+        }
+        // 7 (before 6): fail closed if the audit trail cannot take the record
+        if let Some(sink) = server.audit()
+            && let Err(err) = sink.ready()
+        {
+            return Err((Check::Audit, ToolError::audit_unavailable(err)));
+        }
+        // 6. run
+        let ctx = Ctx::new(
+            def.name(),
+            principal,
+            self.request.transport,
+            self.request.request_id.clone(),
+            self.request.peer.take(),
+            self.request.cancel.take().unwrap_or_default(),
+        );
+        let call = Call {
+            arguments: handler_args,
+            ctx,
+            state: server.state().clone(),
+        };
+        let output = CatchUnwind((def.handler())(call))
+            .await
+            .unwrap_or_else(|| {
+                Err(ToolError::internal(format!(
+                    "the tool `{}` panicked",
+                    def.name()
+                )))
+            })
+            .map_err(|e| (Check::Handler, e))?;
+        Ok(output.finish(entry.wrap_output()))
+    }
+
+    fn entry<'s>(&self, server: &'s Server) -> Option<&'s ToolEntry> {
+        self.entry.map(|i| &server.registry().tools()[i])
+    }
+
+    /// The attempt's one audit record.
+    fn record(
+        &mut self,
+        result: &Result<ToolOutput, ToolError>,
+        check: Option<Check>,
+    ) -> AuditRecord {
+        let server = self.server.clone();
+        // A tool that was never looked up (a refusal before step 2) is found for the
+        // record's access level and kept fields.
+        let entry = match self.entry(&server) {
+            Some(entry) => Some(entry),
+            None => server.registry().get(&self.request.tool),
+        };
+        let arguments = match self.redacted.take() {
+            Some(redacted) => redacted,
+            None => record::redacted_arguments(entry, self.request.arguments.as_ref()),
+        };
+        record::build(record::Facts {
+            tool: &self.request.tool,
+            result,
+            check,
+            principal: self.principal.as_deref(),
+            entry,
+            timestamp: std::mem::take(&mut self.timestamp),
+            transport: self.request.transport,
+            request_id: self.request.request_id.clone(),
+            arguments,
+            started: self.started,
+        })
+    }
+
+    /// A transport that began the attempt before it had read the arguments sets them.
+    #[cfg(feature = "http")]
+    pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
+        self.request.arguments = arguments;
+    }
+
+    /// A transport verified the caller before the attempt began (the `/mcp` gate
+    /// authenticates every request): step 1's verdict, carried.
+    #[cfg(feature = "http")]
+    pub(crate) fn authenticated(&mut self, principal: Arc<Principal>) {
+        self.principal = Some(principal);
+    }
+
+    /// The `/mcp` gate began this attempt; the MCP layer takes it up with the call as
+    /// rmcp parsed it ([`Attempt::dispatch`]) or drops it.
+    #[cfg(feature = "http")]
+    pub(crate) fn undispatched(mut self) -> Attempt {
+        self.dispatched = false;
+        self
+    }
+
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    /// The MCP layer hands on the call the gate began: the tool and arguments as rmcp
+    /// parsed them (a different tool than the gate saw is checked again), the way back
+    /// to the client and the cancellation.
+    pub(crate) fn dispatch(
+        &mut self,
+        tool: String,
+        arguments: Option<Value>,
+        peer: Option<Arc<dyn ClientPeer>>,
+        cancel: CancellationToken,
+    ) {
+        if tool != self.request.tool {
+            self.authorized = false;
+            self.entry = None;
+            self.request.tool = tool;
+        }
+        self.request.arguments = arguments;
+        self.request.peer = peer;
+        self.request.cancel = Some(cancel);
+        self.dispatched = true;
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.recorded {
+            return;
+        }
+        let Some(sink) = self.server.audit().cloned() else {
+            return;
+        };
+        let (check, error, status) = if self.dispatched {
+            // Whether the handler finished is unknown: an error, with nginx's "client
+            // closed request" status.
+            (
+                None,
+                ToolError::new(
+                    Status::Internal,
+                    "cancelled",
+                    "the call was abandoned before it finished (the client went away)",
+                ),
+                499,
+            )
+        } else {
+            (
+                Some(Check::Protocol),
+                ToolError::bad_request(
+                    "not_dispatched",
+                    "the MCP layer did not hand the call to the tool (an invalid request, or the client went away first)",
+                ),
+                400,
+            )
+        };
+        let mut record = self.record(&Err(error), check);
+        record.status = status;
+        if self.dispatched {
+            record.outcome = crate::audit::Outcome::Error;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = sink.record(record).await {
+                        tracing::error!(error = %err, "the record of an abandoned call could not be written");
+                    }
+                });
+            }
+            Err(_) => tracing::error!(
+                record = %serde_json::to_string(&record).unwrap_or_default(),
+                "a call was abandoned outside a tokio runtime; its audit record could not be written"
+            ),
+        }
+    }
+}
+
+/// An attempt the `/mcp` gate began, waiting in the request for the MCP handler to take
+/// it up ([`Attempt::dispatch`]). If the MCP layer drops the request instead, the attempt
+/// is recorded as not dispatched.
+#[cfg(feature = "http")]
+#[derive(Clone)]
+pub(crate) struct PendingAttempt(Arc<std::sync::Mutex<Option<Attempt>>>);
+
+#[cfg(feature = "http")]
+impl PendingAttempt {
+    pub(crate) fn new(attempt: Attempt) -> PendingAttempt {
+        PendingAttempt(Arc::new(std::sync::Mutex::new(Some(
+            attempt.undispatched(),
+        ))))
+    }
+
+    /// Take the attempt up (once).
+    pub(crate) fn take(&self) -> Option<Attempt> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The attempt, if nobody else holds the request any more and nobody took it up: the
+    /// MCP layer answered without dispatching the call.
+    pub(crate) fn abandoned(&self) -> Option<Attempt> {
+        if Arc::strong_count(&self.0) == 1 {
+            self.take()
+        } else {
+            None
+        }
+    }
+}
+
+/// The JSON pointer of a validation error: where the offending value is, or for a missing
+/// or unexpected property, where that property is (or would be).
+fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind;
+    let mut pointer = err.instance_path().as_str().to_owned();
+    let property = match err.kind() {
+        ValidationErrorKind::Required { property } => property.as_str(),
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            unexpected.first().map(String::as_str)
+        }
+        _ => None,
+    };
+    if let Some(property) = property {
+        pointer.push('/');
+        pointer.push_str(&property.replace('~', "~0").replace('/', "~1"));
+    }
+    pointer
+}
+
+/// Polls a future, turning a panic into `None` so that a panicking handler still leaves
+/// its audit record and the server keeps serving.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Option<F::Output>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Some(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(None),
+        }
+    }
+}

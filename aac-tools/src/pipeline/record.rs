@@ -1,0 +1,75 @@
+//! The one place an [`AuditRecord`] is made from what an [`Attempt`](super::Attempt)
+//! learnt.
+
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use crate::audit::{AuditRecord, Check, Outcome, redact_arguments};
+use crate::context::Transport;
+use crate::error::{Status, ToolError};
+use crate::principal::Principal;
+use crate::registry::ToolEntry;
+use crate::tool::ToolOutput;
+
+/// What an attempt knows when it ends.
+pub(super) struct Facts<'a> {
+    pub(super) tool: &'a str,
+    pub(super) result: &'a Result<ToolOutput, ToolError>,
+    pub(super) check: Option<Check>,
+    pub(super) principal: Option<&'a Principal>,
+    pub(super) entry: Option<&'a ToolEntry>,
+    pub(super) timestamp: String,
+    pub(super) transport: Transport,
+    pub(super) request_id: Option<String>,
+    pub(super) arguments: Value,
+    pub(super) started: Instant,
+}
+
+pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
+    let (outcome, reason, status) = match facts.result {
+        Ok(_) => (Outcome::Success, None, 200),
+        Err(err) => {
+            let refused = facts.check != Some(Check::Handler)
+                || matches!(err.status(), Status::Unauthorized | Status::Forbidden);
+            let outcome = if refused {
+                Outcome::Denied
+            } else {
+                Outcome::Error
+            };
+            (outcome, Some(err.reason().to_owned()), err.status().code())
+        }
+    };
+    let principal = facts.principal;
+    AuditRecord {
+        tool: facts.tool.to_owned(),
+        outcome,
+        reason,
+        check: facts.check,
+        status,
+        scopes_provided: principal
+            .map(|p| p.scopes().map(str::to_owned).collect())
+            .unwrap_or_default(),
+        timestamp: facts.timestamp,
+        principal: principal.map(|p| p.subject().to_owned()),
+        workspace: principal.and_then(|p| p.workspace().map(str::to_owned)),
+        transport: facts.transport.as_str().to_owned(),
+        request_id: facts.request_id,
+        duration_us: u64::try_from(facts.started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        access_level: facts.entry.map(|e| e.def().access_level()),
+        arguments: facts.arguments,
+    }
+}
+
+/// The arguments as an audit record keeps them: redacted but for the tool's audit fields.
+pub(super) fn redacted_arguments(entry: Option<&ToolEntry>, arguments: Option<&Value>) -> Value {
+    let keep = entry.map_or(&[][..], |e| e.def().audit_fields());
+    match arguments {
+        Some(Value::Object(map)) => redact_arguments(Some(map), keep),
+        Some(other) => redact_arguments(
+            Some(&Map::from_iter([("$".to_owned(), other.clone())])),
+            &[],
+        ),
+        None => redact_arguments(None, keep),
+    }
+}
