@@ -481,6 +481,67 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     );
 }
 
+/// A `tools/call` the MCP layer refuses before our handler sees it (arguments that are not
+/// an object) and a REST call over the body limit still leave their one record each,
+/// written before the answer.
+#[tokio::test]
+async fn refusals_before_the_handler_are_recorded_once() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(4096),
+        Options::default(),
+    )
+    .await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let (status, msgs) = raw
+        .send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"add_note","arguments":[1,2]}}"#)
+        .await;
+    let answer = msgs.last().cloned().unwrap_or_default();
+    assert!(
+        (400..500).contains(&status) || answer.get("error").is_some(),
+        "{status} {answer}"
+    );
+    // rmcp may drop the request just after its answer: wait for the record (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.sink.records().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record.tool, "add_note");
+    assert_eq!(record.outcome, Outcome::Denied);
+    assert_eq!(record.check, Some(Check::Protocol));
+    assert_eq!(record.reason.as_deref(), Some("not_dispatched"));
+    assert_eq!(record.request_id.as_deref(), Some("11"));
+    assert_eq!(record.principal.as_deref(), Some("alice"));
+    // the array is kept redacted under `$`
+    assert!(
+        record.arguments["$"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    let response = reqwest::Client::new()
+        .post(format!("{}/tools/add_note", server.base))
+        .bearer_auth(&server.fixture.full)
+        .body(json!({"text": "x".repeat(8000)}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "body_too_large");
+    assert_eq!(body["status"], 413);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let record = &records[1];
+    assert_eq!((record.tool.as_str(), record.status), ("add_note", 413));
+    assert_eq!(record.outcome, Outcome::Denied);
+    assert_eq!(record.transport, "http");
+}
+
 #[tokio::test]
 async fn host_and_origin_are_checked_on_every_route() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;

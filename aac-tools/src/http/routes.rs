@@ -21,9 +21,9 @@ use super::sessions::SessionOwners;
 use crate::audit::Check;
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
-use crate::mcp::VerifiedPrincipal;
 use crate::mcp::streamable::McpService;
-use crate::pipeline::{Attempt, PendingAttempt};
+use crate::mcp::{PendingAttempt, VerifiedPrincipal};
+use crate::pipeline::Attempt;
 use crate::principal::{BoxFuture, Principal};
 use crate::server::{CallRequest, Credentials, Server};
 
@@ -291,6 +291,14 @@ impl<'a> ToolsCall<'a> {
         );
         attempt.refuse(check, err).await
     }
+
+    /// The arguments of the `tools/call` in `body`, for the record of an attempt the
+    /// MCP layer never dispatched.
+    fn arguments_of(body: &[u8]) -> Option<Value> {
+        let probe: Probe<'_> = serde_json::from_slice(body).ok()?;
+        let raw = probe.params?.arguments?;
+        serde_json::from_str(raw.get()).ok()
+    }
 }
 
 /// `/mcp`: the `Host`/`Origin` guard, then [`mcp_gate`], then rmcp's service, called
@@ -400,26 +408,25 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     parts
         .extensions
         .insert(VerifiedPrincipal(Arc::clone(&principal)));
-    let pending = attempt.map(PendingAttempt::new);
+    let pending = attempt.map(|a| PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of));
     if let Some(pending) = &pending {
         parts.extensions.insert(pending.clone());
     }
+    // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
     let mut response = mcp
-        .handle(Request::from_parts(parts, Body::from(body)))
+        .handle(Request::from_parts(parts, Body::from(body.clone())))
         .await;
     // The MCP layer answered without handing the call to the handler (a malformed
     // request, headers that contradict the body): the attempt ends here, recorded
     // before the answer leaves.
-    if let Some(attempt) = pending.as_ref().and_then(PendingAttempt::abandoned) {
-        let err = attempt
-            .refuse(
-                Check::Protocol,
-                ToolError::bad_request(
-                    "not_dispatched",
-                    "the MCP layer refused the request before the tool was called",
-                ),
-            )
-            .await;
+    if let (Some(call), Some(attempt)) =
+        (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
+    {
+        let err = ToolError::bad_request(
+            "not_dispatched",
+            "the MCP layer refused the request before the tool was called",
+        );
+        let err = call.refuse(attempt, Check::Protocol, err).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }

@@ -23,8 +23,6 @@ use super::peer::RmcpPeer;
 use crate::context::{ClientPeer, LogLevel, Transport};
 use crate::error::ToolError;
 use crate::pipeline::Attempt;
-#[cfg(feature = "http")]
-use crate::pipeline::PendingAttempt;
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
 use crate::tool::{Content, ToolOutput};
@@ -131,7 +129,7 @@ impl McpHandler {
         if let Some(pending) = context
             .extensions
             .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<PendingAttempt>())
+            .and_then(|parts| parts.extensions.get::<super::PendingAttempt>())
         {
             return pending.take();
         }

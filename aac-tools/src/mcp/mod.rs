@@ -106,3 +106,64 @@ mod stdio {
 #[cfg(feature = "http")]
 #[derive(Clone, Debug)]
 pub(crate) struct VerifiedPrincipal(pub(crate) std::sync::Arc<crate::Principal>);
+
+/// An attempt the `/mcp` gate began, carried to the MCP handler in the request's
+/// extensions, which takes it up ([`Attempt::dispatch`](crate::Attempt)). If the MCP layer
+/// answers without dispatching the call, the gate records it ([`PendingAttempt::abandoned`]);
+/// if the request is dropped later still untaken, the attempt records itself as not
+/// dispatched, with the arguments read back from the body.
+#[cfg(feature = "http")]
+#[derive(Clone)]
+pub(crate) struct PendingAttempt(std::sync::Arc<std::sync::Mutex<Pending>>);
+
+#[cfg(feature = "http")]
+struct Pending {
+    attempt: Option<crate::Attempt>,
+    body: axum::body::Bytes,
+    arguments: fn(&[u8]) -> Option<serde_json::Value>,
+}
+
+#[cfg(feature = "http")]
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut attempt) = self.attempt.take() {
+            attempt.set_arguments((self.arguments)(&self.body));
+        }
+    }
+}
+
+#[cfg(feature = "http")]
+impl PendingAttempt {
+    /// Carry `attempt`; `arguments` reads the call's arguments from `body` for the record
+    /// of an attempt nobody took up.
+    pub(crate) fn new(
+        attempt: crate::Attempt,
+        body: axum::body::Bytes,
+        arguments: fn(&[u8]) -> Option<serde_json::Value>,
+    ) -> PendingAttempt {
+        PendingAttempt(std::sync::Arc::new(std::sync::Mutex::new(Pending {
+            attempt: Some(attempt.undispatched()),
+            body,
+            arguments,
+        })))
+    }
+
+    /// Take the attempt up (once).
+    pub(crate) fn take(&self) -> Option<crate::Attempt> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attempt
+            .take()
+    }
+
+    /// The attempt, if nobody else holds the request any more and nobody took it up: the
+    /// MCP layer answered without dispatching the call.
+    pub(crate) fn abandoned(&self) -> Option<crate::Attempt> {
+        if std::sync::Arc::strong_count(&self.0) == 1 {
+            self.take()
+        } else {
+            None
+        }
+    }
+}

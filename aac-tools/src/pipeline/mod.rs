@@ -397,49 +397,14 @@ impl Drop for Attempt {
         if self.dispatched {
             record.outcome = crate::audit::Outcome::Error;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(err) = sink.record(record).await {
-                        tracing::error!(error = %err, "the record of an abandoned call could not be written");
-                    }
-                });
-            }
-            Err(_) => tracing::error!(
-                record = %serde_json::to_string(&record).unwrap_or_default(),
-                "a call was abandoned outside a tokio runtime; its audit record could not be written"
-            ),
-        }
-    }
-}
-
-/// An attempt the `/mcp` gate began, waiting in the request for the MCP handler to take
-/// it up ([`Attempt::dispatch`]). If the MCP layer drops the request instead, the attempt
-/// is recorded as not dispatched.
-#[cfg(feature = "http")]
-#[derive(Clone)]
-pub(crate) struct PendingAttempt(Arc<std::sync::Mutex<Option<Attempt>>>);
-
-#[cfg(feature = "http")]
-impl PendingAttempt {
-    pub(crate) fn new(attempt: Attempt) -> PendingAttempt {
-        PendingAttempt(Arc::new(std::sync::Mutex::new(Some(
-            attempt.undispatched(),
-        ))))
-    }
-
-    /// Take the attempt up (once).
-    pub(crate) fn take(&self) -> Option<Attempt> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-
-    /// The attempt, if nobody else holds the request any more and nobody took it up: the
-    /// MCP layer answered without dispatching the call.
-    pub(crate) fn abandoned(&self) -> Option<Attempt> {
-        if Arc::strong_count(&self.0) == 1 {
-            self.take()
-        } else {
-            None
+        // The sink takes the record before it returns the future (the contract of
+        // `AuditSink::record`), so it is handed off here, on whatever thread drops the
+        // attempt, runtime or not; its durability is the sink's to report (the built-in
+        // sinks log a record they could not write).
+        let mut written = sink.record(record);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(Err(err)) = written.as_mut().poll(&mut cx) {
+            tracing::error!(error = %err, "the record of an abandoned call could not be written");
         }
     }
 }
