@@ -125,12 +125,13 @@ impl AuditQuery {
     /// a tool's `tx.conn()` or [`open_reader`](super::open_reader).
     pub fn fetch(&self, conn: &Connection) -> Result<Vec<StoredRecord>, AuditError> {
         let (filter, params) = self.filter();
+        let columns = &*SELECT_COLUMNS;
         let sql = match self.limit {
             Some(n) => format!(
-                "SELECT * FROM (SELECT {SELECT_COLUMNS} FROM aac_audit WHERE {filter} \
+                "SELECT * FROM (SELECT {columns} FROM aac_audit WHERE {filter} \
                  ORDER BY seq DESC LIMIT {n}) ORDER BY seq"
             ),
-            None => format!("SELECT {SELECT_COLUMNS} FROM aac_audit WHERE {filter} ORDER BY seq"),
+            None => format!("SELECT {columns} FROM aac_audit WHERE {filter} ORDER BY seq"),
         };
         let mut stmt = conn.prepare(&sql).map_err(sql_error)?;
         let rows = stmt

@@ -1,0 +1,21 @@
+//! The SQLite sink: an append-only, hash-chained table `aac_audit`, written by one
+//! thread that commits the records of concurrent callers together (group commit).
+//!
+//! - [`table`]: the table, its columns (declared once) and its creation;
+//! - [`row`]: one row's values, read or written, and the one hash that chains them;
+//! - [`writer`]: the sink, its writer thread and its transactions;
+//! - [`reader`]: read-only connections and rows read back as records;
+//! - [`verify`]: the walk of the chain.
+
+mod reader;
+mod row;
+mod table;
+mod verify;
+mod writer;
+
+pub use reader::{StoredRecord, open_reader};
+pub(crate) use row::Row;
+pub(crate) use table::SELECT_COLUMNS;
+pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
+pub use verify::{BrokenLink, ChainReport, verify_chain};
+pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

@@ -1,0 +1,124 @@
+//! Walking the hash chain.
+
+use std::fmt;
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use super::row::Row;
+use super::table::{AUDIT_TABLE, GENESIS_HASH, SELECT_COLUMNS, sql_error};
+use crate::audit::AuditError;
+
+/// What [`verify_chain`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChainReport {
+    /// Records checked (up to and including the first broken one).
+    pub checked: u64,
+    /// The last record's `seq` and `hash` when the chain is intact: note them somewhere
+    /// else to detect a later truncation of the table.
+    pub head: Option<(i64, String)>,
+    /// The first broken link, if any.
+    pub broken: Option<BrokenLink>,
+}
+
+impl ChainReport {
+    /// Whether every record links to the previous one and matches its hash.
+    pub fn is_intact(&self) -> bool {
+        self.broken.is_none()
+    }
+}
+
+impl fmt::Display for ChainReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.broken, &self.head) {
+            (Some(broken), _) => write!(f, "chain broken: {broken}"),
+            (None, Some((seq, hash))) => write!(
+                f,
+                "chain intact: {} records, head seq {seq} hash {hash}",
+                self.checked
+            ),
+            (None, None) => f.write_str("chain intact: no records"),
+        }
+    }
+}
+
+/// The first place where the chain does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokenLink {
+    /// The `seq` of the first record that does not verify.
+    pub seq: i64,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl fmt::Display for BrokenLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "record {}: {}", self.seq, self.problem)
+    }
+}
+
+/// Walk the whole chain in `seq` order and report the first broken link: a gap in
+/// `seq` (a deleted record), a `prev_hash` that is not the previous record's hash (a
+/// deleted, inserted or re-hashed record), or a hash that does not match the record's
+/// contents (an edited record).
+///
+/// Truncation of the newest records leaves an intact, shorter chain: compare
+/// [`ChainReport::head`] with a head noted earlier to catch it.
+pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT {} FROM {AUDIT_TABLE} ORDER BY seq",
+            *SELECT_COLUMNS
+        ))
+        .map_err(sql_error)?;
+    let mut rows = stmt.query([]).map_err(sql_error)?;
+    let mut checked = 0u64;
+    let mut prev: Option<(i64, String)> = None;
+    while let Some(r) = rows.next().map_err(sql_error)? {
+        let row = Row::from_sql(r).map_err(sql_error)?;
+        checked += 1;
+        let (expected_seq, expected_prev) = match &prev {
+            Some((seq, hash)) => (seq + 1, hash.as_str()),
+            None => (1, GENESIS_HASH),
+        };
+        let problem = if row.seq > expected_seq {
+            Some(format!(
+                "records {expected_seq} to {} are missing (deleted)",
+                row.seq - 1
+            ))
+        } else if row.seq < expected_seq {
+            Some(format!(
+                "a record numbered {} precedes the chain's first record, 1",
+                row.seq
+            ))
+        } else if row.prev_hash != expected_prev {
+            Some(match &prev {
+                Some((seq, _)) => format!(
+                    "prev_hash does not match the hash of record {seq} (a record was removed, \
+                     inserted or re-hashed)"
+                ),
+                None => "the first record's prev_hash is not the genesis hash".to_owned(),
+            })
+        } else if row.compute_hash() != row.hash {
+            Some("contents do not match the record's hash (the record was edited)".to_owned())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Ok(ChainReport {
+                checked,
+                head: None,
+                broken: Some(BrokenLink {
+                    seq: row.seq,
+                    problem,
+                }),
+            });
+        }
+        prev = Some((row.seq, row.hash));
+    }
+    Ok(ChainReport {
+        checked,
+        head: prev,
+        broken: None,
+    })
+}

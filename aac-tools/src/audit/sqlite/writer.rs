@@ -1,0 +1,491 @@
+//! The sink: its configuration, the writer thread's backend, and the transaction that
+//! appends a batch of rows to the chain.
+
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, ToSql, TransactionBehavior};
+use sha2::{Digest, Sha256};
+
+use super::reader::open_reader;
+use super::row::{Values, hex_into, link_hash};
+use super::table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, INSERT, ensure_table, sql_error};
+use super::verify::{ChainReport, verify_chain};
+use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
+use crate::audit::{AuditError, AuditRecord, AuditSink};
+use crate::principal::BoxFuture;
+
+/// How records are grouped into transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitMode {
+    /// Group commit: every record that arrives while a commit is being flushed is
+    /// committed with the others in the next transaction, so one flush serves many
+    /// calls. The default.
+    #[default]
+    Group,
+    /// One transaction, and one flush, per record: the baseline of the benchmark.
+    PerRecord,
+}
+
+/// SQLite's `synchronous` setting on the sink's connection (the database is in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `FULL`: every commit syncs the write-ahead log to disk before it returns, so a
+    /// record survives a crash of the process and of the machine (power loss). The
+    /// default.
+    #[default]
+    Full,
+    /// `NORMAL`: commits reach the operating system but are synced only at checkpoints,
+    /// so a record survives a crash of the process (SIGKILL) but perhaps not a power
+    /// loss. Faster.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Configures a [`SqliteSink`]: `SqliteSink::builder(path)`.
+#[derive(Debug, Clone)]
+pub struct SqliteSinkBuilder {
+    path: PathBuf,
+    commit: CommitMode,
+    synchronous: Synchronous,
+    max_batch: usize,
+    linger: Duration,
+    busy_timeout: Duration,
+    retry_interval: Duration,
+}
+
+impl SqliteSinkBuilder {
+    /// Group commit (the default) or one transaction per record.
+    pub fn commit(mut self, mode: CommitMode) -> SqliteSinkBuilder {
+        self.commit = mode;
+        self
+    }
+
+    /// `synchronous = FULL` (the default) or `NORMAL`.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> SqliteSinkBuilder {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// The most records one group commit writes (default 1024).
+    pub fn max_batch(mut self, max: usize) -> SqliteSinkBuilder {
+        self.max_batch = max.max(1);
+        self
+    }
+
+    /// Group commit only: when the previous transaction held several records, the
+    /// next one waits until as many records are there (its callers come back), as
+    /// long as records arrive less than `gap` apart and for at most 1 ms in all, so
+    /// that concurrent callers share one flush rather than alternate between two.
+    /// Default 50 µs; zero never waits. A lone caller never waits.
+    pub fn linger(mut self, gap: Duration) -> SqliteSinkBuilder {
+        self.linger = gap;
+        self
+    }
+
+    /// How long a commit waits for another connection's write lock (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> SqliteSinkBuilder {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How often an unavailable sink tries to open its database again (default 1 s).
+    pub fn retry_interval(mut self, interval: Duration) -> SqliteSinkBuilder {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// Open the database (creating the file and the table if needed) and start the
+    /// writer thread, or say why the database cannot take records.
+    pub fn open(self) -> Result<SqliteSink, AuditError> {
+        let connected = connect(&self.path, &self)?;
+        self.start(Some(connected), None)
+    }
+
+    /// Like [`open`](Self::open), but never fails: if the database cannot be opened,
+    /// log why and return a sink that refuses every call with 503
+    /// `audit_unavailable` (its [`ready`](AuditSink::ready) fails), and that tries to
+    /// open the database again, at most once per retry interval, when records arrive.
+    ///
+    /// A server built with it starts, and serves nothing unaudited.
+    pub fn open_or_unavailable(self) -> SqliteSink {
+        match connect(&self.path, &self) {
+            Ok(connected) => match self.clone().start(Some(connected), None) {
+                Ok(sink) => sink,
+                Err(err) => self.unavailable_forever(err),
+            },
+            Err(err) => {
+                tracing::error!(
+                    path = %self.path.display(),
+                    error = %err,
+                    "the audit database cannot be opened: every call will be refused with 503 audit_unavailable until it can"
+                );
+                let problem = err.clone();
+                match self.clone().start(None, Some(problem)) {
+                    Ok(sink) => sink,
+                    Err(thread_err) => self.unavailable_forever(thread_err),
+                }
+            }
+        }
+    }
+
+    fn unavailable_forever(self, err: AuditError) -> SqliteSink {
+        tracing::error!(error = %err, "the audit sink cannot start: every call will be refused with 503 audit_unavailable");
+        SqliteSink {
+            inner: Arc::new(SinkInner {
+                path: self.path,
+                commit: self.commit,
+                worker: Err(err),
+            }),
+        }
+    }
+
+    fn start(
+        self,
+        conn: Option<Connected>,
+        problem: Option<AuditError>,
+    ) -> Result<SqliteSink, AuditError> {
+        let batching = match self.commit {
+            CommitMode::Group => Batching {
+                linger: self.linger,
+                ..Batching::group(self.max_batch)
+            },
+            CommitMode::PerRecord => Batching {
+                max_batch: 1,
+                linger: Duration::ZERO,
+                max_linger: Duration::ZERO,
+            },
+        };
+        let health = Arc::new(Health::new(problem.clone()));
+        let backend = SqliteBackend {
+            path: self.path.clone(),
+            conn,
+            options: self.clone(),
+            last_attempt: Instant::now(),
+            problem,
+        };
+        let worker = Worker::spawn("aac-audit-sqlite", backend, batching, health)?;
+        Ok(SqliteSink {
+            inner: Arc::new(SinkInner {
+                path: self.path,
+                commit: self.commit,
+                worker: Ok(worker),
+            }),
+        })
+    }
+}
+
+/// The sink's connection, and the write-ahead log to sync when commits do not.
+struct Connected {
+    conn: Connection,
+    wal: Option<Arc<File>>,
+}
+
+/// Open the database for the sink.
+///
+/// With group commit and `synchronous = FULL`, the connection itself runs with
+/// `synchronous = NORMAL` (a commit writes the log but does not sync it) and the
+/// write-ahead log file is opened to be synced by the syncer thread before any caller
+/// of the batch is answered: the same durability as `FULL`, with the next batch written
+/// while this one is flushed. If the log file cannot be opened, the connection syncs
+/// at each commit itself (`FULL`).
+fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditError> {
+    let defer = options.commit == CommitMode::Group && options.synchronous == Synchronous::Full;
+    let synchronous = if defer {
+        Synchronous::Normal
+    } else {
+        options.synchronous
+    };
+    let conn = open_connection(path, options, synchronous)?;
+    if !defer {
+        return Ok(Connected { conn, wal: None });
+    }
+    let mut wal_path = path.as_os_str().to_owned();
+    wal_path.push("-wal");
+    match File::open(&wal_path) {
+        Ok(wal) => Ok(Connected {
+            conn,
+            wal: Some(Arc::new(wal)),
+        }),
+        Err(e) => {
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "cannot open the audit database's write-ahead log to sync it; every commit syncs it instead"
+            );
+            conn.pragma_update(None, "synchronous", Synchronous::Full.pragma())
+                .map_err(sql_error)?;
+            Ok(Connected { conn, wal: None })
+        }
+    }
+}
+
+fn open_connection(
+    path: &Path,
+    options: &SqliteSinkBuilder,
+    synchronous: Synchronous,
+) -> Result<Connection, AuditError> {
+    let shown = path.display();
+    let cannot = |e: rusqlite::Error| {
+        AuditError::new(format!("cannot open the audit database `{shown}`: {e}"))
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )
+    .map_err(cannot)?;
+    conn.busy_timeout(options.busy_timeout).map_err(cannot)?;
+    // SQLite silently opens a write-protected file read-only; we need to write.
+    if conn.is_readonly(MAIN_DB).map_err(cannot)? {
+        return Err(AuditError::new(format!(
+            "the audit database `{shown}` is read-only (write-protected file or file system)"
+        )));
+    }
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(cannot)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(AuditError::new(format!(
+            "cannot put the audit database `{shown}` in WAL mode (journal mode is `{mode}`)"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", synchronous.pragma())
+        .map_err(cannot)?;
+    ensure_table(&conn).map_err(|e| AuditError::new(format!("audit database `{shown}`: {e}")))?;
+    Ok(conn)
+}
+
+struct SqliteBackend {
+    path: PathBuf,
+    conn: Option<Connected>,
+    options: SqliteSinkBuilder,
+    last_attempt: Instant,
+    problem: Option<AuditError>,
+}
+
+impl Backend for SqliteBackend {
+    type Item = PreparedRow;
+
+    fn prepare(record: AuditRecord) -> PreparedRow {
+        PreparedRow::from_record(record)
+    }
+
+    fn describe(item: &PreparedRow) -> String {
+        Values::describe(&item.tail)
+    }
+
+    fn deferred_sync(&self) -> Option<Arc<File>> {
+        self.conn.as_ref().and_then(|c| c.wal.clone())
+    }
+
+    fn write_batch(&mut self, batch: &[PreparedRow]) -> Result<(), AuditError> {
+        if self.conn.is_none() {
+            if self.last_attempt.elapsed() < self.options.retry_interval {
+                return Err(self
+                    .problem
+                    .clone()
+                    .unwrap_or_else(|| AuditError::new("the audit database is not open")));
+            }
+            self.last_attempt = Instant::now();
+            match connect(&self.path, &self.options) {
+                Ok(conn) => {
+                    tracing::info!(path = %self.path.display(), "the audit database is open");
+                    self.conn = Some(conn);
+                    self.problem = None;
+                }
+                Err(err) => {
+                    self.problem = Some(err.clone());
+                    return Err(err);
+                }
+            }
+        }
+        let Some(connected) = self.conn.as_mut() else {
+            return Err(AuditError::new("the audit database is not open"));
+        };
+        append(&mut connected.conn, batch).map_err(|e| {
+            AuditError::new(format!(
+                "cannot write to the audit database `{}`: {e}",
+                self.path.display()
+            ))
+        })
+    }
+}
+
+/// Append `batch` in one transaction, chained to the last record in the table.
+fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (mut seq, last_hash) = tx
+        .query_row(
+            &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
+            [],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+        )
+        .optional()?
+        .unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+    let mut prev_hash = [0u8; 64];
+    if last_hash.len() == 64 {
+        prev_hash.copy_from_slice(last_hash.as_bytes());
+    } else {
+        // Not one of our hashes: chain to it anyway (verify will report the bad link).
+        hex_into(&Sha256::digest(last_hash.as_bytes()), &mut prev_hash);
+    }
+    {
+        let mut insert = tx.prepare_cached(&INSERT)?;
+        for row in batch {
+            seq += 1;
+            let hash = link_hash(&prev_hash, seq, &row.tail);
+            let prev = std::str::from_utf8(&prev_hash).unwrap_or_default();
+            let this = std::str::from_utf8(&hash).unwrap_or_default();
+            let mut params: Vec<&dyn ToSql> = Vec::with_capacity(AUDIT_COLUMNS.len());
+            params.push(&seq);
+            params.extend(row.values.params());
+            params.push(&prev);
+            params.push(&this);
+            insert.execute(params.as_slice())?;
+            prev_hash = hash;
+        }
+    }
+    tx.commit()
+}
+
+/// A record made ready for the table on the caller's thread: its values, and the part
+/// of its hash input that does not depend on its place in the chain.
+pub(crate) struct PreparedRow {
+    values: Values,
+    tail: String,
+}
+
+impl PreparedRow {
+    fn from_record(record: AuditRecord) -> PreparedRow {
+        let values = Values::from_record(record);
+        let tail = values.hash_tail();
+        PreparedRow { values, tail }
+    }
+}
+
+/// Writes audit records to the SQLite table `aac_audit`, append-only and hash-chained,
+/// durable before [`record`](AuditSink::record) returns. Cheap to clone.
+///
+/// One writer thread owns the connection. With [`CommitMode::Group`] (the default) it
+/// commits every record waiting for it in one transaction, so concurrent calls share
+/// one flush to disk; with `synchronous = FULL` (the default) a commit returns only
+/// after the write-ahead log is synced.
+///
+/// The table may live in the application's own database file: open the sink on the
+/// same path. Its columns are a stable contract (see `docs/audit.md`).
+///
+/// ```
+/// use aac_tools::audit::{SqliteSink, verify_chain};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("app.db");
+/// let sink = SqliteSink::open(&path).unwrap();
+/// // Server::builder(registry).audit(sink.clone())…
+/// let conn = rusqlite::Connection::open(&path).unwrap();
+/// assert!(verify_chain(&conn).unwrap().is_intact());
+/// # drop(sink);
+/// ```
+#[derive(Clone)]
+pub struct SqliteSink {
+    inner: Arc<SinkInner>,
+}
+
+struct SinkInner {
+    path: PathBuf,
+    commit: CommitMode,
+    worker: Result<Worker<SqliteBackend>, AuditError>,
+}
+
+impl fmt::Debug for SqliteSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteSink")
+            .field("path", &self.inner.path)
+            .field("commit", &self.inner.commit)
+            .field("ready", &self.ready().is_ok())
+            .finish()
+    }
+}
+
+impl SqliteSink {
+    /// Configure a sink on the database at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteSinkBuilder {
+        SqliteSinkBuilder {
+            path: path.as_ref().to_path_buf(),
+            commit: CommitMode::Group,
+            synchronous: Synchronous::Full,
+            max_batch: 1024,
+            linger: Batching::group(1).linger,
+            busy_timeout: crate::sqlite::BUSY_TIMEOUT,
+            retry_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// A group-commit sink with `synchronous = FULL` on the database at `path`,
+    /// or why it cannot take records.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteSink, AuditError> {
+        SqliteSink::builder(path).open()
+    }
+
+    /// Like [`open`](Self::open), but a database that cannot be opened gives a sink
+    /// that refuses every call with 503 (and logs why) instead of an error; see
+    /// [`SqliteSinkBuilder::open_or_unavailable`].
+    pub fn open_or_unavailable(path: impl AsRef<Path>) -> SqliteSink {
+        SqliteSink::builder(path).open_or_unavailable()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// How records are grouped into transactions.
+    pub fn commit_mode(&self) -> CommitMode {
+        self.inner.commit
+    }
+
+    /// Records written and the transactions that wrote them, since the sink opened.
+    pub fn stats(&self) -> SinkStats {
+        match &self.inner.worker {
+            Ok(worker) => worker.stats(),
+            Err(_) => SinkStats::default(),
+        }
+    }
+
+    /// Walk the hash chain of the sink's database (on a connection of its own).
+    pub fn verify(&self) -> Result<ChainReport, AuditError> {
+        let conn = open_reader(&self.inner.path)?;
+        verify_chain(&conn)
+    }
+}
+
+impl AuditSink for SqliteSink {
+    fn ready(&self) -> Result<(), AuditError> {
+        match &self.inner.worker {
+            Ok(worker) => worker.ready(),
+            Err(err) => Err(err.clone()),
+        }
+    }
+
+    fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
+        match &self.inner.worker {
+            Ok(worker) => worker.record(record),
+            Err(err) => {
+                let err = err.clone();
+                Box::pin(async move { Err(err) })
+            }
+        }
+    }
+}
