@@ -50,6 +50,7 @@ mod schema;
 mod server;
 mod state;
 mod tool;
+pub mod tokens;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

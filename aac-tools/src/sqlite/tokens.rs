@@ -10,6 +10,8 @@ use subtle::ConstantTimeEq;
 use super::{Database, DbError};
 use crate::error::ToolError;
 use crate::principal::{BoxFuture, Principal, TokenVerifier};
+pub use crate::tokens::{NewToken, TokenInfo};
+use crate::tokens::{TokenError, TokenIssuer};
 
 const PREFIX: &str = "aac_";
 const ID_HEX: usize = 12;
@@ -27,34 +29,6 @@ CREATE TABLE IF NOT EXISTS aac_tokens (
     revoked_at  INTEGER
 );
 ";
-
-/// A token just created: the secret string, shown once, and its id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewToken {
-    /// The full bearer token. Only its hash is stored; show it to the user once.
-    pub token: String,
-    /// Its public id, for listing and revoking.
-    pub id: String,
-}
-
-/// What the store knows of a token (never its secret).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenInfo {
-    /// The public id.
-    pub id: String,
-    /// The subject it authenticates.
-    pub subject: String,
-    /// The workspace, if any.
-    pub workspace: Option<String>,
-    /// Its scopes.
-    pub scopes: Vec<String>,
-    /// Creation, in Unix seconds.
-    pub created_at: i64,
-    /// Expiry, in Unix seconds.
-    pub expires_at: Option<i64>,
-    /// Revocation, in Unix seconds.
-    pub revoked_at: Option<i64>,
-}
 
 /// The token store: creates, lists, revokes and verifies opaque tokens.
 #[derive(Debug, Clone)]
@@ -242,6 +216,51 @@ impl TokenVerifier for TokenStore {
                 .await
                 .unwrap_or_else(|e| Err(ToolError::internal(format!("token check failed: {e}"))))
         })
+    }
+}
+
+/// The blocking SQLite calls run on the blocking pool when a runtime is there.
+fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, DbError> + Send + 'static,
+) -> BoxFuture<'static, Result<T, TokenError>> {
+    Box::pin(async move {
+        let result = match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::spawn_blocking(f)
+                .await
+                .unwrap_or_else(|e| Err(DbError::new(format!("the token store task failed: {e}"), None))),
+            Err(_) => f(),
+        };
+        result.map_err(|e| TokenError::new(e.to_string()))
+    })
+}
+
+impl TokenIssuer for TokenStore {
+    fn create<'a>(
+        &'a self,
+        subject: &'a str,
+        workspace: Option<&'a str>,
+        scopes: &'a [&'a str],
+        ttl_seconds: Option<i64>,
+    ) -> BoxFuture<'a, Result<NewToken, TokenError>> {
+        let store = self.clone();
+        let subject = subject.to_owned();
+        let workspace = workspace.map(str::to_owned);
+        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        blocking(move || {
+            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            TokenStore::create(&store, &subject, workspace.as_deref(), &scopes, ttl_seconds)
+        })
+    }
+
+    fn revoke<'a>(&'a self, id_or_token: &'a str) -> BoxFuture<'a, Result<bool, TokenError>> {
+        let store = self.clone();
+        let id_or_token = id_or_token.to_owned();
+        blocking(move || TokenStore::revoke(&store, &id_or_token))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<TokenInfo>, TokenError>> {
+        let store = self.clone();
+        blocking(move || TokenStore::list(&store))
     }
 }
 
