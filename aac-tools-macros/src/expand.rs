@@ -82,8 +82,12 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
     }
 }
 
+/// `::aac_tools::__private<patch>`: the hidden module is named after the version, as
+/// thiserror's is, so an `aac-tools` and an `aac-tools-macros` of different versions
+/// fail to compile together instead of generating code for the wrong internals.
 fn private() -> TokenStream {
-    quote!(::aac_tools::__private)
+    let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"));
+    quote!(::aac_tools::#module)
 }
 
 /// One `const __AAC_Pn: Param<Ty>` per parameter, each spanned on its type.

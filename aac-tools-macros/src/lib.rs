@@ -2,7 +2,7 @@
 //!
 //! This crate is an implementation detail: depend on `aac-tools` and write
 //! `use aac_tools::mcp_tool;`. Its version is pinned exactly by `aac-tools`, and the
-//! code it generates only names `::aac_tools::__private`, which carries no semver promise.
+//! code it generates only names `::aac_tools::__private<patch>`, which carries no semver promise.
 //!
 //! Set `AAC_TOOLS_MACROS_DEBUG=1` while building to print every expansion to stderr.
 

@@ -49,8 +49,8 @@ mod registry;
 mod schema;
 mod server;
 mod state;
-mod tool;
 pub mod tokens;
+mod tool;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -67,8 +67,25 @@ pub mod jwt;
 #[cfg(feature = "host")]
 pub mod host;
 
+/// Everything `#[mcp_tool]` generates code against. Named after this crate's patch
+/// version (as thiserror's is) so that a version skew with `aac-tools-macros` is a
+/// compile error; `aac-tools-macros` is pinned exactly and makes the same name.
 #[doc(hidden)]
-pub mod __private;
+#[path = "__private.rs"]
+pub mod __private0;
+
+#[cfg(test)]
+mod private_name {
+    /// The hidden module's name follows the crate version the macro reads.
+    #[test]
+    fn the_hidden_module_is_named_after_the_patch_version() {
+        assert_eq!(
+            env!("CARGO_PKG_VERSION_PATCH"),
+            "0",
+            "rename `__private0` to `__private<patch>` with the version"
+        );
+    }
+}
 
 // The README's Rust examples compile as doc tests, so the front page cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "mcp"))]

@@ -20,18 +20,31 @@ async fn issue_verify_revoke(store: &dyn TokenIssuer) {
     let listed = store.list().await.unwrap();
     let info = listed.iter().find(|t| t.id == created.id).unwrap();
     assert_eq!(info.revoked_at, None);
-    assert!(!format!("{info:?}").contains(&created.token), "no secret in the list");
+    assert!(
+        !format!("{info:?}").contains(&created.token),
+        "no secret in the list"
+    );
 
     assert!(store.revoke(&created.id).await.unwrap());
     assert!(!store.revoke(&created.id).await.unwrap(), "already revoked");
     let refused = store.verify(&created.token).await.unwrap_err();
     assert_eq!(refused.reason(), "invalid_token");
     let listed = store.list().await.unwrap();
-    assert!(listed.iter().any(|t| t.id == created.id && t.revoked_at.is_some()));
+    assert!(
+        listed
+            .iter()
+            .any(|t| t.id == created.id && t.revoked_at.is_some())
+    );
 
     // An expired token is refused too.
-    let short = store.create("bob", None, &["notes:read"], Some(-1)).await.unwrap();
-    assert_eq!(store.verify(&short.token).await.unwrap_err().reason(), "invalid_token");
+    let short = store
+        .create("bob", None, &["notes:read"], Some(-1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.verify(&short.token).await.unwrap_err().reason(),
+        "invalid_token"
+    );
 }
 
 #[tokio::test]

@@ -114,9 +114,14 @@ fn structured(result: &Value) -> &Value {
 fn refusal(result: &Value, reason: &str, status: u16) {
     assert_eq!(result["isError"], true, "{result}");
     assert!(structured(result).is_null(), "{result}");
-    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    let text = error_json(result);
     assert_eq!(text["reason"], reason, "{result}");
     assert_eq!(text["status"], status, "{result}");
+}
+
+/// The error JSON of a refusal: its one text content, parsed.
+fn error_json(result: &Value) -> Value {
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }
 
 fn check_full_session(mode: &str, entry: &Value) {
@@ -178,7 +183,7 @@ fn check_full_session(mode: &str, entry: &Value) {
     );
     for label in ["delete_without_confirm", "delete_confirm_false"] {
         refusal(&calls[label], "destructive_flag_missing", 400);
-        assert_eq!(structured(&calls[label])["error"], CONFIRM_REQUIRED);
+        assert_eq!(error_json(&calls[label])["error"], CONFIRM_REQUIRED);
     }
     assert_eq!(
         structured(&calls["delete_confirmed"]),
@@ -188,7 +193,7 @@ fn check_full_session(mode: &str, entry: &Value) {
         refusal(&calls[label], "invalid_arguments", 400);
     }
     assert!(
-        structured(&calls["add_empty_text"])["error"]
+        error_json(&calls["add_empty_text"])["error"]
             .as_str()
             .unwrap()
             .contains("`/text`")
@@ -320,7 +325,7 @@ fn python_sdk_over_stdio() {
         let reader = &entry["reader"];
         refusal(&reader["add_note"], "insufficient_scope", 403);
         assert_eq!(
-            structured(&reader["add_note"])["error"],
+            error_json(&reader["add_note"])["error"],
             "this tool requires the scopes: notes:write"
         );
         assert_eq!(reader["list_notes"]["isError"], false);

@@ -225,9 +225,12 @@ fn blocking<T: Send + 'static>(
 ) -> BoxFuture<'static, Result<T, TokenError>> {
     Box::pin(async move {
         let result = match tokio::runtime::Handle::try_current() {
-            Ok(_) => tokio::task::spawn_blocking(f)
-                .await
-                .unwrap_or_else(|e| Err(DbError::new(format!("the token store task failed: {e}"), None))),
+            Ok(_) => tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+                Err(DbError::new(
+                    format!("the token store task failed: {e}"),
+                    None,
+                ))
+            }),
             Err(_) => f(),
         };
         result.map_err(|e| TokenError::new(e.to_string()))
