@@ -593,3 +593,116 @@ fn both_clients_against_aacworkflow_over_streamable_http() {
         check_aacworkflow(sdk, &run_client(sdk, &plan));
     }
 }
+
+/// The MCP Inspector's CLI, as `interop-tests/ts` pins it under this npm name.
+#[derive(Clone, Copy, Debug)]
+enum Inspector {
+    /// `@modelcontextprotocol/inspector` 1.x (`inspector-v1`): built on the 1.x SDK, it
+    /// lists the tools first and so checks `structuredContent` against the output schema.
+    V1,
+    /// `@modelcontextprotocol/inspector` 2.x, built on the 2.x client.
+    V2,
+}
+
+impl Inspector {
+    fn package(self) -> &'static str {
+        match self {
+            Inspector::V1 => "inspector-v1",
+            Inspector::V2 => "@modelcontextprotocol/inspector",
+        }
+    }
+
+    /// Its launcher (both name their bin `mcp-inspector`, so `.bin` has only one).
+    fn script(self) -> &'static str {
+        match self {
+            Inspector::V1 => "node_modules/inspector-v1/cli/build/cli.js",
+            Inspector::V2 => {
+                "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+            }
+        }
+    }
+
+    /// `inspector --cli -e AAC_DB=… -e AAC_TOKEN=… aacworkflow serve --method tools/call
+    /// --tool-name TOOL --tool-arg issue_id=ISSUE`, as the README shows; its exit status,
+    /// the result it printed (parsed) and its stderr.
+    fn call(self, server: &AacWorkflow, tool: &str, issue: &str) -> (Option<i32>, Value, String) {
+        let db = format!("AAC_DB={}", server.db_path.display());
+        let token = format!("AAC_TOKEN={}", server.token);
+        let bin = server.bin.display().to_string();
+        let issue = format!("issue_id={issue}");
+        let catalog = server.dir.path().join("inspector-catalog.json");
+        let mut command = Command::new(node());
+        command
+            .current_dir(ts_dir())
+            // 2.x keeps a catalog of servers (by default in ~/.mcp-inspector)
+            .env("MCP_CATALOG_PATH", catalog)
+            .arg(self.script())
+            .args(["--cli", "-e", &db, "-e", &token, &bin, "serve"])
+            .args(["--method", "tools/call", "--tool-name", tool])
+            .args(["--tool-arg", &issue]);
+        let what = format!("the Inspector CLI ({self:?}) calling {tool}");
+        let (status, stdout, stderr) = run_to_end(command, &what, Duration::from_secs(300));
+        assert!(
+            !stdout.contains("-32602") && !stderr.contains("-32602"),
+            "{what}: a protocol error instead of the tool result:\n{stdout}\n{stderr}"
+        );
+        let printed: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("{what}: no JSON result on stdout ({e}, {status}):\n{stdout}\n{stderr}")
+        });
+        (status.code(), printed, stderr)
+    }
+}
+
+fn inspector_cli(inspector: Inspector) {
+    let installed = package_json(&format!("node_modules/{}", inspector.package()))
+        .expect("the Inspector is installed");
+    assert_eq!(
+        installed["version"],
+        pinned(inspector.package()).as_str(),
+        "{inspector:?}"
+    );
+    let server = AacWorkflow::new();
+
+    // a read-only tool
+    let (code, printed, stderr) = inspector.call(&server, "get_issue", "AAC-1");
+    assert_eq!(code, Some(0), "{inspector:?}: {printed}\n{stderr}");
+    assert_ne!(printed["isError"], true, "{printed}");
+    assert_eq!(printed["structuredContent"]["key"], "AAC-1", "{printed}");
+
+    // a destructive tool with an output schema, without `confirm`: the refusal is what
+    // the Inspector prints, as the tool's result
+    let (code, printed, stderr) = inspector.call(&server, "delete_issue", "AAC-5");
+    assert_eq!(printed["isError"], true, "{printed}");
+    assert!(printed.get("structuredContent").is_none(), "{printed}");
+    let content = printed["content"].as_array().expect("content");
+    assert_eq!(content.len(), 1, "{printed}");
+    let error: Value = serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        error,
+        json!({"error": CONFIRM_REQUIRED, "reason": "destructive_flag_missing", "status": 400})
+    );
+    match inspector {
+        // 1.x prints the result and succeeds
+        Inspector::V1 => assert_eq!(code, Some(0), "{stderr}"),
+        // 2.x prints the result, and exits 5 with a note on stderr for `isError`
+        Inspector::V2 => {
+            assert_eq!(code, Some(5), "{stderr}");
+            assert!(stderr.contains(r#""code":"tool_is_error""#), "{stderr}");
+        }
+    }
+
+    // and the issue is still there
+    let (code, printed, stderr) = inspector.call(&server, "get_issue", "AAC-5");
+    assert_eq!(code, Some(0), "{inspector:?}: {printed}\n{stderr}");
+    assert_eq!(printed["structuredContent"]["key"], "AAC-5", "{printed}");
+}
+
+#[test]
+fn inspector_1x_cli_over_stdio() {
+    inspector_cli(Inspector::V1);
+}
+
+#[test]
+fn inspector_2x_cli_over_stdio() {
+    inspector_cli(Inspector::V2);
+}

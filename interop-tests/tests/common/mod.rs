@@ -326,8 +326,9 @@ pub fn run_to_end(
 /// The reference server `aacworkflow` (examples/aacworkflow) on a temporary database
 /// with the demo data, and a token for `alice@demo` with every scope.
 ///
-/// Its binary is `AAC_INTEROP_AACWORKFLOW`, else `target/debug/aacworkflow` of the
-/// workspace (`cargo build -p aacworkflow`, which `scripts/test` runs first).
+/// Its binary is `AAC_INTEROP_AACWORKFLOW`, else `aacworkflow` in the target dir of this
+/// test (`target/debug/aacworkflow`: `cargo build -p aacworkflow`, or the `cargo test
+/// --workspace` that `scripts/test` runs first, builds it).
 pub struct AacWorkflow {
     pub dir: tempfile::TempDir,
     pub bin: PathBuf,
@@ -339,12 +340,18 @@ impl AacWorkflow {
     pub fn new() -> AacWorkflow {
         let bin = match std::env::var_os("AAC_INTEROP_AACWORKFLOW") {
             Some(bin) => PathBuf::from(bin),
-            None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/aacworkflow"),
+            // beside this test binary's `deps/`: the same target dir and profile
+            None => std::env::current_exe()
+                .expect("the test binary")
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("the target dir")
+                .join("aacworkflow"),
         };
         assert!(
             bin.is_file(),
             "the reference server is missing at `{}`: run `cargo build -p aacworkflow` \
-             (scripts/test does), or point AAC_INTEROP_AACWORKFLOW at its binary",
+             (the `cargo test --workspace` of scripts/test does), or point AAC_INTEROP_AACWORKFLOW at its binary",
             bin.display()
         );
         let dir = tempfile::tempdir().expect("a temporary directory");
