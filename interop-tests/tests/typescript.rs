@@ -565,6 +565,44 @@ fn check_aacworkflow(sdk: Sdk, report: &Value) {
     );
 }
 
+/// Exactly one audit record per call attempt in aacworkflow's trail, in order: `tool`,
+/// `outcome`, `reason` of each, all over `transport`.
+fn check_aacworkflow_audit(
+    server: &AacWorkflow,
+    transport: &str,
+    expected: &[(&str, &str, Option<&str>)],
+) {
+    let records = server.audit();
+    let got: Vec<(&str, &str, Option<&str>)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+                r["reason"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert!(records.iter().all(|r| r["transport"] == transport));
+    assert!(records.iter().all(|r| r["principal"] == "alice"));
+}
+
+/// The audit records of [`aacworkflow_calls`], for each client that made them.
+fn aacworkflow_records(clients: usize) -> Vec<(&'static str, &'static str, Option<&'static str>)> {
+    let one = [
+        ("get_issue", "success", None),
+        ("get_issue", "error", Some("not_found")),
+        ("delete_issue", "denied", Some("destructive_flag_missing")),
+        ("get_issue", "success", None),
+    ];
+    one.iter()
+        .copied()
+        .cycle()
+        .take(one.len() * clients)
+        .collect()
+}
+
 #[test]
 fn both_clients_against_aacworkflow_over_stdio() {
     let server = AacWorkflow::new();
@@ -578,6 +616,7 @@ fn both_clients_against_aacworkflow_over_stdio() {
     for sdk in [Sdk::V1, Sdk::V2, Sdk::V2Auto] {
         check_aacworkflow(sdk, &run_client(sdk, &plan));
     }
+    check_aacworkflow_audit(&server, "stdio", &aacworkflow_records(3));
 }
 
 #[test]
@@ -592,6 +631,7 @@ fn both_clients_against_aacworkflow_over_streamable_http() {
     for sdk in [Sdk::V1, Sdk::V2, Sdk::V2Auto] {
         check_aacworkflow(sdk, &run_client(sdk, &plan));
     }
+    check_aacworkflow_audit(&server, "streamable_http", &aacworkflow_records(3));
 }
 
 /// The MCP Inspector's CLI, as `interop-tests/ts` pins it under this npm name.
@@ -695,6 +735,17 @@ fn inspector_cli(inspector: Inspector) {
     let (code, printed, stderr) = inspector.call(&server, "get_issue", "AAC-5");
     assert_eq!(code, Some(0), "{inspector:?}: {printed}\n{stderr}");
     assert_eq!(printed["structuredContent"]["key"], "AAC-5", "{printed}");
+
+    // one record per call (the Inspector's tools/list is not a call)
+    check_aacworkflow_audit(
+        &server,
+        "stdio",
+        &[
+            ("get_issue", "success", None),
+            ("delete_issue", "denied", Some("destructive_flag_missing")),
+            ("get_issue", "success", None),
+        ],
+    );
 }
 
 #[test]

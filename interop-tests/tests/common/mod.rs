@@ -392,6 +392,29 @@ impl AacWorkflow {
         }
     }
 
+    /// Its audit trail (`aacworkflow audit --json`), oldest first, after checking the hash
+    /// chain (`aacworkflow audit --verify`).
+    pub fn audit(&self) -> Vec<Value> {
+        let run = |args: &[&str]| {
+            let output = Command::new(&self.bin)
+                .args(args)
+                .env("AAC_DB", &self.db_path)
+                .output()
+                .expect("aacworkflow runs");
+            assert!(
+                output.status.success(),
+                "aacworkflow {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).expect("UTF-8")
+        };
+        run(&["audit", "--verify"]);
+        run(&["audit", "--json"])
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("an audit record"))
+            .collect()
+    }
+
     /// Start `aacworkflow serve --http 127.0.0.1:0`; the child and its `/mcp` URL.
     pub fn spawn_http(&self) -> (ChildGuard, String) {
         use std::io::{BufRead, BufReader};
