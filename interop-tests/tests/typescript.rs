@@ -349,16 +349,14 @@ fn over_stdio(sdk: Sdk) {
     // tool result naming the reason.
     for (label, reason, message) in [
         ("no_token", "missing_token", "a bearer token is required"),
-        ("bad_token", "invalid_token", ""),
+        ("bad_token", "invalid_token", "unknown token"),
     ] {
         let session = &sessions[label];
         assert_eq!(session["connected"], true, "{label}: {session}");
         check_tools(session);
         for call in ["add_note", "list_notes"] {
             let error = refusal(&session["calls"], call, reason, 401);
-            if !message.is_empty() {
-                assert_eq!(error["error"], message);
-            }
+            assert_eq!(error["error"], message);
         }
     }
     let reader = &sessions["reader"];
@@ -409,36 +407,49 @@ fn over_http(sdk: Sdk) {
     );
 
     // Over HTTP, no valid token means no session: 401 with the metadata URL, which the
-    // client sees as a failed connect.
-    for (label, challenge) in [
+    // client sees as a failed connect (whose message holds the error JSON of the body,
+    // except in 2.x's version probe).
+    for (label, challenge, body) in [
         (
             "no_token",
             format!(r#"Bearer resource_metadata="{metadata}""#),
+            r#"{"error":"a bearer token is required","reason":"missing_token","status":401}"#,
         ),
         (
             "bad_token",
-            format!(r#"Bearer error="invalid_token", resource_metadata="{metadata}""#),
+            format!(
+                r#"Bearer error="invalid_token", error_description="unknown token", resource_metadata="{metadata}""#
+            ),
+            r#"{"error":"unknown token","reason":"invalid_token","status":401}"#,
         ),
     ] {
         let session = &sessions[label];
         assert_eq!(session["connected"], false, "{label}: {session}");
-        assert!(
-            session["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("401"),
-            "{label}: {session}"
-        );
+        let error = &session["error"];
+        let message = error["message"].as_str().unwrap();
+        match sdk {
+            Sdk::V1 => {
+                assert_eq!(error["name"], "StreamableHTTPError", "{label}: {error}");
+                assert_eq!(error["code"], 401, "{label}: {error}");
+                assert!(message.contains(body), "{label}: {error}");
+            }
+            // 2.x, without an OAuth provider to answer the 401 with
+            Sdk::V2 => {
+                assert_eq!(error["name"], "SdkHttpError", "{label}: {error}");
+                assert!(message.contains(body), "{label}: {error}");
+            }
+            // the 401 answers its `server/discover` probe, and it says so
+            Sdk::V2Auto => {
+                assert_eq!(error["name"], "SdkHttpError", "{label}: {error}");
+                assert_eq!(error["code"], "CLIENT_HTTP_AUTHENTICATION", "{label}");
+                assert!(message.contains("HTTP 401"), "{label}: {error}");
+            }
+        }
         let responses = responses(session);
         assert!(!responses.is_empty(), "{label}: {session}");
         for response in responses {
             assert_eq!(response["status"], 401, "{label}: {response}");
-            let got = response["www_authenticate"].as_str().unwrap_or_default();
-            assert!(
-                got.starts_with(challenge.split(", ").next().unwrap())
-                    && got.contains(&format!(r#"resource_metadata="{metadata}""#)),
-                "{label}: {got:?}, expected {challenge:?}"
-            );
+            assert_eq!(response["www_authenticate"], challenge.as_str(), "{label}");
         }
     }
 
@@ -454,7 +465,12 @@ fn over_http(sdk: Sdk) {
         Sdk::V1 => {
             assert_eq!(thrown["name"], "StreamableHTTPError", "{reader}");
             assert_eq!(thrown["code"], 403, "{reader}");
-            assert!(message.contains("insufficient_scope"), "{reader}");
+            assert!(
+                message.contains(
+                    r#"{"error":"this tool requires the scopes: notes:write","reason":"insufficient_scope","status":403}"#
+                ),
+                "{reader}"
+            );
         }
         Sdk::V2 | Sdk::V2Auto => {
             assert_eq!(thrown["name"], "InsufficientScopeError", "{reader}");
