@@ -7,10 +7,12 @@
 //! `structuredContent` against the tool's `outputSchema` even when `isError` is true, so
 //! a refusal that carried the error object there reached those hosts as `MCP error
 //! -32602: Structured content does not match the tool's output schema`. Every refusal
-//! here (401, 403, the confirm guard on a destructive tool with an output schema, 400
-//! invalid arguments, 404 unknown tool, a handler's 404) must come back as a result with
-//! `isError: true` whose one text content is the error JSON — never as a thrown error —
-//! and leave exactly one audit record per call.
+//! here (401 and 403 over stdio, the confirm guard on a destructive tool with an output
+//! schema, 400 invalid arguments, 404 unknown tool, a handler's 404) must come back as a
+//! result with `isError: true` whose one text content is the error JSON — never as a
+//! thrown error — and leave exactly one audit record per call. Over HTTP, 401 and 403 are
+//! real HTTP statuses, checked with their `WWW-Authenticate` challenges as the client
+//! received them.
 //!
 //! Behind the `interop` feature: `cargo test -p interop-tests --features interop --test
 //! typescript`, after `scripts/test` ran `npm ci` in `interop-tests/ts` (or set
