@@ -276,3 +276,171 @@ impl RawMcp {
         (status, messages.pop())
     }
 }
+
+/// Run `command` to the end, reading its stdout and stderr as it goes (a report larger
+/// than a pipe buffer cannot block it); a panic naming `what` if it runs longer than
+/// `limit` (a guard against a hung client, not a timing assertion).
+pub fn run_to_end(
+    mut command: Command,
+    what: &str,
+    limit: std::time::Duration,
+) -> (std::process::ExitStatus, String, String) {
+    use std::io::Read;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let mut stdout = child.stdout.take().expect("a stdout pipe");
+    let mut stderr = child.stderr.take().expect("a stderr pipe");
+    let mut child = ChildGuard(child);
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("the child runs") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} hung (more than {limit:?})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (
+        status,
+        out.join().expect("stdout read"),
+        err.join().expect("stderr read"),
+    )
+}
+
+/// The reference server `aacworkflow` (examples/aacworkflow) on a temporary database
+/// with the demo data, and a token for `alice@demo` with every scope.
+///
+/// Its binary is `AAC_INTEROP_AACWORKFLOW`, else `aacworkflow` in the target dir of this
+/// test (`target/debug/aacworkflow`: `cargo build -p aacworkflow`, or the `cargo test
+/// --workspace` that `scripts/test` runs first, builds it).
+pub struct AacWorkflow {
+    pub dir: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub db_path: PathBuf,
+    pub token: String,
+}
+
+impl AacWorkflow {
+    pub fn new() -> AacWorkflow {
+        let bin = match std::env::var_os("AAC_INTEROP_AACWORKFLOW") {
+            Some(bin) => PathBuf::from(bin),
+            // beside this test binary's `deps/`: the same target dir and profile
+            None => std::env::current_exe()
+                .expect("the test binary")
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("the target dir")
+                .join("aacworkflow"),
+        };
+        assert!(
+            bin.is_file(),
+            "the reference server is missing at `{}`: run `cargo build -p aacworkflow` \
+             (the `cargo test --workspace` of scripts/test does), or point AAC_INTEROP_AACWORKFLOW at its binary",
+            bin.display()
+        );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db_path = dir.path().join("aacworkflow.db");
+        let run = |args: &[&str]| {
+            let output = Command::new(&bin)
+                .args(args)
+                .env("AAC_DB", &db_path)
+                .env_remove("AAC_TOKEN")
+                .output()
+                .expect("aacworkflow runs");
+            assert!(
+                output.status.success(),
+                "aacworkflow {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).expect("UTF-8")
+        };
+        run(&["init", "--demo"]);
+        let token = run(&[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "alice",
+            "--scopes",
+            "all",
+        ])
+        .trim()
+        .to_owned();
+        assert!(token.starts_with("aac_"), "not a token: {token:?}");
+        AacWorkflow {
+            dir,
+            bin,
+            db_path,
+            token,
+        }
+    }
+
+    /// Its audit trail (`aacworkflow audit --json`), oldest first, after checking the hash
+    /// chain (`aacworkflow audit --verify`).
+    pub fn audit(&self) -> Vec<Value> {
+        let run = |args: &[&str]| {
+            let output = Command::new(&self.bin)
+                .args(args)
+                .env("AAC_DB", &self.db_path)
+                .output()
+                .expect("aacworkflow runs");
+            assert!(
+                output.status.success(),
+                "aacworkflow {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).expect("UTF-8")
+        };
+        run(&["audit", "--verify"]);
+        run(&["audit", "--json"])
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("an audit record"))
+            .collect()
+    }
+
+    /// Start `aacworkflow serve --http 127.0.0.1:0`; the child and its `/mcp` URL.
+    pub fn spawn_http(&self) -> (ChildGuard, String) {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(&self.bin)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .env("AAC_DB", &self.db_path)
+            .env_remove("AAC_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("aacworkflow starts");
+        let stderr = child.stderr.take().expect("a stderr pipe");
+        let guard = ChildGuard(child);
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let url = loop {
+            let Some(Ok(line)) = lines.next() else {
+                panic!("aacworkflow ended before it printed its address:\n{seen:#?}");
+            };
+            if let Some(url) = line.split("serving MCP on ").nth(1) {
+                break url.trim().to_owned();
+            }
+            seen.push(line);
+        };
+        // Keep draining its log, so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        (guard, url)
+    }
+}
