@@ -59,3 +59,16 @@ pub fn single_input_schema(
 ) -> Option<serde_json::Value> {
     schemas.iter().find_map(|schema| schema())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The module's name (`__private0`) follows the crate version the macro reads.
+    #[test]
+    fn the_hidden_module_is_named_after_the_patch_version() {
+        assert_eq!(
+            env!("CARGO_PKG_VERSION_PATCH"),
+            "0",
+            "rename `__private0` in lib.rs to `__private<patch>` with the version"
+        );
+    }
+}

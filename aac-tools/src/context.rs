@@ -6,8 +6,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::BoxFuture;
 use crate::error::ToolError;
-use crate::principal::{BoxFuture, Principal};
+use crate::principal::Principal;
 
 /// The transport a call arrived on; it is written into every audit record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -36,8 +36,9 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::BoxFuture;
 use crate::error::ToolError;
-use crate::principal::{BoxFuture, Principal, TokenVerifier};
+use crate::principal::{Principal, TokenVerifier};
 
 /// Whether `token` has the shape of a JWT (three dot-separated parts), for
 /// [`VerifierChain::with`](crate::VerifierChain::with).

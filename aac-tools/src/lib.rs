@@ -74,18 +74,6 @@ pub mod host;
 #[path = "__private.rs"]
 pub mod __private0;
 
-#[cfg(test)]
-mod private_name {
-    /// The hidden module's name follows the crate version the macro reads.
-    #[test]
-    fn the_hidden_module_is_named_after_the_patch_version() {
-        assert_eq!(
-            env!("CARGO_PKG_VERSION_PATCH"),
-            "0",
-            "rename `__private0` to `__private<patch>` with the version"
-        );
-    }
-}
 
 // The README's Rust examples compile as doc tests, so the front page cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "mcp"))]
@@ -155,7 +143,11 @@ pub use aac_tools_macros::mcp_tool;
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
 pub use crate::error::{CONFIRM_REQUIRED, Status, ToolError};
 pub use crate::pipeline::Attempt;
-pub use crate::principal::{BoxFuture, Principal, StaticTokens, TokenVerifier, VerifierChain};
+pub use crate::principal::{Principal, StaticTokens, TokenVerifier, VerifierChain};
+
+/// A boxed future, as the seams' trait objects return them ([`TokenVerifier`],
+/// [`audit::AuditSink`], [`tokens::TokenIssuer`], [`ClientPeer`]).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use crate::registry::{
     META_ACCESS, META_SCOPES, ManifestDrift, Registry, RegistryError, ToolEntry,
 };
@@ -164,6 +156,6 @@ pub use crate::server::{
 };
 pub use crate::state::{State, StateMap};
 pub use crate::tool::{
-    Call, Content, Handler, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, Text,
-    ToolDef, ToolOutput, ToolParam,
+    Call, Content, IntoToolError, IntoToolOutput, IntoToolResult, Text, ToolDef, ToolOutput,
+    ToolParam,
 };

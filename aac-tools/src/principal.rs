@@ -2,10 +2,9 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::BoxFuture;
 use crate::error::ToolError;
 
 /// An authenticated caller: a subject, the workspace it acts in, and its scopes.
@@ -83,9 +82,6 @@ impl fmt::Display for Principal {
         }
     }
 }
-
-/// A boxed future, as trait objects return them.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Turns a bearer token into a [`Principal`], or refuses it with 401 `invalid_token`.
 ///

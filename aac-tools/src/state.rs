@@ -7,7 +7,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::error::ToolError;
-use crate::tool::{Call, ToolParam};
 
 /// Values of any type, one per type, shared by every call.
 #[derive(Clone, Default)]
@@ -80,12 +79,5 @@ impl<T> Clone for State<T> {
 impl<T: fmt::Debug> fmt::Debug for State<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<T: Send + Sync + 'static> ToolParam for State<T> {
-    fn from_call(call: &mut Call) -> Result<Self, ToolError> {
-        call.state().require::<T>().map(State)
     }
 }

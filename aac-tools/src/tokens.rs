@@ -6,7 +6,8 @@
 
 use std::fmt;
 
-use crate::principal::{BoxFuture, TokenVerifier};
+use crate::BoxFuture;
+use crate::principal::TokenVerifier;
 
 /// A token just created: the secret string, shown once, and its id.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! `TokenIssuer`, and what it issues is what its `TokenVerifier` accepts.
 #![cfg(feature = "sqlite")]
 
-use aac_tools::TokenVerifier;
 use aac_tools::sqlite::{Database, TokenStore};
 use aac_tools::tokens::TokenIssuer;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::{AuditError, AuditRecord, AuditSink};
-use crate::principal::BoxFuture;
+use crate::BoxFuture;
 
 /// Writes every record to each of its sinks, concurrently, and succeeds only when all
 /// of them did: a call is answered once its record is durable everywhere, and refused

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::worker::{Backend, Batching, Health, SinkStats, Worker};
 use super::{AuditError, AuditRecord, AuditSink};
-use crate::principal::BoxFuture;
+use crate::BoxFuture;
 
 /// Writes each record as one line of JSON (the [`AuditRecord`] JSON form), to a file or
 /// to stderr. Cheap to clone.

@@ -58,8 +58,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::BoxFuture;
 use crate::access::AccessLevel;
-use crate::principal::BoxFuture;
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

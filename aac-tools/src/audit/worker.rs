@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::{AuditError, AuditRecord};
-use crate::principal::BoxFuture;
+use crate::BoxFuture;
 
 /// Writes a batch of records durably, all or nothing.
 pub(crate) trait Backend: Send + 'static {

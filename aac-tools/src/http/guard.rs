@@ -8,7 +8,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::HttpOptions;
-use super::routes::json_error;
+use super::errors::json_error;
 use crate::error::{Status, ToolError};
 
 /// A host and optional port, lowercased, without IPv6 brackets.

@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod errors;
 mod guard;
 mod routes;
 mod sessions;

@@ -16,15 +16,17 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::HttpOptions;
+use super::errors::json_error;
 use super::guard::Guard;
 use super::sessions::SessionOwners;
+use crate::BoxFuture;
 use crate::audit::Check;
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::mcp::streamable::McpService;
 use crate::mcp::{PendingAttempt, VerifiedPrincipal};
 use crate::pipeline::Attempt;
-use crate::principal::{BoxFuture, Principal};
+use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
 
 /// The state of every route.
@@ -185,13 +187,6 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
         return Err(ToolError::invalid_token("the bearer token is empty"));
     }
     Ok(Credentials::Bearer(token.to_owned()))
-}
-
-/// A refusal as JSON: the error's status and `{"error", "reason", "status"}`.
-pub(crate) fn json_error(err: &ToolError) -> Response {
-    let status =
-        StatusCode::from_u16(err.status().code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(err.to_json())).into_response()
 }
 
 /// Read a body up to the limit: 413 beyond it.

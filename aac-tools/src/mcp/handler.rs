@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ResourceContents, ResultType, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, Tool,
+    PaginatedRequestParams, ResourceContents, ResultType, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::level::{from_rmcp_level, level_rank};
 use super::peer::RmcpPeer;
 use crate::context::{ClientPeer, LogLevel, Transport};
 use crate::error::ToolError;
@@ -279,36 +280,6 @@ fn content_block(item: Content) -> ContentBlock {
             mime_type,
             blob,
         } => ContentBlock::resource(ResourceContents::blob(blob, uri).with_mime_type(mime_type)),
-    }
-}
-
-pub(crate) fn level_rank(level: LogLevel) -> u8 {
-    level as u8
-}
-
-fn from_rmcp_level(level: LoggingLevel) -> LogLevel {
-    match level {
-        LoggingLevel::Debug => LogLevel::Debug,
-        LoggingLevel::Info => LogLevel::Info,
-        LoggingLevel::Notice => LogLevel::Notice,
-        LoggingLevel::Warning => LogLevel::Warning,
-        LoggingLevel::Error => LogLevel::Error,
-        LoggingLevel::Critical => LogLevel::Critical,
-        LoggingLevel::Alert => LogLevel::Alert,
-        LoggingLevel::Emergency => LogLevel::Emergency,
-    }
-}
-
-pub(crate) fn to_rmcp_level(level: LogLevel) -> LoggingLevel {
-    match level {
-        LogLevel::Debug => LoggingLevel::Debug,
-        LogLevel::Info => LoggingLevel::Info,
-        LogLevel::Notice => LoggingLevel::Notice,
-        LogLevel::Warning => LoggingLevel::Warning,
-        LogLevel::Error => LoggingLevel::Error,
-        LogLevel::Critical => LoggingLevel::Critical,
-        LogLevel::Alert => LoggingLevel::Alert,
-        LogLevel::Emergency => LoggingLevel::Emergency,
     }
 }
 

@@ -15,6 +15,8 @@
 #[cfg(feature = "mcp")]
 mod handler;
 #[cfg(feature = "mcp")]
+mod level;
+#[cfg(feature = "mcp")]
 mod peer;
 #[cfg(feature = "http")]
 pub(crate) mod streamable;

@@ -15,10 +15,10 @@ use rmcp::{Peer, RoleServer, ServiceError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{level_rank, to_rmcp_level};
+use super::level::{level_rank, to_rmcp_level};
+use crate::BoxFuture;
 use crate::context::{ClientPeer, LogLevel};
 use crate::error::{Status, ToolError};
-use crate::principal::BoxFuture;
 
 /// The client of one `tools/call`.
 pub(crate) struct RmcpPeer {

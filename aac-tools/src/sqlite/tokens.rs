@@ -8,8 +8,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Database, DbError};
+use crate::BoxFuture;
 use crate::error::ToolError;
-use crate::principal::{BoxFuture, Principal, TokenVerifier};
+use crate::principal::{Principal, TokenVerifier};
 pub use crate::tokens::{NewToken, TokenInfo};
 use crate::tokens::{TokenError, TokenIssuer};
 

@@ -14,9 +14,9 @@ use super::reader::open_reader;
 use super::row::{Values, hex_into, link_hash};
 use super::table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, INSERT, ensure_table, sql_error};
 use super::verify::{ChainReport, verify_chain};
+use crate::BoxFuture;
 use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
 use crate::audit::{AuditError, AuditRecord, AuditSink};
-use crate::principal::BoxFuture;
 
 /// How records are grouped into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
