@@ -74,7 +74,6 @@ pub mod host;
 #[path = "__private.rs"]
 pub mod __private0;
 
-
 // The README's Rust examples compile as doc tests, so the front page cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "mcp"))]
 #[doc = include_str!("../../README.md")]
@@ -152,10 +151,10 @@ pub use crate::registry::{
     META_ACCESS, META_SCOPES, ManifestDrift, Registry, RegistryError, ToolEntry,
 };
 pub use crate::server::{
-    BuildError, CallRequest, CallResponse, Credentials, Server, ServerBuilder, error_result_json,
+    BuildError, CallRequest, CallResponse, Credentials, Server, ServerBuilder,
 };
 pub use crate::state::{State, StateMap};
 pub use crate::tool::{
     Call, Content, IntoToolError, IntoToolOutput, IntoToolResult, Text, ToolDef, ToolOutput,
-    ToolParam,
+    ToolParam, error_result_json,
 };

@@ -16,7 +16,7 @@ use crate::pipeline::listing::list_json;
 use crate::principal::{Principal, TokenVerifier};
 use crate::registry::{Registry, ToolEntry};
 use crate::state::StateMap;
-use crate::tool::ToolOutput;
+use crate::tool::{ToolOutput, error_result_json};
 
 /// The credentials a transport hands the pipeline.
 #[derive(Clone, Default)]
@@ -158,25 +158,6 @@ impl CallResponse {
             Err(err) => error_result_json(err),
         }
     }
-}
-
-/// The MCP `CallToolResult` JSON of a refusal or failure: `isError: true` and one text
-/// content holding `{"error", "reason", "status"}`, with **no `structuredContent`**.
-///
-/// Why no `structuredContent`: a client may validate `structuredContent` against the
-/// tool's `outputSchema` even when `isError` is true (the TypeScript SDK 1.x does, and
-/// with it the Inspector and most desktop hosts), so an error object there turns every
-/// refusal of a tool with an output schema into a protocol error (`-32602 Structured
-/// content does not match the tool's output schema`) and the model never reads the
-/// message. The spec lets an error result leave `structuredContent` out; every client
-/// shows text content. Machine readers parse the text: it is the same JSON as the REST
-/// error body. This is the one rule for every transport and every refusal; the rmcp
-/// conversion (`mcp::handler::call_tool_result`) writes the same JSON.
-pub fn error_result_json(err: &ToolError) -> Value {
-    serde_json::json!({
-        "content": [{"type": "text", "text": err.to_json().to_string()}],
-        "isError": true,
-    })
 }
 
 /// Why a [`ServerBuilder`] could not build.

@@ -258,7 +258,7 @@ pub(crate) fn call_tool_result(result: Result<ToolOutput, ToolError>) -> CallToo
             result.structured_content = structured;
             result
         }
-        // No `structuredContent` on an error: see `crate::server::error_result_json`.
+        // No `structuredContent` on an error: see `crate::tool::error_result_json`.
         Err(err) => CallToolResult::error(vec![ContentBlock::text(err.to_json().to_string())]),
     };
     result.result_type = Some(ResultType::COMPLETE);
@@ -289,7 +289,7 @@ mod tests {
 
     use super::*;
     use crate::error::Status;
-    use crate::server::error_result_json;
+    use crate::tool::error_result_json;
 
     /// The direct conversion writes exactly the JSON of `to_mcp_json`, plus `resultType`.
     #[test]
