@@ -472,9 +472,13 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
         .into_iter()
         .map(|r| (r.tool, r.check))
         .collect();
+    // The two malformed `tools/call` requests (no name; params that are a string) are
+    // recorded too, refused by the MCP layer, their tool unknown.
     assert_eq!(
         tools,
         [
+            ("(unknown)".to_owned(), Some(Check::Protocol)),
+            ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("no_such_tool".to_owned(), Some(Check::FindTool)),
             ("add_note".to_owned(), None),
         ]
@@ -540,6 +544,72 @@ async fn refusals_before_the_handler_are_recorded_once() {
     assert_eq!((record.tool.as_str(), record.status), ("add_note", 413));
     assert_eq!(record.outcome, Outcome::Denied);
     assert_eq!(record.transport, "http");
+}
+
+/// Every refused request that may carry a `tools/call` leaves exactly one record, however
+/// it is dressed: a misleading `Mcp-Method` header, a batch, a repeated key, no token, an
+/// unknown token, or a header that contradicts the body (refused inside rmcp).
+#[tokio::test]
+async fn every_refused_tools_call_is_recorded_once() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let call = r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+    let batch = format!("[{call}]");
+    let repeated = r#"{"jsonrpc":"2.0","id":22,"method":"tools/list","method":"tools/call","params":{"name":"add_note"}}"#;
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    let forged = RawMcp::new(&server.mcp(), Some("aac_000000000000_0000"));
+    let mut expected = Vec::new();
+    for (raw, reason) in [(&anonymous, "missing_token"), (&forged, "invalid_token")] {
+        for (body, header, tool) in [
+            (call, Some("tools/list"), "add_note"),
+            (batch.as_str(), None, "add_note"),
+            (repeated, None, "(unknown)"),
+        ] {
+            let mut request = raw.post().body(body.to_owned());
+            if let Some(method) = header {
+                request = request.header("mcp-method", method);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 401, "{body}");
+            expected.push((
+                tool.to_owned(),
+                Some(Check::Authenticate),
+                reason.to_owned(),
+            ));
+        }
+    }
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.tool, r.check, r.reason.unwrap_or_default()))
+        .collect();
+    assert_eq!(records, expected);
+
+    // Authenticated, with a header that contradicts the body: rmcp refuses it (the
+    // 2026-07-28 standard headers), the gate records it before the answer leaves.
+    server.sink.clear();
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let response = raw
+        .post()
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "list_notes")
+        .body(call)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    assert!(
+        (400..500).contains(&status) || text.contains("\"error\""),
+        "{status} {text}"
+    );
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].check, Some(Check::Protocol));
+    assert_eq!(records[0].principal.as_deref(), Some("alice"));
+    assert_eq!(records[0].outcome, Outcome::Denied);
 }
 
 #[tokio::test]

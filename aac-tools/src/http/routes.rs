@@ -233,6 +233,9 @@ struct ProbeParams<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// The tool of a record when the request did not say which (a malformed `tools/call`).
+const UNKNOWN_TOOL: &str = "(unknown)";
+
 /// A `tools/call` seen by the gate: the tool, the JSON-RPC id and the raw arguments.
 struct ToolsCall<'a> {
     tool: String,
@@ -241,21 +244,47 @@ struct ToolsCall<'a> {
 }
 
 impl<'a> ToolsCall<'a> {
-    /// The tool named by a `tools/call` message: the `Mcp-Name` header when present,
-    /// else the JSON-RPC body.
+    /// The `tools/call` a request may carry, found by one borrowed parse of the body:
+    ///
+    /// - a JSON-RPC request whose method is `tools/call` (the first such one of a batch):
+    ///   the tool named by the `Mcp-Name` header when present, else by the body;
+    /// - a body that does not parse as JSON-RPC (malformed, a repeated key…) but says
+    ///   `tools/call`, in the body or in the `Mcp-Method` header: a call of an unknown
+    ///   tool ([`UNKNOWN_TOOL`]), so that its refusal is recorded all the same.
+    ///
+    /// A well-formed request of another method is not a call, whatever its headers say.
     fn probe(headers: &HeaderMap, body: &'a [u8]) -> Option<ToolsCall<'a>> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        if header("mcp-method").is_some_and(|m| m != "tools/call") {
-            return None;
-        }
-        let probe: Probe<'a> = serde_json::from_slice(body).ok()?;
-        if probe.method.as_deref() != Some("tools/call") {
-            return None;
-        }
-        let params = probe.params?;
-        let tool = match header("mcp-name") {
-            Some(name) => name.to_owned(),
-            None => params.name?.into_owned(),
+        let is_call = |p: &Probe<'_>| p.method.as_deref() == Some("tools/call");
+        let parsed = if body.trim_ascii_start().starts_with(b"[") {
+            serde_json::from_slice::<Vec<Probe<'a>>>(body)
+                .ok()
+                .map(|batch| batch.into_iter().find(is_call))
+        } else {
+            serde_json::from_slice::<Probe<'a>>(body)
+                .ok()
+                .map(|probe| is_call(&probe).then_some(probe))
+        };
+        let probe = match parsed {
+            Some(Some(probe)) => probe,
+            Some(None) => return None,
+            None => {
+                let says_call = header("mcp-method") == Some("tools/call")
+                    || body.windows(10).any(|w| w == b"tools/call");
+                return says_call.then(|| ToolsCall {
+                    tool: header("mcp-name").unwrap_or(UNKNOWN_TOOL).to_owned(),
+                    id: None,
+                    arguments: None,
+                });
+            }
+        };
+        let params = probe.params;
+        let tool = match (
+            header("mcp-name"),
+            params.as_ref().and_then(|p| p.name.as_deref()),
+        ) {
+            (Some(name), _) | (None, Some(name)) => name.to_owned(),
+            (None, None) => UNKNOWN_TOOL.to_owned(),
         };
         let id = probe.id.map(|id| match id {
             Value::String(s) => s,
@@ -264,7 +293,7 @@ impl<'a> ToolsCall<'a> {
         Some(ToolsCall {
             tool,
             id,
-            arguments: params.arguments,
+            arguments: params.and_then(|p| p.arguments),
         })
     }
 
@@ -606,11 +635,35 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("mcp-name", "b".parse().unwrap());
         assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");
+        // A header that says otherwise does not hide the call in the body.
         h.insert("mcp-method", "tools/list".parse().unwrap());
-        assert!(ToolsCall::probe(&h, body).is_none());
-        assert!(
-            ToolsCall::probe(&HeaderMap::new(), br#"{"method":"tools/list","id":1}"#).is_none()
+        assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");
+        let none = HeaderMap::new();
+        assert!(ToolsCall::probe(&none, br#"{"method":"tools/list","id":1}"#).is_none());
+        assert!(ToolsCall::probe(&none, b"not json").is_none());
+        // The first call of a batch; a batch without one is not a call.
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"c"}}]"#;
+        let call = ToolsCall::probe(&none, batch).unwrap();
+        assert_eq!((call.tool.as_str(), call.id.as_deref()), ("c", Some("2")));
+        assert!(ToolsCall::probe(&none, br#"[{"method":"tools/list","id":1}]"#).is_none());
+        // A repeated key, or a body that is not JSON-RPC but says tools/call: unknown tool.
+        let repeated = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"tools/call","params":{"name":"d"}}"#;
+        assert_eq!(
+            ToolsCall::probe(&none, repeated).unwrap().tool,
+            UNKNOWN_TOOL
         );
-        assert!(ToolsCall::probe(&HeaderMap::new(), b"not json").is_none());
+        assert_eq!(
+            ToolsCall::probe(&none, b"{tools/call").unwrap().tool,
+            UNKNOWN_TOOL
+        );
+        let mut h = HeaderMap::new();
+        h.insert("mcp-method", "tools/call".parse().unwrap());
+        assert_eq!(ToolsCall::probe(&h, b"garbage").unwrap().tool, UNKNOWN_TOOL);
+        // A call without a name.
+        let nameless = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}"#;
+        assert_eq!(
+            ToolsCall::probe(&none, nameless).unwrap().tool,
+            UNKNOWN_TOOL
+        );
     }
 }
