@@ -494,17 +494,24 @@ async fn concurrent_calls_leave_one_record_each() {
     assert_eq!(count(Outcome::Error), 50);
 }
 
+/// Once the handler has started, the call finishes even if its transport goes away, and
+/// its record says what the handler did.
 #[tokio::test]
-async fn a_call_abandoned_by_its_transport_is_still_recorded() {
+async fn a_call_abandoned_after_its_handler_started_is_recorded_as_it_ended() {
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
+    let runs_before = RUNS.load(Ordering::SeqCst);
     let call = server.call(alice("slow_note", None).request_id("gone"));
     // The transport gives up (a client disconnecting drops the call's future).
     let abandoned = tokio::time::timeout(Duration::from_millis(20), call).await;
     assert!(abandoned.is_err(), "the call was still running");
-    // The record is written in the background; wait for it.
+    assert!(
+        RUNS.load(Ordering::SeqCst) > runs_before,
+        "the handler had started"
+    );
+    // The handler goes on (it sleeps 300 ms); wait for its record.
     let mut records = sink.records();
-    for _ in 0..200 {
+    for _ in 0..300 {
         if !records.is_empty() {
             break;
         }
@@ -515,7 +522,55 @@ async fn a_call_abandoned_by_its_transport_is_still_recorded() {
     let r = &records[0];
     assert_eq!(r.tool, "slow_note");
     assert_eq!(r.request_id.as_deref(), Some("gone"));
+    assert_eq!(r.outcome, Outcome::Success, "the handler finished: {r:?}");
+    assert_eq!(r.principal.as_deref(), Some("alice"));
+}
+
+/// A verifier that takes its time, so a transport can give up before the handler.
+struct SlowTokens;
+
+impl aac_tools::TokenVerifier for SlowTokens {
+    fn verify<'a>(
+        &'a self,
+        _token: &'a str,
+    ) -> aac_tools::BoxFuture<'a, Result<Principal, ToolError>> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(Principal::new("slow", ["notes:write"]))
+        })
+    }
+}
+
+/// A call abandoned before its handler ran is recorded as cancelled, and no handler runs.
+#[tokio::test]
+async fn a_call_abandoned_before_its_handler_is_recorded_as_cancelled() {
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(SlowTokens)
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let call = server.call(
+        CallRequest::new("add_note", Some(json!({"title": "kept", "body": "hashed"})))
+            .bearer("any")
+            .request_id("early"),
+    );
+    let abandoned = tokio::time::timeout(Duration::from_millis(20), call).await;
+    assert!(abandoned.is_err(), "the call was still authenticating");
+    // Dropping the attempt handed its record to the sink at once.
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(
+        (r.tool.as_str(), r.request_id.as_deref()),
+        ("add_note", Some("early"))
+    );
     assert_eq!(r.outcome, Outcome::Error);
     assert_eq!(r.reason.as_deref(), Some("cancelled"));
-    assert_eq!(r.principal.as_deref(), Some("alice"));
+    assert_eq!(r.status, 499);
+    assert_eq!(
+        r.arguments["title"], "kept",
+        "the tool's audit fields are kept"
+    );
+    assert!(r.arguments["body"].as_str().unwrap().starts_with("sha256:"));
 }

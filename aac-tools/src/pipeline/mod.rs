@@ -34,7 +34,7 @@ use crate::error::{Status, ToolError};
 use crate::principal::Principal;
 use crate::registry::ToolEntry;
 use crate::server::{CallRequest, CallResponse, Credentials, Server};
-use crate::tool::{Call, ToolOutput};
+use crate::tool::{Call, ToolDef, ToolOutput};
 
 /// One `tools/call` attempt in progress, from [`Server::begin`] to its audit record.
 ///
@@ -56,6 +56,8 @@ pub struct Attempt {
     authorized: bool,
     /// The arguments as the record keeps them, computed before the handler took them.
     redacted: Option<Value>,
+    /// Whether the handler started (then the attempt finishes on its own task).
+    started_handler: bool,
     /// Whether the transport that began the attempt handed it to the pipeline's caller
     /// (always, except for an attempt the `/mcp` gate began that the MCP layer dropped).
     dispatched: bool,
@@ -95,6 +97,7 @@ impl Server {
             entry: None,
             authorized: false,
             redacted: None,
+            started_handler: false,
             dispatched: true,
             recorded: false,
         }
@@ -173,13 +176,35 @@ impl Attempt {
     }
 
     /// Run the attempt through every check not yet passed, the handler, and its record.
+    ///
+    /// Once the checks pass, the handler and the record run on a task of their own: if
+    /// the caller goes away (a client that disconnects drops this future), the handler
+    /// still finishes and the record says what it did (a delete that committed is a
+    /// `success`), rather than a guess.
     pub async fn run(mut self) -> CallResponse {
-        let result = self.checks_and_handler().await;
-        let (result, check) = match result {
-            Ok(output) => (Ok(output), None),
-            Err((check, err)) => (Err(err), Some(check)),
+        let prepared = match self.checks().await {
+            Ok(prepared) => prepared,
+            Err((check, err)) => return self.finish(Err(err), Some(check)).await,
         };
-        self.finish(result, check).await
+        self.started_handler = true;
+        let finish = async move {
+            let (result, check) = match prepared.run().await {
+                Ok(output) => (Ok(output), None),
+                Err(err) => (Err(err), Some(Check::Handler)),
+            };
+            self.finish(result, check).await
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn(finish).await.unwrap_or_else(|err| {
+                // The task panicked outside the handler (the handler's own panics are
+                // caught): the attempt recorded itself when it was dropped.
+                CallResponse::new(
+                    Err(ToolError::internal(format!("the call failed: {err}"))),
+                    Some(Check::Handler),
+                )
+            }),
+            Err(_) => finish.await,
+        }
     }
 
     /// Write the record (if the server keeps a trail) and make the answer.
@@ -203,8 +228,9 @@ impl Attempt {
         }
     }
 
-    /// Steps 1 to 6, skipping what a transport already checked.
-    async fn checks_and_handler(&mut self) -> Result<ToolOutput, (Check, ToolError)> {
+    /// Steps 1 to 5 and the audit sink's readiness, skipping what a transport already
+    /// checked; the handler's call, ready to run.
+    async fn checks(&mut self) -> Result<Prepared, (Check, ToolError)> {
         // 1. authenticate
         let principal = self
             .authenticate()
@@ -257,7 +283,7 @@ impl Attempt {
         {
             return Err((Check::Audit, ToolError::audit_unavailable(err)));
         }
-        // 6. run
+        // The handler's context (6. runs in `Attempt::run`)
         let ctx = Ctx::new(
             def.name(),
             principal,
@@ -266,21 +292,15 @@ impl Attempt {
             self.request.peer.take(),
             self.request.cancel.take().unwrap_or_default(),
         );
-        let call = Call {
-            arguments: handler_args,
-            ctx,
-            state: server.state().clone(),
-        };
-        let output = CatchUnwind((def.handler())(call))
-            .await
-            .unwrap_or_else(|| {
-                Err(ToolError::internal(format!(
-                    "the tool `{}` panicked",
-                    def.name()
-                )))
-            })
-            .map_err(|e| (Check::Handler, e))?;
-        Ok(output.finish(entry.wrap_output()))
+        Ok(Prepared {
+            def,
+            wrap: entry.wrap_output(),
+            call: Call {
+                arguments: handler_args,
+                ctx,
+                state: server.state().clone(),
+            },
+        })
     }
 
     fn entry<'s>(&self, server: &'s Server) -> Option<&'s ToolEntry> {
@@ -371,15 +391,17 @@ impl Drop for Attempt {
             return;
         };
         let (check, error, status) = if self.dispatched {
-            // Whether the handler finished is unknown: an error, with nginx's "client
-            // closed request" status.
+            // An error, with nginx's "client closed request" status. Once the handler
+            // has started, the attempt finishes on its own task, so this happens only
+            // before it (the client went away) or if the runtime itself stops under it.
+            let message = if self.started_handler {
+                "the call was abandoned while the tool ran (the server stopped); whether it finished is unknown"
+            } else {
+                "the call was abandoned before the tool ran (the client went away)"
+            };
             (
                 None,
-                ToolError::new(
-                    Status::Internal,
-                    "cancelled",
-                    "the call was abandoned before it finished (the client went away)",
-                ),
+                ToolError::new(Status::Internal, "cancelled", message),
                 499,
             )
         } else {
@@ -406,6 +428,24 @@ impl Drop for Attempt {
         if let Poll::Ready(Err(err)) = written.as_mut().poll(&mut cx) {
             tracing::error!(error = %err, "the record of an abandoned call could not be written");
         }
+    }
+}
+
+/// A handler's call that passed every check.
+struct Prepared {
+    def: &'static ToolDef,
+    wrap: bool,
+    call: Call,
+}
+
+impl Prepared {
+    /// 6. Run the handler; a panic is a 500, and the server keeps serving.
+    async fn run(self) -> Result<ToolOutput, ToolError> {
+        let name = self.def.name();
+        let output = CatchUnwind((self.def.handler())(self.call))
+            .await
+            .unwrap_or_else(|| Err(ToolError::internal(format!("the tool `{name}` panicked"))))?;
+        Ok(output.finish(self.wrap))
     }
 }
 
