@@ -65,6 +65,9 @@ pub mod jwt;
 #[cfg(feature = "host")]
 pub mod host;
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 #[doc(hidden)]
 pub mod __private;
 
@@ -91,7 +94,7 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 // The README's Rust examples compile as doc tests, so the front page cannot rot.
-#[cfg(all(doctest, feature = "sqlite", feature = "mcp"))]
+#[cfg(all(doctest, feature = "sqlite", feature = "mcp", feature = "cli"))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 

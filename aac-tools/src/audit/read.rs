@@ -645,8 +645,12 @@ mod tests {
     /// OSC sequence retitled the terminal.
     #[test]
     fn table_cells_cannot_forge_rows_or_drive_the_terminal() {
-        let evil = "x\n99   2026-01-01T00:00:00.000000Z  get_note  success\x1b]0;pwned\x07\u{202e}\r\t";
-        let table = format_table(&[stored(1, evil, "mallory\x1b[2J"), stored(2, "get_note", "alice")]);
+        let evil =
+            "x\n99   2026-01-01T00:00:00.000000Z  get_note  success\x1b]0;pwned\x07\u{202e}\r\t";
+        let table = format_table(&[
+            stored(1, evil, "mallory\x1b[2J"),
+            stored(2, "get_note", "alice"),
+        ]);
         assert_eq!(table.lines().count(), 3, "a header and two rows:\n{table}");
         assert!(
             !table.chars().any(|c| c.is_control() && c != '\n'),
@@ -660,7 +664,10 @@ mod tests {
         );
         assert!(row.contains(r"mallory\u{1b}[2J"), "{row}");
         // Plain text, quotes and non-ASCII letters are left alone; a backslash is doubled.
-        assert_eq!(crate::printable("notes:read 'é' \"ü\" 日本"), "notes:read 'é' \"ü\" 日本");
+        assert_eq!(
+            crate::printable("notes:read 'é' \"ü\" 日本"),
+            "notes:read 'é' \"ü\" 日本"
+        );
         assert_eq!(crate::printable(r"a\nb"), r"a\\nb");
 
         // The summary goes through the same table.
@@ -679,6 +686,9 @@ mod tests {
             most_refused_tools: Vec::new(),
         };
         let text = summary.to_string();
-        assert!(!text.contains('\x1b') && !text.contains("eve\n"), "{text:?}");
+        assert!(
+            !text.contains('\x1b') && !text.contains("eve\n"),
+            "{text:?}"
+        );
     }
 }
