@@ -49,7 +49,7 @@ pub(crate) struct CreateArgs {
     /// The workspace the token acts in
     #[arg(long)]
     pub(crate) workspace: Option<String>,
-    /// Comma-separated scopes, such as notes:read,notes:write (or `all`)
+    /// Comma-separated scopes, or `all`
     #[arg(long, value_delimiter = ',', required = true)]
     pub(crate) scopes: Vec<String>,
     /// Lifetime, such as 30d, 12h, 15m or 2w [default: never expires]

@@ -434,6 +434,18 @@ impl Cli {
             cmd = cmd.after_help(after.clone());
         }
         cmd = args::Builtin::augment_subcommands(cmd);
+        if let Ok(registry) = (self.shared.tools)() {
+            let scopes = registry.scopes_supported().join(", ");
+            cmd = cmd.mut_subcommand("token", |token| {
+                token.mut_subcommand("create", |create| {
+                    create.mut_arg("scopes", |a| {
+                        a.help(format!(
+                            "Comma-separated scopes, or `all`; the tools use: {scopes}"
+                        ))
+                    })
+                })
+            });
+        }
         for (command, _) in &self.commands {
             cmd = cmd.subcommand(command.clone());
         }
