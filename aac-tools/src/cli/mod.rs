@@ -273,14 +273,14 @@ impl Cli {
         self
     }
 
-    /// The database file when neither `--db` nor `AAC_DB` names one [default: `<name>.db`
-    /// in the working directory].
+    /// The database file when neither `--db` nor `AAC_DB` names one (default: `<name>.db`
+    /// in the working directory).
     pub fn default_db(mut self, path: impl Into<PathBuf>) -> Cli {
         self.default_db = Some(path.into());
         self
     }
 
-    /// The tools to serve [default: every `#[mcp_tool]` linked in, [`Registry::collect`]],
+    /// The tools to serve (default: every `#[mcp_tool]` linked in, [`Registry::collect`]),
     /// such as `|| Registry::collect_module("my_server::tools")`.
     pub fn tools(
         mut self,
@@ -398,8 +398,8 @@ impl Cli {
         self
     }
 
-    /// Whether to install a `tracing` subscriber writing to stderr [default: yes; it does
-    /// nothing if the program installed one already].
+    /// Whether to install a `tracing` subscriber writing to stderr (default: yes; it does
+    /// nothing if the program installed one already).
     pub fn logging(mut self, on: bool) -> Cli {
         self.logging = on;
         self

@@ -35,11 +35,14 @@ pub(super) fn token(context: &Context, command: TokenCommand) -> Result<(), CliE
                     (None, Some(at)) => format!("live until {}", when(at)),
                     (None, None) => "live".to_owned(),
                 };
+                let who = match &t.workspace {
+                    Some(workspace) => format!("{}@{workspace}", t.subject),
+                    None => t.subject.clone(),
+                };
                 println!(
-                    "{}  {}@{}  {}  [{}]",
+                    "{}  {}  {}  [{}]",
                     printable(&t.id),
-                    printable(&t.subject),
-                    printable(t.workspace.as_deref().unwrap_or("-")),
+                    printable(&who),
                     state,
                     printable(&t.scopes.join(" "))
                 );
