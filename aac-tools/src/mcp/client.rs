@@ -76,7 +76,7 @@ impl Endpoint {
         }
     }
 
-    /// Where the stdio child's stderr (its logs) goes [default: [`ChildStderr::Inherit`]].
+    /// Where the stdio child's stderr (its logs) goes (default: [`ChildStderr::Inherit`]).
     /// A host that talks to a person on the terminal keeps the server's logs out of it
     /// with [`ChildStderr::Discard`] or [`ChildStderr::File`]. Ignored over HTTP.
     pub fn stderr(mut self, to: ChildStderr) -> Endpoint {
