@@ -183,6 +183,30 @@ fn the_readme_server_runs_takes_a_token_and_is_audited() {
     let manifest: Value = serde_json::from_slice(&manifest.stdout).unwrap();
     assert!(manifest.to_string().contains("\"get_note\""), "{manifest}");
 
+    // A file that is not a database, or a directory, is named and left alone.
+    let garbage = notes.dir.path().join("notes.txt");
+    std::fs::write(&garbage, "not a database\n".repeat(300)).unwrap();
+    for args in [&["token", "list"][..], &["audit"], &["serve"]] {
+        let mut with_db = vec!["--db", "notes.txt"];
+        with_db.extend(args);
+        let out = notes
+            .command()
+            .args(&with_db)
+            .env("AAC_TOKEN", "x")
+            .output()
+            .unwrap();
+        fails_with(
+            &out,
+            "`notes.txt` is not an SQLite database, or is corrupt; pass --db",
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&garbage).unwrap(),
+        "not a database\n".repeat(300)
+    );
+    let out = notes.run(&["token", "list", "--db", notes.dir.path().to_str().unwrap()]);
+    fails_with(&out, "is a directory");
+
     // Commands that read the database say how to create it.
     fails_with(
         &notes.run(&["audit"]),

@@ -127,7 +127,7 @@ type Handler =
 type BeforeServe = dyn Fn(Context, Database, ArgMatches) -> BoxFuture<'static, Result<Option<String>, CliError>>
     + Send
     + Sync;
-type MapCommand = dyn FnOnce(clap::Command) -> clap::Command;
+type MapCommand = dyn FnOnce(clap::Command) -> clap::Command + Send;
 
 /// What a command handler knows: the program's name, the database path, and how to open
 /// the database and collect the tools as the built-in commands do.
@@ -375,7 +375,10 @@ impl Cli {
     /// Change the clap command before parsing: add flags to a built-in subcommand
     /// (`cmd.mut_subcommand("serve", |s| s.arg(…))`, read back in [`Cli::before_serve`]),
     /// make an argument required, reword a help text. Several calls run in order.
-    pub fn clap(mut self, map: impl FnOnce(clap::Command) -> clap::Command + 'static) -> Cli {
+    pub fn clap(
+        mut self,
+        map: impl FnOnce(clap::Command) -> clap::Command + Send + 'static,
+    ) -> Cli {
         self.maps.push(Box::new(map));
         self
     }
@@ -600,6 +603,20 @@ mod tests {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.message().contains("30d"), "{bad}: {err}");
         }
+    }
+
+    /// `tokio::spawn(cli.run())` works: the future is `Send`.
+    #[test]
+    fn running_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let cli = Cli::new("notes", "1.0")
+            .clap(|cmd| cmd)
+            .configure(|builder, _| builder)
+            .command(clap::Command::new("init"), |_, _| {
+                Box::pin(async { Ok(()) })
+            });
+        let run = cli.run_from(["notes", "--help"]);
+        assert_send(&run);
     }
 
     #[test]
