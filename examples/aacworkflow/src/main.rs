@@ -20,7 +20,7 @@
 use std::process::ExitCode;
 
 use aac_tools::Registry;
-use aac_tools::cli::{Cli, CliError, Context, OpenMode, clap};
+use aac_tools::cli::{Cli, CliError, Context, OpenMode, TokenRequest, clap};
 use aac_tools::sqlite::{Database, TokenStore};
 use aacworkflow::store::{self, AppError};
 
@@ -33,74 +33,55 @@ async fn main() -> ExitCode {
         .after_help("Start here:\n  aacworkflow serve --demo --http 127.0.0.1:8080")
         .default_db(store::DEFAULT_DB)
         .tools(|| Registry::collect_module(aacworkflow::TOOLS_MODULE))
-        .open_with(|path, mode| {
-            let mode = match mode {
-                OpenMode::Existing => store::OpenMode::Existing,
-                OpenMode::Create => store::OpenMode::Create,
-            };
-            Ok(store::open(path, mode)?)
-        })
+        .open_with(|path, mode| Ok(store::open(path, mode.into())?))
         // A token names a user of a workspace, which `init` creates.
         .token_create_needs_existing_db()
-        .check_token(|db, request| {
-            let Some(workspace) = request.workspace.as_deref() else {
-                return Err(CliError::new("a token needs --workspace"));
-            };
-            match user_role(db, workspace, &request.subject)? {
-                Some(role) => Ok(Some(role)),
-                None => Err(CliError::new(format!(
-                    "no user `{}` in workspace `{workspace}`; \
-                     run `aacworkflow init --demo` for the demo users, or check the names",
-                    request.subject
-                ))),
-            }
+        .check_token(user_role)
+        .command(init_command(), |ctx, m| {
+            Box::pin(init(ctx, m.get_flag("demo")))
         })
-        .command(
-            clap::Command::new("init")
-                .about("Create the database and its schema (harmless if it exists)")
-                .arg(demo_flag("Also add the demo workspaces, users, agents and issues")),
-            |ctx, matches| Box::pin(init(ctx, matches.get_flag("demo"))),
-        )
-        .clap(|cmd| {
-            cmd.mut_subcommand("serve", |serve| {
-                serve
-                    .arg(demo_flag(
-                        "Seed the demo data and print a ready-to-use token for alice on stderr",
-                    ))
-                    .mut_arg("read_only", |a| {
-                        a.help("Only the four read-only tools are listed and callable")
-                    })
-            })
-            .mut_subcommand("token", |token| {
-                token.mut_subcommand("create", |create| {
-                    create
-                        .mut_arg("workspace", |a| a.required(true))
-                        // `--user`, as a token here is for a user of the workspace.
-                        .mut_arg("subject", |a| {
-                            a.long("user")
-                                .alias(None)
-                                .visible_alias("subject")
-                                .value_name("USER")
-                                .help("The user it acts as; must exist in the workspace")
-                        })
-                })
-            })
-            .mut_subcommand("manifest", |m| {
-                m.about(
-                    "Print the tools manifest (the committed copy is examples/aacworkflow/tools.json)",
-                )
-            })
-        })
-        .before_serve(|ctx, db, matches| {
-            Box::pin(async move {
-                if !matches.get_flag("demo") {
-                    return Ok(None);
-                }
-                demo_token(&ctx, &db).await.map(Some)
-            })
-        })
+        .clap(flags)
+        .before_serve(|ctx, db, m| Box::pin(serve_demo(ctx, db, m.get_flag("demo"))))
         .run()
         .await
+}
+
+fn init_command() -> clap::Command {
+    clap::Command::new("init")
+        .about("Create the database and its schema (harmless if it exists)")
+        .arg(demo_flag(
+            "Also add the demo workspaces, users, agents and issues",
+        ))
+}
+
+/// `serve --demo`, and this server's wording of the library's commands.
+fn flags(cmd: clap::Command) -> clap::Command {
+    cmd.mut_subcommand("serve", |serve| {
+        serve
+            .arg(demo_flag(
+                "Seed the demo data and print a ready-to-use token for alice on stderr",
+            ))
+            .mut_arg("read_only", |a| {
+                a.help("Only the four read-only tools are listed and callable")
+            })
+    })
+    .mut_subcommand("token", |token| {
+        token.mut_subcommand("create", |create| {
+            create
+                .mut_arg("workspace", |a| a.required(true))
+                // `--user`, as a token here is for a user of the workspace.
+                .mut_arg("subject", |a| {
+                    a.long("user")
+                        .alias(None)
+                        .visible_alias("subject")
+                        .value_name("USER")
+                        .help("The user it acts as; must exist in the workspace")
+                })
+        })
+    })
+    .mut_subcommand("manifest", |m| {
+        m.about("Print the tools manifest (the committed copy is examples/aacworkflow/tools.json)")
+    })
 }
 
 fn demo_flag(help: &'static str) -> clap::Arg {
@@ -136,10 +117,13 @@ async fn seed(db: &Database) -> Result<(), AppError> {
 
 /// `serve --demo`: the demo data, and a token for alice printed on stderr, which a stdio
 /// session also uses when `AAC_TOKEN` is not set.
-async fn demo_token(ctx: &Context, db: &Database) -> Result<String, CliError> {
-    seed(db).await?;
+async fn serve_demo(ctx: Context, db: Database, demo: bool) -> Result<Option<String>, CliError> {
+    if !demo {
+        return Ok(None);
+    }
+    seed(&db).await?;
     let scopes = ctx.registry()?.scopes_supported();
-    let created = TokenStore::open(db)?
+    let created = TokenStore::open(&db)?
         .create(
             "alice",
             Some(aacworkflow::seed::DEMO_WORKSPACE),
@@ -152,18 +136,31 @@ async fn demo_token(ctx: &Context, db: &Database) -> Result<String, CliError> {
         ctx.db_path().display(),
         created.token
     ));
-    Ok(created.token)
+    Ok(Some(created.token))
 }
 
-fn user_role(db: &Database, workspace: &str, user: &str) -> Result<Option<String>, CliError> {
+/// A token is for a user of its workspace; the user's role shows on stderr.
+fn user_role(db: &Database, request: &TokenRequest) -> Result<Option<String>, CliError> {
     use rusqlite::OptionalExtension;
-    db.with_reader(|conn| {
-        conn.query_row(
-            "SELECT role FROM users WHERE workspace = ?1 AND name = ?2",
-            [workspace, user],
-            |r| r.get(0),
-        )
-        .optional()
-    })
-    .map_err(|e| CliError::new(format!("cannot read the users: {e}")))
+    let Some(workspace) = request.workspace.as_deref() else {
+        return Err(CliError::new("a token needs --workspace"));
+    };
+    let user = request.subject.as_str();
+    let role: Option<String> = db
+        .with_reader(|conn| {
+            conn.query_row(
+                "SELECT role FROM users WHERE workspace = ?1 AND name = ?2",
+                [workspace, user],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .map_err(|e| CliError::new(format!("cannot read the users: {e}")))?;
+    match role {
+        Some(role) => Ok(Some(role)),
+        None => Err(CliError::new(format!(
+            "no user `{user}` in workspace `{workspace}`; \
+             run `aacworkflow init --demo` for the demo users, or check the names"
+        ))),
+    }
 }
