@@ -1,10 +1,10 @@
 //! `audit`: the records, a summary, or the chain's check.
 
 use super::args::AuditArgs;
-use super::{CliError, Context, OpenMode};
+use super::{CliContext, CliError, OpenMode};
 use crate::audit::{AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, Outcome};
 
-pub(super) fn audit(context: &Context, args: AuditArgs) -> Result<(), CliError> {
+pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
     // Checks the file is the application's (and creates nothing) before reading it.
     drop(context.open_db(OpenMode::Existing)?);
     let path = context.db_path();

@@ -4,10 +4,10 @@ use std::path::Path;
 
 use rusqlite::ErrorCode;
 
-use super::{CliError, Context, OpenMode};
+use super::{CliContext, CliError, OpenMode};
 use crate::sqlite::{Database, DbError, TokenStore};
 
-pub(super) fn open(context: &Context, mode: OpenMode) -> Result<Database, CliError> {
+pub(super) fn open(context: &CliContext, mode: OpenMode) -> Result<Database, CliError> {
     let path = context.db_path();
     let name = context.name();
     let shown = path.display();

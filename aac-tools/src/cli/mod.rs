@@ -58,7 +58,10 @@ use crate::registry::{Registry, RegistryError};
 use crate::server::ServerBuilder;
 use crate::sqlite::Database;
 
-pub use clap;
+// clap is not re-exported: its public enums have a variant named `String`, and a public
+// path to them from here would make rustc print `std::string::String` in full in the
+// diagnostics of every crate that uses aac-tools. Hooks that take clap types use the
+// caller's own `clap = "4"`.
 
 /// A failure of a command: one line that says what to do, printed as `error: …`, exit 1.
 ///
@@ -123,8 +126,8 @@ type Configure = dyn Fn(ServerBuilder, &Database) -> ServerBuilder + Send + Sync
 type CheckToken =
     dyn Fn(&Database, &TokenRequest) -> Result<Option<String>, CliError> + Send + Sync;
 type Handler =
-    dyn Fn(Context, ArgMatches) -> BoxFuture<'static, Result<(), CliError>> + Send + Sync;
-type BeforeServe = dyn Fn(Context, Database, ArgMatches) -> BoxFuture<'static, Result<Option<String>, CliError>>
+    dyn Fn(CliContext, ArgMatches) -> BoxFuture<'static, Result<(), CliError>> + Send + Sync;
+type BeforeServe = dyn Fn(CliContext, Database, ArgMatches) -> BoxFuture<'static, Result<Option<String>, CliError>>
     + Send
     + Sync;
 type MapCommand = dyn FnOnce(clap::Command) -> clap::Command + Send;
@@ -132,7 +135,7 @@ type MapCommand = dyn FnOnce(clap::Command) -> clap::Command + Send;
 /// What a command handler knows: the program's name, the database path, and how to open
 /// the database and collect the tools as the built-in commands do.
 #[derive(Clone)]
-pub struct Context {
+pub struct CliContext {
     shared: Arc<Shared>,
     db: PathBuf,
 }
@@ -149,16 +152,16 @@ struct Shared {
     token_create_mode: OpenMode,
 }
 
-impl fmt::Debug for Context {
+impl fmt::Debug for CliContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
+        f.debug_struct("CliContext")
             .field("name", &self.shared.name)
             .field("db", &self.db)
             .finish_non_exhaustive()
     }
 }
 
-impl Context {
+impl CliContext {
     /// The program's name, as given to [`Cli::new`].
     pub fn name(&self) -> &str {
         &self.shared.name
@@ -345,11 +348,13 @@ impl Cli {
         self
     }
 
-    /// Add a subcommand of your own, run by `handler` with the [`Context`] and the
+    /// Add a subcommand of your own, run by `handler` with the [`CliContext`] and the
     /// subcommand's matches. Its name must not be one of the built-in commands.
     ///
+    /// With `clap = "4"` among your dependencies:
+    ///
     /// ```no_run
-    /// use aac_tools::cli::{Cli, OpenMode, clap};
+    /// use aac_tools::cli::{Cli, OpenMode};
     ///
     /// let cli = Cli::new("notes", "1.0").command(
     ///     clap::Command::new("init").about("Create the database"),
@@ -363,7 +368,7 @@ impl Cli {
     pub fn command(
         mut self,
         command: clap::Command,
-        handler: impl Fn(Context, ArgMatches) -> BoxFuture<'static, Result<(), CliError>>
+        handler: impl Fn(CliContext, ArgMatches) -> BoxFuture<'static, Result<(), CliError>>
         + Send
         + Sync
         + 'static,
@@ -389,7 +394,7 @@ impl Cli {
     pub fn before_serve(
         mut self,
         hook: impl Fn(
-            Context,
+            CliContext,
             Database,
             ArgMatches,
         ) -> BoxFuture<'static, Result<Option<String>, CliError>>
@@ -496,7 +501,7 @@ impl Cli {
             init_logging(sub == "serve" && !http);
         }
         let mut commands = std::mem::take(&mut self.commands);
-        let context = Context {
+        let context = CliContext {
             shared: Arc::new(self.shared),
             db,
         };
@@ -525,7 +530,7 @@ impl Cli {
 }
 
 async fn run_builtin(
-    context: Context,
+    context: CliContext,
     command: args::Builtin,
     matches: ArgMatches,
 ) -> Result<(), CliError> {

@@ -3,14 +3,14 @@
 use clap::ArgMatches;
 
 use super::args::ServeArgs;
-use super::{CliError, Context, OpenMode};
+use super::{CliContext, CliError, OpenMode};
 use crate::audit::SqliteSink;
 use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::sqlite::{Database, TokenStore};
 
 pub(super) async fn serve(
-    context: Context,
+    context: CliContext,
     args: ServeArgs,
     matches: ArgMatches,
 ) -> Result<(), CliError> {
@@ -26,7 +26,7 @@ pub(super) async fn serve(
     }
 }
 
-fn build(context: &Context, db: &Database, read_only: bool) -> Result<Server, CliError> {
+fn build(context: &CliContext, db: &Database, read_only: bool) -> Result<Server, CliError> {
     let tokens = TokenStore::open(db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
     // The audit trail: the `aac_audit` table in the same file.
@@ -52,7 +52,7 @@ fn build(context: &Context, db: &Database, read_only: bool) -> Result<Server, Cl
 }
 
 async fn stdio(
-    context: &Context,
+    context: &CliContext,
     server: Server,
     db: &Database,
     fallback_token: Option<String>,
@@ -95,7 +95,7 @@ async fn stdio(
 }
 
 async fn http(
-    context: &Context,
+    context: &CliContext,
     server: Server,
     addr: &str,
     stateless: bool,

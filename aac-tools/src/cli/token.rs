@@ -1,11 +1,11 @@
 //! `token create | revoke | list`.
 
 use super::args::{CreateArgs, TokenCommand};
-use super::{CliError, Context, OpenMode, TokenRequest, parse_duration};
+use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration};
 use crate::printable;
 use crate::sqlite::TokenStore;
 
-pub(super) fn token(context: &Context, command: TokenCommand) -> Result<(), CliError> {
+pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), CliError> {
     match command {
         TokenCommand::Create(args) => create(context, args),
         TokenCommand::Revoke { id_or_token } => {
@@ -52,7 +52,7 @@ pub(super) fn token(context: &Context, command: TokenCommand) -> Result<(), CliE
     }
 }
 
-fn store(context: &Context, mode: OpenMode) -> Result<TokenStore, CliError> {
+fn store(context: &CliContext, mode: OpenMode) -> Result<TokenStore, CliError> {
     let db = context.open_db(mode)?;
     TokenStore::open(&db).map_err(|e| CliError::new(format!("cannot open the token store: {e}")))
 }
@@ -67,7 +67,7 @@ fn when(t: i64) -> String {
         .unwrap_or_else(|| t.to_string())
 }
 
-fn create(context: &Context, args: CreateArgs) -> Result<(), CliError> {
+fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
     let name = context.name();
     let ttl = args.expires.as_deref().map(parse_duration).transpose()?;
     let known = context.registry()?.scopes_supported();

@@ -20,7 +20,7 @@
 use std::process::ExitCode;
 
 use aac_tools::Registry;
-use aac_tools::cli::{Cli, CliError, Context, OpenMode, TokenRequest, clap};
+use aac_tools::cli::{Cli, CliContext, CliError, OpenMode, TokenRequest};
 use aac_tools::sqlite::{Database, TokenStore};
 use aacworkflow::store::{self, AppError};
 
@@ -91,7 +91,7 @@ fn demo_flag(help: &'static str) -> clap::Arg {
         .help(help)
 }
 
-async fn init(ctx: Context, demo: bool) -> Result<(), CliError> {
+async fn init(ctx: CliContext, demo: bool) -> Result<(), CliError> {
     let db = ctx.open_db(OpenMode::Create)?;
     ctx.note(format_args!(
         "database `{}` ready (schema version {})",
@@ -117,7 +117,7 @@ async fn seed(db: &Database) -> Result<(), AppError> {
 
 /// `serve --demo`: the demo data, and a token for alice printed on stderr, which a stdio
 /// session also uses when `AAC_TOKEN` is not set.
-async fn serve_demo(ctx: Context, db: Database, demo: bool) -> Result<Option<String>, CliError> {
+async fn serve_demo(ctx: CliContext, db: Database, demo: bool) -> Result<Option<String>, CliError> {
     if !demo {
         return Ok(None);
     }
