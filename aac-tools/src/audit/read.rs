@@ -411,9 +411,16 @@ pub fn format_json_lines(records: &[StoredRecord]) -> String {
     out
 }
 
+/// An aligned text table. Every cell goes through [`crate::printable`]: the values come
+/// from callers (a tool name, a principal), and a newline or an escape sequence in one
+/// must not forge a row or drive the terminal.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| crate::printable(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -431,8 +438,8 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(&mut header.iter().copied());
-    for row in rows {
-        line(&mut row.iter().map(String::as_str));
+    for row in &rows {
+        line(&mut row.iter().map(|cell| cell.as_ref()));
     }
     out
 }
@@ -603,5 +610,86 @@ impl AuditCommand {
             format_table(&records)
         };
         out.write_all(text.as_bytes()).map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::AuditRecord;
+
+    fn stored(seq: i64, tool: &str, principal: &str) -> StoredRecord {
+        StoredRecord {
+            seq,
+            record: AuditRecord {
+                tool: tool.to_owned(),
+                outcome: Outcome::Denied,
+                reason: Some("unknown_tool".to_owned()),
+                check: None,
+                status: 404,
+                scopes_provided: Vec::new(),
+                timestamp: "2026-12-01T05:00:00.000000Z".to_owned(),
+                principal: Some(principal.to_owned()),
+                workspace: None,
+                transport: "stdio".to_owned(),
+                request_id: None,
+                duration_us: 1000,
+                access_level: None,
+                arguments: serde_json::json!({}),
+            },
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    /// A tool name is whatever a caller sent: a newline in it forged a table row, and an
+    /// OSC sequence retitled the terminal.
+    #[test]
+    fn table_cells_cannot_forge_rows_or_drive_the_terminal() {
+        let evil =
+            "x\n99   2026-01-01T00:00:00.000000Z  get_note  success\x1b]0;pwned\x07\u{202e}\r\t";
+        let table = format_table(&[
+            stored(1, evil, "mallory\x1b[2J"),
+            stored(2, "get_note", "alice"),
+        ]);
+        assert_eq!(table.lines().count(), 3, "a header and two rows:\n{table}");
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "no control character reaches the terminal: {table:?}"
+        );
+        assert!(!table.contains('\u{202e}'), "no bidirectional override");
+        let row = table.lines().nth(1).unwrap();
+        assert!(
+            row.contains(r"x\n99   2026-01-01T00:00:00.000000Z  get_note  success\u{1b}]0;pwned\u{7}\u{202e}\r\t"),
+            "{row}"
+        );
+        assert!(row.contains(r"mallory\u{1b}[2J"), "{row}");
+        // Plain text, quotes and non-ASCII letters are left alone; a backslash is doubled.
+        assert_eq!(
+            crate::printable("notes:read 'é' \"ü\" 日本"),
+            "notes:read 'é' \"ü\" 日本"
+        );
+        assert_eq!(crate::printable(r"a\nb"), r"a\\nb");
+
+        // The summary goes through the same table.
+        let summary = AuditSummary {
+            total: 1,
+            success: 0,
+            denied: 1,
+            error: 0,
+            calls_per_day: Vec::new(),
+            denials_per_hour: vec![HourlyDenials {
+                hour: "2026-12-01T05:00:00Z".to_owned(),
+                principal: Some("eve\n".to_owned()),
+                tool: evil.to_owned(),
+                denials: 1,
+            }],
+            most_refused_tools: Vec::new(),
+        };
+        let text = summary.to_string();
+        assert!(
+            !text.contains('\x1b') && !text.contains("eve\n"),
+            "{text:?}"
+        );
     }
 }

@@ -30,6 +30,7 @@
 use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
@@ -50,6 +51,7 @@ enum Kind {
         program: OsString,
         args: Vec<OsString>,
         env: Vec<(OsString, OsString)>,
+        stderr: ChildStderr,
     },
     Http {
         url: String,
@@ -61,15 +63,27 @@ impl Endpoint {
     /// A server run as a child process that speaks MCP on its stdin and stdout.
     ///
     /// The child inherits this process's environment (add to it with [`Endpoint::env`])
-    /// and its stderr; it is killed when the client is closed or dropped.
+    /// and its stderr (unless [`Endpoint::stderr`] says otherwise); it is killed when the
+    /// client is closed or dropped.
     pub fn stdio(program: impl Into<OsString>) -> Endpoint {
         Endpoint {
             kind: Kind::Stdio {
                 program: program.into(),
                 args: Vec::new(),
                 env: Vec::new(),
+                stderr: ChildStderr::Inherit,
             },
         }
+    }
+
+    /// Where the stdio child's stderr (its logs) goes (default: [`ChildStderr::Inherit`]).
+    /// A host that talks to a person on the terminal keeps the server's logs out of it
+    /// with [`ChildStderr::Discard`] or [`ChildStderr::File`]. Ignored over HTTP.
+    pub fn stderr(mut self, to: ChildStderr) -> Endpoint {
+        if let Kind::Stdio { stderr, .. } = &mut self.kind {
+            *stderr = to;
+        }
+        self
     }
 
     /// A server reached over Streamable HTTP at `url` (for example `http://127.0.0.1:8080/mcp`).
@@ -129,11 +143,17 @@ impl fmt::Debug for Endpoint {
     // Tokens and environment values are secrets: never printed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::Stdio { program, args, env } => f
+            Kind::Stdio {
+                program,
+                args,
+                env,
+                stderr,
+            } => f
                 .debug_struct("Endpoint::Stdio")
                 .field("program", program)
                 .field("args", args)
                 .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+                .field("stderr", stderr)
                 .finish(),
             Kind::Http { url, bearer } => f
                 .debug_struct("Endpoint::Http")
@@ -157,6 +177,18 @@ impl fmt::Display for Endpoint {
             Kind::Http { url, .. } => f.write_str(url),
         }
     }
+}
+
+/// Where the stderr of a server run as a child process goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ChildStderr {
+    /// This process's stderr: the server's logs mix with the host's own output.
+    #[default]
+    Inherit,
+    /// Nowhere.
+    Discard,
+    /// Appended to this file, created if needed.
+    File(PathBuf),
 }
 
 /// What went wrong, as a host must tell it apart.
@@ -381,15 +413,38 @@ impl Client {
             Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
         );
         let service = match &endpoint.kind {
-            Kind::Stdio { program, args, env } => {
+            Kind::Stdio {
+                program,
+                args,
+                env,
+                stderr,
+            } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-                let transport = TokioChildProcess::new(command).map_err(|err| {
-                    ClientError::new(
-                        ClientErrorKind::Connect,
-                        format!("cannot start `{endpoint}`: {err}"),
-                    )
-                })?;
+                let stderr = match stderr {
+                    ChildStderr::Inherit => std::process::Stdio::inherit(),
+                    ChildStderr::Discard => std::process::Stdio::null(),
+                    ChildStderr::File(path) => std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .map_err(|err| {
+                            ClientError::new(
+                                ClientErrorKind::Connect,
+                                format!("cannot open the server log `{}`: {err}", path.display()),
+                            )
+                        })?
+                        .into(),
+                };
+                let (transport, _) = TokioChildProcess::builder(command)
+                    .stderr(stderr)
+                    .spawn()
+                    .map_err(|err| {
+                        ClientError::new(
+                            ClientErrorKind::Connect,
+                            format!("cannot start `{endpoint}`: {err}"),
+                        )
+                    })?;
                 config.serve(transport).await
             }
             Kind::Http { url, bearer } => {

@@ -10,7 +10,7 @@
 //! - [`seed`]: the demo data.
 //!
 //! The binary (`aacworkflow init | token | serve | manifest | audit`) is documented in
-//! `docs/aacworkflow.md`.
+//! `docs/aacworkflow.md`; all but `init` and `--demo` come from `aac_tools::cli`.
 
 pub mod model;
 pub mod queries;
@@ -28,9 +28,12 @@ pub use store::AppError;
 pub const MANIFEST_REFRESH: &str =
     "cargo run -p aacworkflow -- manifest > examples/aacworkflow/tools.json";
 
+/// The module whose `#[mcp_tool]` functions are the server's tools.
+pub const TOOLS_MODULE: &str = concat!(module_path!(), "::tools");
+
 /// The ten tools of this crate (and only those, whatever else is linked in).
 pub fn registry() -> Result<Registry, AppError> {
-    Registry::collect_module(concat!(module_path!(), "::tools"))
+    Registry::collect_module(TOOLS_MODULE)
         .map_err(|e| AppError::new(format!("the tools do not register: {e}")))
 }
 

@@ -106,6 +106,15 @@ pub enum OpenMode {
     Create,
 }
 
+impl From<aac_tools::cli::OpenMode> for OpenMode {
+    fn from(mode: aac_tools::cli::OpenMode) -> OpenMode {
+        match mode {
+            aac_tools::cli::OpenMode::Existing => OpenMode::Existing,
+            aac_tools::cli::OpenMode::Create => OpenMode::Create,
+        }
+    }
+}
+
 /// The database path: `--db`, else `AAC_DB`, else `aacworkflow.db` (clap resolves the
 /// first two; this is the fallback).
 pub fn resolve_path(flag: Option<PathBuf>) -> PathBuf {

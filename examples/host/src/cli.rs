@@ -1,9 +1,10 @@
 //! The command line of `aac-host`.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use aac_tools::mcp::client::Endpoint;
+use aac_tools::mcp::client::{ChildStderr, Endpoint};
 use serde_json::{Map, Value};
 
 pub(crate) const USAGE: &str = "\
@@ -28,6 +29,10 @@ options:
   --backoff MS     delay before the first retry, doubling each time (default 250)
   --timeout SECS   give up on one request after SECS seconds (default 60)
   --json           print the whole tools/call result as JSON
+  --verbose, -v    show the stdio server's own logs (its stderr) on this terminal;
+                   also AAC_HOST_VERBOSE=1 (default: discarded, so that they never
+                   mix with the question asked)
+  --server-log FILE  append the stdio server's stderr to FILE instead
   --list           list the tools and what the host would do with each
   --help, -h       this text
 
@@ -53,6 +58,8 @@ pub(crate) struct Options {
     pub(crate) backoff: Duration,
     pub(crate) timeout: Duration,
     pub(crate) json: bool,
+    /// Where a stdio server's stderr goes.
+    pub(crate) server_stderr: ChildStderr,
     /// `None` with `--list`.
     pub(crate) tool: Option<String>,
     pub(crate) arguments: Map<String, Value>,
@@ -68,8 +75,9 @@ impl Options {
                 None => endpoint,
             };
         }
-        let mut endpoint =
-            Endpoint::stdio(self.command[0].clone()).args(self.command[1..].iter().cloned());
+        let mut endpoint = Endpoint::stdio(self.command[0].clone())
+            .args(self.command[1..].iter().cloned())
+            .stderr(self.server_stderr.clone());
         // The child inherits $AAC_TOKEN; a token given as a flag is handed over the same way.
         if self.token_from_flag
             && let Some(token) = &self.token
@@ -91,6 +99,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
     let mut backoff = Duration::from_millis(250);
     let mut timeout = Duration::from_secs(60);
     let mut json = false;
+    let mut verbose =
+        std::env::var_os("AAC_HOST_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0");
+    let mut server_log = None;
     let mut listing = false;
     let mut positional = Vec::new();
     let mut command = Vec::new();
@@ -115,6 +126,8 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
             "--trust" => trust = true,
             "--yes" | "-y" => yes = true,
             "--json" => json = true,
+            "--verbose" | "-v" => verbose = true,
+            "--server-log" => server_log = Some(PathBuf::from(value("--server-log")?)),
             "--list" => listing = true,
             "--retries" => {
                 retries = value("--retries")?
@@ -156,6 +169,11 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
         (false, [tool, json_args]) => (Some(tool.clone()), parse_arguments(json_args)?),
         (false, [_, _, extra, ..]) => return Err(format!("unexpected argument `{extra}`")),
     };
+    let server_stderr = match (server_log, verbose) {
+        (Some(path), _) => ChildStderr::File(path),
+        (None, true) => ChildStderr::Inherit,
+        (None, false) => ChildStderr::Discard,
+    };
     let token_from_flag = token.is_some();
     let token = token.or_else(|| std::env::var("AAC_TOKEN").ok().filter(|t| !t.is_empty()));
     Ok(Command::Run(Options {
@@ -169,6 +187,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
         backoff,
         timeout,
         json,
+        server_stderr,
         tool,
         arguments,
     }))

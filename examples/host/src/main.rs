@@ -20,7 +20,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aac_tools::host::{Backoff, Consent, Retry, ToolPolicy, Trust, call_with_retry};
-use aac_tools::mcp::client::{Client, ClientError, ClientErrorKind, Endpoint, ToolResult};
+use aac_tools::mcp::client::{
+    ChildStderr, Client, ClientError, ClientErrorKind, Endpoint, ToolResult,
+};
 use serde_json::{Map, Value};
 
 use crate::cli::{Command, Options};
@@ -71,6 +73,11 @@ async fn run(options: Options) -> u8 {
         Ok(client) => client,
         Err(err) => {
             eprintln!("aac-host: {err}");
+            if !endpoint.is_http() && options.server_stderr == ChildStderr::Discard {
+                eprintln!(
+                    "aac-host: the server's own messages were discarded; --verbose shows them"
+                );
+            }
             return USAGE_OR_CONNECT;
         }
     };

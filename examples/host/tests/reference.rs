@@ -265,3 +265,60 @@ fn a_refused_token_is_reported_and_nothing_is_called() {
     );
     assert!(reference.audit("delete_issue").is_empty());
 }
+
+/// The stdio server's own logs stay off the host's terminal unless asked for: by default
+/// they are discarded, `--verbose` shows them, `--server-log FILE` keeps them in a file.
+#[test]
+fn the_stdio_servers_logs_stay_out_of_the_prompt_unless_asked() {
+    let reference = Reference::new();
+    let bin = aacworkflow_bin();
+    let db = reference.db.to_str().unwrap();
+    let run = |extra: &[&str], token: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+            .args(["--timeout", "60", "--token", token, "--trust"])
+            .args(extra)
+            .args(["get_issue", r#"{"issue_id":"AAC-1"}"#, "--"])
+            .arg(&bin)
+            .args(["--db", db, "serve"])
+            // The server logs at info: "serving MCP on stdio", then one line per call.
+            .env("AAC_LOG", "info")
+            .env_remove("AAC_HOST_VERBOSE")
+            .env_remove("AAC_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[], &reference.token);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("AAC-1"), "{stdout}");
+    assert!(
+        !stderr.contains("serving MCP on stdio"),
+        "the server's log reached the host's terminal: {stderr}"
+    );
+
+    let (code, _, stderr) = run(&["--verbose"], &reference.token);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("serving MCP on stdio"), "{stderr}");
+
+    let log = reference.db.with_file_name("server.log");
+    let (code, _, stderr) = run(&["--server-log", log.to_str().unwrap()], &reference.token);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("serving MCP on stdio"), "{stderr}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("serving MCP on stdio"), "{logged}");
+
+    // A server that cannot start says why in its own words, which were discarded: the
+    // host says where to find them.
+    let (code, _, stderr) = run(&[], "aac_000000000000_nope");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(!stderr.contains("AAC_TOKEN is refused"), "{stderr}");
+    assert!(stderr.contains("--verbose shows them"), "{stderr}");
+    let (code, _, stderr) = run(&["-v"], "aac_000000000000_nope");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("AAC_TOKEN is refused"), "{stderr}");
+}

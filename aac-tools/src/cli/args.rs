@@ -1,0 +1,95 @@
+//! The built-in subcommands, as clap sees them.
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Builtin {
+    /// Serve the tools over MCP: stdio by default (token from AAC_TOKEN), or Streamable HTTP
+    Serve(ServeArgs),
+    /// Create, revoke and list bearer tokens
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Print the tools manifest: every tool's definition and scopes, as JSON
+    Manifest,
+    /// Show the audit trail: one record per tool call, refused ones included
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Serve Streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<String>,
+    /// Only the read-only tools are listed and callable
+    #[arg(long)]
+    pub(crate) read_only: bool,
+    /// Streamable HTTP without sessions (each request stands alone)
+    #[arg(long, requires = "http")]
+    pub(crate) stateless: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Create a token and print it alone on stdout (only its hash is stored)
+    Create(CreateArgs),
+    /// Revoke a token, given its id or the whole token
+    Revoke {
+        /// The token's id (as `token list` shows it) or the token itself
+        id_or_token: String,
+    },
+    /// List tokens (never their secrets)
+    List,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    /// Who the token acts as (the principal's subject)
+    #[arg(long = "subject", visible_alias = "user", value_name = "NAME")]
+    pub(crate) subject: String,
+    /// The workspace the token acts in
+    #[arg(long)]
+    pub(crate) workspace: Option<String>,
+    /// Comma-separated scopes, or `all`
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) scopes: Vec<String>,
+    /// Lifetime, such as 30d, 12h, 15m or 2w [default: never expires]
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) expires: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// Only calls of this tool
+    #[arg(long)]
+    pub(crate) tool: Option<String>,
+    /// Only calls with this outcome
+    #[arg(long, value_parser = ["success", "denied", "error"])]
+    pub(crate) outcome: Option<String>,
+    /// Only calls refused or failed for this reason (such as insufficient_scope)
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Only calls by this principal (subject)
+    #[arg(long)]
+    pub(crate) principal: Option<String>,
+    /// Only calls in this workspace
+    #[arg(long)]
+    pub(crate) workspace: Option<String>,
+    /// Only calls since this time: RFC 3339 (2025-06-22T15:30:00Z), a day (2025-06-22), or an age (24h, 7d)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) since: Option<String>,
+    /// Only calls before this time (same forms as --since)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) until: Option<String>,
+    /// Only the newest N records
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<usize>,
+    /// One JSON record per line
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// A summary instead of the records: calls per day, most refused tools, denials per hour
+    #[arg(long)]
+    pub(crate) stats: bool,
+    /// Check the hash chain of the trail instead of listing records
+    #[arg(long, conflicts_with = "stats")]
+    pub(crate) verify: bool,
+}

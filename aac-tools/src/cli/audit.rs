@@ -1,0 +1,63 @@
+//! `audit`: the records, a summary, or the chain's check.
+
+use super::args::AuditArgs;
+use super::{CliContext, CliError, OpenMode};
+use crate::audit::{AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, Outcome};
+
+pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
+    // Checks the file is the application's (and creates nothing) before reading it.
+    drop(context.open_db(OpenMode::Existing)?);
+    let path = context.db_path();
+    let failed = |e: AuditError| CliError::new(e.to_string());
+    let mut query = AuditQuery::new();
+    if let Some(tool) = args.tool {
+        query = query.tool(tool);
+    }
+    if let Some(outcome) = args.outcome.as_deref() {
+        query = query.outcome(match outcome {
+            "success" => Outcome::Success,
+            "denied" => Outcome::Denied,
+            _ => Outcome::Error,
+        });
+    }
+    if let Some(reason) = args.reason {
+        query = query.reason(reason);
+    }
+    if let Some(principal) = args.principal {
+        query = query.principal(principal);
+    }
+    if let Some(workspace) = args.workspace {
+        query = query.workspace(workspace);
+    }
+    if let Some(since) = args.since.as_deref() {
+        query = query.since(since).map_err(failed)?;
+    }
+    if let Some(until) = args.until.as_deref() {
+        query = query.until(until).map_err(failed)?;
+    }
+    if let Some(limit) = args.limit {
+        query = query.limit(limit);
+    }
+    let command = AuditCommand {
+        query,
+        json: args.json,
+        stats: args.stats,
+        verify: args.verify,
+    };
+    let conn = crate::audit::open_reader(path).map_err(failed)?;
+    // A database whose server never ran has no trail yet: create the (empty) table.
+    let has_table = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [AUDIT_TABLE],
+            |_| Ok(()),
+        )
+        .is_ok();
+    if !has_table {
+        let writer = rusqlite::Connection::open(path)
+            .map_err(|e| CliError::new(format!("cannot open `{}`: {e}", path.display())))?;
+        crate::audit::ensure_table(&writer).map_err(failed)?;
+    }
+    let mut out = std::io::stdout().lock();
+    command.run(&conn, &mut out).map_err(failed)
+}

@@ -1,0 +1,650 @@
+//! The everyday commands of a server, as one call from its `main` (feature `cli`).
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     aac_tools::cli::Cli::new("notes", env!("CARGO_PKG_VERSION"))
+//!         .about("Notes over MCP")
+//!         .schema("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);")
+//!         .run()
+//!         .await
+//! }
+//! ```
+//!
+//! gives the binary, under its own name, these commands (`notes --help` lists them):
+//!
+//! ```text
+//! notes serve [--http ADDR] [--read-only] [--stateless]   stdio by default, token from AAC_TOKEN
+//! notes token create --subject S [--workspace W] --scopes a,b|all [--expires 30d]
+//! notes token revoke ID_OR_TOKEN
+//! notes token list
+//! notes audit [--tool T] [--outcome O] [--since TIME] [--workspace W] [--limit N]
+//!             [--json] [--stats] [--verify]
+//! notes manifest
+//! ```
+//!
+//! One SQLite file (`--db PATH`, else `AAC_DB`, else `notes.db`) holds the tools' data
+//! (the [`Database`] is the server's state, so tools take `ReadDb`/`WriteDb`/`DeleteDb`
+//! handles), the token store and the audit trail. The tools are every `#[mcp_tool]` linked
+//! into the binary ([`Registry::collect`]) unless [`Cli::tools`] says otherwise.
+//!
+//! Exit codes: 0 done, 1 error (one line on stderr, `error: …`), 2 usage (from clap).
+//! Logs go to stderr; `serve` over stdio logs warnings and errors only, because a host may
+//! be showing that stream, and everything else logs at `info` (`AAC_LOG` or `RUST_LOG`,
+//! such as `AAC_LOG=debug`, override both).
+//!
+//! An application keeps its own extras with hooks: its schema and opening rules
+//! ([`Cli::schema`], [`Cli::open_with`]), the server's configuration ([`Cli::configure`]),
+//! a check of who a token is for ([`Cli::check_token`]), its own subcommands
+//! ([`Cli::command`]), flags ([`Cli::clap`]) and preparation before serving
+//! ([`Cli::before_serve`]). The reference server, `examples/aacworkflow`, uses every one.
+
+mod args;
+mod audit;
+mod db;
+mod serve;
+mod token;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{ArgMatches, FromArgMatches, Subcommand};
+
+use crate::BoxFuture;
+use crate::registry::{Registry, RegistryError};
+use crate::server::ServerBuilder;
+use crate::sqlite::Database;
+
+// clap is not re-exported: its public enums have a variant named `String`, and a public
+// path to them from here would make rustc print `std::string::String` in full in the
+// diagnostics of every crate that uses aac-tools. Hooks that take clap types use the
+// caller's own `clap = "4"`.
+
+/// A failure of a command: one line that says what to do, printed as `error: …`, exit 1.
+///
+/// Any [`std::error::Error`] converts into it, so `?` works in hooks.
+pub struct CliError(String);
+
+impl CliError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> CliError {
+        CliError(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(err: E) -> CliError {
+        CliError(err.to_string())
+    }
+}
+
+/// Whether a command may create the database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must exist (`token list`, `token revoke`, `audit`).
+    Existing,
+    /// Create the file and the schema if needed (`serve`, `token create`).
+    Create,
+}
+
+/// What `token create` was asked for, as [`Cli::check_token`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRequest {
+    /// The subject (`--subject`, or `--user`).
+    pub subject: String,
+    /// The workspace (`--workspace`), if any.
+    pub workspace: Option<String>,
+    /// The scopes, checked against the tools' scopes (`all` expanded).
+    pub scopes: Vec<String>,
+    /// The lifetime in seconds (`--expires`); `None`: never expires.
+    pub ttl_seconds: Option<i64>,
+}
+
+type Opener = dyn Fn(&Path, OpenMode) -> Result<Database, CliError> + Send + Sync;
+type Tools = dyn Fn() -> Result<Registry, RegistryError> + Send + Sync;
+type Configure = dyn Fn(ServerBuilder, &Database) -> ServerBuilder + Send + Sync;
+type CheckToken =
+    dyn Fn(&Database, &TokenRequest) -> Result<Option<String>, CliError> + Send + Sync;
+type Handler =
+    dyn Fn(CliContext, ArgMatches) -> BoxFuture<'static, Result<(), CliError>> + Send + Sync;
+type BeforeServe = dyn Fn(CliContext, Database, ArgMatches) -> BoxFuture<'static, Result<Option<String>, CliError>>
+    + Send
+    + Sync;
+type MapCommand = dyn FnOnce(clap::Command) -> clap::Command + Send;
+
+/// What a command handler knows: the program's name, the database path, and how to open
+/// the database and collect the tools as the built-in commands do.
+#[derive(Clone)]
+pub struct CliContext {
+    shared: Arc<Shared>,
+    db: PathBuf,
+}
+
+struct Shared {
+    name: String,
+    version: String,
+    opener: Option<Box<Opener>>,
+    schema: Vec<String>,
+    tools: Box<Tools>,
+    configure: Vec<Box<Configure>>,
+    check_token: Option<Box<CheckToken>>,
+    before_serve: Option<Box<BeforeServe>>,
+    token_create_mode: OpenMode,
+}
+
+impl fmt::Debug for CliContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CliContext")
+            .field("name", &self.shared.name)
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CliContext {
+    /// The program's name, as given to [`Cli::new`].
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The database file: `--db`, else `AAC_DB`, else the default.
+    pub fn db_path(&self) -> &Path {
+        &self.db
+    }
+
+    /// Open the database as the built-in commands do: [`Cli::open_with`] if given, else
+    /// the default checks, [`Cli::schema`] and the token store's table.
+    pub fn open_db(&self, mode: OpenMode) -> Result<Database, CliError> {
+        match &self.shared.opener {
+            Some(open) => open(&self.db, mode),
+            None => db::open(self, mode),
+        }
+    }
+
+    /// The server's tools.
+    pub fn registry(&self) -> Result<Registry, CliError> {
+        (self.shared.tools)().map_err(|e| CliError::new(format!("the tools do not register: {e}")))
+    }
+
+    /// `name: message` on stderr, the way the built-in commands report progress.
+    pub fn note(&self, message: impl fmt::Display) {
+        eprintln!("{}: {message}", self.shared.name);
+    }
+}
+
+/// The command line of a server: [`Cli::new`], hooks if needed, then [`Cli::run`].
+///
+/// ```no_run
+/// use aac_tools::cli::{Cli, CliError};
+///
+/// # async fn run() -> std::process::ExitCode {
+/// Cli::new("notes", env!("CARGO_PKG_VERSION"))
+///     .about("Notes over MCP")
+///     .schema("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);")
+///     // Tokens only for subjects the application knows.
+///     .check_token(|db, request| {
+///         let known: bool = db.with_reader(|c| {
+///             c.query_row("SELECT count(*) > 0 FROM notes WHERE text = ?1", [&request.subject], |r| r.get(0))
+///         })?;
+///         if known { Ok(None) } else { Err(CliError::new(format!("unknown subject `{}`", request.subject))) }
+///     })
+///     .run()
+///     .await
+/// # }
+/// ```
+pub struct Cli {
+    shared: Shared,
+    about: Option<String>,
+    after_help: Option<String>,
+    default_db: Option<PathBuf>,
+    logging: bool,
+    commands: Vec<(clap::Command, Box<Handler>)>,
+    maps: Vec<Box<MapCommand>>,
+}
+
+impl fmt::Debug for Cli {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cli")
+            .field("name", &self.shared.name)
+            .field("version", &self.shared.version)
+            .field(
+                "commands",
+                &self
+                    .commands
+                    .iter()
+                    .map(|(c, _)| c.get_name().to_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cli {
+    /// The command line of the program `name` (its binary's name, shown in `--help` and
+    /// messages), version `version` (`env!("CARGO_PKG_VERSION")`).
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Cli {
+        Cli {
+            shared: Shared {
+                name: name.into(),
+                version: version.into(),
+                opener: None,
+                schema: Vec::new(),
+                tools: Box::new(Registry::collect),
+                configure: Vec::new(),
+                check_token: None,
+                before_serve: None,
+                token_create_mode: OpenMode::Create,
+            },
+            about: None,
+            after_help: None,
+            default_db: None,
+            logging: true,
+            commands: Vec::new(),
+            maps: Vec::new(),
+        }
+    }
+
+    /// The one-line description at the top of `--help`.
+    pub fn about(mut self, text: impl Into<String>) -> Cli {
+        self.about = Some(text.into());
+        self
+    }
+
+    /// Text at the bottom of `--help`, such as a first command to try.
+    pub fn after_help(mut self, text: impl Into<String>) -> Cli {
+        self.after_help = Some(text.into());
+        self
+    }
+
+    /// The database file when neither `--db` nor `AAC_DB` names one (default: `<name>.db`
+    /// in the working directory).
+    pub fn default_db(mut self, path: impl Into<PathBuf>) -> Cli {
+        self.default_db = Some(path.into());
+        self
+    }
+
+    /// The tools to serve (default: every `#[mcp_tool]` linked in, [`Registry::collect`]),
+    /// such as `|| Registry::collect_module("my_server::tools")`.
+    pub fn tools(
+        mut self,
+        tools: impl Fn() -> Result<Registry, RegistryError> + Send + Sync + 'static,
+    ) -> Cli {
+        self.shared.tools = Box::new(tools);
+        self
+    }
+
+    /// SQL run, in one transaction, each time the database is opened: the application's
+    /// tables, written to be harmless when repeated (`CREATE TABLE IF NOT EXISTS`).
+    /// Several calls run in order. Ignored with [`Cli::open_with`].
+    pub fn schema(mut self, sql: impl Into<String>) -> Cli {
+        self.shared.schema.push(sql.into());
+        self
+    }
+
+    /// Open the database yourself (your checks, migrations and messages) instead of the
+    /// default: the file must exist for [`OpenMode::Existing`]; its parent directory for
+    /// [`OpenMode::Create`]; then [`Database::open`], [`Cli::schema`] and the token store.
+    /// The token store's and the audit trail's tables are created by the commands that
+    /// use them.
+    pub fn open_with(
+        mut self,
+        open: impl Fn(&Path, OpenMode) -> Result<Database, CliError> + Send + Sync + 'static,
+    ) -> Cli {
+        self.shared.opener = Some(Box::new(open));
+        self
+    }
+
+    /// Change the server before it is built, for example to add state or to filter
+    /// `tools/list` by scope. The defaults are already set: name and version, the token
+    /// store as verifier, the SQLite audit sink, the [`Database`] as state, read-only mode
+    /// from `--read-only`. Several calls run in order.
+    pub fn configure(
+        mut self,
+        configure: impl Fn(ServerBuilder, &Database) -> ServerBuilder + Send + Sync + 'static,
+    ) -> Cli {
+        self.shared.configure.push(Box::new(configure));
+        self
+    }
+
+    /// Check a `token create` request before the token exists, such as that the subject is
+    /// a user of the workspace. `Ok(Some(note))` adds the note to the report on stderr
+    /// (`token … for alice@demo (admin)`); an error refuses the request.
+    pub fn check_token(
+        mut self,
+        check: impl Fn(&Database, &TokenRequest) -> Result<Option<String>, CliError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Cli {
+        self.shared.check_token = Some(Box::new(check));
+        self
+    }
+
+    /// Open the database for `token create` with [`OpenMode::Existing`] instead of
+    /// [`OpenMode::Create`]: for applications whose tokens name data that only their own
+    /// set-up command creates.
+    pub fn token_create_needs_existing_db(mut self) -> Cli {
+        self.shared.token_create_mode = OpenMode::Existing;
+        self
+    }
+
+    /// Add a subcommand of your own, run by `handler` with the [`CliContext`] and the
+    /// subcommand's matches. Its name must not be one of the built-in commands.
+    ///
+    /// With `clap = "4"` among your dependencies:
+    ///
+    /// ```no_run
+    /// use aac_tools::cli::{Cli, OpenMode};
+    ///
+    /// let cli = Cli::new("notes", "1.0").command(
+    ///     clap::Command::new("init").about("Create the database"),
+    ///     |ctx, _matches| Box::pin(async move {
+    ///         ctx.open_db(OpenMode::Create)?;
+    ///         ctx.note(format_args!("database `{}` ready", ctx.db_path().display()));
+    ///         Ok(())
+    ///     }),
+    /// );
+    /// ```
+    pub fn command(
+        mut self,
+        command: clap::Command,
+        handler: impl Fn(CliContext, ArgMatches) -> BoxFuture<'static, Result<(), CliError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Cli {
+        self.commands.push((command, Box::new(handler)));
+        self
+    }
+
+    /// Change the clap command before parsing: add flags to a built-in subcommand
+    /// (`cmd.mut_subcommand("serve", |s| s.arg(…))`, read back in [`Cli::before_serve`]),
+    /// make an argument required, reword a help text. Several calls run in order.
+    pub fn clap(
+        mut self,
+        map: impl FnOnce(clap::Command) -> clap::Command + Send + 'static,
+    ) -> Cli {
+        self.maps.push(Box::new(map));
+        self
+    }
+
+    /// Run before `serve` builds the server, with the opened database and the `serve`
+    /// matches (your own flags included). `Ok(Some(token))` is the token a stdio session
+    /// uses when `AAC_TOKEN` is not set (a demo token, say).
+    pub fn before_serve(
+        mut self,
+        hook: impl Fn(
+            CliContext,
+            Database,
+            ArgMatches,
+        ) -> BoxFuture<'static, Result<Option<String>, CliError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Cli {
+        self.shared.before_serve = Some(Box::new(hook));
+        self
+    }
+
+    /// Whether to install a `tracing` subscriber writing to stderr (default: yes; it does
+    /// nothing if the program installed one already).
+    pub fn logging(mut self, on: bool) -> Cli {
+        self.logging = on;
+        self
+    }
+
+    /// The clap command, with every subcommand and hook applied (for tests and for
+    /// generating completions or man pages).
+    pub fn command_line(&mut self) -> clap::Command {
+        let name = self.shared.name.clone();
+        let default_db = self.default_db_path();
+        let mut cmd = clap::Command::new(name.clone())
+            .bin_name(name)
+            .version(self.shared.version.clone())
+            .subcommand_required(true)
+            .arg_required_else_help(true)
+            .arg(
+                clap::Arg::new("db")
+                    .long("db")
+                    .global(true)
+                    .env("AAC_DB")
+                    .value_name("PATH")
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(format!(
+                        "The database file [default: {} in the working directory]",
+                        default_db.display()
+                    )),
+            );
+        if let Some(about) = &self.about {
+            cmd = cmd.about(about.clone());
+        }
+        if let Some(after) = &self.after_help {
+            cmd = cmd.after_help(after.clone());
+        }
+        cmd = args::Builtin::augment_subcommands(cmd);
+        if let Ok(registry) = (self.shared.tools)() {
+            let scopes = registry.scopes_supported().join(", ");
+            cmd = cmd.mut_subcommand("token", |token| {
+                token.mut_subcommand("create", |create| {
+                    create.mut_arg("scopes", |a| {
+                        a.help(format!(
+                            "Comma-separated scopes, or `all`; the tools use: {scopes}"
+                        ))
+                    })
+                })
+            });
+        }
+        for (command, _) in &self.commands {
+            cmd = cmd.subcommand(command.clone());
+        }
+        for map in std::mem::take(&mut self.maps) {
+            cmd = map(cmd);
+        }
+        cmd
+    }
+
+    fn default_db_path(&self) -> PathBuf {
+        self.default_db
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.db", self.shared.name)))
+    }
+
+    /// Parse the process's arguments and run the command.
+    pub async fn run(self) -> ExitCode {
+        self.run_from(std::env::args_os()).await
+    }
+
+    /// Parse `args` (the first is the program) and run the command.
+    pub async fn run_from<I, T>(mut self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cmd = self.command_line();
+        let matches = match cmd.try_get_matches_from(args) {
+            Ok(matches) => matches,
+            Err(err) => {
+                // --help and --version are "errors" that exit 0.
+                let _ = err.print();
+                return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+            }
+        };
+        let db = matches
+            .get_one::<PathBuf>("db")
+            .cloned()
+            .unwrap_or_else(|| self.default_db_path());
+        let Some((sub, sub_matches)) = matches.subcommand() else {
+            return ExitCode::from(2);
+        };
+        let http = sub == "serve" && sub_matches.get_one::<String>("http").is_some();
+        if self.logging {
+            init_logging(sub == "serve" && !http);
+        }
+        let mut commands = std::mem::take(&mut self.commands);
+        let context = CliContext {
+            shared: Arc::new(self.shared),
+            db,
+        };
+        let result = if args::Builtin::has_subcommand(sub) {
+            match args::Builtin::from_arg_matches(&matches) {
+                Ok(builtin) => run_builtin(context, builtin, sub_matches.clone()).await,
+                Err(err) => {
+                    let _ = err.print();
+                    return ExitCode::from(2);
+                }
+            }
+        } else if let Some(pos) = commands.iter().position(|(c, _)| c.get_name() == sub) {
+            let (_, handler) = commands.swap_remove(pos);
+            handler(context, sub_matches.clone()).await
+        } else {
+            Err(CliError::new(format!("no handler for the command `{sub}`")))
+        };
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+async fn run_builtin(
+    context: CliContext,
+    command: args::Builtin,
+    matches: ArgMatches,
+) -> Result<(), CliError> {
+    match command {
+        args::Builtin::Serve(args) => serve::serve(context, args, matches).await,
+        args::Builtin::Token(command) => token::token(&context, command),
+        args::Builtin::Audit(args) => audit::audit(&context, args),
+        args::Builtin::Manifest => {
+            print!("{}", context.registry()?.manifest());
+            Ok(())
+        }
+    }
+}
+
+/// Logs to stderr: `AAC_LOG`, else `RUST_LOG`, else warnings only on stdio (a host may
+/// show that stream to a person) and `info` elsewhere.
+fn init_logging(stdio: bool) {
+    use std::io::IsTerminal;
+    let filter = ["AAC_LOG", "RUST_LOG"]
+        .into_iter()
+        .filter_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+        .find_map(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(if stdio { "warn" } else { "info" }));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
+/// `30d` → seconds. Units: s, m, h, d, w.
+pub(crate) fn parse_duration(text: &str) -> Result<i64, CliError> {
+    let bad = || {
+        CliError::new(format!(
+            "cannot read the duration `{text}`; write a number and a unit, such as 30d, 12h, 15m, 90s or 2w"
+        ))
+    };
+    let text = text.trim();
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let seconds = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => return Err(bad()),
+    };
+    let number: i64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    if number <= 0 {
+        return Err(bad());
+    }
+    number.checked_mul(seconds).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30d").unwrap(), 30 * 86_400);
+        assert_eq!(parse_duration("2w").unwrap(), 14 * 86_400);
+        assert_eq!(parse_duration("90s").unwrap(), 90);
+        for bad in [
+            "",
+            "d",
+            "30",
+            "30x",
+            "-1d",
+            "0h",
+            "1.5h",
+            "99999999999999999w",
+        ] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.message().contains("30d"), "{bad}: {err}");
+        }
+    }
+
+    /// `tokio::spawn(cli.run())` works: the future is `Send`.
+    #[test]
+    fn running_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let cli = Cli::new("notes", "1.0")
+            .clap(|cmd| cmd)
+            .configure(|builder, _| builder)
+            .command(clap::Command::new("init"), |_, _| {
+                Box::pin(async { Ok(()) })
+            });
+        let run = cli.run_from(["notes", "--help"]);
+        assert_send(&run);
+    }
+
+    #[test]
+    fn the_command_line_has_the_programs_name_and_every_command() {
+        let mut cli = Cli::new("notes", "1.2.3").about("Notes over MCP").command(
+            clap::Command::new("init").about("Create the database"),
+            |_, _| Box::pin(async { Ok(()) }),
+        );
+        let mut cmd = cli.command_line();
+        let help = cmd.render_long_help().to_string();
+        for word in [
+            "Notes over MCP",
+            "serve",
+            "token",
+            "audit",
+            "manifest",
+            "init",
+            "notes.db",
+        ] {
+            assert!(help.contains(word), "{word} missing from:\n{help}");
+        }
+        assert!(cmd.render_usage().to_string().contains("notes"));
+        assert_eq!(cmd.get_version(), Some("1.2.3"));
+        cmd.debug_assert();
+    }
+}

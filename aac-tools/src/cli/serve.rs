@@ -1,0 +1,161 @@
+//! `serve`: stdio with the token from `AAC_TOKEN`, or Streamable HTTP.
+
+use clap::ArgMatches;
+
+use super::args::ServeArgs;
+use super::{CliContext, CliError, OpenMode};
+use crate::audit::SqliteSink;
+use crate::principal::TokenVerifier;
+use crate::server::Server;
+use crate::sqlite::{Database, TokenStore};
+
+pub(super) async fn serve(
+    context: CliContext,
+    args: ServeArgs,
+    matches: ArgMatches,
+) -> Result<(), CliError> {
+    let db = context.open_db(OpenMode::Create)?;
+    let fallback_token = match &context.shared.before_serve {
+        Some(hook) => hook(context.clone(), db.clone(), matches).await?,
+        None => None,
+    };
+    let server = build(&context, &db, args.read_only)?;
+    match args.http {
+        None => stdio(&context, server, &db, fallback_token).await,
+        Some(addr) => http(&context, server, &addr, args.stateless).await,
+    }
+}
+
+fn build(context: &CliContext, db: &Database, read_only: bool) -> Result<Server, CliError> {
+    let tokens = TokenStore::open(db)
+        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
+    // The audit trail: the `aac_audit` table in the same file.
+    let sink = SqliteSink::open(db.path()).map_err(|e| {
+        CliError::new(format!(
+            "cannot open the audit trail in `{}`: {e}; every call must leave a record, so the server does not start",
+            db.path().display()
+        ))
+    })?;
+    let shared = &context.shared;
+    let mut builder = Server::builder(context.registry()?)
+        .name(shared.name.clone(), shared.version.clone())
+        .verifier(tokens)
+        .audit(sink)
+        .state(db.clone())
+        .read_only_mode(read_only);
+    for configure in &shared.configure {
+        builder = configure(builder, db);
+    }
+    builder
+        .build()
+        .map_err(|e| CliError::new(format!("cannot build the server: {e}")))
+}
+
+async fn stdio(
+    context: &CliContext,
+    server: Server,
+    db: &Database,
+    fallback_token: Option<String>,
+) -> Result<(), CliError> {
+    let name = context.name();
+    let token = match std::env::var("AAC_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
+        _ => match fallback_token {
+            Some(token) => {
+                context.note(
+                    "AAC_TOKEN is not set, so this stdio session uses the token printed above",
+                );
+                token
+            }
+            None => {
+                return Err(CliError::new(format!(
+                    "no token for stdio: set AAC_TOKEN to a token from \
+                     `{name} token create --subject NAME --scopes …`"
+                )));
+            }
+        },
+    };
+    // Checked again on every call; this only turns a typo into a clear start-up error.
+    let tokens = TokenStore::open(db)
+        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
+    let principal = tokens.verify(&token).await.map_err(|e| {
+        CliError::new(format!(
+            "AAC_TOKEN is refused ({}); create a new one with `{name} token create`",
+            e.message()
+        ))
+    })?;
+    tracing::info!(
+        principal = %principal,
+        read_only = server.is_read_only_mode(),
+        "serving MCP on stdio"
+    );
+    crate::mcp::serve_stdio(server, Some(token))
+        .await
+        .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
+}
+
+async fn http(
+    context: &CliContext,
+    server: Server,
+    addr: &str,
+    stateless: bool,
+) -> Result<(), CliError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        CliError::new(format!(
+            "cannot listen on `{addr}`: {e}; pick another address, such as 127.0.0.1:8080"
+        ))
+    })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::new(format!("cannot read the listening address: {e}")))?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            %local,
+            "listening beyond loopback, but only requests whose Host is localhost, 127.0.0.1 or ::1 \
+             are accepted (the DNS-rebinding guard); put a proxy that sets Host in front"
+        );
+    }
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let options = crate::http::HttpOptions::default()
+        .stateless(stateless)
+        .shutdown(shutdown.clone());
+    tokio::spawn(async move {
+        stop_signal().await;
+        tracing::info!("stopping: no new calls, sessions closed");
+        shutdown.cancel();
+    });
+    // Tests and scripts read this line to find the port of `--http 127.0.0.1:0`.
+    context.note(format_args!("serving MCP on http://{local}/mcp"));
+    tracing::info!(
+        %local,
+        stateless,
+        read_only = server.is_read_only_mode(),
+        "serving Streamable HTTP"
+    );
+    crate::http::serve(server, listener, options)
+        .await
+        .map_err(|e| CliError::new(format!("the HTTP server failed: {e}")))
+}
+
+/// Ctrl-C, or SIGTERM (what `docker stop` and systemd send).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

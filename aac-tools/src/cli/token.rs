@@ -1,0 +1,153 @@
+//! `token create | revoke | list`.
+
+use super::args::{CreateArgs, TokenCommand};
+use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration};
+use crate::printable;
+use crate::sqlite::TokenStore;
+
+pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), CliError> {
+    match command {
+        TokenCommand::Create(args) => create(context, args),
+        TokenCommand::Revoke { id_or_token } => {
+            let tokens = store(context, OpenMode::Existing)?;
+            let revoked = tokens
+                .revoke(&id_or_token)
+                .map_err(|e| CliError::new(format!("cannot revoke the token: {e}")))?;
+            if !revoked {
+                return Err(CliError::new(format!(
+                    "no live token with that id; `{} token list` shows the ids",
+                    context.name()
+                )));
+            }
+            context.note("token revoked");
+            Ok(())
+        }
+        TokenCommand::List => {
+            let tokens = store(context, OpenMode::Existing)?;
+            let list = tokens
+                .list()
+                .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
+            let now = time::OffsetDateTime::now_utc().unix_timestamp();
+            for t in list {
+                let state = match (t.revoked_at, t.expires_at) {
+                    (Some(at), _) => format!("revoked {}", when(at)),
+                    (None, Some(at)) if at <= now => format!("expired {}", when(at)),
+                    (None, Some(at)) => format!("live until {}", when(at)),
+                    (None, None) => "live".to_owned(),
+                };
+                let who = match &t.workspace {
+                    Some(workspace) => format!("{}@{workspace}", t.subject),
+                    None => t.subject.clone(),
+                };
+                println!(
+                    "{}  {}  {}  [{}]",
+                    printable(&t.id),
+                    printable(&who),
+                    state,
+                    printable(&t.scopes.join(" "))
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn store(context: &CliContext, mode: OpenMode) -> Result<TokenStore, CliError> {
+    let db = context.open_db(mode)?;
+    TokenStore::open(&db).map_err(|e| CliError::new(format!("cannot open the token store: {e}")))
+}
+
+/// Unix seconds as `2025-06-22T15:30:00Z`.
+fn when(t: i64) -> String {
+    const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|at| at.format(FORMAT).ok())
+        .unwrap_or_else(|| t.to_string())
+}
+
+fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
+    let name = context.name();
+    let ttl = args.expires.as_deref().map(parse_duration).transpose()?;
+    let known = context.registry()?.scopes_supported();
+    let scopes: Vec<String> = if args.scopes.iter().any(|s| s.trim() == "all") {
+        known.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        args.scopes
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    if scopes.is_empty() {
+        return Err(CliError::new(if known.is_empty() {
+            "the server has no tools, so no scope to give; link tools into the binary".to_owned()
+        } else {
+            format!(
+                "no scopes given; pass --scopes, such as --scopes {} (or `all`)",
+                known[0]
+            )
+        }));
+    }
+    if let Some(unknown) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
+        return Err(CliError::new(format!(
+            "unknown scope `{}`; the tools use: {} (or `all`)",
+            printable(unknown),
+            known.join(", ")
+        )));
+    }
+    let subject = args.subject.trim().to_owned();
+    let workspace = args.workspace.map(|w| w.trim().to_owned());
+    for (what, value) in [
+        ("--subject", Some(&subject)),
+        ("--workspace", workspace.as_ref()),
+    ] {
+        if let Some(value) = value
+            && (value.is_empty() || value.chars().any(char::is_control))
+        {
+            return Err(CliError::new(format!(
+                "{what} `{}` is empty or holds a control character",
+                printable(value)
+            )));
+        }
+    }
+    let db = context.open_db(context.shared.token_create_mode)?;
+    let request = TokenRequest {
+        subject,
+        workspace,
+        scopes,
+        ttl_seconds: ttl,
+    };
+    let note = match &context.shared.check_token {
+        Some(check) => check(&db, &request)?,
+        None => None,
+    };
+    let tokens = TokenStore::open(&db)
+        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
+    let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+    let created = tokens
+        .create(
+            &request.subject,
+            request.workspace.as_deref(),
+            &scopes,
+            request.ttl_seconds,
+        )
+        .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
+    println!("{}", created.token);
+    let who = match &request.workspace {
+        Some(workspace) => format!("{}@{workspace}", request.subject),
+        None => request.subject.clone(),
+    };
+    eprintln!(
+        "{name}: token {} for {who}{}, scopes: {}{}",
+        created.id,
+        note.map(|n| format!(" ({n})")).unwrap_or_default(),
+        scopes.join(" "),
+        match args.expires {
+            Some(e) => format!(", expires in {}", e.trim()),
+            None => ", never expires".to_owned(),
+        }
+    );
+    Ok(())
+}
