@@ -77,28 +77,6 @@ pub mod cli;
 #[path = "__private.rs"]
 pub mod __private0;
 
-/// `text` safe to print on a terminal: control characters and anything else that is not
-/// printable (escape sequences, bidirectional overrides, line separators, zero-width and
-/// combining marks) become Rust escapes such as `\n` and `\u{1b}`, so that a value can
-/// neither break a table's layout nor drive the terminal. A backslash is doubled, so that
-/// an escape in the output always stands for the character it names.
-#[cfg(feature = "sqlite")]
-pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let plain = |c: char| (c != '\\' && c.escape_debug().len() == 1) || c == '\'' || c == '"';
-    if text.chars().all(plain) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if plain(c) {
-            out.push(c);
-        } else {
-            out.extend(c.escape_debug());
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 // The README's Rust examples compile as doc tests, so the front page cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "mcp", feature = "cli"))]
 #[doc = include_str!("../../README.md")]

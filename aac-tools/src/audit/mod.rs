@@ -9,7 +9,7 @@
 //!
 //! - [`SqliteSink`] (feature `sqlite`): the append-only, hash-chained table `aac_audit`,
 //!   with group commit; read it with [`AuditQuery`], [`AuditQuery::summary`],
-//!   [`format_table`], [`format_json_lines`] or the ready-made [`AuditCommand`], and
+//!   [`format_table`], [`format_json_lines`] or the `audit` command ([`AuditCommand`]), and
 //!   check it with [`verify_chain`];
 //! - [`JsonLinesSink`]: one JSON object per line, to a file (synced) or to stderr;
 //! - [`FanOut`]: several sinks at once;
@@ -28,22 +28,29 @@
 //! # drop(server);
 //! ```
 
+#[cfg(feature = "sqlite")]
+mod command;
 mod fanout;
+#[cfg(feature = "sqlite")]
+mod format;
 mod jsonl;
 #[cfg(feature = "sqlite")]
-mod read;
+mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod time_format;
 mod worker;
 
+#[cfg(feature = "sqlite")]
+pub use command::AuditCommand;
 pub use fanout::FanOut;
+#[cfg(feature = "sqlite")]
+pub(crate) use format::printable;
+#[cfg(feature = "sqlite")]
+pub use format::{format_json_lines, format_table};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
-pub use read::{
-    AUDIT_USAGE, AuditCommand, AuditQuery, AuditSummary, DayCount, HourlyDenials, ToolRefusals,
-    format_json_lines, format_table, parse_time,
-};
+pub use query::{AuditQuery, AuditSummary, DayCount, HourlyDenials, ToolRefusals, parse_time};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     AUDIT_COLUMNS, AUDIT_TABLE, BrokenLink, ChainReport, CommitMode, GENESIS_HASH, SqliteSink,

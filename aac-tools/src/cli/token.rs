@@ -2,7 +2,7 @@
 
 use super::args::{CreateArgs, TokenCommand};
 use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration};
-use crate::printable;
+use crate::audit::printable;
 use crate::sqlite::TokenStore;
 
 pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), CliError> {

@@ -92,7 +92,7 @@ pub(super) static INSERT: LazyLock<String> = LazyLock::new(|| {
 /// Create `aac_audit` (with its index and append-only triggers) if it does not exist,
 /// and check that an existing one has the expected columns.
 ///
-/// [`SqliteSink`] does this when it opens; call it yourself when a reader may run
+/// [`SqliteSink`](super::SqliteSink) does this when it opens; call it yourself when a reader may run
 /// before the sink ever opened the file (a dashboard on a fresh database).
 pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
     conn.execute_batch(SCHEMA)

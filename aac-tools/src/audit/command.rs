@@ -1,0 +1,74 @@
+//! The `audit` command: query, summarize or verify, and print.
+
+use std::io::Write;
+
+use rusqlite::Connection;
+
+use super::sqlite::verify_chain;
+use super::{AuditError, AuditQuery, format_json_lines, format_table};
+
+/// The `audit` command of a server's command line (the one `aac_tools::cli` gives every
+/// server): the records, the summary or the chain's verification, as text or JSON.
+///
+/// ```
+/// use aac_tools::audit::{AuditCommand, AuditQuery, Outcome};
+/// # fn run(conn: &rusqlite::Connection) -> Result<(), aac_tools::audit::AuditError> {
+/// let command = AuditCommand {
+///     query: AuditQuery::new().outcome(Outcome::Denied).since("24h")?,
+///     json: true,
+///     ..AuditCommand::default()
+/// };
+/// command.run(conn, &mut std::io::stdout())?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditCommand {
+    /// The filters.
+    pub query: AuditQuery,
+    /// JSON lines (records) or JSON (summary, verification) instead of text.
+    pub json: bool,
+    /// The summary instead of the records.
+    pub stats: bool,
+    /// Verify the hash chain instead of listing records.
+    pub verify: bool,
+}
+
+impl AuditCommand {
+    /// Run the command against the database behind `conn` and write its output to
+    /// `out`. A broken chain (with `--verify`) is an error, after the report is written.
+    pub fn run(&self, conn: &Connection, out: &mut dyn Write) -> Result<(), AuditError> {
+        let io = |e: std::io::Error| AuditError::new(format!("cannot write the output: {e}"));
+        if self.verify {
+            let report = verify_chain(conn)?;
+            if self.json {
+                let json = serde_json::to_string(&report).unwrap_or_default();
+                writeln!(out, "{json}").map_err(io)?;
+            } else {
+                writeln!(out, "{report}").map_err(io)?;
+            }
+            return match report.broken {
+                Some(broken) => Err(AuditError::new(format!(
+                    "the audit chain is broken at {broken}"
+                ))),
+                None => Ok(()),
+            };
+        }
+        if self.stats {
+            let summary = self.query.summary(conn)?;
+            if self.json {
+                let json = serde_json::to_string(&summary).unwrap_or_default();
+                writeln!(out, "{json}").map_err(io)?;
+            } else {
+                write!(out, "{summary}").map_err(io)?;
+            }
+            return Ok(());
+        }
+        let records = self.query.fetch(conn)?;
+        let text = if self.json {
+            format_json_lines(&records)
+        } else {
+            format_table(&records)
+        };
+        out.write_all(text.as_bytes()).map_err(io)
+    }
+}

@@ -1,0 +1,253 @@
+//! The audit trail as people read it: an aligned table, JSON lines, the summary as text.
+//! Every value a caller chose (a tool name, a principal) is escaped before it reaches a
+//! terminal.
+
+use std::fmt::{self, Write as _};
+
+use super::AuditSummary;
+use super::sqlite::StoredRecord;
+
+impl fmt::Display for AuditSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} calls: {} success, {} denied, {} error",
+            self.total, self.success, self.denied, self.error
+        )?;
+        writeln!(f, "\ncalls per day")?;
+        let rows: Vec<Vec<String>> = self
+            .calls_per_day
+            .iter()
+            .map(|d| {
+                vec![
+                    d.day.clone(),
+                    d.total.to_string(),
+                    d.success.to_string(),
+                    d.denied.to_string(),
+                    d.error.to_string(),
+                ]
+            })
+            .collect();
+        f.write_str(&table(
+            &["day", "calls", "success", "denied", "error"],
+            &rows,
+        ))?;
+        writeln!(f, "\nmost refused tools")?;
+        let rows: Vec<Vec<String>> = self
+            .most_refused_tools
+            .iter()
+            .map(|t| {
+                let reasons = t
+                    .reasons
+                    .iter()
+                    .map(|(reason, n)| format!("{reason} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![t.tool.clone(), t.denials.to_string(), reasons]
+            })
+            .collect();
+        f.write_str(&table(&["tool", "denied", "reasons"], &rows))?;
+        writeln!(f, "\ndenials per hour by principal and tool")?;
+        let rows: Vec<Vec<String>> = self
+            .denials_per_hour
+            .iter()
+            .map(|h| {
+                vec![
+                    h.hour.clone(),
+                    h.principal.clone().unwrap_or_else(|| "-".to_owned()),
+                    h.tool.clone(),
+                    h.denials.to_string(),
+                ]
+            })
+            .collect();
+        f.write_str(&table(&["hour", "principal", "tool", "denied"], &rows))
+    }
+}
+
+/// The records as an aligned text table, one line per record, with a header.
+pub fn format_table(records: &[StoredRecord]) -> String {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|s| {
+            let r = &s.record;
+            let dash = || "-".to_owned();
+            vec![
+                s.seq.to_string(),
+                r.timestamp.clone(),
+                r.tool.clone(),
+                r.outcome.as_str().to_owned(),
+                r.reason.clone().unwrap_or_else(dash),
+                r.status.to_string(),
+                r.principal.clone().unwrap_or_else(dash),
+                r.workspace.clone().unwrap_or_else(dash),
+                r.transport.clone(),
+                r.access_level
+                    .map(|a| a.as_str().to_owned())
+                    .unwrap_or_else(dash),
+                format!("{:.3}", r.duration_us as f64 / 1000.0),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "seq",
+            "timestamp",
+            "tool",
+            "outcome",
+            "reason",
+            "status",
+            "principal",
+            "workspace",
+            "transport",
+            "access",
+            "ms",
+        ],
+        &rows,
+    )
+}
+
+/// The records as JSON lines, one [`StoredRecord`] JSON object per line.
+pub fn format_json_lines(records: &[StoredRecord]) -> String {
+    let mut out = String::new();
+    for record in records {
+        out.push_str(&serde_json::to_string(record).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// An aligned text table. Every cell goes through [`printable`]: the values come
+/// from callers (a tool name, a principal), and a newline or an escape sequence in one
+/// must not forge a row or drive the terminal.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            let _ = write!(text, "{cell:<width$}", width = widths[i]);
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in &rows {
+        line(&mut row.iter().map(|cell| cell.as_ref()));
+    }
+    out
+}
+
+/// `text` safe to print on a terminal: control characters and anything else that is not
+/// printable (escape sequences, bidirectional overrides, line separators, zero-width and
+/// combining marks) become Rust escapes such as `\n` and `\u{1b}`, so that a value can
+/// neither break a table's layout nor drive the terminal. A backslash is doubled, so that
+/// an escape in the output always stands for the character it names.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| (c != '\\' && c.escape_debug().len() == 1) || c == '\'' || c == '"';
+    if text.chars().all(plain) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if plain(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::AuditRecord;
+    use crate::audit::{HourlyDenials, Outcome};
+
+    fn stored(seq: i64, tool: &str, principal: &str) -> StoredRecord {
+        StoredRecord {
+            seq,
+            record: AuditRecord {
+                tool: tool.to_owned(),
+                outcome: Outcome::Denied,
+                reason: Some("unknown_tool".to_owned()),
+                check: None,
+                status: 404,
+                scopes_provided: Vec::new(),
+                timestamp: "2026-12-01T05:00:00.000000Z".to_owned(),
+                principal: Some(principal.to_owned()),
+                workspace: None,
+                transport: "stdio".to_owned(),
+                request_id: None,
+                duration_us: 1000,
+                access_level: None,
+                arguments: serde_json::json!({}),
+            },
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    /// A tool name is whatever a caller sent: a newline in it forged a table row, and an
+    /// OSC sequence retitled the terminal.
+    #[test]
+    fn table_cells_cannot_forge_rows_or_drive_the_terminal() {
+        let evil =
+            "x\n99   2026-01-01T00:00:00.000000Z  get_note  success\x1b]0;pwned\x07\u{202e}\r\t";
+        let table = format_table(&[
+            stored(1, evil, "mallory\x1b[2J"),
+            stored(2, "get_note", "alice"),
+        ]);
+        assert_eq!(table.lines().count(), 3, "a header and two rows:\n{table}");
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "no control character reaches the terminal: {table:?}"
+        );
+        assert!(!table.contains('\u{202e}'), "no bidirectional override");
+        let row = table.lines().nth(1).unwrap();
+        assert!(
+            row.contains(r"x\n99   2026-01-01T00:00:00.000000Z  get_note  success\u{1b}]0;pwned\u{7}\u{202e}\r\t"),
+            "{row}"
+        );
+        assert!(row.contains(r"mallory\u{1b}[2J"), "{row}");
+        // Plain text, quotes and non-ASCII letters are left alone; a backslash is doubled.
+        assert_eq!(
+            printable("notes:read 'é' \"ü\" 日本"),
+            "notes:read 'é' \"ü\" 日本"
+        );
+        assert_eq!(printable(r"a\nb"), r"a\\nb");
+
+        // The summary goes through the same table.
+        let summary = AuditSummary {
+            total: 1,
+            success: 0,
+            denied: 1,
+            error: 0,
+            calls_per_day: Vec::new(),
+            denials_per_hour: vec![HourlyDenials {
+                hour: "2026-12-01T05:00:00Z".to_owned(),
+                principal: Some("eve\n".to_owned()),
+                tool: evil.to_owned(),
+                denials: 1,
+            }],
+            most_refused_tools: Vec::new(),
+        };
+        let text = summary.to_string();
+        assert!(
+            !text.contains('\x1b') && !text.contains("eve\n"),
+            "{text:?}"
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! Reading the audit table: filters, the records they select, and a summary for spotting
+//! anomalies.
+
+use std::collections::BTreeMap;
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use super::sqlite::{Row, SELECT_COLUMNS, StoredRecord};
+use super::{AuditError, Outcome, canonical_timestamp, format_timestamp};
+
+fn sql_error(err: rusqlite::Error) -> AuditError {
+    AuditError::new(format!("cannot read the audit table: {err}"))
+}
+
+/// Filters over the `aac_audit` table. Every filter is optional; they combine with AND.
+///
+/// ```
+/// use aac_tools::audit::{AuditQuery, Outcome};
+/// # fn run(conn: &rusqlite::Connection) -> Result<(), aac_tools::audit::AuditError> {
+/// let denied_today = AuditQuery::new()
+///     .outcome(Outcome::Denied)
+///     .since("24h")?
+///     .fetch(conn)?;
+/// print!("{}", aac_tools::audit::format_table(&denied_today));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    tool: Option<String>,
+    outcome: Option<Outcome>,
+    reason: Option<String>,
+    principal: Option<String>,
+    workspace: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<usize>,
+}
+
+impl AuditQuery {
+    /// No filter: every record.
+    pub fn new() -> AuditQuery {
+        AuditQuery::default()
+    }
+
+    /// Only calls of this tool.
+    pub fn tool(mut self, tool: impl Into<String>) -> AuditQuery {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only this outcome.
+    pub fn outcome(mut self, outcome: Outcome) -> AuditQuery {
+        self.outcome = Some(outcome);
+        self
+    }
+
+    /// Only this reason (`insufficient_scope`, `destructive_flag_missing`…).
+    pub fn reason(mut self, reason: impl Into<String>) -> AuditQuery {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Only calls by this principal (subject).
+    pub fn principal(mut self, principal: impl Into<String>) -> AuditQuery {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// Only calls in this workspace.
+    pub fn workspace(mut self, workspace: impl Into<String>) -> AuditQuery {
+        self.workspace = Some(workspace.into());
+        self
+    }
+
+    /// Only calls that arrived at or after `time`, as [`parse_time`] reads it (an RFC
+    /// 3339 timestamp, a date, or an age such as `24h`).
+    pub fn since(mut self, time: &str) -> Result<AuditQuery, AuditError> {
+        self.since = Some(parse_time(time)?);
+        Ok(self)
+    }
+
+    /// Only calls that arrived before `time` (see [`since`](Self::since)).
+    pub fn until(mut self, time: &str) -> Result<AuditQuery, AuditError> {
+        self.until = Some(parse_time(time)?);
+        Ok(self)
+    }
+
+    /// Only the newest `n` matching records (still listed oldest first).
+    pub fn limit(mut self, n: usize) -> AuditQuery {
+        self.limit = Some(n);
+        self
+    }
+
+    /// The `WHERE` clause and its parameters.
+    fn filter(&self) -> (String, Vec<String>) {
+        let mut clauses: Vec<&str> = Vec::new();
+        let mut params: Vec<String> = Vec::new();
+        let mut add = |clause: &'static str, value: Option<&str>| {
+            if let Some(value) = value {
+                clauses.push(clause);
+                params.push(value.to_owned());
+            }
+        };
+        add("tool = ?", self.tool.as_deref());
+        add("outcome = ?", self.outcome.map(Outcome::as_str));
+        add("reason = ?", self.reason.as_deref());
+        add("principal = ?", self.principal.as_deref());
+        add("workspace = ?", self.workspace.as_deref());
+        add("timestamp >= ?", self.since.as_deref());
+        add("timestamp < ?", self.until.as_deref());
+        let sql = if clauses.is_empty() {
+            "1".to_owned()
+        } else {
+            clauses.join(" AND ")
+        };
+        (sql, params)
+    }
+
+    /// The matching records, oldest first.
+    ///
+    /// `conn` is any connection to the database (a read-only one is enough), for example
+    /// a tool's `tx.conn()` or [`open_reader`](super::open_reader).
+    pub fn fetch(&self, conn: &Connection) -> Result<Vec<StoredRecord>, AuditError> {
+        let (filter, params) = self.filter();
+        let columns = &*SELECT_COLUMNS;
+        let sql = match self.limit {
+            Some(n) => format!(
+                "SELECT * FROM (SELECT {columns} FROM aac_audit WHERE {filter} \
+                 ORDER BY seq DESC LIMIT {n}) ORDER BY seq"
+            ),
+            None => format!("SELECT {columns} FROM aac_audit WHERE {filter} ORDER BY seq"),
+        };
+        let mut stmt = conn.prepare(&sql).map_err(sql_error)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), Row::from_sql)
+            .map_err(sql_error)?;
+        let mut records = Vec::new();
+        for row in rows {
+            records.push(row.map_err(sql_error)?.into_stored()?);
+        }
+        Ok(records)
+    }
+
+    /// A summary of the matching records, for spotting anomalies (the limit is ignored).
+    pub fn summary(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
+        let (filter, params) = self.filter();
+        let params = || rusqlite::params_from_iter(params.iter());
+
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT substr(timestamp, 1, 10) AS day, count(*), \
+                 sum(outcome = 'success'), sum(outcome = 'denied'), sum(outcome = 'error') \
+                 FROM aac_audit WHERE {filter} GROUP BY day ORDER BY day"
+            ))
+            .map_err(sql_error)?;
+        let calls_per_day: Vec<DayCount> = stmt
+            .query_map(params(), |r| {
+                Ok(DayCount {
+                    day: r.get(0)?,
+                    total: count(r.get(1)?),
+                    success: count(r.get(2)?),
+                    denied: count(r.get(3)?),
+                    error: count(r.get(4)?),
+                })
+            })
+            .and_then(Iterator::collect)
+            .map_err(sql_error)?;
+
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, tool, count(*) \
+                 FROM aac_audit WHERE {filter} AND outcome = 'denied' \
+                 GROUP BY hour, principal, tool ORDER BY hour, count(*) DESC, principal, tool"
+            ))
+            .map_err(sql_error)?;
+        let denials_per_hour: Vec<HourlyDenials> = stmt
+            .query_map(params(), |r| {
+                Ok(HourlyDenials {
+                    hour: r.get(0)?,
+                    principal: r.get(1)?,
+                    tool: r.get(2)?,
+                    denials: count(r.get(3)?),
+                })
+            })
+            .and_then(Iterator::collect)
+            .map_err(sql_error)?;
+
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT tool, coalesce(reason, ''), count(*) FROM aac_audit \
+                 WHERE {filter} AND outcome = 'denied' GROUP BY tool, reason"
+            ))
+            .map_err(sql_error)?;
+        let mut by_tool: BTreeMap<String, ToolRefusals> = BTreeMap::new();
+        let rows = stmt
+            .query_map(params(), |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    count(r.get(2)?),
+                ))
+            })
+            .map_err(sql_error)?;
+        for row in rows {
+            let (tool, reason, n) = row.map_err(sql_error)?;
+            let entry = by_tool.entry(tool.clone()).or_insert_with(|| ToolRefusals {
+                tool,
+                denials: 0,
+                reasons: BTreeMap::new(),
+            });
+            entry.denials += n;
+            entry.reasons.insert(reason, n);
+        }
+        let mut most_refused_tools: Vec<ToolRefusals> = by_tool.into_values().collect();
+        most_refused_tools.sort_by(|a, b| b.denials.cmp(&a.denials).then(a.tool.cmp(&b.tool)));
+        most_refused_tools.truncate(MOST_REFUSED);
+
+        let mut summary = AuditSummary {
+            total: 0,
+            success: 0,
+            denied: 0,
+            error: 0,
+            calls_per_day,
+            denials_per_hour,
+            most_refused_tools,
+        };
+        for day in &summary.calls_per_day {
+            summary.total += day.total;
+            summary.success += day.success;
+            summary.denied += day.denied;
+            summary.error += day.error;
+        }
+        Ok(summary)
+    }
+}
+
+/// How many tools [`AuditSummary::most_refused_tools`] lists.
+const MOST_REFUSED: usize = 10;
+
+fn count(n: Option<i64>) -> u64 {
+    n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+}
+
+/// What [`AuditQuery::summary`] found. Its JSON form has the same fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditSummary {
+    /// Calls in all.
+    pub total: u64,
+    /// Calls that succeeded.
+    pub success: u64,
+    /// Calls refused.
+    pub denied: u64,
+    /// Calls whose handler failed.
+    pub error: u64,
+    /// Calls per day (UTC), oldest first.
+    pub calls_per_day: Vec<DayCount>,
+    /// Denials per hour (UTC), principal and tool: oldest hour first, then most denials.
+    pub denials_per_hour: Vec<HourlyDenials>,
+    /// The tools refused most often (at most ten), most refused first.
+    pub most_refused_tools: Vec<ToolRefusals>,
+}
+
+/// The calls of one day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DayCount {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    /// Calls in all.
+    pub total: u64,
+    /// Calls that succeeded.
+    pub success: u64,
+    /// Calls refused.
+    pub denied: u64,
+    /// Calls whose handler failed.
+    pub error: u64,
+}
+
+/// The denials of one principal on one tool within one hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HourlyDenials {
+    /// The start of the hour, `YYYY-MM-DDTHH:00:00Z`.
+    pub hour: String,
+    /// The principal's subject (`None`: no valid credentials).
+    pub principal: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// How many calls were refused.
+    pub denials: u64,
+}
+
+/// How often one tool was refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolRefusals {
+    /// The tool (as named by the callers, so unknown tools appear too).
+    pub tool: String,
+    /// Refusals in all.
+    pub denials: u64,
+    /// Refusals per reason.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+/// Read a point in time for a filter, as the canonical timestamp stored in the table
+/// (`2025-06-22T15:30:00.000000Z`). Accepted:
+///
+/// - an RFC 3339 timestamp, any offset (`2025-06-22T15:30:00Z`, `2025-06-22T17:30:00+02:00`);
+/// - a date, meaning its midnight UTC (`2025-06-22`);
+/// - an age, meaning that long before now: a number and `s`, `m`, `h`, `d` or `w`
+///   (`90s`, `30m`, `24h`, `7d`, `2w`).
+pub fn parse_time(text: &str) -> Result<String, AuditError> {
+    let text = text.trim();
+    if let Some(canonical) = canonical_timestamp(text) {
+        return Ok(canonical);
+    }
+    if let Some(canonical) = canonical_timestamp(&format!("{text}T00:00:00Z")) {
+        return Ok(canonical);
+    }
+    if let Some(unit) = text.chars().last()
+        && let Ok(n) = text[..text.len() - unit.len_utf8()].parse::<u32>()
+    {
+        let seconds: i64 = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            _ => 0,
+        };
+        if seconds > 0 {
+            let then = time::OffsetDateTime::now_utc()
+                - time::Duration::seconds(i64::from(n).saturating_mul(seconds));
+            return Ok(format_timestamp(then));
+        }
+    }
+    Err(AuditError::new(format!(
+        "cannot read `{text}` as a time: expected an RFC 3339 timestamp \
+         (2025-06-22T15:30:00Z), a date (2025-06-22) or an age (30m, 24h, 7d)"
+    )))
+}
