@@ -207,35 +207,149 @@ impl<'de> Deserialize<'de> for AccessLevel {
     }
 }
 
+/// The most argument keys a record keeps; the others are folded into one entry, [`CUT_KEY`].
+pub const MAX_ARGUMENT_KEYS: usize = 64;
+/// The longest argument key a record keeps whole, in bytes.
+pub const MAX_KEY_BYTES: usize = 64;
+/// The longest verbatim value (an `audit_fields` value, `confirm`) a record keeps, in bytes
+/// of its JSON; a longer one is replaced by its hash.
+pub const MAX_KEPT_VALUE_BYTES: usize = 1024;
+/// The longest tool name or request id a record keeps whole, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// The largest record, in bytes of its JSON: past it, the arguments are replaced by their
+/// hash. With the caps above, a record is bounded whatever a caller sends.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024;
+/// The key under which the argument keys past [`MAX_ARGUMENT_KEYS`] are folded.
+pub const CUT_KEY: &str = "…";
+
+/// `sha256:` and the first 16 hex digits of the SHA-256 of `bytes`.
+fn short_hash(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    let mut text = String::with_capacity(7 + 16);
+    text.push_str("sha256:");
+    for b in &digest[..8] {
+        text.push(char::from(HEX[usize::from(b >> 4)]));
+        text.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    text
+}
+
+/// `text` if it fits in `max` bytes; else its start (cut on a character boundary), and a
+/// marker with the hash and length of the whole: `start…[sha256:…, N bytes]`. Nothing is
+/// dropped silently.
+pub fn bounded(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max / 2;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}…[{}, {} bytes]",
+        &text[..end],
+        short_hash(text.as_bytes()),
+        text.len()
+    ))
+}
+
 /// Redact call arguments: each key maps to `sha256:` and the first 16 hex digits of the
 /// hash of its value's JSON, except `keep` fields and `confirm`, which are kept verbatim.
+///
+/// Bounded whatever the caller sent: at most [`MAX_ARGUMENT_KEYS`] keys (the rest folded
+/// into one [`CUT_KEY`] entry holding their hash and count), keys cut at [`MAX_KEY_BYTES`]
+/// and verbatim values at [`MAX_KEPT_VALUE_BYTES`], each cut marked with a hash.
 pub fn redact_arguments(arguments: Option<&Map<String, Value>>, keep: &[&str]) -> Value {
     let Some(arguments) = arguments else {
         return Value::Object(Map::new());
     };
-    let redacted = arguments
-        .iter()
-        .map(|(key, value)| {
-            let kept = key == "confirm" || keep.contains(&key.as_str());
-            let value = if kept {
-                value.clone()
-            } else {
-                // One buffer and a hex table: this runs for every argument of every call.
-                let json = serde_json::to_vec(value).unwrap_or_default();
-                let digest = Sha256::digest(&json);
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let mut text = String::with_capacity(7 + 16);
-                text.push_str("sha256:");
-                for b in &digest[..8] {
-                    text.push(char::from(HEX[usize::from(b >> 4)]));
-                    text.push(char::from(HEX[usize::from(b & 0x0f)]));
-                }
-                Value::String(text)
-            };
-            (key.clone(), value)
-        })
-        .collect();
+    let mut redacted = Map::new();
+    for (key, value) in arguments.iter().take(MAX_ARGUMENT_KEYS) {
+        // One buffer: this runs for every argument of every call.
+        let json = serde_json::to_vec(value).unwrap_or_default();
+        let kept = key == "confirm" || keep.contains(&key.as_str());
+        let value = if kept && json.len() <= MAX_KEPT_VALUE_BYTES {
+            value.clone()
+        } else if kept {
+            Value::String(format!("{}, {} bytes, cut", short_hash(&json), json.len()))
+        } else {
+            Value::String(short_hash(&json))
+        };
+        redacted.insert(bounded(key, MAX_KEY_BYTES).into_owned(), value);
+    }
+    if arguments.len() > MAX_ARGUMENT_KEYS {
+        let rest: Map<String, Value> = arguments
+            .iter()
+            .skip(MAX_ARGUMENT_KEYS)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let json = serde_json::to_vec(&rest).unwrap_or_default();
+        redacted.insert(
+            CUT_KEY.to_owned(),
+            Value::String(format!(
+                "{}, {} more keys",
+                short_hash(&json),
+                arguments.len() - MAX_ARGUMENT_KEYS
+            )),
+        );
+    }
     Value::Object(redacted)
+}
+
+/// Bound a record as a whole: its tool name and request id (see [`bounded`]), and, if its
+/// JSON is still over [`MAX_RECORD_BYTES`], its arguments, replaced by their hash.
+pub(crate) fn bound_record(record: &mut AuditRecord) {
+    if let std::borrow::Cow::Owned(tool) = bounded(&record.tool, MAX_NAME_BYTES) {
+        record.tool = tool;
+    }
+    if let Some(id) = &record.request_id
+        && let std::borrow::Cow::Owned(cut) = bounded(id, MAX_NAME_BYTES)
+    {
+        record.request_id = Some(cut);
+    }
+    // Exact size only when a cheap upper bound (JSON escapes at most six bytes a byte; a
+    // kept value is at most its cap) says the record might be over: not on the hot path.
+    if size_bound(record) > MAX_RECORD_BYTES
+        && serde_json::to_vec(record).map_or(usize::MAX, |json| json.len()) > MAX_RECORD_BYTES
+    {
+        let json = serde_json::to_vec(&record.arguments).unwrap_or_default();
+        record.arguments = serde_json::json!({
+            CUT_KEY: format!("{}, {} bytes, cut: the record was over {MAX_RECORD_BYTES} bytes", short_hash(&json), json.len())
+        });
+    }
+}
+
+/// An upper bound of the size of a record's JSON.
+fn size_bound(record: &AuditRecord) -> usize {
+    let text = |s: &str| 6 * s.len() + 3;
+    let opt = |s: &Option<String>| s.as_deref().map_or(5, text);
+    let arguments = match &record.arguments {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                text(k)
+                    + match v {
+                        Value::String(s) if s.starts_with("sha256:") => s.len() + 3,
+                        _ => MAX_KEPT_VALUE_BYTES,
+                    }
+            })
+            .sum(),
+        _ => MAX_RECORD_BYTES + 1,
+    };
+    512 + text(&record.tool)
+        + text(&record.transport)
+        + text(&record.timestamp)
+        + opt(&record.reason)
+        + opt(&record.principal)
+        + opt(&record.workspace)
+        + opt(&record.request_id)
+        + record
+            .scopes_provided
+            .iter()
+            .map(|s| text(s))
+            .sum::<usize>()
+        + arguments
 }
 
 /// Why a sink could not write.

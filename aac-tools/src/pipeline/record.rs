@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::audit::{AuditRecord, Check, Outcome, redact_arguments};
+use crate::audit::{AuditRecord, Check, Outcome, bound_record, redact_arguments};
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
@@ -41,7 +41,7 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
         }
     };
     let principal = facts.principal;
-    AuditRecord {
+    let mut record = AuditRecord {
         tool: facts.tool.to_owned(),
         outcome,
         reason,
@@ -58,7 +58,9 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
         duration_us: u64::try_from(facts.started.elapsed().as_micros()).unwrap_or(u64::MAX),
         access_level: facts.entry.map(|e| e.def().access_level()),
         arguments: facts.arguments,
-    }
+    };
+    bound_record(&mut record);
+    record
 }
 
 /// The arguments as an audit record keeps them: redacted but for the tool's audit fields.
