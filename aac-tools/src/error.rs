@@ -20,6 +20,8 @@ pub enum Status {
     Forbidden,
     /// 404: no such tool or no such object (in the caller's workspace).
     NotFound,
+    /// 408: the client did not send its request in time.
+    RequestTimeout,
     /// 409: the request conflicts with the current state.
     Conflict,
     /// 413: the request body is larger than the server accepts.
@@ -31,13 +33,14 @@ pub enum Status {
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 409, 413, 500 or 503.
+    /// The numeric code: 400, 401, 403, 404, 408, 409, 413, 500 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
             Status::Unauthorized => 401,
             Status::Forbidden => 403,
             Status::NotFound => 404,
+            Status::RequestTimeout => 408,
             Status::Conflict => 409,
             Status::PayloadTooLarge => 413,
             Status::Internal => 500,
@@ -52,6 +55,7 @@ impl Status {
             401 => Status::Unauthorized,
             403 => Status::Forbidden,
             404 => Status::NotFound,
+            408 => Status::RequestTimeout,
             409 => Status::Conflict,
             413 => Status::PayloadTooLarge,
             500 => Status::Internal,

@@ -37,6 +37,7 @@ mod sessions;
 use std::fmt;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -55,10 +56,19 @@ pub struct HttpOptions {
     resource_url: Option<String>,
     authorization_servers: Vec<String>,
     shutdown: CancellationToken,
+    header_read_timeout: Duration,
+    body_read_timeout: Duration,
+    max_connections: usize,
 }
 
 /// The default request body limit: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The default time a client has to send a request's headers: 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time a client has to send a request's body: 30 s.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default cap on open connections: 8192.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
 impl Default for HttpOptions {
     /// Sessions on; loopback hosts only (`localhost`, `127.0.0.1`, `::1`, any port);
@@ -73,6 +83,9 @@ impl Default for HttpOptions {
             resource_url: None,
             authorization_servers: Vec::new(),
             shutdown: CancellationToken::new(),
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -86,6 +99,9 @@ impl fmt::Debug for HttpOptions {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("resource_url", &self.resource_url)
             .field("authorization_servers", &self.authorization_servers)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }
 }
@@ -151,6 +167,32 @@ impl HttpOptions {
         self
     }
 
+    /// How long a client has to send a request's headers, from the moment the server
+    /// waits for them: on a new connection (one that sends nothing, or dribbles its
+    /// headers, is closed after it) and between the requests of a kept-alive connection
+    /// (the idle keep-alive timeout). Default [`DEFAULT_HEADER_READ_TIMEOUT`]. Applies to
+    /// [`serve`]; a [`router`] served by your own server gets your server's limits.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long a client has to send a request's body once its headers arrived; a slower
+    /// body is refused with 408 `body_timeout` (recorded for a `POST /tools/{name}`).
+    /// Default [`DEFAULT_BODY_READ_TIMEOUT`].
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// The most connections [`serve`] keeps open at once; past it, a new connection is
+    /// closed as soon as it is accepted, and the open ones are served as before. Default
+    /// [`DEFAULT_MAX_CONNECTIONS`]; keep it under the process's open-file limit.
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
     /// End every MCP session and stream when `token` is cancelled (with [`serve`],
     /// the server itself then stops too).
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
@@ -201,22 +243,93 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
 }
 
 /// Serve [`router`] on `listener` until the listener fails or
-/// [`HttpOptions::shutdown`] is cancelled.
+/// [`HttpOptions::shutdown`] is cancelled, over HTTP/1.1 (put a proxy in front for TLS
+/// and HTTP/2).
+///
+/// A hostile client cannot hold the server: a connection that sends nothing, dribbles
+/// its headers or idles between requests is closed after
+/// [`HttpOptions::header_read_timeout`], a body that does not arrive within
+/// [`HttpOptions::body_read_timeout`] is refused, and past
+/// [`HttpOptions::max_connections`] new connections are closed at once while the open
+/// ones are served. On shutdown, connections finish the request in hand and close.
 pub async fn serve(
     server: Server,
     listener: tokio::net::TcpListener,
     options: HttpOptions,
 ) -> io::Result<()> {
     let shutdown = options.shutdown.clone();
+    let header_timeout = options.header_read_timeout;
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
     let router = try_router(server, options)?;
-    // Without TCP_NODELAY, the second write of a response (the event after the SSE
-    // headers) waits for the client's delayed ACK: 40 ms per call.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut refused: u64 = 0;
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) if is_per_connection(&err) => {
+                    tracing::debug!(error = %err, "a connection failed before it was accepted");
+                    continue;
+                }
+                Err(err) => {
+                    // Out of file descriptors or the like: wait a moment, keep serving.
+                    tracing::warn!(error = %err, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(%peer, refused, "too many open connections: new ones are closed at once");
+            }
+            drop(stream);
+            continue;
+        };
+        // Without TCP_NODELAY, the second write of a response (the event after the SSE
+        // headers) waits for the client's delayed ACK: 40 ms per call.
+        if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+        let service = service.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Some(header_timeout))
+                .keep_alive(true);
+            let connection = builder
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .with_upgrades();
+            tokio::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(err) = result {
+                tracing::debug!(%peer, error = %err, "connection ended with an error");
+            }
+        });
+    }
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// An accept error that concerns one connection only (the client gave up).
+fn is_per_connection(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
 }

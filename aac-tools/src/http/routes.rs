@@ -189,9 +189,21 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
     Ok(Credentials::Bearer(token.to_owned()))
 }
 
-/// Read a body up to the limit: 413 beyond it.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ToolError> {
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
+/// Read a body up to the limit (413 beyond it) within the body timeout (408 past it).
+async fn read_body(body: Body, options: &HttpOptions) -> Result<Bytes, ToolError> {
+    let limit = options.max_body_bytes;
+    let read = tokio::time::timeout(options.body_read_timeout, axum::body::to_bytes(body, limit));
+    let Ok(read) = read.await else {
+        return Err(ToolError::new(
+            Status::RequestTimeout,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} s",
+                options.body_read_timeout.as_secs_f64()
+            ),
+        ));
+    };
+    read.map_err(|err| {
         let mut source = err.source();
         let mut too_large = false;
         while let Some(e) = source {
@@ -370,7 +382,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {
-        match read_body(body, app.options.max_body_bytes).await {
+        match read_body(body, &app.options).await {
             Ok(bytes) => bytes,
             Err(err) => return json_error(&err),
         }
@@ -518,7 +530,7 @@ pub(crate) async fn call_tool(
     let tool = attempt.tool().to_owned();
     let refused = |err: ToolError| app.refusal(&headers, &err, Some(&tool));
 
-    let body = match read_body(body, app.options.max_body_bytes).await {
+    let body = match read_body(body, &app.options).await {
         Ok(bytes) => bytes,
         Err(err) => return refused(attempt.refuse(Check::Validate, err).await),
     };

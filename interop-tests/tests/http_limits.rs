@@ -1,0 +1,156 @@
+//! The HTTP server outlasts hostile clients: silent and dribbling connections are closed,
+//! a slow body is refused (and recorded), connections past the cap are closed at once
+//! while the open ones are served, and thousands of idle connections do not keep a valid
+//! client from its answer. Real sockets on loopback; every wait is bounded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aac_tools::audit::Outcome;
+use aac_tools::http::HttpOptions;
+use common::TestServer;
+use interop_tests::Options;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A hang guard, not a timing assertion.
+const GUARD: Duration = Duration::from_secs(20);
+
+fn addr(server: &TestServer) -> String {
+    server.base.trim_start_matches("http://").to_owned()
+}
+
+/// Read until the server closes the connection; what it sent.
+async fn until_closed(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(GUARD, stream.read_to_end(&mut out))
+        .await
+        .expect("the server closed the connection")
+        .ok();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn valid_call(server: &TestServer) -> reqwest::StatusCode {
+    let response = tokio::time::timeout(
+        GUARD,
+        reqwest::Client::new()
+            .post(format!("{}/tools/list_notes", server.base))
+            .bearer_auth(&server.fixture.full)
+            .body("{}")
+            .send(),
+    )
+    .await
+    .expect("the valid client got its answer")
+    .expect("a response");
+    response.status()
+}
+
+#[tokio::test]
+async fn silent_and_dribbling_connections_are_closed() {
+    let options = HttpOptions::default().header_read_timeout(Duration::from_millis(300));
+    let server = TestServer::start(options, Options::default()).await;
+    // nothing at all
+    let mut silent = TcpStream::connect(addr(&server)).await.unwrap();
+    // partial headers, then nothing
+    let mut dribbling = TcpStream::connect(addr(&server)).await.unwrap();
+    dribbling
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    until_closed(&mut silent).await;
+    until_closed(&mut dribbling).await;
+    // idle between two requests of a kept-alive connection
+    let mut idle = TcpStream::connect(addr(&server)).await.unwrap();
+    idle.write_all(
+        b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let answer = until_closed(&mut idle).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(started.elapsed() < GUARD);
+    assert_eq!(valid_call(&server).await, 200);
+}
+
+#[tokio::test]
+async fn a_slow_body_is_refused_with_408_and_recorded() {
+    let options = HttpOptions::default().body_read_timeout(Duration::from_millis(300));
+    let server = TestServer::start(options, Options::default()).await;
+    let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+    let head = format!(
+        "POST /tools/add_note HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"text\"",
+        server.fixture.full
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].tool.as_str(), records[0].status),
+        ("add_note", 408)
+    );
+    assert_eq!(records[0].outcome, Outcome::Denied);
+    assert_eq!(records[0].principal, None, "refused before authentication");
+}
+
+#[tokio::test]
+async fn past_the_cap_new_connections_are_closed_and_the_open_ones_served() {
+    let options = HttpOptions::default()
+        .max_connections(8)
+        .header_read_timeout(Duration::from_secs(60));
+    let server = TestServer::start(options, Options::default()).await;
+    // One kept-alive client holds a slot, and seven idle connections the rest.
+    let client = reqwest::Client::new();
+    let call = |client: &reqwest::Client| {
+        client
+            .post(format!("{}/tools/list_notes", server.base))
+            .bearer_auth(&server.fixture.full)
+            .body("{}")
+            .send()
+    };
+    assert_eq!(call(&client).await.unwrap().status(), 200);
+    let mut idle = Vec::new();
+    for _ in 0..7 {
+        idle.push(TcpStream::connect(addr(&server)).await.unwrap());
+    }
+    // Let the server accept them all.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The ninth is closed as soon as it is accepted.
+    let mut extra = TcpStream::connect(addr(&server)).await.unwrap();
+    extra
+        .write_all(b"GET /tools HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .ok();
+    assert_eq!(
+        until_closed(&mut extra).await,
+        "",
+        "closed without an answer"
+    );
+    // The kept-alive client is still served on its connection.
+    assert_eq!(call(&client).await.unwrap().status(), 200);
+    drop(idle);
+}
+
+#[tokio::test]
+async fn thousands_of_idle_connections_do_not_block_a_valid_client() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut idle = Vec::new();
+    for _ in 0..3000 {
+        match TcpStream::connect(addr(&server)).await {
+            Ok(stream) => idle.push(stream),
+            Err(err) => panic!("connection {} failed: {err}", idle.len()),
+        }
+    }
+    assert_eq!(valid_call(&server).await, 200);
+    drop(idle);
+}
