@@ -177,21 +177,27 @@ impl Attempt {
 
     /// Run the attempt through every check not yet passed, the handler, and its record.
     ///
-    /// Once the checks pass, the handler and the record run on a task of their own: if
-    /// the caller goes away (a client that disconnects drops this future), the handler
-    /// still finishes and the record says what it did (a delete that committed is a
-    /// `success`), rather than a guess.
+    /// Once the checks pass, a handler that waits (for its database, say) goes on with
+    /// the record on a task of its own: if the caller goes away (a client that
+    /// disconnects drops this future), the handler still finishes and the record says
+    /// what it did (a delete that committed is a `success`), rather than a guess.
     pub async fn run(mut self) -> CallResponse {
         let prepared = match self.checks().await {
             Ok(prepared) => prepared,
             Err((check, err)) => return self.finish(Err(err), Some(check)).await,
         };
         self.started_handler = true;
+        let Prepared { def, wrap, call } = prepared;
+        let mut handler = CatchUnwind((def.handler())(call));
+        // The first poll, here: a handler that does not wait finishes in it, with no task
+        // to spawn.
+        let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
+        if let Poll::Ready(output) = first {
+            let (result, check) = conclude(def, wrap, output);
+            return self.finish(result, check).await;
+        }
         let finish = async move {
-            let (result, check) = match prepared.run().await {
-                Ok(output) => (Ok(output), None),
-                Err(err) => (Err(err), Some(Check::Handler)),
-            };
+            let (result, check) = conclude(def, wrap, handler.await);
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
@@ -438,14 +444,22 @@ struct Prepared {
     call: Call,
 }
 
-impl Prepared {
-    /// 6. Run the handler; a panic is a 500, and the server keeps serving.
-    async fn run(self) -> Result<ToolOutput, ToolError> {
-        let name = self.def.name();
-        let output = CatchUnwind((self.def.handler())(self.call))
-            .await
-            .unwrap_or_else(|| Err(ToolError::internal(format!("the tool `{name}` panicked"))))?;
-        Ok(output.finish(self.wrap))
+/// 6. The handler's output as the call's result: a panic (`None`) is a 500, and the
+/// server keeps serving; an error is the handler's.
+fn conclude(
+    def: &ToolDef,
+    wrap: bool,
+    output: Option<Result<ToolOutput, ToolError>>,
+) -> (Result<ToolOutput, ToolError>, Option<Check>) {
+    let output = output.unwrap_or_else(|| {
+        Err(ToolError::internal(format!(
+            "the tool `{}` panicked",
+            def.name()
+        )))
+    });
+    match output {
+        Ok(output) => (Ok(output.finish(wrap)), None),
+        Err(err) => (Err(err), Some(Check::Handler)),
     }
 }
 
