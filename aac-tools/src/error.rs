@@ -26,6 +26,8 @@ pub enum Status {
     Conflict,
     /// 413: the request body is larger than the server accepts.
     PayloadTooLarge,
+    /// 429: too many requests; retry later.
+    TooManyRequests,
     /// 500: a fault of the server.
     Internal,
     /// 503: a dependency is unavailable (for example the audit sink).
@@ -33,7 +35,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 408, 409, 413, 500 or 503.
+    /// The numeric code: 400, 401, 403, 404, 408, 409, 413, 429, 500 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
@@ -43,6 +45,7 @@ impl Status {
             Status::RequestTimeout => 408,
             Status::Conflict => 409,
             Status::PayloadTooLarge => 413,
+            Status::TooManyRequests => 429,
             Status::Internal => 500,
             Status::Unavailable => 503,
         }
@@ -58,6 +61,7 @@ impl Status {
             408 => Status::RequestTimeout,
             409 => Status::Conflict,
             413 => Status::PayloadTooLarge,
+            429 => Status::TooManyRequests,
             500 => Status::Internal,
             503 => Status::Unavailable,
             _ => return None,
@@ -88,6 +92,7 @@ pub struct ToolError {
     status: Status,
     reason: Cow<'static, str>,
     message: Cow<'static, str>,
+    retry_after: Option<std::time::Duration>,
 }
 
 impl ToolError {
@@ -101,6 +106,7 @@ impl ToolError {
             status,
             reason: reason.into(),
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -162,6 +168,25 @@ impl ToolError {
         message: impl Into<Cow<'static, str>>,
     ) -> ToolError {
         ToolError::new(Status::BadRequest, reason, message)
+    }
+
+    /// 429 `rate_limited`: too many calls (or refusals) of this caller; retry after
+    /// `retry_after` (over HTTP, the `Retry-After` header).
+    pub fn rate_limited(retry_after: std::time::Duration) -> ToolError {
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        ToolError {
+            retry_after: Some(retry_after),
+            ..ToolError::new(
+                Status::TooManyRequests,
+                "rate_limited",
+                format!("too many requests; retry in {seconds} s"),
+            )
+        }
+    }
+
+    /// For a 429, how long to wait before retrying.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
     }
 
     /// 403 `forbidden`: the principal may not do this (for example a `viewer` deleting).

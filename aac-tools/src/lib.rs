@@ -145,6 +145,7 @@ pub use aac_tools_macros::mcp_tool;
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
 pub use crate::error::{CONFIRM_REQUIRED, Status, ToolError};
 pub use crate::pipeline::Attempt;
+pub use crate::pipeline::limits::Rate;
 pub use crate::principal::{Principal, StaticTokens, TokenVerifier, VerifierChain};
 
 /// A boxed future, as the seams' trait objects return them ([`TokenVerifier`],
@@ -154,7 +155,8 @@ pub use crate::registry::{
     META_ACCESS, META_SCOPES, ManifestDrift, Registry, RegistryError, ToolEntry,
 };
 pub use crate::server::{
-    BuildError, CallRequest, CallResponse, Credentials, Server, ServerBuilder,
+    BuildError, CallRequest, CallResponse, Credentials, DEFAULT_UNAUTHENTICATED_RATE, Server,
+    ServerBuilder,
 };
 pub use crate::state::{State, StateMap};
 pub use crate::tool::{

@@ -12,6 +12,7 @@ use crate::audit::{AuditSink, Check};
 use crate::context::{ClientPeer, Transport};
 use crate::error::ToolError;
 use crate::pipeline::Listing;
+use crate::pipeline::limits::{Limiter, Limits, Rate};
 use crate::pipeline::listing::list_json;
 use crate::principal::{Principal, TokenVerifier};
 use crate::registry::{Registry, ToolEntry};
@@ -51,6 +52,7 @@ pub struct CallRequest {
     pub(crate) request_id: Option<String>,
     pub(crate) peer: Option<Arc<dyn ClientPeer>>,
     pub(crate) cancel: Option<CancellationToken>,
+    pub(crate) peer_addr: Option<std::net::IpAddr>,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -71,6 +73,7 @@ impl CallRequest {
             request_id: None,
             peer: None,
             cancel: None,
+            peer_addr: None,
         }
     }
 
@@ -107,6 +110,13 @@ impl CallRequest {
     /// Cancellation of the call by the client.
     pub fn cancellation(mut self, cancel: CancellationToken) -> CallRequest {
         self.cancel = Some(cancel);
+        self
+    }
+
+    /// The network address the call came from (HTTP), for the rate limit of refusals
+    /// before authentication.
+    pub fn peer_addr(mut self, addr: std::net::IpAddr) -> CallRequest {
+        self.peer_addr = Some(addr);
         self
     }
 
@@ -184,7 +194,13 @@ pub struct ServerBuilder {
     read_only_mode: bool,
     filter_list_by_scope: bool,
     state: StateMap,
+    unauthenticated_rate: Option<Rate>,
+    principal_rate: Option<Rate>,
 }
+
+/// The default rate of recorded refusals before authentication, per peer address: 60 a
+/// minute.
+pub const DEFAULT_UNAUTHENTICATED_RATE: Rate = Rate::per_minute_const(60);
 
 impl fmt::Debug for ServerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -246,6 +262,25 @@ impl ServerBuilder {
         self
     }
 
+    /// Refusals of `tools/call` before authentication (no token, a bad one) from one peer
+    /// address (HTTP) are recorded at most at this rate; past it they are answered 429
+    /// `rate_limited` (with `Retry-After`) without a record of their own, and the next
+    /// recorded refusal of that peer is preceded by one record that counts them. So a
+    /// flood of token-less requests costs a bounded amount of audit trail. Default
+    /// [`DEFAULT_UNAUTHENTICATED_RATE`]; `None` records every refusal.
+    pub fn rate_limit_unauthenticated(mut self, rate: Option<Rate>) -> ServerBuilder {
+        self.unauthenticated_rate = rate;
+        self
+    }
+
+    /// Calls of one principal (subject and workspace) past this rate are refused with 429
+    /// `rate_limited` (check `rate_limit`), recorded, before any other check. Off by
+    /// default.
+    pub fn rate_limit_per_principal(mut self, rate: Option<Rate>) -> ServerBuilder {
+        self.principal_rate = rate;
+        self
+    }
+
     /// Share `value` with every tool that takes `State<T>` (or, for a database, a data
     /// handle).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> ServerBuilder {
@@ -296,6 +331,10 @@ impl ServerBuilder {
                 read_only_mode: self.read_only_mode,
                 state: self.state,
                 listing,
+                limits: Limits {
+                    unauthenticated: self.unauthenticated_rate.map(Limiter::new),
+                    principal: self.principal_rate.map(Limiter::new),
+                },
             }),
         })
     }
@@ -324,6 +363,7 @@ struct Inner {
     state: StateMap,
     /// What every transport shows of the tools, computed once.
     listing: Listing,
+    limits: Limits,
 }
 
 impl fmt::Debug for Server {
@@ -350,6 +390,8 @@ impl Server {
             read_only_mode: false,
             filter_list_by_scope: false,
             state: StateMap::default(),
+            unauthenticated_rate: Some(DEFAULT_UNAUTHENTICATED_RATE),
+            principal_rate: None,
         }
     }
 
@@ -416,6 +458,11 @@ impl Server {
     /// The listing every transport reads.
     pub(crate) fn listing(&self) -> &Listing {
         &self.inner.listing
+    }
+
+    /// The rate limits.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.inner.limits
     }
 
     /// The audit sink, unless the trail is off.

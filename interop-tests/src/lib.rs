@@ -38,6 +38,8 @@ pub struct Options {
     pub jwt: Option<JwtVerifier>,
     /// List only the tools the caller has every scope for.
     pub filter_list_by_scope: bool,
+    /// The rate of calls per principal (none by default).
+    pub principal_rate: Option<aac_tools::Rate>,
 }
 
 /// The server over `db`: opaque tokens from the store in `db` (and JWTs if configured),
@@ -60,6 +62,7 @@ pub fn build_server(
             .state(db.clone())
             .read_only_mode(options.read_only)
             .filter_list_by_scope(options.filter_list_by_scope)
+            .rate_limit_per_principal(options.principal_rate)
             .build()?,
     )
 }

@@ -154,3 +154,79 @@ async fn thousands_of_idle_connections_do_not_block_a_valid_client() {
     assert_eq!(valid_call(&server).await, 200);
     drop(idle);
 }
+
+/// A flood of token-less calls costs a bounded audit trail: past the rate of the peer
+/// (60 a minute by default), refusals are answered 429 with `Retry-After` and only
+/// counted; the count is recorded, in one record, before the peer's next recorded refusal.
+#[tokio::test]
+async fn token_less_refusals_are_rate_limited_per_peer_and_counted() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    let call = || {
+        client
+            .post(format!("{}/tools/list_notes", server.base))
+            .body("{}")
+            .send()
+    };
+    for _ in 0..70 {
+        let response = call().await.unwrap();
+        if response.status() == 429 {
+            let retry: u64 = response.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((1..=60).contains(&retry), "{retry}");
+            let body: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(body["reason"], "rate_limited");
+        }
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), 60, "one record per refusal within the rate");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.reason.as_deref() == Some("missing_token"))
+    );
+    // A token comes back after a second: the next refusal is recorded, after the count.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(call().await.unwrap().status(), 401);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 62, "{:?}", &records[60..]);
+    assert_eq!(records[60].tool, "(rate limited)");
+    assert_eq!(records[60].status, 429);
+    assert_eq!(records[60].arguments["suppressed"], 10);
+    assert_eq!(records[60].arguments["peer"], "127.0.0.1");
+    assert_eq!(records[61].reason.as_deref(), Some("missing_token"));
+    // An authenticated caller from the same address is not limited by that.
+    assert_eq!(valid_call(&server).await, 200);
+}
+
+/// Calls of one principal past its rate are refused with 429 and `Retry-After`, recorded.
+#[tokio::test]
+async fn a_principal_past_its_rate_gets_429_recorded() {
+    let options = Options {
+        principal_rate: Some(aac_tools::Rate::new(3, Duration::from_secs(3600))),
+        ..Options::default()
+    };
+    let server = TestServer::start(HttpOptions::default(), options).await;
+    for _ in 0..3 {
+        assert_eq!(valid_call(&server).await, 200);
+    }
+    let response = reqwest::Client::new()
+        .post(format!("{}/tools/list_notes", server.base))
+        .bearer_auth(&server.fixture.full)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().contains_key("retry-after"));
+    let records = server.sink.records();
+    assert_eq!(records.len(), 4);
+    let last = &records[3];
+    assert_eq!(last.check, Some(aac_tools::audit::Check::RateLimit));
+    assert_eq!(last.reason.as_deref(), Some("rate_limited"));
+    assert_eq!(last.principal.as_deref(), Some("alice"));
+    assert_eq!(last.status, 429);
+}

@@ -116,6 +116,9 @@ pub enum Check {
     ReadOnlyMode,
     /// 3. The principal lacks a scope.
     Scope,
+    /// 1. Too many calls of this principal, or (before authentication) too many refusals
+    ///    from this peer address.
+    RateLimit,
     /// 4. A destructive call without `confirm: true`.
     Confirm,
     /// 5. The arguments do not match the input schema.
@@ -136,6 +139,7 @@ impl Check {
             Check::FindTool => "find_tool",
             Check::ReadOnlyMode => "read_only_mode",
             Check::Scope => "scope",
+            Check::RateLimit => "rate_limit",
             Check::Confirm => "confirm",
             Check::Validate => "validate",
             Check::Audit => "audit",

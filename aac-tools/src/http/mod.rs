@@ -295,7 +295,17 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
+        // Each request knows its peer (axum's `ConnectInfo`), for the rate limit of
+        // refusals before authentication.
         let service = service.clone();
+        let service = hyper::service::service_fn(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                hyper::service::Service::call(&service, request)
+            },
+        );
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _slot = slot;

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::error::Error as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -151,8 +152,22 @@ impl App {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);
         }
+        if let Some(wait) = err.retry_after() {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
+}
+
+/// The peer address of a request, when the server knows it (axum's `ConnectInfo`, which
+/// [`serve`](super::serve) sets).
+fn peer_addr(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
 }
 
 /// A quoted-string value of an auth-param: no quotes, backslashes or control characters.
@@ -310,11 +325,14 @@ impl<'a> ToolsCall<'a> {
     }
 
     /// Begin the attempt of this call: from here on it leaves one audit record.
-    fn begin(&self, server: &Server) -> Attempt {
+    fn begin(&self, server: &Server, peer: Option<IpAddr>) -> Attempt {
         let mut request =
             CallRequest::new(self.tool.clone(), None).transport(Transport::StreamableHttp);
         if let Some(id) = &self.id {
             request = request.request_id(id.clone());
+        }
+        if let Some(peer) = peer {
+            request = request.peer_addr(peer);
         }
         server.begin(request)
     }
@@ -392,7 +410,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let call = is_post
         .then(|| ToolsCall::probe(&parts.headers, &body))
         .flatten();
-    let mut attempt = call.as_ref().map(|call| call.begin(app.server()));
+    let peer = peer_addr(&parts.extensions);
+    let mut attempt = call.as_ref().map(|call| call.begin(app.server(), peer));
 
     let principal = match app.authenticate(&parts.headers).await {
         Ok(principal) => principal,
@@ -511,10 +530,14 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
 pub(crate) async fn call_tool(
     State(app): State<App>,
     Path(name): Path<String>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
+    if let Some(peer) = peer_addr(&extensions) {
+        request = request.peer_addr(peer);
+    }
     if let Some(id) = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())

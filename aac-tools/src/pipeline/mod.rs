@@ -12,6 +12,7 @@
 //! scopes to answer real 401s and 403s) leaves its verdict in the attempt, and
 //! [`Attempt::run`] does not check it again.
 
+pub(crate) mod limits;
 pub(crate) mod listing;
 mod record;
 
@@ -35,6 +36,7 @@ use crate::principal::Principal;
 use crate::registry::ToolEntry;
 use crate::server::{CallRequest, CallResponse, Credentials, Server};
 use crate::tool::{Call, ToolDef, ToolOutput};
+use limits::Verdict;
 
 /// One `tools/call` attempt in progress, from [`Server::begin`] to its audit record.
 ///
@@ -213,12 +215,43 @@ impl Attempt {
         }
     }
 
+    /// Before a refusal of an unauthenticated caller is recorded: past the rate of its peer
+    /// address, the refusal is answered 429 and only counted (`Some`, the answer); else
+    /// what was counted since is recorded first, in one record.
+    async fn limit_unauthenticated(&mut self) -> Option<ToolError> {
+        let peer = self.request.peer_addr?;
+        let limiter = self.server.limits().unauthenticated.as_ref()?;
+        match limiter.check(&peer) {
+            Verdict::Limited { retry_after } => {
+                // Counted, to be recorded with this peer's next recorded refusal.
+                self.recorded = true;
+                Some(ToolError::rate_limited(retry_after))
+            }
+            Verdict::Allowed { suppressed: 0 } => None,
+            Verdict::Allowed { suppressed } => {
+                if let Some(sink) = self.server.audit()
+                    && let Err(err) = sink
+                        .record(record::suppressed(peer, suppressed, self.request.transport))
+                        .await
+                {
+                    tracing::error!(error = %err, suppressed, %peer, "the count of rate-limited refusals could not be recorded");
+                }
+                None
+            }
+        }
+    }
+
     /// Write the record (if the server keeps a trail) and make the answer.
     async fn finish(
         &mut self,
         result: Result<ToolOutput, ToolError>,
         check: Option<Check>,
     ) -> CallResponse {
+        if check == Some(Check::Authenticate)
+            && let Some(limited) = self.limit_unauthenticated().await
+        {
+            return CallResponse::new(Err(limited), Some(Check::RateLimit));
+        }
         let Some(sink) = self.server.audit().cloned() else {
             self.recorded = true;
             return CallResponse::new(result, check);
@@ -237,11 +270,20 @@ impl Attempt {
     /// Steps 1 to 5 and the audit sink's readiness, skipping what a transport already
     /// checked; the handler's call, ready to run.
     async fn checks(&mut self) -> Result<Prepared, (Check, ToolError)> {
-        // 1. authenticate
+        // 1. authenticate, and the principal's rate
         let principal = self
             .authenticate()
             .await
             .map_err(|e| (Check::Authenticate, e))?;
+        if let Some(limiter) = &self.server.limits().principal {
+            let key = (
+                principal.subject().to_owned(),
+                principal.workspace().map(str::to_owned),
+            );
+            if let Verdict::Limited { retry_after } = limiter.check(&key) {
+                return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
+            }
+        }
         // 2. find the tool, 3. scopes
         self.authorize()?;
         let server = self.server.clone();
@@ -444,8 +486,8 @@ struct Prepared {
     call: Call,
 }
 
-/// 6. The handler's output as the call's result: a panic (`None`) is a 500, and the
-/// server keeps serving; an error is the handler's.
+/// Step 6's end: the handler's output as the call's result. A panic (`None`) is a 500,
+/// and the server keeps serving; an error is the handler's.
 fn conclude(
     def: &ToolDef,
     wrap: bool,

@@ -75,3 +75,24 @@ pub(super) fn redacted_arguments(entry: Option<&ToolEntry>, arguments: Option<&V
         None => redact_arguments(None, keep),
     }
 }
+
+/// The one record that counts the refusals of one peer that were answered 429 without a
+/// record of their own (the rate limit before authentication).
+pub(super) fn suppressed(peer: std::net::IpAddr, count: u64, transport: Transport) -> AuditRecord {
+    AuditRecord {
+        tool: "(rate limited)".to_owned(),
+        outcome: Outcome::Denied,
+        reason: Some("rate_limited".to_owned()),
+        check: Some(Check::Authenticate),
+        status: Status::TooManyRequests.code(),
+        scopes_provided: Vec::new(),
+        timestamp: crate::audit::now_timestamp(),
+        principal: None,
+        workspace: None,
+        transport: transport.as_str().to_owned(),
+        request_id: None,
+        duration_us: 0,
+        access_level: None,
+        arguments: serde_json::json!({"peer": peer.to_string(), "suppressed": count}),
+    }
+}
