@@ -42,8 +42,9 @@ use limits::Verdict;
 ///
 /// It ends in exactly one of three ways, each of which writes the attempt's one record:
 /// [`Attempt::refuse`] (a transport refused it), [`Attempt::run`] (the pipeline's checks
-/// and the handler), or being dropped unfinished (the client went away, or the MCP layer
-/// never handed the call on), which records it in the background.
+/// and the handler), or being dropped unfinished (the client went away before the handler
+/// started, or the MCP layer never handed the call on), which hands its record to the
+/// sink as it drops.
 pub struct Attempt {
     server: Server,
     request: CallRequest,
@@ -109,8 +110,9 @@ impl Server {
     /// `self.begin(request).run()`.
     ///
     /// If the returned future is dropped before it completes (a transport whose client
-    /// went away), the attempt is still recorded, in the background, as an `error` with
-    /// reason `cancelled` and status 499.
+    /// went away): before the handler started, the attempt is recorded as an `error` with
+    /// reason `cancelled` and status 499; after, the handler finishes on a task of its own
+    /// and the record says what it did.
     pub async fn call(&self, request: CallRequest) -> CallResponse {
         self.begin(request).run().await
     }
