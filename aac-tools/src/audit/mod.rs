@@ -56,6 +56,11 @@ pub use sqlite::{
     AUDIT_COLUMNS, AUDIT_TABLE, BrokenLink, ChainReport, CommitMode, GENESIS_HASH, SqliteSink,
     SqliteSinkBuilder, StoredRecord, Synchronous, ensure_table, open_reader, verify_chain,
 };
+#[cfg(feature = "sqlite")]
+pub use sqlite::{
+    Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
+    write_checkpoint,
+};
 pub use worker::SinkStats;
 
 use std::fmt;

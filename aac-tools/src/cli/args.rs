@@ -26,6 +26,10 @@ pub(crate) struct ServeArgs {
     /// Streamable HTTP without sessions (each request stands alone)
     #[arg(long, requires = "http")]
     pub(crate) stateless: bool,
+    /// Append signed checkpoints of the audit chain's head to this file, every 10 s and
+    /// when the server stops; the key is AAC_CHECKPOINT_KEY (see `audit --new-checkpoint-key`)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) checkpoints: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,4 +96,14 @@ pub(crate) struct AuditArgs {
     /// Check the hash chain of the trail instead of listing records
     #[arg(long, conflicts_with = "stats")]
     pub(crate) verify: bool,
+    /// With --verify: also check the signed checkpoints in this file (needs --public-key)
+    #[arg(long, value_name = "FILE", requires_all = ["verify", "public_key"])]
+    pub(crate) checkpoints: Option<std::path::PathBuf>,
+    /// The public checkpoint key (64 hex digits) that signed the checkpoints
+    #[arg(long, value_name = "HEX", requires = "checkpoints")]
+    pub(crate) public_key: Option<String>,
+    /// Print a new checkpoint key (the secret, for AAC_CHECKPOINT_KEY) on stdout and its
+    /// public half on stderr, and do nothing else
+    #[arg(long, conflicts_with_all = ["verify", "stats", "json"])]
+    pub(crate) new_checkpoint_key: bool,
 }

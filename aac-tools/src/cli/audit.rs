@@ -2,9 +2,23 @@
 
 use super::args::AuditArgs;
 use super::{CliContext, CliError, OpenMode};
-use crate::audit::{AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, Outcome};
+use std::io::Write;
+
+use crate::audit::{
+    AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
+};
 
 pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
+    if args.new_checkpoint_key {
+        let key = CheckpointKey::generate().map_err(|e| CliError::new(e.to_string()))?;
+        println!("{}", key.secret_hex());
+        context.note(format_args!(
+            "a new checkpoint key: keep the secret above out of the database (AAC_CHECKPOINT_KEY \
+             for `serve --checkpoints FILE`); verify with --public-key {}",
+            key.public_hex()
+        ));
+        return Ok(());
+    }
     // Checks the file is the application's (and creates nothing) before reading it.
     drop(context.open_db(OpenMode::Existing)?);
     let path = context.db_path();
@@ -59,5 +73,21 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
         crate::audit::ensure_table(&writer).map_err(failed)?;
     }
     let mut out = std::io::stdout().lock();
-    command.run(&conn, &mut out).map_err(failed)
+    command.run(&conn, &mut out).map_err(failed)?;
+    if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {
+        let report = verify_checkpoints(&conn, file, public).map_err(failed)?;
+        if args.json {
+            let json = serde_json::to_string(&report).unwrap_or_default();
+            writeln!(out, "{json}")
+        } else {
+            writeln!(out, "{report}")
+        }
+        .map_err(|e| CliError::new(format!("cannot write the output: {e}")))?;
+        if let Some(problem) = report.problem {
+            return Err(CliError::new(format!(
+                "the audit checkpoints do not hold: {problem}"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@ use clap::ArgMatches;
 
 use super::args::ServeArgs;
 use super::{CliContext, CliError, OpenMode};
-use crate::audit::SqliteSink;
+use crate::audit::{CheckpointKey, SqliteSink, write_checkpoint};
 use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::sqlite::{Database, TokenStore};
@@ -20,9 +20,75 @@ pub(super) async fn serve(
         None => None,
     };
     let server = build(&context, &db, args.read_only)?;
-    match args.http {
+    let checkpoints = match &args.checkpoints {
+        Some(file) => Some(Checkpoints::start(db.path(), file)?),
+        None => None,
+    };
+    let served = match args.http {
         None => stdio(&context, server, &db, fallback_token).await,
         Some(addr) => http(&context, server, &addr, args.stateless).await,
+    };
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.stop().await?;
+    }
+    served
+}
+
+/// How often `serve --checkpoints` signs the chain's head.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The task that signs the chain's head every [`CHECKPOINT_EVERY`], and once more when
+/// the server stops.
+struct Checkpoints {
+    write: std::sync::Arc<dyn Fn() -> Result<(), CliError> + Send + Sync>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Checkpoints {
+    fn start(db: &std::path::Path, file: &std::path::Path) -> Result<Checkpoints, CliError> {
+        let secret = std::env::var("AAC_CHECKPOINT_KEY").map_err(|_| {
+            CliError::new(
+                "--checkpoints needs the signing key in AAC_CHECKPOINT_KEY \
+                 (make one with `audit --new-checkpoint-key`)",
+            )
+        })?;
+        let key = CheckpointKey::from_hex(&secret)
+            .map_err(|e| CliError::new(format!("AAC_CHECKPOINT_KEY: {e}")))?;
+        let (db, file) = (db.to_owned(), file.to_owned());
+        let write = std::sync::Arc::new(move || {
+            let conn = crate::audit::open_reader(&db).map_err(|e| CliError::new(e.to_string()))?;
+            write_checkpoint(&conn, &key, &file)
+                .map(drop)
+                .map_err(|e| CliError::new(e.to_string()))
+        });
+        // The first one now: a file that cannot be written stops the server at once.
+        write()?;
+        let periodic = std::sync::Arc::clone(&write);
+        let task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let write = std::sync::Arc::clone(&periodic);
+                match tokio::task::spawn_blocking(move || write()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => {
+                        tracing::error!(error = %err, "cannot write an audit checkpoint")
+                    }
+                    Err(err) => tracing::error!(error = %err, "the audit checkpoint task failed"),
+                }
+            }
+        });
+        Ok(Checkpoints { write, task })
+    }
+
+    /// The last checkpoint, when the server stops.
+    async fn stop(self) -> Result<(), CliError> {
+        self.task.abort();
+        let write = self.write;
+        tokio::task::spawn_blocking(move || write())
+            .await
+            .map_err(|e| CliError::new(format!("the audit checkpoint task failed: {e}")))?
     }
 }
 

@@ -319,3 +319,113 @@ fn serve_on_stdio_needs_a_token_and_checks_it_at_start() {
     let out = run(dir.path(), &["serve", "--stateless"]);
     assert_eq!(out.status.code(), Some(2), "clap: --stateless needs --http");
 }
+
+/// `serve --checkpoints` signs the chain's head (at start and when it stops) with the key
+/// from `AAC_CHECKPOINT_KEY`; `audit --verify --checkpoints --public-key` checks them, and
+/// fails once the table was cut behind a checkpoint.
+#[test]
+fn signed_checkpoints_from_serve_to_audit_verify() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let key = run(dir.path(), &["audit", "--new-checkpoint-key"]);
+    assert!(key.status.success(), "{}", stderr(&key));
+    let secret = stdout(&key).trim().to_owned();
+    assert_eq!(secret.len(), 64, "{secret}");
+    let public = stderr(&key)
+        .split("--public-key ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(public.len(), 64, "{public}");
+    let token = run(
+        dir.path(),
+        &[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "alice",
+            "--scopes",
+            "all",
+        ],
+    );
+    let token = stdout(&token).trim().to_owned();
+
+    // Without the key, serve refuses to start.
+    let out = run(dir.path(), &["serve", "--checkpoints", "cp.jsonl"]);
+    assert!(one_line_error(&out).contains("AAC_CHECKPOINT_KEY"));
+
+    // One stdio session with two calls; stdin closes, the server stops and signs.
+    let mut child = aacworkflow(dir.path())
+        .args(["serve", "--checkpoints", "cp.jsonl"])
+        .env("AAC_TOKEN", &token)
+        .env("AAC_CHECKPOINT_KEY", &secret)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_issue","arguments":{"issue_id":"AAC-1"}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_issue","arguments":{"issue_id":"AAC-1"}}}"#,
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    // Wait for the answers before closing stdin.
+    let mut stdout_pipe = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut answers = 0;
+    let mut line = String::new();
+    while answers < 3 {
+        line.clear();
+        if std::io::BufRead::read_line(&mut stdout_pipe, &mut line).unwrap() == 0 {
+            break;
+        }
+        answers += usize::from(line.contains("\"id\":"));
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let file = std::fs::read_to_string(dir.path().join("cp.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(file.lines().last().unwrap()).unwrap();
+    assert_eq!(last["seq"], 2, "the head after both calls: {file}");
+
+    let verify = |public: &str| {
+        run(
+            dir.path(),
+            &[
+                "audit",
+                "--verify",
+                "--checkpoints",
+                "cp.jsonl",
+                "--public-key",
+                public,
+            ],
+        )
+    };
+    let ok = verify(&public);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        stdout(&ok).contains("checkpoints intact"),
+        "{}",
+        stdout(&ok)
+    );
+
+    // Cut the newest record (as a writer of the file could): the chain still verifies,
+    // the checkpoints do not.
+    let conn = rusqlite::Connection::open(dir.path().join("aacworkflow.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER aac_audit_no_delete; DELETE FROM aac_audit WHERE seq = 2")
+        .unwrap();
+    drop(conn);
+    let chain = run(dir.path(), &["audit", "--verify"]);
+    assert!(chain.status.success(), "{}", stderr(&chain));
+    let cut = verify(&public);
+    assert_eq!(cut.status.code(), Some(1));
+    assert!(stderr(&cut).contains("truncated"), "{}", stderr(&cut));
+}

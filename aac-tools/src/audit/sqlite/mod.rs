@@ -5,14 +5,20 @@
 //! - [`row`]: one row's values, read or written, and the one hash that chains them;
 //! - [`writer`]: the sink, its writer thread and its transactions;
 //! - [`reader`]: read-only connections and rows read back as records;
-//! - [`verify`]: the walk of the chain.
+//! - [`verify`]: the walk of the chain;
+//! - [`checkpoint`]: signed checkpoints of the chain's head.
 
+mod checkpoint;
 mod reader;
 mod row;
 mod table;
 mod verify;
 mod writer;
 
+pub use checkpoint::{
+    Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
+    write_checkpoint,
+};
 pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
 pub(crate) use table::SELECT_COLUMNS;

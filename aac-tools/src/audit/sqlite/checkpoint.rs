@@ -1,0 +1,291 @@
+//! Signed checkpoints of the chain's head: tamper evidence that holds against someone
+//! who can write the database file.
+//!
+//! The hash chain catches an edit, a deletion or an insertion, but a writer of the file
+//! can re-hash every record after the one it edited, or cut the newest records, and the
+//! chain still verifies. A checkpoint is the head (`seq`, `hash`) signed with an Ed25519
+//! key kept outside the database, appended to a file of its own (one JSON object per
+//! line); [`verify_checkpoints`] checks every signature with the public key and that the
+//! table still holds each checkpointed record with the same hash: a re-hash, an edit, a
+//! deletion and a truncation before the last checkpoint all show. (As with CloudTrail's
+//! signed digest files and Certificate Transparency's signed tree heads.)
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use rusqlite::{Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use super::table::{AUDIT_TABLE, sql_error};
+use super::verify::verify_chain;
+use crate::audit::{AuditError, now_timestamp};
+
+/// The key that signs checkpoints. Keep it outside the database (an environment variable,
+/// a secret store); give verifiers its public half ([`CheckpointKey::public_hex`]).
+#[derive(Clone)]
+pub struct CheckpointKey(SigningKey);
+
+impl fmt::Debug for CheckpointKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CheckpointKey")
+            .field(&self.public_hex())
+            .finish()
+    }
+}
+
+impl CheckpointKey {
+    /// A new random key.
+    pub fn generate() -> Result<CheckpointKey, AuditError> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| AuditError::new(format!("no randomness for a checkpoint key: {e}")))?;
+        Ok(CheckpointKey(SigningKey::from_bytes(&secret)))
+    }
+
+    /// The key from its 64 hex digits ([`CheckpointKey::secret_hex`]).
+    pub fn from_hex(text: &str) -> Result<CheckpointKey, AuditError> {
+        let bytes = unhex::<32>(text.trim())
+            .ok_or_else(|| AuditError::new("a checkpoint key is 64 hex digits"))?;
+        Ok(CheckpointKey(SigningKey::from_bytes(&bytes)))
+    }
+
+    /// The secret key, 64 hex digits.
+    pub fn secret_hex(&self) -> String {
+        hex(&self.0.to_bytes())
+    }
+
+    /// The public key, 64 hex digits: what [`verify_checkpoints`] needs.
+    pub fn public_hex(&self) -> String {
+        hex(self.0.verifying_key().as_bytes())
+    }
+}
+
+/// One signed head of the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The head record's `seq`.
+    pub seq: i64,
+    /// The head record's `hash`.
+    pub hash: String,
+    /// When the checkpoint was taken (the audit trail's timestamp format).
+    pub at: String,
+    /// The Ed25519 signature of [`Checkpoint::message`], 128 hex digits.
+    pub signature: String,
+}
+
+impl Checkpoint {
+    /// The signed bytes: `aac-audit-checkpoint\n<seq>\n<hash>\n<at>`.
+    pub fn message(seq: i64, hash: &str, at: &str) -> String {
+        format!("aac-audit-checkpoint\n{seq}\n{hash}\n{at}")
+    }
+}
+
+/// Sign the chain's current head and append it to the checkpoint file at `path`
+/// (created if needed, synced). `None` when the table is empty or its head is the last
+/// checkpoint's already.
+pub fn write_checkpoint(
+    conn: &Connection,
+    key: &CheckpointKey,
+    path: impl AsRef<Path>,
+) -> Result<Option<Checkpoint>, AuditError> {
+    let path = path.as_ref();
+    let head: Option<(i64, String)> = conn
+        .query_row(
+            &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql_error)?;
+    let Some((seq, hash)) = head else {
+        return Ok(None);
+    };
+    if path.exists()
+        && let Some(last) = read_checkpoints(path)?.pop()
+        && last.seq == seq
+        && last.hash == hash
+    {
+        return Ok(None);
+    }
+    let at = now_timestamp();
+    let signature = key.0.sign(Checkpoint::message(seq, &hash, &at).as_bytes());
+    let checkpoint = Checkpoint {
+        seq,
+        hash,
+        at,
+        signature: hex(&signature.to_bytes()),
+    };
+    let cannot = |e: std::io::Error| {
+        AuditError::new(format!(
+            "cannot write the checkpoint file `{}`: {e}",
+            path.display()
+        ))
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(cannot)?;
+    let mut line = serde_json::to_string(&checkpoint).unwrap_or_default();
+    line.push('\n');
+    file.write_all(line.as_bytes()).map_err(cannot)?;
+    file.sync_data().map_err(cannot)?;
+    Ok(Some(checkpoint))
+}
+
+/// Every checkpoint in the file at `path`, oldest first.
+pub fn read_checkpoints(path: impl AsRef<Path>) -> Result<Vec<Checkpoint>, AuditError> {
+    let path = path.as_ref();
+    let file = std::fs::File::open(path).map_err(|e| {
+        AuditError::new(format!(
+            "cannot read the checkpoint file `{}`: {e}",
+            path.display()
+        ))
+    })?;
+    let mut checkpoints = Vec::new();
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| AuditError::new(format!("checkpoint file: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let checkpoint = serde_json::from_str(&line).map_err(|e| {
+            AuditError::new(format!(
+                "checkpoint file, line {}: not a checkpoint: {e}",
+                n + 1
+            ))
+        })?;
+        checkpoints.push(checkpoint);
+    }
+    Ok(checkpoints)
+}
+
+/// What [`verify_checkpoints`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointReport {
+    /// Checkpoints whose signature and record were checked.
+    pub checked: usize,
+    /// The newest checkpoint's `seq`, if any.
+    pub last_seq: Option<i64>,
+    /// The first problem, if any.
+    pub problem: Option<String>,
+}
+
+impl CheckpointReport {
+    /// Whether every checkpoint is signed by the key and matches the table.
+    pub fn is_intact(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+impl fmt::Display for CheckpointReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.problem, self.last_seq) {
+            (Some(problem), _) => write!(f, "checkpoints broken: {problem}"),
+            (None, Some(seq)) => write!(
+                f,
+                "checkpoints intact: {} signed checkpoints, the newest at seq {seq}",
+                self.checked
+            ),
+            (None, None) => f.write_str("checkpoints intact: none yet"),
+        }
+    }
+}
+
+/// Check the checkpoints of the file at `path` against the table behind `conn`: each
+/// signed by the key whose public half is `public_hex`, their `seq` never going back,
+/// each checkpointed record still in the table with the same hash, and the chain intact.
+pub fn verify_checkpoints(
+    conn: &Connection,
+    path: impl AsRef<Path>,
+    public_hex: &str,
+) -> Result<CheckpointReport, AuditError> {
+    let public = unhex::<32>(public_hex.trim())
+        .and_then(|bytes| VerifyingKey::from_bytes(&bytes).ok())
+        .ok_or_else(|| AuditError::new("a public checkpoint key is 64 hex digits"))?;
+    let checkpoints = read_checkpoints(path)?;
+    let mut report = CheckpointReport {
+        checked: 0,
+        last_seq: None,
+        problem: None,
+    };
+    let chain = verify_chain(conn)?;
+    if let Some(broken) = &chain.broken {
+        report.problem = Some(format!("the chain itself is broken: {broken}"));
+        return Ok(report);
+    }
+    let mut previous = 0;
+    for checkpoint in checkpoints {
+        let problem = check_one(conn, &public, &checkpoint, previous)?;
+        if let Some(problem) = problem {
+            report.problem = Some(format!("checkpoint at seq {}: {problem}", checkpoint.seq));
+            return Ok(report);
+        }
+        previous = checkpoint.seq;
+        report.checked += 1;
+        report.last_seq = Some(checkpoint.seq);
+    }
+    Ok(report)
+}
+
+fn check_one(
+    conn: &Connection,
+    public: &VerifyingKey,
+    checkpoint: &Checkpoint,
+    previous: i64,
+) -> Result<Option<String>, AuditError> {
+    let signed = unhex::<64>(&checkpoint.signature).map(|bytes| Signature::from_bytes(&bytes));
+    let message = Checkpoint::message(checkpoint.seq, &checkpoint.hash, &checkpoint.at);
+    if signed.is_none_or(|s| public.verify(message.as_bytes(), &s).is_err()) {
+        return Ok(Some(
+            "the signature does not verify with this public key (a forged or altered checkpoint)"
+                .to_owned(),
+        ));
+    }
+    if checkpoint.seq < previous {
+        return Ok(Some(format!(
+            "goes back from seq {previous} (the checkpoint file was reordered)"
+        )));
+    }
+    let stored: Option<String> = conn
+        .query_row(
+            &format!("SELECT hash FROM {AUDIT_TABLE} WHERE seq = ?1"),
+            [checkpoint.seq],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql_error)?;
+    Ok(match stored {
+        None => {
+            Some("the record is gone (the table was truncated or the record deleted)".to_owned())
+        }
+        Some(hash) if hash != checkpoint.hash => Some(
+            "the record's hash differs from the signed one (records were edited and re-hashed)"
+                .to_owned(),
+        ),
+        Some(_) => None,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}

@@ -1,0 +1,163 @@
+//! Signed checkpoints catch what the hash chain alone cannot: a writer of the database
+//! file who edits a record and re-hashes every record after it, or who cuts the newest
+//! records, leaves a chain that verifies — but not checkpoints signed with a key kept
+//! outside the file.
+#![cfg(feature = "sqlite")]
+
+use std::path::Path;
+
+use aac_tools::audit::{
+    AuditRecord, AuditSink, CheckpointKey, Outcome, SqliteSink, open_reader, read_checkpoints,
+    verify_chain, verify_checkpoints, write_checkpoint,
+};
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+fn record(n: usize) -> AuditRecord {
+    AuditRecord {
+        tool: format!("tool_{n}"),
+        outcome: Outcome::Success,
+        reason: None,
+        check: None,
+        status: 200,
+        scopes_provided: vec!["a:read".to_owned()],
+        timestamp: "2026-12-01T05:00:00Z".to_owned(),
+        principal: Some("alice".to_owned()),
+        workspace: None,
+        transport: "stdio".to_owned(),
+        request_id: Some(n.to_string()),
+        duration_us: 10,
+        access_level: None,
+        arguments: json!({}),
+    }
+}
+
+/// A trail of `n` records at `path`.
+async fn trail(path: &Path, n: usize) {
+    let sink = SqliteSink::open(path).unwrap();
+    for i in 1..=n {
+        sink.record(record(i)).await.unwrap();
+    }
+}
+
+/// What a forger with the database file does: drop the triggers, edit, and re-hash every
+/// record from `from` on, with the documented hash (`docs/audit.md`).
+fn edit_and_rehash(path: &Path, from: i64) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER aac_audit_no_update; UPDATE aac_audit SET tool = 'innocent' WHERE seq = 3",
+    )
+    .unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT seq, timestamp, tool, outcome, reason, \"check\", status, scopes_provided, \
+             principal, workspace, transport, request_id, duration_us, access_level, arguments, \
+             prev_hash FROM aac_audit ORDER BY seq",
+        )
+        .unwrap();
+    let rows: Vec<Vec<Value>> = stmt
+        .query_map([], |r| {
+            (0..16)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        rusqlite::types::ValueRef::Integer(n) => json!(n),
+                        rusqlite::types::ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
+                        _ => Value::Null,
+                    })
+                })
+                .collect()
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut prev: Option<String> = None;
+    for row in rows {
+        let seq = row[0].as_i64().unwrap();
+        let prev_hash = prev
+            .clone()
+            .unwrap_or_else(|| row[15].as_str().unwrap().to_owned());
+        if seq < from {
+            prev = None;
+            continue;
+        }
+        let canonical = serde_json::to_string(&row[..15]).unwrap();
+        let hash: String = Sha256::digest(format!("{prev_hash}\n{canonical}").as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        conn.execute(
+            "UPDATE aac_audit SET prev_hash = ?2, hash = ?3 WHERE seq = ?1",
+            rusqlite::params![seq, prev_hash, hash],
+        )
+        .unwrap();
+        prev = Some(hash);
+    }
+}
+
+#[tokio::test]
+async fn a_rehashed_edit_passes_the_chain_but_not_the_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let file = dir.path().join("checkpoints.jsonl");
+    let key = CheckpointKey::generate().unwrap();
+    trail(&db, 5).await;
+    let conn = open_reader(&db).unwrap();
+    let first = write_checkpoint(&conn, &key, &file).unwrap().unwrap();
+    assert_eq!(first.seq, 5);
+    // Nothing new: no second checkpoint.
+    assert_eq!(write_checkpoint(&conn, &key, &file).unwrap(), None);
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!((report.checked, report.last_seq), (1, Some(5)));
+    drop(conn);
+
+    edit_and_rehash(&db, 3);
+    let conn = open_reader(&db).unwrap();
+    // The re-hash works on the chain alone (this is the forgery it cannot see) …
+    let chain = verify_chain(&conn).unwrap();
+    assert!(chain.is_intact(), "{chain}");
+    // … but not on the signed head.
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(!report.is_intact());
+    assert!(report.to_string().contains("re-hashed"), "{report}");
+}
+
+#[tokio::test]
+async fn a_truncated_tail_and_a_forged_checkpoint_are_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let file = dir.path().join("checkpoints.jsonl");
+    let key = CheckpointKey::from_hex(&CheckpointKey::generate().unwrap().secret_hex()).unwrap();
+    trail(&db, 3).await;
+    write_checkpoint(&open_reader(&db).unwrap(), &key, &file).unwrap();
+    trail(&db, 2).await;
+    write_checkpoint(&open_reader(&db).unwrap(), &key, &file).unwrap();
+    assert_eq!(read_checkpoints(&file).unwrap().len(), 2);
+
+    // Cut the two newest records: the chain is intact and shorter.
+    let writer = Connection::open(&db).unwrap();
+    writer
+        .execute_batch("DROP TRIGGER aac_audit_no_delete; DELETE FROM aac_audit WHERE seq > 3")
+        .unwrap();
+    let conn = open_reader(&db).unwrap();
+    assert!(verify_chain(&conn).unwrap().is_intact());
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(report.to_string().contains("truncated"), "{report}");
+    assert_eq!(report.checked, 1, "the first checkpoint still holds");
+
+    // Another key, or an altered checkpoint, does not verify.
+    let other = CheckpointKey::generate().unwrap();
+    let report = verify_checkpoints(&conn, &file, &other.public_hex()).unwrap();
+    assert!(report.to_string().contains("signature"), "{report}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let first_line = text
+        .lines()
+        .next()
+        .unwrap()
+        .replace("\"seq\":3", "\"seq\":2");
+    std::fs::write(&file, format!("{first_line}\n")).unwrap();
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(report.to_string().contains("signature"), "{report}");
+    assert!(CheckpointKey::from_hex("not hex").is_err());
+}
