@@ -27,6 +27,11 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
+    /// Every error, and the item to keep.
+    pub(crate) fn new(errors: syn::Error, keep: TokenStream) -> Failure {
+        Failure { errors, keep }
+    }
+
     /// The one place where errors become tokens.
     pub(crate) fn into_tokens(self) -> TokenStream {
         let mut tokens = self.errors.into_compile_error();
@@ -85,7 +90,7 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
 /// `::aac_tools::__private<patch>`: the hidden module is named after the version, as
 /// thiserror's is, so an `aac-tools` and an `aac-tools-macros` of different versions
 /// fail to compile together instead of generating code for the wrong internals.
-fn private() -> TokenStream {
+pub(crate) fn private() -> TokenStream {
     let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"));
     quote!(::aac_tools::#module)
 }
@@ -114,6 +119,13 @@ impl ParamConsts {
                         input_schema: <#ty as #private::ToolParam>::input_schema,
                         is_arguments: <#ty as #private::ToolParam>::IS_ARGUMENTS,
                         rank: <#ty as #private::ToolParam>::NEEDS.rank(),
+                    };
+                    // `State<Database>` (or another framework storage handle) would reach
+                    // the database past the tool's level.
+                    const _: () = {
+                        use #private::IsStorage as _;
+                        <<#private::Storage<{ <#ty>::__AAC_STORAGE }> as #private::StorageKind>::Kind
+                            as #private::ToolState>::CHECK
                     };
                 }
             })

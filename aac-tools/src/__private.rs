@@ -10,7 +10,10 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 
-pub use crate::access::{Delete, Read, ReadToolMayHold, Write, WriteToolMayHold};
+pub use crate::access::{
+    Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold, SharedState,
+    ToolState, Write, WriteToolMayHold,
+};
 pub use crate::error::ToolError;
 pub use crate::tool::{
     Call, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, ToolDef, ToolParam,
@@ -51,6 +54,34 @@ impl RankLevel for Rank<1> {
 }
 impl RankLevel for Rank<2> {
     type Level = Delete;
+}
+
+/// `<Ty>::__AAC_STORAGE` is `false` for every type through this trait, and `true` for
+/// `State<Database>` and the other framework storage handles through an inherent
+/// constant, which path resolution prefers. The generated code reads it for every
+/// parameter (with this trait in scope) and turns it into a type through [`Storage`].
+pub trait IsStorage {
+    /// Whether the type is `State<…>` of a framework storage handle.
+    const __AAC_STORAGE: bool = false;
+}
+
+impl<T: ?Sized> IsStorage for T {}
+
+/// `Storage<true>` for a framework storage handle taken as state, `Storage<false>` otherwise.
+#[allow(missing_debug_implementations)]
+pub struct Storage<const FRAMEWORK: bool>;
+
+/// The public type a [`Storage`] stands for, which the error then names.
+pub trait StorageKind {
+    /// [`SharedState`] or [`FrameworkStorage`].
+    type Kind;
+}
+
+impl StorageKind for Storage<false> {
+    type Kind = SharedState;
+}
+impl StorageKind for Storage<true> {
+    type Kind = FrameworkStorage;
 }
 
 /// The input schema of a tool: that of its one arguments parameter, if it has one.

@@ -173,6 +173,37 @@ impl WriteToolMayHold for Read {}
 #[diagnostic::do_not_recommend]
 impl WriteToolMayHold for Write {}
 
+/// The framework's own storage handles (`sqlite::Database`, `sqlite::TokenStore`,
+/// `sqlite::Db<L>`), as the compile error names them when a tool asks for one as
+/// [`State`](crate::State). Never built.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameworkStorage {}
+
+/// Shared state a tool may take: anything but the framework's storage handles. Never built.
+#[derive(Debug, Clone, Copy)]
+pub enum SharedState {}
+
+/// What a tool may take as [`State<T>`](crate::State): anything registered with
+/// `ServerBuilder::state`, except the framework's storage handles, which would reach the
+/// database past the tool's level (`Database::with_writer`, `Database::handle::<Delete>()`).
+///
+/// `#[mcp_tool]` checks every parameter against this trait, so a tool that takes
+/// `State<Database>` does not compile. The `Database` is not even in the state map under
+/// its own type: a `State<Database>` smuggled past the check finds nothing.
+#[diagnostic::on_unimplemented(
+    message = "a tool cannot take the framework's storage as shared state",
+    label = "this reaches the database past the tool's access level",
+    note = "take a data handle at the tool's level instead (`Db<Read>`, `Db<Write>`, `Db<Delete>`); `Database::handle` and `Database::with_writer` are for set-up code outside tools"
+)]
+pub trait ToolState {
+    /// Named by the code `#[mcp_tool]` generates, so that the check is a path, not a call.
+    #[doc(hidden)]
+    const CHECK: () = ();
+}
+
+#[diagnostic::do_not_recommend]
+impl ToolState for SharedState {}
+
 /// Handles and transactions that may run create/`Update*` queries: those of tools that are
 /// not `read_only`.
 ///
