@@ -9,7 +9,7 @@
 //! rustc then reports the trait's `#[diagnostic::on_unimplemented]` text with the caret
 //! on the user's type, and no "required by a bound in `__private::…`" note.
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ItemFn;
 use syn::spanned::Spanned as _;
@@ -93,6 +93,13 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
 pub(crate) fn private() -> TokenStream {
     let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"));
     quote!(::aac_tools::#module)
+}
+
+/// [`private`] with every token at `span`, for generated code that must read as the
+/// user's (a caret, a note pointing at the user's token).
+pub(crate) fn private_at(span: Span) -> TokenStream {
+    let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"), span = span);
+    quote_spanned!(span=> ::aac_tools::#module)
 }
 
 /// One `const __AAC_Pn: Param<Ty>` per parameter, each spanned on its type.

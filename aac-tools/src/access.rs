@@ -12,11 +12,16 @@
 //! `db: Db<Read>`. Asking for a handle above the tool's level does not compile
 //! ([`ReadToolMayHold`], [`WriteToolMayHold`]).
 //!
+//! Nor can it take the framework's storage (`sqlite::Database`…) as
+//! [`State`](crate::State) ([`ToolState`]).
+//!
 //! Queries are gated on the level of the handle (or transaction) they run on, through
-//! [`MayUpdate`] and [`MayDelete`]. A query trait of your own follows the same pattern:
-//! each method that changes data carries `where Self: MayUpdate` (or `MayDelete`), and a
-//! call from a tool whose level does not allow it is a compile error in our words,
-//! wherever it happens: in the handler, in a helper function or in a closure.
+//! [`MayUpdate`] and [`MayDelete`]. Put [`#[queries]`](crate::queries) on a query trait of
+//! your own and its name gates every method: `Update…` on `MayUpdate`, `Delete…` on
+//! `MayDelete`, anything else reads. Without the attribute, each method that changes data
+//! carries `where Self: MayUpdate` (or `MayDelete`) by hand, as below. Either way, a call
+//! from a tool whose level does not allow it is a compile error in our words, wherever it
+//! happens: in the handler, in a helper function or in a closure.
 //!
 //! ```
 //! use aac_tools::access::{MayDelete, MayUpdate};
