@@ -11,8 +11,8 @@ pub use serde;
 pub use serde_json;
 
 pub use crate::access::{
-    Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold, SharedState,
-    ToolState, Write, WriteToolMayHold,
+    Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold, SharedState, ToolState,
+    Write, WriteToolMayHold,
 };
 pub use crate::error::ToolError;
 pub use crate::tool::{

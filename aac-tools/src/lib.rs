@@ -168,7 +168,7 @@ pub use aac_tools_macros::mcp_tool;
 /// the callers are gated by the trait's. A read-only tool that calls `delete_note` does
 /// not compile: "non-destructive tool cannot use delete queries". Should a query reach
 /// past its level anyway (a trait without the attribute, raw SQL in a read trait), the
-/// database refuses it at run time: see [`sqlite`](crate::sqlite) and
+/// database refuses it at run time: see [`sqlite`] and
 /// `docs/access-levels.md`.
 pub use aac_tools_macros::queries;
 

@@ -195,8 +195,14 @@ async fn a_write_transaction_refuses_deletes_drops_and_schema_changes() {
         ("DROP TABLE IF EXISTS notes", "DROP TABLE notes"),
         ("CREATE TABLE extra (x)", "CREATE TABLE extra"),
         ("CREATE TEMP TABLE scratch (x)", "CREATE TABLE scratch"),
-        ("CREATE INDEX notes_text ON notes (text)", "CREATE INDEX notes_text"),
-        ("ALTER TABLE notes ADD COLUMN extra TEXT", "ALTER TABLE notes"),
+        (
+            "CREATE INDEX notes_text ON notes (text)",
+            "CREATE INDEX notes_text",
+        ),
+        (
+            "ALTER TABLE notes ADD COLUMN extra TEXT",
+            "ALTER TABLE notes",
+        ),
         ("ALTER TABLE notes RENAME TO old_notes", "ALTER TABLE notes"),
         (
             "CREATE TRIGGER wipe AFTER INSERT ON notes BEGIN DELETE FROM notes; END",
@@ -205,10 +211,7 @@ async fn a_write_transaction_refuses_deletes_drops_and_schema_changes() {
         ("CREATE VIEW v AS SELECT * FROM notes", "CREATE VIEW v"),
         ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = ON"),
         ("PRAGMA foreign_keys = OFF", "PRAGMA foreign_keys = OFF"),
-        (
-            &format!("ATTACH '{}' AS other", other.display()),
-            "ATTACH",
-        ),
+        (&format!("ATTACH '{}' AS other", other.display()), "ATTACH"),
         // A write that comes first is rolled back with the rest.
         (
             "INSERT INTO notes (text) VALUES ('x'); DELETE FROM notes WHERE text = 'x'",
@@ -292,9 +295,13 @@ async fn a_delete_transaction_refuses_nothing() {
     run(&server, "delete_sql", "DELETE FROM notes WHERE id = 2")
         .await
         .unwrap();
-    run(&server, "delete_sql", "CREATE TABLE extra (x); DROP TABLE extra")
-        .await
-        .unwrap();
+    run(
+        &server,
+        "delete_sql",
+        "CREATE TABLE extra (x); DROP TABLE extra",
+    )
+    .await
+    .unwrap();
     assert_eq!(notes(&f.db), 1);
 }
 
@@ -338,12 +345,20 @@ async fn a_delete_left_in_the_statement_cache_is_refused_at_the_write_level() {
 async fn set_up_code_keeps_every_right_after_a_write_transaction() {
     let f = fixture();
     let server = server(&f, &["write_sql"]);
-    assert!(run(&server, "write_sql", "DELETE FROM notes").await.is_err());
+    assert!(
+        run(&server, "write_sql", "DELETE FROM notes")
+            .await
+            .is_err()
+    );
     f.db.with_writer(|c| c.execute_batch("DELETE FROM notes WHERE id = 2; DROP TABLE tags"))
         .unwrap();
     assert_eq!(notes(&f.db), 1);
     // And the rules come back for the next tool.
-    assert!(run(&server, "write_sql", "DELETE FROM notes").await.is_err());
+    assert!(
+        run(&server, "write_sql", "DELETE FROM notes")
+            .await
+            .is_err()
+    );
     assert_eq!(notes(&f.db), 1);
 }
 

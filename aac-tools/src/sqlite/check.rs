@@ -21,7 +21,8 @@ pub fn content_hash(db: &Database, exclude: &[&str]) -> Result<String, DbError> 
         let tables = tables(conn, exclude)?;
         let mut total = Sha256::new();
         for table in tables {
-            let mut stmt = conn.prepare(&format!("SELECT * FROM \"{}\"", table.replace('"', "\"\"")))?;
+            let mut stmt =
+                conn.prepare(&format!("SELECT * FROM \"{}\"", table.replace('"', "\"\"")))?;
             let columns = stmt.column_count();
             let mut row_hashes: Vec<[u8; 32]> = Vec::new();
             let mut rows = stmt.query([])?;
@@ -39,7 +40,11 @@ pub fn content_hash(db: &Database, exclude: &[&str]) -> Result<String, DbError> 
                 total.update(h);
             }
         }
-        Ok(total.finalize().iter().map(|b| format!("{b:02x}")).collect())
+        Ok(total
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
     })
 }
 

@@ -418,9 +418,7 @@ impl<L: Level> ToolParam for Db<L> {
     const NEEDS: crate::access::AccessLevel = L::LEVEL;
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         let db = call.state().framework::<Database>().ok_or_else(|| {
-            ToolError::internal(
-                "no database: register the `Database` with `ServerBuilder::state`",
-            )
+            ToolError::internal("no database: register the `Database` with `ServerBuilder::state`")
         })?;
         Ok(Db {
             db: Database::clone(&db),
