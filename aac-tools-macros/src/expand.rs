@@ -179,6 +179,12 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
         quote! { let #name = (#konst.extract)(&mut __aac_call)?; }
     });
 
+    let level = match tool.level {
+        Level::Read => quote!(#private::AccessLevel::Read),
+        Level::Write => quote!(#private::AccessLevel::Write),
+        Level::Delete => quote!(#private::AccessLevel::Delete),
+    };
+
     // A data handle above the tool's level does not compile; the error names the rule.
     let may_hold = match tool.level {
         Level::Read => Some(quote!(ReadToolMayHold)),
@@ -284,7 +290,13 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
 
             fn __aac_handler(mut __aac_call: #private::Call) -> #private::HandlerFuture {
                 ::std::boxed::Box::pin(async move {
-                    #(#extracts)*
+                    // Parameters are extracted knowing the tool's level, so that an
+                    // extractor of the user's own cannot build a handle above it.
+                    let (#(#param_names,)*) = {
+                        let __aac_scope = #private::ExtractScope::enter(#level);
+                        #(#extracts)*
+                        (#(#param_names,)*)
+                    };
                     #into_result
                 })
             }

@@ -11,8 +11,8 @@ pub use serde;
 pub use serde_json;
 
 pub use crate::access::{
-    Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold, SharedState, ToolState,
-    Write, WriteToolMayHold,
+    AccessLevel, Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold,
+    SharedState, ToolState, Write, WriteToolMayHold,
 };
 pub use crate::error::ToolError;
 pub use crate::tool::{
@@ -82,6 +82,41 @@ impl StorageKind for Storage<false> {
 }
 impl StorageKind for Storage<true> {
     type Kind = FrameworkStorage;
+}
+
+std::thread_local! {
+    /// The level of the tool whose parameters are being extracted on this thread.
+    static EXTRACTING_FOR: std::cell::Cell<Option<AccessLevel>> = const { std::cell::Cell::new(None) };
+}
+
+/// While alive, the parameters being extracted on this thread are those of a tool at this
+/// level. Extraction is synchronous (every `from_call` runs before the handler's first
+/// `.await`), so a thread-local is exact. A data handle extracted above it, as a custom
+/// extractor calling `Db::<Delete>::from_call` from a read-only tool would, is refused.
+#[allow(missing_debug_implementations)]
+pub struct ExtractScope {
+    previous: Option<AccessLevel>,
+}
+
+impl ExtractScope {
+    /// Enter the extraction of a tool's parameters at `level`.
+    pub fn enter(level: AccessLevel) -> ExtractScope {
+        ExtractScope {
+            previous: EXTRACTING_FOR.with(|cell| cell.replace(Some(level))),
+        }
+    }
+}
+
+impl Drop for ExtractScope {
+    fn drop(&mut self) {
+        EXTRACTING_FOR.with(|cell| cell.set(self.previous));
+    }
+}
+
+/// The level of the tool whose parameters are being extracted, if any.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn extracting_for() -> Option<AccessLevel> {
+    EXTRACTING_FOR.with(std::cell::Cell::get)
 }
 
 /// The input schema of a tool: that of its one arguments parameter, if it has one.

@@ -417,6 +417,21 @@ impl<L: Level> Db<L> {
 impl<L: Level> ToolParam for Db<L> {
     const NEEDS: crate::access::AccessLevel = L::LEVEL;
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
+        // The macro checks the handles a tool names; this refuses one built above the
+        // tool's level by an extractor of the user's own.
+        if let Some(tool) = crate::__private0::extracting_for()
+            && L::LEVEL > tool
+        {
+            return Err(ToolError::new(
+                Status::Internal,
+                "level_violation",
+                format!(
+                    "a tool at the `{tool}` access level asked for a `{}` data handle through \
+                     a parameter of its own; a tool's handles are at or below its level",
+                    L::LEVEL
+                ),
+            ));
+        }
         let db = call.state().framework::<Database>().ok_or_else(|| {
             ToolError::internal("no database: register the `Database` with `ServerBuilder::state`")
         })?;
