@@ -9,7 +9,7 @@
 //! rustc then reports the trait's `#[diagnostic::on_unimplemented]` text with the caret
 //! on the user's type, and no "required by a bound in `__private::…`" note.
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ItemFn;
 use syn::spanned::Spanned as _;
@@ -27,6 +27,11 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
+    /// Every error, and the item to keep.
+    pub(crate) fn new(errors: syn::Error, keep: TokenStream) -> Failure {
+        Failure { errors, keep }
+    }
+
     /// The one place where errors become tokens.
     pub(crate) fn into_tokens(self) -> TokenStream {
         let mut tokens = self.errors.into_compile_error();
@@ -85,9 +90,16 @@ pub(crate) fn mcp_tool(args: TokenStream, input: TokenStream) -> Result<TokenStr
 /// `::aac_tools::__private<patch>`: the hidden module is named after the version, as
 /// thiserror's is, so an `aac-tools` and an `aac-tools-macros` of different versions
 /// fail to compile together instead of generating code for the wrong internals.
-fn private() -> TokenStream {
+pub(crate) fn private() -> TokenStream {
     let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"));
     quote!(::aac_tools::#module)
+}
+
+/// [`private`] with every token at `span`, for generated code that must read as the
+/// user's (a caret, a note pointing at the user's token).
+pub(crate) fn private_at(span: Span) -> TokenStream {
+    let module = format_ident!("__private{}", env!("CARGO_PKG_VERSION_PATCH"), span = span);
+    quote_spanned!(span=> ::aac_tools::#module)
 }
 
 /// One `const __AAC_Pn: Param<Ty>` per parameter, each spanned on its type.
@@ -114,6 +126,13 @@ impl ParamConsts {
                         input_schema: <#ty as #private::ToolParam>::input_schema,
                         is_arguments: <#ty as #private::ToolParam>::IS_ARGUMENTS,
                         rank: <#ty as #private::ToolParam>::NEEDS.rank(),
+                    };
+                    // `State<Database>` (or another framework storage handle) would reach
+                    // the database past the tool's level.
+                    const _: () = {
+                        use #private::IsStorage as _;
+                        <<#private::Storage<{ <#ty>::__AAC_STORAGE }> as #private::StorageKind>::Kind
+                            as #private::ToolState>::CHECK
                     };
                 }
             })
@@ -159,6 +178,12 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
     let extracts = param_names.iter().zip(param_consts).map(|(name, konst)| {
         quote! { let #name = (#konst.extract)(&mut __aac_call)?; }
     });
+
+    let level = match tool.level {
+        Level::Read => quote!(#private::AccessLevel::Read),
+        Level::Write => quote!(#private::AccessLevel::Write),
+        Level::Delete => quote!(#private::AccessLevel::Delete),
+    };
 
     // A data handle above the tool's level does not compile; the error names the rule.
     let may_hold = match tool.level {
@@ -265,7 +290,13 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
 
             fn __aac_handler(mut __aac_call: #private::Call) -> #private::HandlerFuture {
                 ::std::boxed::Box::pin(async move {
-                    #(#extracts)*
+                    // Parameters are extracted knowing the tool's level, so that an
+                    // extractor of the user's own cannot build a handle above it.
+                    let (#(#param_names,)*) = {
+                        let __aac_scope = #private::ExtractScope::enter(#level);
+                        #(#extracts)*
+                        (#(#param_names,)*)
+                    };
                     #into_result
                 })
             }

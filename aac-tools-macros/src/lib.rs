@@ -1,4 +1,4 @@
-//! The `#[mcp_tool]` attribute of [aac-tools](https://docs.rs/aac-tools).
+//! The `#[mcp_tool]` and `#[queries]` attributes of [aac-tools](https://docs.rs/aac-tools).
 //!
 //! This crate is an implementation detail: depend on `aac-tools` and write
 //! `use aac_tools::mcp_tool;`. Its version is pinned exactly by `aac-tools`, and the
@@ -10,6 +10,7 @@ mod ast;
 mod attr;
 mod errors;
 mod expand;
+mod queries;
 mod valid;
 
 use proc_macro::TokenStream;
@@ -20,6 +21,18 @@ use proc_macro::TokenStream;
 pub fn mcp_tool(args: TokenStream, input: TokenStream) -> TokenStream {
     let output =
         expand::mcp_tool(args.into(), input.into()).unwrap_or_else(expand::Failure::into_tokens);
+    if std::env::var_os("AAC_TOOLS_MACROS_DEBUG").is_some() {
+        eprintln!("{output}");
+    }
+    output.into()
+}
+
+/// *Defined in `aac-tools-macros`, an implementation detail: the reference of
+/// `#[queries]` is at `aac_tools::queries`, where `aac-tools` re-exports it.*
+#[proc_macro_attribute]
+pub fn queries(args: TokenStream, input: TokenStream) -> TokenStream {
+    let output =
+        queries::queries(args.into(), input.into()).unwrap_or_else(expand::Failure::into_tokens);
     if std::env::var_os("AAC_TOOLS_MACROS_DEBUG").is_some() {
         eprintln!("{output}");
     }

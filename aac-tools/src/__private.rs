@@ -10,7 +10,10 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 
-pub use crate::access::{Delete, Read, ReadToolMayHold, Write, WriteToolMayHold};
+pub use crate::access::{
+    AccessLevel, Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold,
+    SharedState, ToolState, Write, WriteToolMayHold,
+};
 pub use crate::error::ToolError;
 pub use crate::tool::{
     Call, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, ToolDef, ToolParam,
@@ -51,6 +54,69 @@ impl RankLevel for Rank<1> {
 }
 impl RankLevel for Rank<2> {
     type Level = Delete;
+}
+
+/// `<Ty>::__AAC_STORAGE` is `false` for every type through this trait, and `true` for
+/// `State<Database>` and the other framework storage handles through an inherent
+/// constant, which path resolution prefers. The generated code reads it for every
+/// parameter (with this trait in scope) and turns it into a type through [`Storage`].
+pub trait IsStorage {
+    /// Whether the type is `State<…>` of a framework storage handle.
+    const __AAC_STORAGE: bool = false;
+}
+
+impl<T: ?Sized> IsStorage for T {}
+
+/// `Storage<true>` for a framework storage handle taken as state, `Storage<false>` otherwise.
+#[allow(missing_debug_implementations)]
+pub struct Storage<const FRAMEWORK: bool>;
+
+/// The public type a [`Storage`] stands for, which the error then names.
+pub trait StorageKind {
+    /// [`SharedState`] or [`FrameworkStorage`].
+    type Kind;
+}
+
+impl StorageKind for Storage<false> {
+    type Kind = SharedState;
+}
+impl StorageKind for Storage<true> {
+    type Kind = FrameworkStorage;
+}
+
+std::thread_local! {
+    /// The level of the tool whose parameters are being extracted on this thread.
+    static EXTRACTING_FOR: std::cell::Cell<Option<AccessLevel>> = const { std::cell::Cell::new(None) };
+}
+
+/// While alive, the parameters being extracted on this thread are those of a tool at this
+/// level. Extraction is synchronous (every `from_call` runs before the handler's first
+/// `.await`), so a thread-local is exact. A data handle extracted above it, as a custom
+/// extractor calling `Db::<Delete>::from_call` from a read-only tool would, is refused.
+#[allow(missing_debug_implementations)]
+pub struct ExtractScope {
+    previous: Option<AccessLevel>,
+}
+
+impl ExtractScope {
+    /// Enter the extraction of a tool's parameters at `level`.
+    pub fn enter(level: AccessLevel) -> ExtractScope {
+        ExtractScope {
+            previous: EXTRACTING_FOR.with(|cell| cell.replace(Some(level))),
+        }
+    }
+}
+
+impl Drop for ExtractScope {
+    fn drop(&mut self) {
+        EXTRACTING_FOR.with(|cell| cell.set(self.previous));
+    }
+}
+
+/// The level of the tool whose parameters are being extracted, if any.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn extracting_for() -> Option<AccessLevel> {
+    EXTRACTING_FOR.with(std::cell::Cell::get)
 }
 
 /// The input schema of a tool: that of its one arguments parameter, if it has one.

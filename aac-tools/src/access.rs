@@ -12,11 +12,16 @@
 //! `db: Db<Read>`. Asking for a handle above the tool's level does not compile
 //! ([`ReadToolMayHold`], [`WriteToolMayHold`]).
 //!
+//! Nor can it take the framework's storage (`sqlite::Database`…) as
+//! [`State`](crate::State) ([`ToolState`]).
+//!
 //! Queries are gated on the level of the handle (or transaction) they run on, through
-//! [`MayUpdate`] and [`MayDelete`]. A query trait of your own follows the same pattern:
-//! each method that changes data carries `where Self: MayUpdate` (or `MayDelete`), and a
-//! call from a tool whose level does not allow it is a compile error in our words,
-//! wherever it happens: in the handler, in a helper function or in a closure.
+//! [`MayUpdate`] and [`MayDelete`]. Put [`#[queries]`](crate::queries) on a query trait of
+//! your own and its name gates every method: `Update…` on `MayUpdate`, `Delete…` on
+//! `MayDelete`, anything else reads. Without the attribute, each method that changes data
+//! carries `where Self: MayUpdate` (or `MayDelete`) by hand, as below. Either way, a call
+//! from a tool whose level does not allow it is a compile error in our words, wherever it
+//! happens: in the handler, in a helper function or in a closure.
 //!
 //! ```
 //! use aac_tools::access::{MayDelete, MayUpdate};
@@ -172,6 +177,37 @@ impl ReadToolMayHold for Read {}
 impl WriteToolMayHold for Read {}
 #[diagnostic::do_not_recommend]
 impl WriteToolMayHold for Write {}
+
+/// The framework's own storage handles (`sqlite::Database`, `sqlite::TokenStore`,
+/// `sqlite::Db<L>`), as the compile error names them when a tool asks for one as
+/// [`State`](crate::State). Never built.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameworkStorage {}
+
+/// Shared state a tool may take: anything but the framework's storage handles. Never built.
+#[derive(Debug, Clone, Copy)]
+pub enum SharedState {}
+
+/// What a tool may take as [`State<T>`](crate::State): anything registered with
+/// `ServerBuilder::state`, except the framework's storage handles, which would reach the
+/// database past the tool's level (`Database::with_writer`, `Database::handle::<Delete>()`).
+///
+/// `#[mcp_tool]` checks every parameter against this trait, so a tool that takes
+/// `State<Database>` does not compile. The `Database` is not even in the state map under
+/// its own type: a `State<Database>` smuggled past the check finds nothing.
+#[diagnostic::on_unimplemented(
+    message = "a tool cannot take the framework's storage as shared state",
+    label = "this reaches the database past the tool's access level",
+    note = "take a data handle at the tool's level instead (`Db<Read>`, `Db<Write>`, `Db<Delete>`); `Database::handle` and `Database::with_writer` are for set-up code outside tools"
+)]
+pub trait ToolState {
+    /// Named by the code `#[mcp_tool]` generates, so that the check is a path, not a call.
+    #[doc(hidden)]
+    const CHECK: () = ();
+}
+
+#[diagnostic::do_not_recommend]
+impl ToolState for SharedState {}
 
 /// Handles and transactions that may run create/`Update*` queries: those of tools that are
 /// not `read_only`.

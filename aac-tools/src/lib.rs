@@ -129,7 +129,8 @@ struct ReadmeDoctests;
 /// - at most one arguments type deriving `serde::Deserialize` and `schemars::JsonSchema`
 ///   (none for a tool without arguments);
 /// - a data handle such as [`sqlite::Db<L>`](crate::sqlite::Db) at or below the tool's level;
-/// - [`Ctx`], the call's context; [`State<T>`], shared state.
+/// - [`Ctx`], the call's context; [`State<T>`], shared state (never the framework's own
+///   storage: `State<Database>` does not compile, see [`access::ToolState`]).
 ///
 /// # Return
 ///
@@ -141,6 +142,38 @@ struct ReadmeDoctests;
 /// Every mistake is a compile error in our words with the caret on your token, all of an
 /// item's errors in one pass; `ui-tests/tests/fail` holds one case per mistake.
 pub use aac_tools_macros::mcp_tool;
+
+/// Makes a query trait's name its contract: every method of a trait named `Update…`
+/// requires [`access::MayUpdate`], every method of a trait named `Delete…` requires
+/// [`access::MayDelete`], whether or not the bound is written, so forgetting it is
+/// impossible. Any other name is a read trait, callable at every level; a `MayUpdate` or
+/// `MayDelete` bound written on one of its methods contradicts the name and is an error.
+///
+/// ```
+/// use aac_tools::access::Level;
+/// use aac_tools::sqlite::Tx;
+/// use aac_tools::{queries, ToolError};
+///
+/// /// Queries that delete notes: only `destructive` tools reach them.
+/// #[queries]
+/// pub trait DeleteNotes {
+///     fn delete_note(&self, id: i64) -> Result<bool, ToolError>;
+/// }
+///
+/// impl<L: Level> DeleteNotes for Tx<'_, L> {
+///     fn delete_note(&self, id: i64) -> Result<bool, ToolError> {
+///         Ok(self.conn().execute("DELETE FROM notes WHERE id = ?1", [id])? > 0)
+///     }
+/// }
+/// ```
+///
+/// The implementation needs no bound either (an impl may require less than its trait);
+/// the callers are gated by the trait's. A read-only tool that calls `delete_note` does
+/// not compile: "non-destructive tool cannot use delete queries". Should a query reach
+/// past its level anyway (a trait without the attribute, raw SQL in a read trait), the
+/// database refuses it at run time: see [`sqlite`] and
+/// `docs/access-levels.md`.
+pub use aac_tools_macros::queries;
 
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
 pub use crate::error::{CONFIRM_REQUIRED, Status, ToolError};

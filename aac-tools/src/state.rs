@@ -14,12 +14,53 @@ pub struct StateMap {
     values: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
+/// The key under which the framework's own storage handles are kept: a private type, so
+/// that no `State<T>` (nor [`StateMap::get`]) finds them.
+struct Framework<T>(std::marker::PhantomData<T>);
+
+/// Whether `T` is one of the framework's storage handles, which tools reach only at their
+/// level (as a data handle parameter), never as shared state.
+fn is_framework_storage<T: 'static>() -> bool {
+    #[cfg(feature = "sqlite")]
+    {
+        use crate::access::{Delete, Read, Write};
+        use crate::sqlite::{Database, Db, TokenStore};
+        let id = TypeId::of::<T>();
+        [
+            TypeId::of::<Database>(),
+            TypeId::of::<TokenStore>(),
+            TypeId::of::<Db<Read>>(),
+            TypeId::of::<Db<Write>>(),
+            TypeId::of::<Db<Delete>>(),
+        ]
+        .contains(&id)
+    }
+    #[cfg(not(feature = "sqlite"))]
+    false
+}
+
 impl StateMap {
+    /// Keep `value` for `State<T>`; a framework storage handle (the `Database`…) is kept
+    /// under a private key instead, for the data handles only.
     pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
-        Arc::make_mut(&mut self.values).insert(TypeId::of::<T>(), value);
+        let key = if is_framework_storage::<T>() {
+            TypeId::of::<Framework<T>>()
+        } else {
+            TypeId::of::<T>()
+        };
+        Arc::make_mut(&mut self.values).insert(key, value);
     }
 
-    /// The value of type `T`, if one was registered.
+    /// The framework storage handle of type `T`, if one was registered.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn framework<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.values
+            .get(&TypeId::of::<Framework<T>>())
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+    }
+
+    /// The value of type `T`, if one was registered (never one of the framework's storage
+    /// handles, such as the `Database`: tools reach those at their level only).
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
         self.values
             .get(&TypeId::of::<T>())

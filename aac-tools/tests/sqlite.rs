@@ -128,8 +128,9 @@ async fn commit_on_ok_rollback_on_err() {
         .run(|tx| {
             tx.conn()
                 .execute("INSERT INTO notes (text) VALUES ('dropped')", [])?;
+            // (An update: the `Write` level refuses deletes, see levels_at_run_time.rs.)
             tx.conn()
-                .execute("DELETE FROM notes WHERE text = 'first'", [])?;
+                .execute("UPDATE notes SET text = 'changed' WHERE text = 'first'", [])?;
             Err::<(), _>(ToolError::conflict("changed my mind"))
         })
         .await;

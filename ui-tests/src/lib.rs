@@ -57,3 +57,49 @@ impl<L: Level> DeleteNotes for Tx<'_, L> {
         Ok(self.conn().execute("DELETE FROM notes", [])?)
     }
 }
+
+// The same queries on tasks, under `#[queries]`: the trait's name is the contract, so no
+// method writes its bound (and none can forget it).
+
+/// Queries that read tasks.
+#[aac_tools::queries]
+pub trait ReadTasks {
+    /// How many tasks there are.
+    fn count_tasks(&self) -> Result<i64, ToolError>;
+}
+
+impl<L: Level> ReadTasks for Tx<'_, L> {
+    fn count_tasks(&self) -> Result<i64, ToolError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))?)
+    }
+}
+
+/// Queries that create or change tasks.
+#[aac_tools::queries]
+pub trait UpdateTasks {
+    /// Add a task.
+    fn add_task(&self, title: &str) -> Result<(), ToolError>;
+}
+
+impl<L: Level> UpdateTasks for Tx<'_, L> {
+    fn add_task(&self, title: &str) -> Result<(), ToolError> {
+        self.conn()
+            .execute("INSERT INTO tasks (title) VALUES (?1)", [title])?;
+        Ok(())
+    }
+}
+
+/// Queries that delete tasks: the author wrote no bound, the name gives it.
+#[aac_tools::queries]
+pub trait DeleteTasks {
+    /// Delete every task; returns how many there were.
+    fn delete_tasks(&self) -> Result<usize, ToolError>;
+}
+
+impl<L: Level> DeleteTasks for Tx<'_, L> {
+    fn delete_tasks(&self) -> Result<usize, ToolError> {
+        Ok(self.conn().execute("DELETE FROM tasks", [])?)
+    }
+}

@@ -12,7 +12,9 @@
 //!   smuggled past the types (raw SQL through [`Tx::conn`]) fails at run time with
 //!   500 `read_only_violation`;
 //! - at [`Write`] and [`Delete`] it is an `IMMEDIATE` transaction on the writer,
-//!   committed when the closure returns `Ok` and rolled back on `Err`.
+//!   committed when the closure returns `Ok` and rolled back on `Err`; at [`Write`]
+//!   an SQLite authorizer refuses `DELETE`, `DROP` and schema changes, so that raw SQL
+//!   through [`Tx::conn`] fails at run time with 500 `level_violation`.
 //!
 //! ```
 //! use aac_tools::sqlite::{Db, ReadDb};
@@ -36,6 +38,7 @@
 //! ```
 
 mod check;
+mod guard;
 mod tokens;
 
 use std::fmt;
@@ -49,8 +52,11 @@ use rusqlite::{Connection, OpenFlags};
 use crate::access::{Delete, Level, MayDelete, MayUpdate, Read, Write};
 use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
+use guard::{Rules, Writer};
 
-pub use check::{ReadOnlyCheck, ReadOnlyViolation, content_hash};
+pub use check::{
+    NonDestructiveCheck, NonDestructiveViolation, ReadOnlyCheck, ReadOnlyViolation, content_hash,
+};
 /// The `rusqlite` this module is built on, so that query code names the same version.
 pub use rusqlite;
 pub use tokens::{NewToken, TokenInfo, TokenStore};
@@ -106,8 +112,9 @@ impl From<rusqlite::Error> for DbError {
 }
 
 /// SQLite errors inside a tool become [`ToolError`]s: a write on a read-only
-/// connection is 500 `read_only_violation`, a busy database 503 `database_busy`, a
-/// constraint violation 409 `conflict`, anything else 500 `internal_error`.
+/// connection is 500 `read_only_violation`, an action the level's authorizer refused
+/// 500 `level_violation`, a busy database 503 `database_busy`, a constraint violation
+/// 409 `conflict`, anything else 500 `internal_error`.
 impl From<rusqlite::Error> for ToolError {
     fn from(err: rusqlite::Error) -> ToolError {
         use rusqlite::ErrorCode;
@@ -116,6 +123,13 @@ impl From<rusqlite::Error> for ToolError {
                 Status::Internal,
                 "read_only_violation",
                 format!("a read-only tool tried to write to the database, which refused: {err}"),
+            ),
+            Some(ErrorCode::AuthorizationForStatementDenied) => ToolError::new(
+                Status::Internal,
+                "level_violation",
+                format!(
+                    "a tool tried an action above its access level, and the database refused it: {err}"
+                ),
             ),
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => ToolError::new(
                 Status::Unavailable,
@@ -138,7 +152,7 @@ pub struct Database {
 
 struct Inner {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
 }
 
@@ -181,7 +195,7 @@ impl Database {
         Ok(Database {
             inner: Arc::new(Inner {
                 path,
-                writer: Mutex::new(writer),
+                writer: Mutex::new(Writer::new(writer)),
                 readers: Mutex::new(Vec::new()),
             }),
         })
@@ -193,13 +207,16 @@ impl Database {
     }
 
     /// Run `f` on the writer connection, synchronously (set-up, migrations, seeding,
-    /// command-line tools). Not for use on the async runtime.
+    /// command-line tools), with no level's rules on it. Not for use on the async
+    /// runtime, and not reachable from a tool: a tool cannot take the `Database` (or
+    /// any handle of it) as [`State`](crate::State).
     pub fn with_writer<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, DbError> {
-        let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(f(&mut conn)?)
+        let mut writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        writer.open_for_setup()?;
+        Ok(f(&mut writer.conn)?)
     }
 
     /// Run `f` on a read-only connection, synchronously. Not for use on the async runtime.
@@ -213,7 +230,8 @@ impl Database {
         Ok(result?)
     }
 
-    /// A handle at level `L`, for code outside tools (tests, command-line tools).
+    /// A handle at level `L`, for code outside tools (tests, command-line tools). A tool
+    /// gets its handle as a parameter instead, at its own level.
     pub fn handle<L: Level>(&self) -> Db<L> {
         Db {
             db: self.clone(),
@@ -266,9 +284,25 @@ impl Database {
                 db.put_reader(conn);
                 result
             }
-            _ => {
-                let conn = db.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-                run_in_transaction::<L, T, F>(&conn, "BEGIN IMMEDIATE", f)
+            level => {
+                let mut writer = db.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+                writer.ensure(if level == crate::access::AccessLevel::Write {
+                    Rules::NoDelete
+                } else {
+                    Rules::Open
+                })?;
+                // Nothing refused before this transaction counts against it.
+                writer.take_refused();
+                let writer = &*writer;
+                run_in_transaction::<L, T, _>(&writer.conn, "BEGIN IMMEDIATE", |tx: &Tx<'_, L>| {
+                    let result = f(tx);
+                    // A refusal fails the transaction even when the tool swallowed the
+                    // error: the call is recorded as the violation it is.
+                    match writer.take_refused() {
+                        Some(what) => Err(level_violation(level, &what)),
+                        None => result,
+                    }
+                })
             }
         });
         match task.await {
@@ -277,6 +311,18 @@ impl Database {
             Err(_) => Err(ToolError::internal("the database task was cancelled")),
         }
     }
+}
+
+/// The error of an action the level's authorizer refused, naming the action.
+fn level_violation(level: crate::access::AccessLevel, what: &str) -> ToolError {
+    ToolError::new(
+        Status::Internal,
+        "level_violation",
+        format!(
+            "a tool at the `{level}` access level tried `{what}`, and the database refused it; \
+             only `destructive` tools may delete rows or change the schema"
+        ),
+    )
 }
 
 fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
@@ -371,12 +417,48 @@ impl<L: Level> Db<L> {
 impl<L: Level> ToolParam for Db<L> {
     const NEEDS: crate::access::AccessLevel = L::LEVEL;
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
-        let db = call.state().require::<Database>()?;
+        // The macro checks the handles a tool names; this refuses one built above the
+        // tool's level by an extractor of the user's own.
+        if let Some(tool) = crate::__private0::extracting_for()
+            && L::LEVEL > tool
+        {
+            return Err(ToolError::new(
+                Status::Internal,
+                "level_violation",
+                format!(
+                    "a tool at the `{tool}` access level asked for a `{}` data handle through \
+                     a parameter of its own; a tool's handles are at or below its level",
+                    L::LEVEL
+                ),
+            ));
+        }
+        let db = call.state().framework::<Database>().ok_or_else(|| {
+            ToolError::internal("no database: register the `Database` with `ServerBuilder::state`")
+        })?;
         Ok(Db {
             db: Database::clone(&db),
             level: PhantomData,
         })
     }
+}
+
+// A tool cannot take the framework's storage as `State<T>`: through these constants
+// (preferred over `__private0::IsStorage`'s), `#[mcp_tool]` sees `State<Database>` and
+// the others and refuses them in the words of `access::ToolState`.
+impl crate::State<Database> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub const __AAC_STORAGE: bool = true;
+}
+impl crate::State<TokenStore> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub const __AAC_STORAGE: bool = true;
+}
+impl<L> crate::State<Db<L>> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub const __AAC_STORAGE: bool = true;
 }
 
 /// A transaction at access level `L`. Query traits are implemented on it; see
@@ -394,7 +476,9 @@ impl<L: Level> fmt::Debug for Tx<'_, L> {
 
 impl<L: Level> Tx<'_, L> {
     /// The raw connection, for query implementations. At [`Read`] it is a read-only
-    /// connection: writes through it fail with 500 `read_only_violation`.
+    /// connection: writes through it fail with 500 `read_only_violation`. At [`Write`]
+    /// the database refuses `DELETE`, `DROP`, schema changes, `ATTACH` and pragmas that
+    /// change a setting, with 500 `level_violation`; at [`Delete`] it refuses nothing.
     pub fn conn(&self) -> &Connection {
         self.conn
     }

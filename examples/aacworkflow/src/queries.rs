@@ -1,14 +1,18 @@
 //! The application's queries, as traits on [`Tx`] split by what they do.
 //!
-//! This is the least-privilege pattern of [`aac_tools::access`] at work:
+//! This is the least-privilege pattern of [`aac_tools::access`] at work, every trait
+//! under `#[queries]`, whose name is its contract:
 //!
 //! - `Read*` traits ([`ReadIssues`], [`ReadComments`], [`ReadMembers`], [`ReadUsage`])
 //!   work on a transaction of any level;
-//! - `Update*` traits ([`UpdateIssues`], [`UpdateComments`], [`UpdateAutopilot`],
-//!   [`UpdateDirectory`]) carry `where Self: MayUpdate` on every method, so only tools
-//!   that are not `read_only` reach them;
-//! - [`DeleteIssues`] carries `where Self: MayDelete`, so only the `destructive`
+//! - every method of the `Update*` traits ([`UpdateIssues`], [`UpdateComments`],
+//!   [`UpdateAutopilot`], [`UpdateDirectory`]) requires `MayUpdate`, so only tools that
+//!   are not `read_only` reach them;
+//! - every method of [`DeleteIssues`] requires `MayDelete`, so only the `destructive`
 //!   `delete_issue` reaches it.
+//!
+//! No method writes its bound: `#[queries]` adds it from the trait's name, so none can
+//! be forgotten.
 //!
 //! A read-only tool that tries to write does not compile, and says why:
 //!
@@ -27,12 +31,13 @@
 //! # fn main() {}
 //! ```
 //!
-//! And should a write be smuggled through raw SQL, the read-only transaction refuses it at
-//! run time.
+//! And should a write be smuggled through raw SQL, the database refuses it at run time:
+//! the read-only transaction every write, the write transaction of a tool that is not
+//! `destructive` every `DELETE`, `DROP` and schema change.
 
-use aac_tools::ToolError;
-use aac_tools::access::{Level, MayDelete, MayUpdate};
+use aac_tools::access::Level;
 use aac_tools::sqlite::Tx;
+use aac_tools::{ToolError, queries};
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::model::{
@@ -124,6 +129,7 @@ fn issue_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Issue)> {
 }
 
 /// Queries that read issues.
+#[queries]
 pub trait ReadIssues {
     /// The issue `issue` (UUID or key) in `workspace`, else [`issue_not_found`].
     fn find_issue(&self, workspace: &str, issue: &str) -> Result<Issue, ToolError>;
@@ -194,6 +200,7 @@ impl<L: Level> ReadIssues for Tx<'_, L> {
 }
 
 /// Queries that read comments.
+#[queries]
 pub trait ReadComments {
     /// The comments of the issue with this UUID, oldest first.
     fn comments(&self, issue_id: &str) -> Result<Vec<Comment>, ToolError>;
@@ -220,6 +227,7 @@ impl<L: Level> ReadComments for Tx<'_, L> {
 }
 
 /// Queries that read who belongs to a workspace.
+#[queries]
 pub trait ReadMembers {
     /// Whether the workspace exists.
     fn workspace_exists(&self, workspace: &str) -> Result<bool, ToolError>;
@@ -256,6 +264,7 @@ impl<L: Level> ReadMembers for Tx<'_, L> {
 
 /// Queries that read the audit trail (the `aac_audit` table the SQLite audit sink writes
 /// into the same file).
+#[queries]
 pub trait ReadUsage {
     /// Tool calls per day and tool in `workspace` since the start of `since_day`
     /// (`YYYY-MM-DD`), oldest day first.
@@ -311,6 +320,7 @@ pub struct IssueChanges {
 }
 
 /// Queries that create or change issues.
+#[queries]
 pub trait UpdateIssues {
     /// Create an issue in `workspace` with the workspace's next key.
     fn create_issue(
@@ -319,20 +329,14 @@ pub trait UpdateIssues {
         author: &str,
         title: &str,
         body: &str,
-    ) -> Result<Issue, ToolError>
-    where
-        Self: MayUpdate;
+    ) -> Result<Issue, ToolError>;
 
     /// Apply `changes` to `issue`. Only fields that differ are written, and the issue's
     /// `updated_at` moves only then: the same update twice changes nothing the second time.
-    fn update_issue(&self, issue: &Issue, changes: &IssueChanges) -> Result<bool, ToolError>
-    where
-        Self: MayUpdate;
+    fn update_issue(&self, issue: &Issue, changes: &IssueChanges) -> Result<bool, ToolError>;
 
     /// Assign `issue` to a user or an agent. Returns whether anything changed.
-    fn assign_issue(&self, issue: &Issue, assignee: &Assignee) -> Result<bool, ToolError>
-    where
-        Self: MayUpdate;
+    fn assign_issue(&self, issue: &Issue, assignee: &Assignee) -> Result<bool, ToolError>;
 }
 
 impl<L: Level> UpdateIssues for Tx<'_, L> {
@@ -342,10 +346,7 @@ impl<L: Level> UpdateIssues for Tx<'_, L> {
         author: &str,
         title: &str,
         body: &str,
-    ) -> Result<Issue, ToolError>
-    where
-        Self: MayUpdate,
-    {
+    ) -> Result<Issue, ToolError> {
         let number: i64 = self
             .conn()
             .prepare_cached(
@@ -368,10 +369,7 @@ impl<L: Level> UpdateIssues for Tx<'_, L> {
         self.find_issue(workspace, &id)
     }
 
-    fn update_issue(&self, issue: &Issue, changes: &IssueChanges) -> Result<bool, ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn update_issue(&self, issue: &Issue, changes: &IssueChanges) -> Result<bool, ToolError> {
         let changed = self
             .conn()
             .prepare_cached(
@@ -395,10 +393,7 @@ impl<L: Level> UpdateIssues for Tx<'_, L> {
         Ok(changed > 0)
     }
 
-    fn assign_issue(&self, issue: &Issue, assignee: &Assignee) -> Result<bool, ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn assign_issue(&self, issue: &Issue, assignee: &Assignee) -> Result<bool, ToolError> {
         let kind = match assignee.kind {
             AssigneeKind::User => "user",
             AssigneeKind::Agent => "agent",
@@ -415,18 +410,14 @@ impl<L: Level> UpdateIssues for Tx<'_, L> {
 }
 
 /// Queries that add comments.
+#[queries]
 pub trait UpdateComments {
     /// Add a comment by `author` to the issue with this UUID.
-    fn add_comment(&self, issue_id: &str, author: &str, body: &str) -> Result<Comment, ToolError>
-    where
-        Self: MayUpdate;
+    fn add_comment(&self, issue_id: &str, author: &str, body: &str) -> Result<Comment, ToolError>;
 }
 
 impl<L: Level> UpdateComments for Tx<'_, L> {
-    fn add_comment(&self, issue_id: &str, author: &str, body: &str) -> Result<Comment, ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn add_comment(&self, issue_id: &str, author: &str, body: &str) -> Result<Comment, ToolError> {
         let comment = Comment {
             id: uuid::Uuid::new_v4().hyphenated().to_string(),
             author: author.to_owned(),
@@ -450,18 +441,14 @@ impl<L: Level> UpdateComments for Tx<'_, L> {
 }
 
 /// Queries that start autopilot runs.
+#[queries]
 pub trait UpdateAutopilot {
     /// Queue a new run of `agent` on `issue`, triggered by `user`.
-    fn queue_run(&self, issue: &Issue, agent: &str, user: &str) -> Result<AutopilotRun, ToolError>
-    where
-        Self: MayUpdate;
+    fn queue_run(&self, issue: &Issue, agent: &str, user: &str) -> Result<AutopilotRun, ToolError>;
 }
 
 impl<L: Level> UpdateAutopilot for Tx<'_, L> {
-    fn queue_run(&self, issue: &Issue, agent: &str, user: &str) -> Result<AutopilotRun, ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn queue_run(&self, issue: &Issue, agent: &str, user: &str) -> Result<AutopilotRun, ToolError> {
         let run = AutopilotRun {
             run_id: uuid::Uuid::new_v4().hyphenated().to_string(),
             issue_id: issue.id.clone(),
@@ -489,31 +476,23 @@ impl<L: Level> UpdateAutopilot for Tx<'_, L> {
 }
 
 /// Queries that set up workspaces, users and agents (the command line's `init --demo`).
+#[queries]
 pub trait UpdateDirectory {
     /// Add a workspace whose issue keys start with `key_prefix`, unless it exists.
-    fn ensure_workspace(&self, workspace: &str, key_prefix: &str) -> Result<(), ToolError>
-    where
-        Self: MayUpdate;
+    fn ensure_workspace(&self, workspace: &str, key_prefix: &str) -> Result<(), ToolError>;
     /// Add a user with `role`, unless the user exists.
-    fn ensure_user(&self, workspace: &str, user: &str, role: Role) -> Result<(), ToolError>
-    where
-        Self: MayUpdate;
+    fn ensure_user(&self, workspace: &str, user: &str, role: Role) -> Result<(), ToolError>;
     /// Add an agent, unless it exists.
     fn ensure_agent(
         &self,
         workspace: &str,
         agent: &str,
         description: &str,
-    ) -> Result<(), ToolError>
-    where
-        Self: MayUpdate;
+    ) -> Result<(), ToolError>;
 }
 
 impl<L: Level> UpdateDirectory for Tx<'_, L> {
-    fn ensure_workspace(&self, workspace: &str, key_prefix: &str) -> Result<(), ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn ensure_workspace(&self, workspace: &str, key_prefix: &str) -> Result<(), ToolError> {
         self.conn().execute(
             "INSERT OR IGNORE INTO workspaces (id, key_prefix) VALUES (?1, ?2)",
             [workspace, key_prefix],
@@ -521,10 +500,7 @@ impl<L: Level> UpdateDirectory for Tx<'_, L> {
         Ok(())
     }
 
-    fn ensure_user(&self, workspace: &str, user: &str, role: Role) -> Result<(), ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn ensure_user(&self, workspace: &str, user: &str, role: Role) -> Result<(), ToolError> {
         self.conn().execute(
             "INSERT OR IGNORE INTO users (workspace, name, role) VALUES (?1, ?2, ?3)",
             [workspace, user, role.as_str()],
@@ -532,10 +508,12 @@ impl<L: Level> UpdateDirectory for Tx<'_, L> {
         Ok(())
     }
 
-    fn ensure_agent(&self, workspace: &str, agent: &str, description: &str) -> Result<(), ToolError>
-    where
-        Self: MayUpdate,
-    {
+    fn ensure_agent(
+        &self,
+        workspace: &str,
+        agent: &str,
+        description: &str,
+    ) -> Result<(), ToolError> {
         self.conn().execute(
             "INSERT OR IGNORE INTO agents (workspace, name, description) VALUES (?1, ?2, ?3)",
             [workspace, agent, description],
@@ -554,18 +532,14 @@ pub struct Removed {
 }
 
 /// Queries that delete.
+#[queries]
 pub trait DeleteIssues {
     /// Delete the issue with this UUID, its comments and its runs.
-    fn delete_issue(&self, issue_id: &str) -> Result<Removed, ToolError>
-    where
-        Self: MayDelete;
+    fn delete_issue(&self, issue_id: &str) -> Result<Removed, ToolError>;
 }
 
 impl<L: Level> DeleteIssues for Tx<'_, L> {
-    fn delete_issue(&self, issue_id: &str) -> Result<Removed, ToolError>
-    where
-        Self: MayDelete,
-    {
+    fn delete_issue(&self, issue_id: &str) -> Result<Removed, ToolError> {
         let conn = self.conn();
         let comments = conn.execute("DELETE FROM comments WHERE issue_id = ?1", [issue_id])?;
         let runs = conn.execute("DELETE FROM autopilot_runs WHERE issue_id = ?1", [issue_id])?;

@@ -1,0 +1,163 @@
+//! `#[queries]`: the name of a query trait is its contract.
+//!
+//! - `Update…` traits: every method gets `where Self: MayUpdate`;
+//! - `Delete…` traits: every method gets `where Self: MayDelete`;
+//! - any other name is a read trait: its methods are callable at every level, and a
+//!   `MayUpdate`/`MayDelete` bound written on one of them contradicts the name, so it is
+//!   an error (rename the trait instead).
+//!
+//! The bounds are added whether or not the author wrote them, so forgetting one is
+//! impossible. They carry the span of the trait's name, which the compiler's note then
+//! points at ("required by this bound in `DeleteNotes::purge`").
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
+use syn::{ItemTrait, TraitItem, TypeParamBound, WherePredicate};
+
+use crate::errors::Errors;
+use crate::expand::{Failure, private_at};
+
+/// What a query trait's name says it does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Update,
+    Delete,
+}
+
+impl Kind {
+    fn of(name: &str) -> Kind {
+        if name.starts_with("Update") {
+            Kind::Update
+        } else if name.starts_with("Delete") {
+            Kind::Delete
+        } else {
+            Kind::Read
+        }
+    }
+
+    /// The bound every method of the trait gets, if any.
+    fn bound(self) -> Option<&'static str> {
+        match self {
+            Kind::Read => None,
+            Kind::Update => Some("MayUpdate"),
+            Kind::Delete => Some("MayDelete"),
+        }
+    }
+}
+
+/// Parse, check and expand one `#[queries]` item.
+pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStream, Failure> {
+    let mut errors = Errors::default();
+    if !args.is_empty() {
+        errors.push(syn::Error::new_spanned(
+            &args,
+            "`#[queries]` takes no arguments: the trait's name says what its methods do \
+             (`Update…`, `Delete…`, anything else reads)",
+        ));
+    }
+    let mut item: ItemTrait = match syn::parse2::<syn::Item>(input.clone()) {
+        Ok(syn::Item::Trait(item)) => item,
+        other => {
+            let message = "`#[queries]` applies to a query trait: `trait ReadNotes`, \
+                           `trait UpdateNotes` or `trait DeleteNotes`";
+            errors.push(match &other {
+                Ok(item) => syn::Error::new(keyword_span(item), message),
+                Err(err) => syn::Error::new(err.span(), message),
+            });
+            let errors = errors.finish().expect_err("an error was pushed");
+            return Err(Failure::new(errors, input));
+        }
+    };
+    let name = item.ident.to_string();
+    let kind = Kind::of(&name);
+    for trait_item in &item.items {
+        if let TraitItem::Fn(method) = trait_item {
+            check_written_bounds(&name, kind, method, &mut errors);
+        }
+    }
+    if let Err(errors) = errors.finish() {
+        return Err(Failure::new(errors, item.into_token_stream()));
+    }
+
+    if let Some(bound) = kind.bound() {
+        // Spanned on the trait's name, where the rule comes from: the compiler's note
+        // ("required by this bound in `DeleteNotes::purge`") points there.
+        let span = item.ident.span();
+        let private = private_at(span);
+        let bound = syn::Ident::new(bound, span);
+        for trait_item in &mut item.items {
+            if let TraitItem::Fn(method) = trait_item {
+                let predicate: WherePredicate =
+                    syn::parse_quote_spanned! {span=> Self: #private::#bound };
+                method
+                    .sig
+                    .generics
+                    .make_where_clause()
+                    .predicates
+                    .push(predicate);
+            }
+        }
+    }
+    Ok(quote!(#item))
+}
+
+/// The span of the keyword that says what an item is (`struct`, `fn`, `impl`…), for the
+/// error on an item that is not a trait.
+fn keyword_span(item: &syn::Item) -> Span {
+    use syn::spanned::Spanned as _;
+    match item {
+        syn::Item::Struct(s) => s.struct_token.span,
+        syn::Item::Enum(e) => e.enum_token.span,
+        syn::Item::Fn(f) => f.sig.fn_token.span,
+        syn::Item::Impl(i) => i.impl_token.span,
+        syn::Item::Mod(m) => m.mod_token.span,
+        syn::Item::Type(t) => t.type_token.span,
+        other => other.span(),
+    }
+}
+
+/// A `MayUpdate`/`MayDelete` bound written by hand must agree with the trait's name.
+fn check_written_bounds(name: &str, kind: Kind, method: &syn::TraitItemFn, errors: &mut Errors) {
+    let Some(where_clause) = &method.sig.generics.where_clause else {
+        return;
+    };
+    for predicate in &where_clause.predicates {
+        let WherePredicate::Type(predicate) = predicate else {
+            continue;
+        };
+        for bound in &predicate.bounds {
+            let TypeParamBound::Trait(bound) = bound else {
+                continue;
+            };
+            let Some(last) = bound.path.segments.last() else {
+                continue;
+            };
+            let written = if last.ident == "MayUpdate" {
+                Kind::Update
+            } else if last.ident == "MayDelete" {
+                Kind::Delete
+            } else {
+                continue;
+            };
+            let method_name = &method.sig.ident;
+            let message = match (kind, written) {
+                (Kind::Read, Kind::Update) => format!(
+                    "`{name}` is a read query trait by its name, so `{method_name}` cannot \
+                     require `MayUpdate`; move it to a trait named `Update…`"
+                ),
+                (Kind::Read, _) => format!(
+                    "`{name}` is a read query trait by its name, so `{method_name}` cannot \
+                     require `MayDelete`; move it to a trait named `Delete…`"
+                ),
+                (Kind::Update, Kind::Delete) => format!(
+                    "`{name}` is an update query trait by its name, so `{method_name}` cannot \
+                     require `MayDelete`; move it to a trait named `Delete…`"
+                ),
+                // The bound the name gives anyway (or a weaker one beside it): harmless.
+                _ => continue,
+            };
+            errors.push(syn::Error::new_spanned(&bound.path, message));
+        }
+    }
+}

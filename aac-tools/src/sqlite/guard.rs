@@ -1,0 +1,156 @@
+//! The run-time defence of the `Write` level: an SQLite authorizer on the writer
+//! connection that refuses what only the `Delete` level may do.
+//!
+//! The authorizer runs when a statement is prepared. Installing or removing it expires
+//! every prepared statement of the connection (`sqlite3_set_authorizer` does), so a
+//! statement prepared (and cached) by a `Delete`-level transaction is prepared again,
+//! and refused, when a `Write`-level transaction runs it. To keep the per-call cost to
+//! nothing in the common case, the writer remembers which rules are installed and only
+//! changes them when the level of the transaction changes.
+
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+
+/// Pragmas that take an argument only to name what they read.
+const READING_PRAGMAS: &[&str] = &[
+    "foreign_key_check",
+    "foreign_key_list",
+    "index_info",
+    "index_list",
+    "index_xinfo",
+    "integrity_check",
+    "quick_check",
+    "table_info",
+    "table_list",
+    "table_xinfo",
+];
+
+/// SQLite's names of the schema table.
+const SCHEMA_TABLES: &[&str] = &[
+    "sqlite_master",
+    "sqlite_schema",
+    "sqlite_temp_master",
+    "sqlite_temp_schema",
+];
+
+/// The rules installed on the writer connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rules {
+    /// No authorizer: the `Delete` level.
+    Open,
+    /// The `Write` level: no `DELETE`, no `DROP`, no schema change, no `ATTACH`, no
+    /// pragma that changes a setting.
+    NoDelete,
+}
+
+/// The writer connection, with the rules installed on it and what they last refused.
+pub(super) struct Writer {
+    pub(super) conn: Connection,
+    /// `None` when unknown (set-up code had the connection and may have changed it).
+    installed: Option<Rules>,
+    refused: Arc<Mutex<Option<String>>>,
+}
+
+impl Writer {
+    pub(super) fn new(conn: Connection) -> Writer {
+        Writer {
+            conn,
+            installed: None,
+            refused: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Install `rules`, unless they are installed already.
+    pub(super) fn ensure(&mut self, rules: Rules) -> Result<(), rusqlite::Error> {
+        if self.installed == Some(rules) {
+            return Ok(());
+        }
+        match rules {
+            Rules::Open => self
+                .conn
+                .authorizer(None::<fn(AuthContext<'_>) -> Authorization>)?,
+            Rules::NoDelete => {
+                let refused = Arc::clone(&self.refused);
+                self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+                    match refusal(&ctx.action) {
+                        None => Authorization::Allow,
+                        Some(what) => {
+                            let mut slot = refused.lock().unwrap_or_else(|e| e.into_inner());
+                            slot.get_or_insert(what);
+                            Authorization::Deny
+                        }
+                    }
+                }))?
+            }
+        }
+        self.installed = Some(rules);
+        Ok(())
+    }
+
+    /// Set-up code is about to have the connection: no rules, and after it, unknown.
+    pub(super) fn open_for_setup(&mut self) -> Result<(), rusqlite::Error> {
+        self.ensure(Rules::Open)?;
+        self.installed = None;
+        Ok(())
+    }
+
+    /// What the rules refused since the last call, if anything.
+    pub(super) fn take_refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// What the `Write` level refuses, described for the error, or `None` if allowed.
+fn refusal(action: &AuthAction<'_>) -> Option<String> {
+    use AuthAction as A;
+    let what = match *action {
+        // `DROP …` asks to delete from the schema table first, then to drop: let the
+        // second question refuse it, under its own name. A `DELETE` from the schema table
+        // itself fails anyway without `writable_schema`, a pragma refused below.
+        A::Delete { table_name } if SCHEMA_TABLES.contains(&table_name) => return None,
+        A::Delete { table_name } => format!("DELETE FROM {table_name}"),
+        A::DropTable { table_name } | A::DropTempTable { table_name } => {
+            format!("DROP TABLE {table_name}")
+        }
+        A::DropIndex { index_name, .. } | A::DropTempIndex { index_name, .. } => {
+            format!("DROP INDEX {index_name}")
+        }
+        A::DropTrigger { trigger_name, .. } | A::DropTempTrigger { trigger_name, .. } => {
+            format!("DROP TRIGGER {trigger_name}")
+        }
+        A::DropView { view_name } | A::DropTempView { view_name } => {
+            format!("DROP VIEW {view_name}")
+        }
+        A::DropVtable { table_name, .. } => format!("DROP TABLE {table_name}"),
+        A::CreateTable { table_name } | A::CreateTempTable { table_name } => {
+            format!("CREATE TABLE {table_name}")
+        }
+        A::CreateIndex { index_name, .. } | A::CreateTempIndex { index_name, .. } => {
+            format!("CREATE INDEX {index_name}")
+        }
+        A::CreateTrigger { trigger_name, .. } | A::CreateTempTrigger { trigger_name, .. } => {
+            format!("CREATE TRIGGER {trigger_name}")
+        }
+        A::CreateView { view_name } | A::CreateTempView { view_name } => {
+            format!("CREATE VIEW {view_name}")
+        }
+        A::CreateVtable { table_name, .. } => format!("CREATE VIRTUAL TABLE {table_name}"),
+        A::AlterTable { table_name, .. } => format!("ALTER TABLE {table_name}"),
+        A::Attach { .. } => "ATTACH".to_owned(),
+        A::Detach { database_name } => format!("DETACH {database_name}"),
+        A::Pragma {
+            pragma_name,
+            pragma_value: Some(value),
+        } if !READING_PRAGMAS.contains(&pragma_name.to_ascii_lowercase().as_str()) => {
+            format!("PRAGMA {pragma_name} = {value}")
+        }
+        A::Unknown { code, .. } => format!("an action SQLite numbers {code}"),
+        _ => return None,
+    };
+    Some(what)
+}

@@ -1,0 +1,459 @@
+//! The run-time defence at every level, through raw SQL on `Tx::conn()`: a `Read`
+//! transaction refuses every write, a `Write` transaction refuses `DELETE`, `DROP` and
+//! schema changes (SQLite's authorizer), a `Delete` transaction refuses nothing. Each
+//! refusal is a 500 `level_violation` (`read_only_violation` at `Read`) that the
+//! pipeline records. And the framework's `Database` is not in the state map under its own
+//! type, so no `State<Database>` finds it.
+
+use std::sync::Arc;
+
+use aac_tools::audit::{MemorySink, Outcome};
+use aac_tools::sqlite::{
+    Database, DeleteDb, NonDestructiveCheck, NonDestructiveViolation, ReadDb, WriteDb,
+    content_hash, rusqlite,
+};
+use aac_tools::{
+    CallRequest, Credentials, Principal, Registry, Server, State, Status, Text, ToolError, mcp_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct Sql {
+    sql: String,
+}
+
+/// Runs whatever SQL it is given, in its read-only transaction.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn read_sql(db: ReadDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| Ok(tx.conn().execute_batch(&args.sql)?))
+        .await?;
+    Ok(Text("ran".into()))
+}
+
+/// Runs whatever SQL it is given, in its write transaction.
+#[mcp_tool(scope = "notes:write")]
+async fn write_sql(db: WriteDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| Ok(tx.conn().execute_batch(&args.sql)?))
+        .await?;
+    Ok(Text("ran".into()))
+}
+
+/// Runs whatever SQL it is given, in its delete transaction.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn delete_sql(db: DeleteDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| Ok(tx.conn().execute_batch(&args.sql)?))
+        .await?;
+    Ok(Text("ran".into()))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct NoteId {
+    id: i64,
+}
+
+/// Deletes one note through the connection's statement cache.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn delete_cached(db: DeleteDb, args: NoteId) -> Result<Text, ToolError> {
+    db.run(move |tx| {
+        Ok(tx
+            .conn()
+            .prepare_cached("DELETE FROM notes WHERE id = ?1")?
+            .execute([args.id])?)
+    })
+    .await?;
+    Ok(Text("deleted".into()))
+}
+
+/// Tries the very statement `delete_cached` left in the cache, at the `Write` level.
+#[mcp_tool(scope = "notes:write")]
+async fn write_cached(db: WriteDb, args: NoteId) -> Result<Text, ToolError> {
+    db.run(move |tx| {
+        Ok(tx
+            .conn()
+            .prepare_cached("DELETE FROM notes WHERE id = ?1")?
+            .execute([args.id])?)
+    })
+    .await?;
+    Ok(Text("deleted".into()))
+}
+
+/// Swallows the refusal of its delete and goes on to add a note.
+#[mcp_tool(scope = "notes:write")]
+async fn swallow(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        let _ = tx.conn().execute("DELETE FROM notes", []);
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('after')", [])?;
+        Ok(())
+    })
+    .await?;
+    Ok(Text("done".into()))
+}
+
+/// Adds a note and renames another (honest).
+#[mcp_tool(scope = "notes:write")]
+async fn edit_notes(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('third')", [])?;
+        tx.conn()
+            .execute("UPDATE notes SET text = 'first!' WHERE id = 1", [])?;
+        Ok(())
+    })
+    .await?;
+    Ok(Text("edited".into()))
+}
+
+/// The database file's path, as state of the application's own.
+struct NotesFile(std::path::PathBuf);
+
+/// Annotated as a write tool, but deletes through a connection it opened itself: what
+/// neither the compiler nor the database sees, and what `NonDestructiveCheck` is for.
+#[mcp_tool(scope = "notes:write")]
+async fn tidy_on_the_side(file: State<NotesFile>) -> Result<Text, ToolError> {
+    let conn =
+        rusqlite::Connection::open(&file.0.0).map_err(|e| ToolError::internal(e.to_string()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    conn.execute("DELETE FROM notes WHERE id = 2", [])
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    Ok(Text("tidied".into()))
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    db: Database,
+    sink: MemorySink,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().join("notes.db")).unwrap();
+    db.with_writer(|c| {
+        c.execute_batch(
+            "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+             INSERT INTO notes (text) VALUES ('first'), ('second');
+             CREATE TABLE tags (note INTEGER, tag TEXT, PRIMARY KEY (note, tag)) WITHOUT ROWID;
+             INSERT INTO tags VALUES (1, 'a'), (2, 'b');",
+        )
+    })
+    .unwrap();
+    Fixture {
+        dir,
+        db,
+        sink: MemorySink::new(),
+    }
+}
+
+fn server(f: &Fixture, tools: &[&str]) -> Server {
+    Server::builder(Registry::collect_named(tools).unwrap())
+        .audit(f.sink.clone())
+        .state(f.db.clone())
+        .state(NotesFile(f.db.path().to_path_buf()))
+        .build()
+        .unwrap()
+}
+
+fn caller() -> Credentials {
+    Credentials::Verified(Arc::new(Principal::new(
+        "caller",
+        ["notes:read", "notes:write"],
+    )))
+}
+
+async fn run(server: &Server, tool: &str, sql: &str) -> Result<(), ToolError> {
+    let mut args = json!({ "sql": sql });
+    if tool == "delete_sql" {
+        args["confirm"] = json!(true);
+    }
+    let response = server
+        .call(CallRequest::new(tool, Some(args)).credentials(caller()))
+        .await;
+    match response.error() {
+        Some(err) => Err(err.clone()),
+        None => Ok(()),
+    }
+}
+
+fn notes(db: &Database) -> i64 {
+    db.with_reader(|c| c.query_row("SELECT count(*) FROM notes", [], |r| r.get(0)))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_write_transaction_refuses_deletes_drops_and_schema_changes() {
+    let f = fixture();
+    let server = server(&f, &["write_sql"]);
+    let other = f.dir.path().join("elsewhere.db");
+    let attempts = [
+        ("DELETE FROM notes", "DELETE FROM notes"),
+        ("DELETE FROM notes WHERE id = 1", "DELETE FROM notes"),
+        ("DELETE FROM tags", "DELETE FROM tags"),
+        ("DROP TABLE notes", "DROP TABLE notes"),
+        ("DROP TABLE IF EXISTS notes", "DROP TABLE notes"),
+        ("CREATE TABLE extra (x)", "CREATE TABLE extra"),
+        ("CREATE TEMP TABLE scratch (x)", "CREATE TABLE scratch"),
+        (
+            "CREATE INDEX notes_text ON notes (text)",
+            "CREATE INDEX notes_text",
+        ),
+        (
+            "ALTER TABLE notes ADD COLUMN extra TEXT",
+            "ALTER TABLE notes",
+        ),
+        ("ALTER TABLE notes RENAME TO old_notes", "ALTER TABLE notes"),
+        (
+            "CREATE TRIGGER wipe AFTER INSERT ON notes BEGIN DELETE FROM notes; END",
+            "CREATE TRIGGER wipe",
+        ),
+        ("CREATE VIEW v AS SELECT * FROM notes", "CREATE VIEW v"),
+        ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = ON"),
+        ("PRAGMA foreign_keys = OFF", "PRAGMA foreign_keys = OFF"),
+        (&format!("ATTACH '{}' AS other", other.display()), "ATTACH"),
+        // A write that comes first is rolled back with the rest.
+        (
+            "INSERT INTO notes (text) VALUES ('x'); DELETE FROM notes WHERE text = 'x'",
+            "DELETE FROM notes",
+        ),
+    ];
+    let before = content_hash(&f.db, &["aac_audit"]).unwrap();
+    for (sql, what) in attempts {
+        let err = run(&server, "write_sql", sql)
+            .await
+            .expect_err(&format!("`{sql}` is refused"));
+        assert_eq!(err.status(), Status::Internal, "{sql}: {err}");
+        assert_eq!(err.reason(), "level_violation", "{sql}: {err}");
+        assert_eq!(
+            err.message(),
+            format!(
+                "a tool at the `write` access level tried `{what}`, and the database refused \
+                 it; only `destructive` tools may delete rows or change the schema"
+            ),
+            "{sql}"
+        );
+        assert_eq!(
+            content_hash(&f.db, &["aac_audit"]).unwrap(),
+            before,
+            "`{sql}` changed nothing"
+        );
+        // Recorded as the error it is.
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(record.tool, "write_sql");
+        assert_eq!(record.outcome, Outcome::Error, "{sql}");
+        assert_eq!(record.reason.as_deref(), Some("level_violation"), "{sql}");
+        assert_eq!(record.status, 500);
+    }
+    assert!(!other.exists(), "nothing was attached");
+}
+
+#[tokio::test]
+async fn a_write_transaction_still_reads_inserts_and_updates() {
+    let f = fixture();
+    let server = server(&f, &["write_sql"]);
+    for sql in [
+        "SELECT count(*) FROM notes",
+        "INSERT INTO notes (text) VALUES ('third')",
+        "UPDATE notes SET text = upper(text)",
+        "INSERT INTO tags VALUES (3, 'c')",
+        "INSERT INTO notes (text) VALUES ('x') ON CONFLICT DO NOTHING",
+        "PRAGMA table_info(notes)",
+        "SELECT * FROM pragma_table_info('notes')",
+        "PRAGMA foreign_keys",
+        "SAVEPOINT s; UPDATE notes SET text = 'y' WHERE id = 1; RELEASE s",
+    ] {
+        run(&server, "write_sql", sql)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}` is allowed: {e}"));
+    }
+    assert_eq!(notes(&f.db), 4);
+}
+
+#[tokio::test]
+async fn a_read_transaction_refuses_every_write_as_before() {
+    let f = fixture();
+    let server = server(&f, &["read_sql"]);
+    for sql in [
+        "INSERT INTO notes (text) VALUES ('x')",
+        "UPDATE notes SET text = 'x'",
+        "DELETE FROM notes",
+        "DROP TABLE notes",
+    ] {
+        let err = run(&server, "read_sql", sql).await.unwrap_err();
+        assert_eq!(err.reason(), "read_only_violation", "{sql}: {err}");
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(record.reason.as_deref(), Some("read_only_violation"));
+    }
+    assert_eq!(notes(&f.db), 2);
+}
+
+#[tokio::test]
+async fn a_delete_transaction_refuses_nothing() {
+    let f = fixture();
+    let server = server(&f, &["delete_sql"]);
+    run(&server, "delete_sql", "DELETE FROM notes WHERE id = 2")
+        .await
+        .unwrap();
+    run(
+        &server,
+        "delete_sql",
+        "CREATE TABLE extra (x); DROP TABLE extra",
+    )
+    .await
+    .unwrap();
+    assert_eq!(notes(&f.db), 1);
+}
+
+#[tokio::test]
+async fn a_refusal_the_tool_swallows_still_fails_the_call() {
+    let f = fixture();
+    let server = server(&f, &["swallow"]);
+    let response = server
+        .call(CallRequest::new("swallow", None).credentials(caller()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    // Rolled back: neither the delete nor the insert after it.
+    assert_eq!(notes(&f.db), 2);
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.reason.as_deref(), Some("level_violation"));
+}
+
+#[tokio::test]
+async fn a_delete_left_in_the_statement_cache_is_refused_at_the_write_level() {
+    let f = fixture();
+    let server = server(&f, &["delete_cached", "write_cached"]);
+    let call = |tool: &'static str, id: i64| {
+        let mut args = json!({ "id": id });
+        if tool == "delete_cached" {
+            args["confirm"] = json!(true);
+        }
+        server.call(CallRequest::new(tool, Some(args)).credentials(caller()))
+    };
+    assert!(call("delete_cached", 1).await.error().is_none());
+    let response = call("write_cached", 2).await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert_eq!(notes(&f.db), 1);
+    // And the other way round, the `Delete` level is not left with the `Write` rules.
+    assert!(call("delete_cached", 2).await.error().is_none());
+    assert_eq!(notes(&f.db), 0);
+}
+
+#[tokio::test]
+async fn set_up_code_keeps_every_right_after_a_write_transaction() {
+    let f = fixture();
+    let server = server(&f, &["write_sql"]);
+    assert!(
+        run(&server, "write_sql", "DELETE FROM notes")
+            .await
+            .is_err()
+    );
+    f.db.with_writer(|c| c.execute_batch("DELETE FROM notes WHERE id = 2; DROP TABLE tags"))
+        .unwrap();
+    assert_eq!(notes(&f.db), 1);
+    // And the rules come back for the next tool.
+    assert!(
+        run(&server, "write_sql", "DELETE FROM notes")
+            .await
+            .is_err()
+    );
+    assert_eq!(notes(&f.db), 1);
+}
+
+#[test]
+fn the_database_is_not_shared_state() {
+    let f = fixture();
+    let server = server(&f, &["write_sql"]);
+    // Registered with `.state(db)`, it is there for the data handles only: no `State<Database>`
+    // (nor a custom extractor asking the state map) finds it.
+    assert!(server.state().get::<Database>().is_none());
+    assert!(server.state().get::<NotesFile>().is_some());
+}
+
+#[tokio::test]
+async fn the_non_destructive_check_passes_honest_tools_and_catches_a_lost_row() {
+    let f = fixture();
+    let honest = server(&f, &["edit_notes", "read_sql"]);
+    let checked = NonDestructiveCheck::new(&honest, &f.db)
+        .arguments("read_sql", json!({"sql": "SELECT 1"}))
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(
+        checked.keys().collect::<Vec<_>>(),
+        ["edit_notes", "read_sql"]
+    );
+
+    // A write tool that deletes through the framework's handle is refused by the database:
+    // the check reports the failed call.
+    let refused = server(&f, &["write_sql"]);
+    let violation = NonDestructiveCheck::new(&refused, &f.db)
+        .arguments("write_sql", json!({"sql": "DELETE FROM notes"}))
+        .run()
+        .await
+        .unwrap_err();
+    let NonDestructiveViolation::CallFailed { tool, error } = &violation else {
+        panic!("{violation}");
+    };
+    assert_eq!(tool, "write_sql");
+    assert!(error.contains("level_violation"), "{error}");
+
+    // One that deletes through a connection of its own is seen by the check only.
+    let sneaky = server(&f, &["tidy_on_the_side", "delete_sql"]);
+    let violation = NonDestructiveCheck::new(&sneaky, &f.db)
+        .run()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        violation,
+        NonDestructiveViolation::RowsLost {
+            tool: "tidy_on_the_side".into(),
+            table: "notes".into(),
+            rows: 1,
+        }
+    );
+    assert_eq!(
+        violation.to_string(),
+        "non-destructive tool `tidy_on_the_side` deleted 1 row(s) of `notes`"
+    );
+}
+
+/// An extractor of the user's own that builds a delete handle: the macro sees only
+/// `Sneaky`, whose level is `Read`.
+struct Sneaky(DeleteDb);
+
+impl aac_tools::ToolParam for Sneaky {
+    fn from_call(call: &mut aac_tools::Call) -> Result<Self, ToolError> {
+        Ok(Sneaky(<DeleteDb as aac_tools::ToolParam>::from_call(call)?))
+    }
+}
+
+/// Read-only, but deletes through the handle its own extractor built.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn sneaky_extractor(sneaky: Sneaky) -> Result<Text, ToolError> {
+    let Sneaky(db) = sneaky;
+    db.run(|tx| Ok(tx.conn().execute("DELETE FROM notes", [])?))
+        .await?;
+    Ok(Text("gone".into()))
+}
+
+#[tokio::test]
+async fn an_extractor_of_ones_own_cannot_build_a_handle_above_the_tool() {
+    let f = fixture();
+    let server = server(&f, &["sneaky_extractor"]);
+    let response = server
+        .call(CallRequest::new("sneaky_extractor", None).credentials(caller()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert_eq!(
+        err.message(),
+        "a tool at the `read` access level asked for a `delete` data handle through a \
+         parameter of its own; a tool's handles are at or below its level"
+    );
+    assert_eq!(notes(&f.db), 2);
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.reason.as_deref(), Some("level_violation"));
+}

@@ -1,0 +1,5 @@
+/// Not a trait.
+#[aac_tools::queries]
+pub struct DeleteNotes;
+
+fn main() {}

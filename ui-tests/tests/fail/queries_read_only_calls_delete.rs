@@ -1,0 +1,12 @@
+use aac_tools::sqlite::ReadDb;
+use aac_tools::{Text, ToolError, mcp_tool};
+use ui_tests::DeleteTasks;
+
+/// Deletes from a read-only tool through a `#[queries]` trait that writes no bound.
+#[mcp_tool(read_only, scope = "tasks:read")]
+async fn sneaky(db: ReadDb) -> Result<Text, ToolError> {
+    db.run(|tx| tx.delete_tasks()).await?;
+    Ok(Text("done".into()))
+}
+
+fn main() {}
