@@ -146,11 +146,7 @@ fn row_keys(
 /// ```
 #[derive(Debug)]
 pub struct ReadOnlyCheck<'a> {
-    server: &'a Server,
-    db: &'a Database,
-    arguments: HashMap<String, Value>,
-    exclude: Vec<String>,
-    principal: Option<Principal>,
+    setup: Setup<'a>,
 }
 
 /// A read-only tool that failed the check.
@@ -196,65 +192,48 @@ impl<'a> ReadOnlyCheck<'a> {
     /// `aac_audit` are left out of the hash (the calls themselves are audited).
     pub fn new(server: &'a Server, db: &'a Database) -> ReadOnlyCheck<'a> {
         ReadOnlyCheck {
-            server,
-            db,
-            arguments: HashMap::new(),
-            exclude: vec!["aac_audit".to_owned()],
-            principal: None,
+            setup: Setup::new(server, db),
         }
     }
 
     /// Call `tool` with these arguments (tools without an entry are called with `{}`).
     pub fn arguments(mut self, tool: &str, arguments: Value) -> ReadOnlyCheck<'a> {
-        self.arguments.insert(tool.to_owned(), arguments);
+        self.setup.arguments.insert(tool.to_owned(), arguments);
         self
     }
 
     /// Also leave tables starting with `prefix` out of the hash.
     pub fn exclude_tables(mut self, prefix: &str) -> ReadOnlyCheck<'a> {
-        self.exclude.push(prefix.to_owned());
+        self.setup.exclude.push(prefix.to_owned());
         self
     }
 
     /// Call as `principal` (default: a `read-only-check` principal holding every scope
     /// of the registry, in no workspace).
     pub fn principal(mut self, principal: Principal) -> ReadOnlyCheck<'a> {
-        self.principal = Some(principal);
+        self.setup.principal = Some(principal);
         self
     }
 
     /// Run the check. Returns each read-only tool checked with the content hash it left,
     /// or the first violation.
     pub async fn run(self) -> Result<BTreeMap<String, String>, ReadOnlyViolation> {
-        let principal = Arc::new(self.principal.unwrap_or_else(|| {
-            Principal::new("read-only-check", self.server.registry().scopes_supported())
-        }));
+        let setup = self.setup;
+        let principal = setup.principal("read-only-check");
         let mut checked = BTreeMap::new();
-        for entry in self.server.registry().tools() {
+        for entry in setup.server.registry().tools() {
             if !entry.def().is_read_only() {
                 continue;
             }
             let name = entry.name();
-            let before = hash_off_runtime(self.db, &self.exclude).await?;
-            let arguments = self
-                .arguments
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            let response = self
-                .server
-                .call(
-                    CallRequest::new(name, Some(arguments))
-                        .credentials(Credentials::Verified(Arc::clone(&principal))),
-                )
-                .await;
-            if let Some(err) = response.error() {
+            let before = hash_off_runtime(setup.db, &setup.exclude).await?;
+            if let Err(error) = setup.call(name, &principal).await {
                 return Err(ReadOnlyViolation::CallFailed {
                     tool: name.to_owned(),
-                    error: err.to_string(),
+                    error,
                 });
             }
-            let after = hash_off_runtime(self.db, &self.exclude).await?;
+            let after = hash_off_runtime(setup.db, &setup.exclude).await?;
             if before != after {
                 return Err(ReadOnlyViolation::DataChanged {
                     tool: name.to_owned(),
@@ -263,6 +242,55 @@ impl<'a> ReadOnlyCheck<'a> {
             checked.insert(name.to_owned(), after);
         }
         Ok(checked)
+    }
+}
+
+/// What both checks are configured with, and how they call a tool.
+#[derive(Debug)]
+struct Setup<'a> {
+    server: &'a Server,
+    db: &'a Database,
+    arguments: HashMap<String, Value>,
+    exclude: Vec<String>,
+    principal: Option<Principal>,
+}
+
+impl<'a> Setup<'a> {
+    /// Tables whose names start with `aac_audit` are always left out: the calls
+    /// themselves are audited.
+    fn new(server: &'a Server, db: &'a Database) -> Setup<'a> {
+        Setup {
+            server,
+            db,
+            arguments: HashMap::new(),
+            exclude: vec!["aac_audit".to_owned()],
+            principal: None,
+        }
+    }
+
+    /// The configured principal, or `subject` holding every scope of the registry.
+    fn principal(&self, subject: &str) -> Arc<Principal> {
+        Arc::new(
+            self.principal.clone().unwrap_or_else(|| {
+                Principal::new(subject, self.server.registry().scopes_supported())
+            }),
+        )
+    }
+
+    /// Call `tool` with its configured arguments (`{}` without an entry); the error's
+    /// text if it failed.
+    async fn call(&self, tool: &str, principal: &Arc<Principal>) -> Result<(), String> {
+        let arguments = self
+            .arguments
+            .get(tool)
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let request = CallRequest::new(tool, Some(arguments))
+            .credentials(Credentials::Verified(Arc::clone(principal)));
+        match self.server.call(request).await.error() {
+            Some(err) => Err(err.to_string()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -304,11 +332,7 @@ async fn hash_off_runtime(db: &Database, exclude: &[String]) -> Result<String, R
 /// ```
 #[derive(Debug)]
 pub struct NonDestructiveCheck<'a> {
-    server: &'a Server,
-    db: &'a Database,
-    arguments: HashMap<String, Value>,
-    exclude: Vec<String>,
-    principal: Option<Principal>,
+    setup: Setup<'a>,
 }
 
 /// A non-destructive tool that failed the check.
@@ -357,68 +381,48 @@ impl<'a> NonDestructiveCheck<'a> {
     /// with `aac_audit` are left out.
     pub fn new(server: &'a Server, db: &'a Database) -> NonDestructiveCheck<'a> {
         NonDestructiveCheck {
-            server,
-            db,
-            arguments: HashMap::new(),
-            exclude: vec!["aac_audit".to_owned()],
-            principal: None,
+            setup: Setup::new(server, db),
         }
     }
 
     /// Call `tool` with these arguments (tools without an entry are called with `{}`).
     pub fn arguments(mut self, tool: &str, arguments: Value) -> NonDestructiveCheck<'a> {
-        self.arguments.insert(tool.to_owned(), arguments);
+        self.setup.arguments.insert(tool.to_owned(), arguments);
         self
     }
 
     /// Also leave tables starting with `prefix` out.
     pub fn exclude_tables(mut self, prefix: &str) -> NonDestructiveCheck<'a> {
-        self.exclude.push(prefix.to_owned());
+        self.setup.exclude.push(prefix.to_owned());
         self
     }
 
     /// Call as `principal` (default: a `non-destructive-check` principal holding every
     /// scope of the registry, in no workspace).
     pub fn principal(mut self, principal: Principal) -> NonDestructiveCheck<'a> {
-        self.principal = Some(principal);
+        self.setup.principal = Some(principal);
         self
     }
 
     /// Run the check. Returns each tool checked with the number of rows it left, or the
     /// first violation.
     pub async fn run(self) -> Result<BTreeMap<String, usize>, NonDestructiveViolation> {
-        let principal = Arc::new(self.principal.unwrap_or_else(|| {
-            Principal::new(
-                "non-destructive-check",
-                self.server.registry().scopes_supported(),
-            )
-        }));
+        let setup = self.setup;
+        let principal = setup.principal("non-destructive-check");
         let mut checked = BTreeMap::new();
-        for entry in self.server.registry().tools() {
+        for entry in setup.server.registry().tools() {
             if entry.def().is_destructive() {
                 continue;
             }
             let name = entry.name();
-            let before = keys_off_runtime(self.db, &self.exclude).await?;
-            let arguments = self
-                .arguments
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            let response = self
-                .server
-                .call(
-                    CallRequest::new(name, Some(arguments))
-                        .credentials(Credentials::Verified(Arc::clone(&principal))),
-                )
-                .await;
-            if let Some(err) = response.error() {
+            let before = keys_off_runtime(setup.db, &setup.exclude).await?;
+            if let Err(error) = setup.call(name, &principal).await {
                 return Err(NonDestructiveViolation::CallFailed {
                     tool: name.to_owned(),
-                    error: err.to_string(),
+                    error,
                 });
             }
-            let after = keys_off_runtime(self.db, &self.exclude).await?;
+            let after = keys_off_runtime(setup.db, &setup.exclude).await?;
             for (table, rows) in &before {
                 let lost = match after.get(table) {
                     Some(kept) => rows.difference(kept).count(),
