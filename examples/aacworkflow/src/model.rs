@@ -40,7 +40,7 @@ pub enum Role {
     Admin,
     /// Everything, deletes included.
     Member,
-    /// Reads; may not delete.
+    /// Reads only: every tool that changes data refuses a viewer (403).
     Viewer,
 }
 
@@ -62,6 +62,11 @@ impl Role {
             "viewer" => Some(Role::Viewer),
             _ => None,
         }
+    }
+
+    /// Whether this role may change data at all (create, update, comment, assign, run).
+    pub const fn may_write(self) -> bool {
+        matches!(self, Role::Admin | Role::Member)
     }
 
     /// Whether this role may delete issues.

@@ -23,7 +23,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Assignee, AssigneeKind, AutopilotRun, Comment, Issue, IssueStatus, UsageRow, timestamp,
+    Assignee, AssigneeKind, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, timestamp,
 };
 use crate::queries::{
     DeleteIssues, IssueChanges, IssueFilter, ReadComments, ReadIssues, ReadMembers, ReadUsage,
@@ -39,6 +39,27 @@ fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
         )
     })?;
     Ok((workspace.to_owned(), principal.subject().to_owned()))
+}
+
+/// Every tool that changes data asks this first, before it looks anything up: admins and
+/// members may write, a `viewer` reads only, and a user the workspace does not know may
+/// do neither (403 either way). `action` says what was refused, e.g. "update issues".
+fn require_writer(
+    tx: &impl ReadMembers,
+    workspace: &str,
+    user: &str,
+    action: &str,
+) -> Result<Role, ToolError> {
+    match tx.role(workspace, user)? {
+        Some(role) if role.may_write() => Ok(role),
+        Some(role) => Err(ToolError::forbidden(format!(
+            "your role `{}` may not {action}: viewers have read-only access; ask an admin or a member",
+            role.as_str()
+        ))),
+        None => Err(ToolError::forbidden(format!(
+            "user `{user}` is not a member of workspace `{workspace}`"
+        ))),
+    }
 }
 
 fn default_limit() -> u32 {
@@ -259,6 +280,7 @@ pub async fn create_issue(
         ));
     }
     db.run(move |tx| {
+        require_writer(tx, &workspace, &user, "create issues")?;
         tx.create_issue(
             &workspace,
             &user,
@@ -302,8 +324,9 @@ pub async fn update_issue(
     ctx: Ctx,
     args: UpdateIssueArgs,
 ) -> Result<Updated, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {
+        require_writer(tx, &workspace, &user, "update issues")?;
         let issue = tx.find_issue(&workspace, &args.issue_id)?;
         let changes = IssueChanges {
             title: args.title.map(|t| t.trim().to_owned()),
@@ -340,6 +363,7 @@ pub struct CommentArgs {
 pub async fn comment_issue(db: WriteDb, ctx: Ctx, args: CommentArgs) -> Result<Comment, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {
+        require_writer(tx, &workspace, &user, "comment on issues")?;
         let issue = tx.find_issue(&workspace, &args.issue_id)?;
         tx.add_comment(&issue.id, &user, &args.body)
     })
@@ -365,8 +389,9 @@ pub async fn assign_issue_to_agent(
     ctx: Ctx,
     args: AssignArgs,
 ) -> Result<Updated, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {
+        require_writer(tx, &workspace, &user, "assign issues")?;
         let issue = tx.find_issue(&workspace, &args.issue_id)?;
         if !tx.agent_exists(&workspace, &args.agent)? {
             return Err(ToolError::not_found(format!(
@@ -399,6 +424,7 @@ pub async fn trigger_autopilot(
 ) -> Result<AutopilotRun, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {
+        require_writer(tx, &workspace, &user, "start the autopilot")?;
         let issue = tx.find_issue(&workspace, &args.issue_id)?;
         if issue.status == IssueStatus::Closed {
             return Err(ToolError::conflict(format!(
@@ -446,21 +472,14 @@ pub struct Deleted {
 pub async fn delete_issue(db: DeleteDb, ctx: Ctx, args: IssueIdArgs) -> Result<Deleted, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
-        match tx.role(&workspace, &user)? {
-            Some(role) if role.may_delete() => {}
-            Some(role) => {
-                return Err(ToolError::forbidden(format!(
-                    "your role `{}` may not delete issues; ask an admin or a member",
-                    role.as_str()
-                )));
-            }
-            None => {
-                return Err(ToolError::forbidden(format!(
-                    "user `{user}` is not a member of workspace `{workspace}`"
-                )));
-            }
+        let role = require_writer(tx, &workspace, &user, "delete issues")?;
+        if !role.may_delete() {
+            return Err(ToolError::forbidden(format!(
+                "your role `{}` may not delete issues; ask an admin or a member",
+                role.as_str()
+            )));
         }
+        let issue = tx.find_issue(&workspace, &args.issue_id)?;
         let removed = tx.delete_issue(&issue.id)?;
         Ok(Deleted {
             id: issue.id,

@@ -630,3 +630,81 @@ fn error_body(result: &Value) -> Value {
     assert!(result.get("structuredContent").is_none(), "{result}");
     serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }
+
+/// Every tool that changes data, with arguments that would succeed for an admin.
+fn every_write_call() -> [(&'static str, Value); 6] {
+    [
+        ("create_issue", json!({"title": "Written by a viewer"})),
+        (
+            "update_issue",
+            json!({"issue_id": "AAC-1", "status": "closed"}),
+        ),
+        (
+            "comment_issue",
+            json!({"issue_id": "AAC-1", "body": "a viewer's comment"}),
+        ),
+        (
+            "assign_issue_to_agent",
+            json!({"issue_id": "AAC-1", "agent": "autopilot"}),
+        ),
+        ("trigger_autopilot", json!({"issue_id": "AAC-2"})),
+        (
+            "delete_issue",
+            json!({"issue_id": "AAC-1", "confirm": true}),
+        ),
+    ]
+}
+
+/// A viewer holding every scope: every write tool answers 403 `forbidden` (over stdio and
+/// Streamable HTTP, against the real binary), nothing changes, reads still work, and each
+/// refusal has its record.
+#[tokio::test]
+async fn a_viewer_is_read_only_whatever_scopes_the_token_holds() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let carol = env.token("demo", "carol", "all");
+    let admin = env.stdio(&alice, &[]).await;
+    let before = ok(&admin, "list_issues", json!({"limit": 100})).await;
+    let stdio = env.stdio(&carol, &[]).await;
+    let server = env.http(&[]);
+    let http = server.connect(&carol).await;
+    for viewer in [&stdio, &http] {
+        for (tool, args) in every_write_call() {
+            let body = refused(viewer, tool, args, 403, "forbidden").await;
+            let message = body["error"].as_str().unwrap();
+            assert!(
+                message.contains("`viewer`") && message.contains("read-only"),
+                "{tool}: {message}"
+            );
+        }
+        let issue = ok(viewer, "get_issue", json!({"issue_id": "AAC-1"})).await;
+        assert_eq!(issue["status"], "open", "the viewer closed nothing");
+    }
+    let after = ok(&admin, "list_issues", json!({"limit": 100})).await;
+    assert_eq!(before, after, "a viewer changed the issues");
+    let comments = ok(&admin, "list_comments", json!({"issue_id": "AAC-1"})).await;
+    assert!(
+        comments["comments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["author"] != "carol"),
+        "{comments}"
+    );
+
+    let refusals = env.audit(&["--principal", "carol", "--outcome", "denied"]);
+    assert_eq!(
+        refusals.len(),
+        12,
+        "one record per refused call: {refusals:?}"
+    );
+    for (record, (tool, _)) in refusals.iter().zip(every_write_call().iter().cycle()) {
+        assert_eq!(record["tool"], *tool);
+        assert_eq!(record["reason"], "forbidden");
+        assert_eq!(record["status"], 403);
+        assert_eq!(record["check"], "handler");
+    }
+    for client in [admin, stdio, http] {
+        let _ = client.cancel().await;
+    }
+}
