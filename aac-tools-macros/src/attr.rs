@@ -21,6 +21,7 @@ pub(crate) const KEYS: &[&str] = &[
     "description",
     "input_schema",
     "audit_fields",
+    "rate",
 ];
 
 /// A value together with the span of the token that gave it.
@@ -42,6 +43,7 @@ pub(crate) struct Attr {
     pub(crate) description: Option<Spanned<String>>,
     pub(crate) input_schema: Option<Path>,
     pub(crate) audit_fields: Option<Vec<Spanned<String>>>,
+    pub(crate) rate: Option<Spanned<String>>,
     /// Whether a `scope` key was written at all (even with a malformed value), so that a
     /// bad scope is not also reported as a missing one.
     pub(crate) scope_written: bool,
@@ -93,6 +95,7 @@ impl Attr {
             "audit_fields" => {
                 string_list(meta, &key).and_then(|l| once(meta, &key, &mut self.audit_fields, l))
             }
+            "rate" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.rate, s)),
             _ => {
                 skip_value(meta);
                 Err(meta.error(unknown_key(&key)))

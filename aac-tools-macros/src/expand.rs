@@ -268,6 +268,10 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
     let open_world = tool.open_world;
     let scopes = &tool.scopes;
     let audit_fields = &tool.audit_fields;
+    let rate = match tool.rate {
+        Some((count, seconds)) => quote!(::core::option::Option::Some((#count, #seconds))),
+        None => quote!(::core::option::Option::None),
+    };
     let (raw_schema_def, raw_input_schema) = match &attr.input_schema {
         Some(path) => (
             quote_spanned! {path.span()=>
@@ -316,6 +320,7 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
                     open_world: #open_world,
                     scopes: &[#(#scopes),*],
                     audit_fields: &[#(#audit_fields),*],
+                    rate: #rate,
                     input_schema: __aac_input_schema,
                     raw_input_schema: #raw_input_schema,
                     output_schema: #output_schema,

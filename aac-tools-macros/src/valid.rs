@@ -27,6 +27,8 @@ pub(crate) struct Tool {
     pub(crate) scopes: Vec<String>,
     pub(crate) audit_fields: Vec<String>,
     pub(crate) level: Level,
+    /// `rate = "30/min"`: calls per principal, as (count, period in seconds).
+    pub(crate) rate: Option<(u32, u64)>,
 }
 
 pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool {
@@ -138,6 +140,21 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
         }
     }
 
+    let rate = attr.rate.as_ref().and_then(|rate| match parse_rate(&rate.value) {
+        Some(parsed) => Some(parsed),
+        None => {
+            errors.push(syn::Error::new(
+                rate.span,
+                format!(
+                    "`#[mcp_tool]` rate `{}` is not of the form `COUNT/UNIT`: a whole count \
+                     of at least 1 and a unit `s`, `min`, `h` or `day`, such as `rate = \"30/min\"`",
+                    rate.value
+                ),
+            ));
+            None
+        }
+    });
+
     let read_only = attr.read_only.is_some();
     let destructive = attr.destructive.is_some();
     let level = if read_only {
@@ -159,7 +176,27 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
         scopes,
         audit_fields,
         level,
+        rate,
     }
+}
+
+/// `COUNT/UNIT`, e.g. `30/min`: the count (at least 1) and the unit's length in seconds.
+/// Units: `s` (`sec`, `second`), `min` (`minute`), `h` (`hour`), `day`.
+fn parse_rate(text: &str) -> Option<(u32, u64)> {
+    let (count, unit) = text.split_once('/')?;
+    let count = count.trim();
+    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let count: u32 = count.parse().ok().filter(|&c| c > 0)?;
+    let seconds = match unit.trim() {
+        "s" | "sec" | "second" => 1,
+        "min" | "minute" => 60,
+        "h" | "hour" => 3600,
+        "day" => 86_400,
+        _ => return None,
+    };
+    Some((count, seconds))
 }
 
 /// `resource:action`, each side one or more of `a-z`, `0-9`, `_`, `-`.

@@ -15,6 +15,9 @@ use crate::tool::ToolDef;
 pub const META_SCOPES: &str = "aac-tools.dev/scopes";
 /// The `_meta` key under which a tool's access level (`read`, `write`, `delete`) is advertised.
 pub const META_ACCESS: &str = "aac-tools.dev/access";
+/// The `_meta` key under which a tool's per-principal rate (`rate = "30/min"`) is
+/// advertised, as `{"count": 30, "per_seconds": 60}`; absent when the tool has none.
+pub const META_RATE: &str = "aac-tools.dev/rate";
 
 /// One registered tool: its definition and everything computed from it at start-up.
 pub struct ToolEntry {
@@ -427,13 +430,14 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
             "openWorldHint": def.is_open_world(),
         }),
     );
-    tool.insert(
-        "_meta".to_owned(),
-        json!({
-            META_SCOPES: def.scopes(),
-            META_ACCESS: def.access_level().as_str(),
-        }),
-    );
+    let mut meta = json!({
+        META_SCOPES: def.scopes(),
+        META_ACCESS: def.access_level().as_str(),
+    });
+    if let Some(rate) = def.rate() {
+        meta[META_RATE] = json!({"count": rate.count(), "per_seconds": rate.per().as_secs()});
+    }
+    tool.insert("_meta".to_owned(), meta);
     Ok(ToolEntry {
         def,
         json: Value::Object(tool),

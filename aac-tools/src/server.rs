@@ -315,6 +315,12 @@ impl ServerBuilder {
         if audit.is_none() {
             tracing::warn!("the audit trail is disabled on this server");
         }
+        let per_tool = self
+            .registry
+            .tools()
+            .iter()
+            .map(|entry| entry.def().rate().map(Limiter::new))
+            .collect();
         let listing = Listing::new(
             &self.registry,
             self.read_only_mode,
@@ -334,6 +340,7 @@ impl ServerBuilder {
                 limits: Limits {
                     unauthenticated: self.unauthenticated_rate.map(Limiter::new),
                     principal: self.principal_rate.map(Limiter::new),
+                    per_tool,
                 },
             }),
         })

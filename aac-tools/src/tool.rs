@@ -43,6 +43,8 @@ pub struct ToolParts {
     pub open_world: bool,
     pub scopes: &'static [&'static str],
     pub audit_fields: &'static [&'static str],
+    /// `rate = "30/min"`: (count, period in seconds).
+    pub rate: Option<(u32, u64)>,
     pub input_schema: fn() -> Option<Value>,
     pub raw_input_schema: Option<fn() -> Value>,
     pub output_schema: fn() -> Option<Value>,
@@ -96,6 +98,12 @@ impl ToolDef {
     /// Argument fields this tool opts in to storing verbatim in audit records.
     pub fn audit_fields(&self) -> &'static [&'static str] {
         self.parts.audit_fields
+    }
+    /// The most calls one principal may make of this tool (`rate = "30/min"`), if limited.
+    pub fn rate(&self) -> Option<crate::Rate> {
+        self.parts.rate.map(|(count, seconds)| {
+            crate::Rate::new(count, std::time::Duration::from_secs(seconds))
+        })
     }
     /// The access level its handler runs at.
     pub fn access_level(&self) -> AccessLevel {

@@ -230,3 +230,67 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
     assert_eq!(last.principal.as_deref(), Some("alice"));
     assert_eq!(last.status, 429);
 }
+
+/// The reference server's `trigger_autopilot` (`rate = "30/min"`) over REST: past 30 calls
+/// of one user in a minute, HTTP 429 with `Retry-After`, and one record of it.
+#[tokio::test]
+async fn a_tools_own_rate_answers_429_with_retry_after_over_rest() {
+    let app = common::AacWorkflow::new();
+    let (_server, url) = app.spawn_http();
+    let base = url.trim_end_matches("/mcp");
+    let client = reqwest::Client::new();
+    let post = |tool: &str, body: serde_json::Value| {
+        client
+            .post(format!("{base}/tools/{tool}"))
+            .bearer_auth(&app.token)
+            .json(&body)
+            .send()
+    };
+    let assigned = post(
+        "assign_issue_to_agent",
+        serde_json::json!({"issue_id": "AAC-1", "agent": "autopilot"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(assigned.status(), 200);
+    for _ in 0..30 {
+        let run = post(
+            "trigger_autopilot",
+            serde_json::json!({"issue_id": "AAC-1"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(run.status(), 200);
+    }
+    let limited = post(
+        "trigger_autopilot",
+        serde_json::json!({"issue_id": "AAC-1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(limited.status(), 429);
+    let retry: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body: serde_json::Value = limited.json().await.unwrap();
+    assert_eq!(body["reason"], "rate_limited");
+    // Other tools of the same user are not limited by it.
+    let read = post("get_issue", serde_json::json!({"issue_id": "AAC-1"}))
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+
+    let records = app.audit();
+    let limited: Vec<_> = records
+        .iter()
+        .filter(|r| r["reason"] == "rate_limited")
+        .collect();
+    assert_eq!(limited.len(), 1, "{limited:?}");
+    assert_eq!(limited[0]["tool"], "trigger_autopilot");
+    assert_eq!(limited[0]["principal"], "alice");
+    assert_eq!(limited[0]["transport"], "http");
+    assert_eq!(limited[0]["status"], 429);
+}

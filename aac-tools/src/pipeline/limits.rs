@@ -43,6 +43,16 @@ impl Rate {
         Rate::new(count, Duration::from_secs(60))
     }
 
+    /// The number of events in a period.
+    pub fn count(self) -> u32 {
+        self.count
+    }
+
+    /// The period.
+    pub fn per(self) -> Duration {
+        self.per
+    }
+
     /// How long one token takes to come back.
     fn refill(self) -> Duration {
         self.per / self.count
@@ -129,8 +139,14 @@ pub(crate) struct Limits {
     /// Refusals before authentication, by peer address (HTTP).
     pub(crate) unauthenticated: Option<Limiter<IpAddr>>,
     /// Calls by principal (subject and workspace).
-    pub(crate) principal: Option<Limiter<(String, Option<String>)>>,
+    pub(crate) principal: Option<Limiter<PrincipalKey>>,
+    /// Calls of one tool by principal, for the tools with a `rate`; same positions as
+    /// `Registry::tools`.
+    pub(crate) per_tool: Vec<Option<Limiter<PrincipalKey>>>,
 }
+
+/// A principal as a rate limit tells it apart: subject and workspace.
+pub(crate) type PrincipalKey = (String, Option<String>);
 
 #[cfg(test)]
 mod tests {

@@ -277,19 +277,27 @@ impl Attempt {
             .authenticate()
             .await
             .map_err(|e| (Check::Authenticate, e))?;
-        if let Some(limiter) = &self.server.limits().principal {
-            let key = (
+        let key = || {
+            (
                 principal.subject().to_owned(),
                 principal.workspace().map(str::to_owned),
-            );
-            if let Verdict::Limited { retry_after } = limiter.check(&key) {
-                return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
-            }
+            )
+        };
+        if let Some(limiter) = &self.server.limits().principal
+            && let Verdict::Limited { retry_after } = limiter.check(&key())
+        {
+            return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
         }
         // 2. find the tool, 3. scopes
         self.authorize()?;
         let server = self.server.clone();
         let entry = self.entry(&server).expect("authorized: the tool exists");
+        // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
+        if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i])
+            && let Verdict::Limited { retry_after } = limiter.check(&key())
+        {
+            return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
+        }
         let def = entry.def();
         let arguments = &mut self.request.arguments;
         // 4. confirm guard

@@ -415,8 +415,8 @@ pub async fn assign_issue_to_agent(
 /// Start the autopilot on an issue: its assigned agent works on it.
 ///
 /// Not idempotent: each call queues a new run. The issue must be open and assigned to an
-/// agent (see `assign_issue_to_agent`).
-#[mcp_tool(scope = "autopilot:run", audit_fields = ["issue_id"])]
+/// agent (see `assign_issue_to_agent`). At most 30 calls a minute per user.
+#[mcp_tool(scope = "autopilot:run", rate = "30/min", audit_fields = ["issue_id"])]
 pub async fn trigger_autopilot(
     db: WriteDb,
     ctx: Ctx,

@@ -708,3 +708,51 @@ async fn a_viewer_is_read_only_whatever_scopes_the_token_holds() {
         let _ = client.cancel().await;
     }
 }
+
+/// `trigger_autopilot` has `rate = "30/min"`: the 31st call of one user within the minute
+/// is a tool error 429 `rate_limited` over stdio, recorded; another user's calls and the
+/// same user's other tools go on.
+#[tokio::test]
+async fn a_tools_own_rate_limits_each_user_over_stdio() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let bob = env.token("demo", "bob", "all");
+    let admin = env.stdio(&alice, &[]).await;
+    let member = env.stdio(&bob, &[]).await;
+    ok(
+        &admin,
+        "assign_issue_to_agent",
+        json!({"issue_id": "AAC-1", "agent": "autopilot"}),
+    )
+    .await;
+    for _ in 0..30 {
+        ok(&admin, "trigger_autopilot", json!({"issue_id": "AAC-1"})).await;
+    }
+    let body = refused(
+        &admin,
+        "trigger_autopilot",
+        json!({"issue_id": "AAC-1"}),
+        429,
+        "rate_limited",
+    )
+    .await;
+    assert!(
+        body["error"].as_str().unwrap().contains("retry in"),
+        "{body}"
+    );
+    ok(&member, "trigger_autopilot", json!({"issue_id": "AAC-1"})).await;
+    ok(&admin, "get_issue", json!({"issue_id": "AAC-1"})).await;
+
+    let limited = env.audit(&["--reason", "rate_limited"]);
+    assert_eq!(limited.len(), 1, "{limited:?}");
+    assert_eq!(limited[0]["tool"], "trigger_autopilot");
+    assert_eq!(limited[0]["principal"], "alice");
+    assert_eq!(limited[0]["check"], "rate_limit");
+    assert_eq!(limited[0]["status"], 429);
+    assert_eq!(limited[0]["outcome"], "denied");
+    let runs = env.audit(&["--tool", "trigger_autopilot", "--outcome", "success"]);
+    assert_eq!(runs.len(), 31, "30 of alice's and bob's one");
+    for client in [admin, member] {
+        let _ = client.cancel().await;
+    }
+}
