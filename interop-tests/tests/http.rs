@@ -450,7 +450,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let result = result.unwrap();
     assert_eq!(result["result"]["isError"], true);
     assert_eq!(error_body(&result["result"])["reason"], "unknown_tool");
-    // oversized body: 413, not recorded
+    // oversized body: 413, recorded (it may have been a `tools/call`; the tool unknown)
     let big = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "add_note", "arguments": {"text": "x".repeat(8000)}},
@@ -480,6 +480,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
             ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("no_such_tool".to_owned(), Some(Check::FindTool)),
+            ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("add_note".to_owned(), None),
         ]
     );
@@ -1110,4 +1111,51 @@ fn error_body(result: &Value) -> Value {
     assert_eq!(result["isError"], true, "{result}");
     assert!(result.get("structuredContent").is_none(), "{result}");
     serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// A `/mcp` POST over the body limit may carry a `tools/call`: answered 413 and recorded
+/// once (the tool its `Mcp-Name` names, else `(unknown)`), with the caller's principal
+/// when the token is valid.
+#[tokio::test]
+async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(4096),
+        Options::default(),
+    )
+    .await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"add_note","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat(8192)
+    );
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    let response = anonymous.post().body(big.clone()).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "(unknown)");
+    assert_eq!(records[0].principal, None);
+    assert_eq!(records[0].status, 413);
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    server.sink.clear();
+    let response = raw
+        .post()
+        .header("mcp-name", "add_note")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "body_too_large");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "add_note");
+    assert_eq!(records[0].check, Some(Check::Protocol));
+    assert_eq!(records[0].reason.as_deref(), Some("body_too_large"));
+    assert_eq!(records[0].status, 413);
+    assert_eq!(records[0].principal.as_deref(), Some("alice"));
+    // The server still serves the session.
+    let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;
+    assert_eq!(status, 200);
 }

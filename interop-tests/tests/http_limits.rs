@@ -100,7 +100,8 @@ async fn a_slow_body_is_refused_with_408_and_recorded() {
         ("add_note", 408)
     );
     assert_eq!(records[0].outcome, Outcome::Denied);
-    assert_eq!(records[0].principal, None, "refused before authentication");
+    // Refused for its body, but the token is valid: the record names the caller.
+    assert_eq!(records[0].principal.as_deref(), Some("alice"));
 }
 
 #[tokio::test]
@@ -293,4 +294,82 @@ async fn a_tools_own_rate_answers_429_with_retry_after_over_rest() {
     assert_eq!(limited[0]["principal"], "alice");
     assert_eq!(limited[0]["transport"], "http");
     assert_eq!(limited[0]["status"], 429);
+}
+
+/// A token-less flood of bodies over the limit, to `/mcp` and to REST: each is answered
+/// (413, then 429), and the records stay within the peer's rate (60 a minute) plus one
+/// count, however many requests came.
+#[tokio::test]
+async fn a_flood_of_oversized_token_less_bodies_costs_a_bounded_trail() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    let body = vec![b'x'; aac_tools::http::DEFAULT_MAX_BODY_BYTES + 1];
+    let mut answered = [0usize; 2];
+    for i in 0..200 {
+        let url = if i % 2 == 0 {
+            server.mcp()
+        } else {
+            format!("{}/tools/add_note", server.base)
+        };
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            413 => answered[0] += 1,
+            429 => answered[1] += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(answered[0] + answered[1], 200);
+    assert!(answered[1] >= 100, "past the rate, 429: {answered:?}");
+    let records = server.sink.records();
+    assert!(
+        (60..=63).contains(&records.len()),
+        "records within the rate, not one per request: {}",
+        records.len()
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.reason.as_deref() == Some("body_too_large") && r.principal.is_none())
+    );
+}
+
+/// A flood that stops for good still leaves its count: `serve` records what the rate
+/// limit counted when it stops (and every few seconds while it runs).
+#[tokio::test]
+async fn the_count_of_a_flood_that_stops_is_recorded_when_the_server_stops() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    for _ in 0..75 {
+        let _ = client
+            .post(format!("{}/tools/list_notes", server.base))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+    }
+    let before = server.sink.records().len();
+    assert!((60..=62).contains(&before), "{before}");
+    let server = server.stop().await;
+    let records = server.sink.records();
+    let counts: u64 = records
+        .iter()
+        .filter(|r| r.tool == "(rate limited)")
+        .map(|r| r.arguments["suppressed"].as_u64().unwrap())
+        .sum();
+    let recorded = records
+        .iter()
+        .filter(|r| r.tool != "(rate limited)")
+        .count() as u64;
+    assert_eq!(
+        recorded + counts,
+        75,
+        "every refusal recorded or counted: {records:?}"
+    );
 }

@@ -260,7 +260,24 @@ pub async fn serve(
     let shutdown = options.shutdown.clone();
     let header_timeout = options.header_read_timeout;
     let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
-    let router = try_router(server, options)?;
+    let router = try_router(server.clone(), options)?;
+    // What the limit of refusals before authentication counted is recorded every few
+    // seconds and when the server stops, not only with the peer's next refusal.
+    let flusher = {
+        let server = server.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(RATE_LIMITED_FLUSH_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = every.tick() => server.flush_rate_limited().await,
+                }
+            }
+            server
+        })
+    };
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut connections = tokio::task::JoinSet::new();
     let mut refused: u64 = 0;
@@ -331,8 +348,14 @@ pub async fn serve(
         });
     }
     while connections.join_next().await.is_some() {}
+    if let Ok(server) = flusher.await {
+        server.flush_rate_limited().await;
+    }
     Ok(())
 }
+
+/// How often [`serve`] records the counts of refusals the rate limit did not record.
+pub const RATE_LIMITED_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 
 /// An accept error that concerns one connection only (the client gave up).
 fn is_per_connection(err: &io::Error) -> bool {

@@ -396,13 +396,36 @@ impl tower_service::Service<Request> for McpEndpoint {
 /// the scope check (403). A `tools/call` begins its [`Attempt`] here: a refusal ends it
 /// here, else it travels in the request's extensions to the MCP handler, with the
 /// verified principal and the scope verdict.
+/// A POST to `/mcp` whose body could not be read (over the size limit, too slow, broken):
+/// it may have carried a `tools/call`, so it is recorded as one (the tool its `Mcp-Name`
+/// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
+/// valid; a caller without one counts against its peer's rate of recorded refusals.
+async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolError) -> Response {
+    let tool = parts
+        .headers
+        .get("mcp-name")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(UNKNOWN_TOOL);
+    let mut request = CallRequest::new(tool, None).transport(Transport::StreamableHttp);
+    if let Some(peer) = peer_addr(&parts.extensions) {
+        request = request.peer_addr(peer);
+    }
+    if let Ok(credentials) = credentials(&parts.headers) {
+        request = request.credentials(credentials);
+    }
+    let mut attempt = app.server().begin(request);
+    // For the record only: the refusal is the body's, whoever sent it.
+    let _ = attempt.authenticate().await;
+    json_error(&attempt.refuse(Check::Protocol, err).await)
+}
+
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {
         match read_body(body, &app.options).await {
             Ok(bytes) => bytes,
-            Err(err) => return json_error(&err),
+            Err(err) => return unread_body(app, &parts, err).await,
         }
     } else {
         Bytes::new()
@@ -555,7 +578,12 @@ pub(crate) async fn call_tool(
 
     let body = match read_body(body, &app.options).await {
         Ok(bytes) => bytes,
-        Err(err) => return refused(attempt.refuse(Check::Validate, err).await),
+        Err(err) => {
+            // For the record only (a caller without a valid token counts against its
+            // peer's rate of recorded refusals): the refusal is the body's.
+            let _ = attempt.authenticate().await;
+            return refused(attempt.refuse(Check::Validate, err).await);
+        }
     };
     let arguments = serde_json::from_slice::<Value>(&body);
     if let Err(err) = credentials {

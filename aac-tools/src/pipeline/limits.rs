@@ -91,6 +91,16 @@ pub(crate) enum Verdict {
 pub(crate) struct Limiter<K> {
     rate: Rate,
     buckets: Mutex<HashMap<K, Bucket>>,
+    /// Events refused because every tracked key was busy, not yet reported.
+    overflow: Mutex<u64>,
+}
+
+/// What a limiter refused since it was last asked: by key, and the events of keys it had
+/// no room to track.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Suppressed<K> {
+    pub(crate) by_key: Vec<(K, u64)>,
+    pub(crate) overflow: u64,
 }
 
 impl<K: Hash + Eq + Clone> Limiter<K> {
@@ -98,7 +108,23 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         Limiter {
             rate,
             buckets: Mutex::new(HashMap::new()),
+            overflow: Mutex::new(0),
         }
+    }
+
+    /// Take every count of refused events not yet reported (they are reported once).
+    pub(crate) fn take_suppressed(&self) -> Suppressed<K> {
+        let by_key = {
+            let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+            buckets
+                .iter_mut()
+                .filter(|(_, b)| b.suppressed > 0)
+                .map(|(k, b)| (k.clone(), std::mem::take(&mut b.suppressed)))
+                .collect()
+        };
+        let overflow =
+            std::mem::take(&mut *self.overflow.lock().unwrap_or_else(|e| e.into_inner()));
+        Suppressed { by_key, overflow }
     }
 
     /// Take one token for `key`, if there is one.
@@ -110,6 +136,15 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         if buckets.len() >= MAX_KEYS && !buckets.contains_key(key) {
             // Forget the keys whose buckets are full again (idle for a whole period).
             buckets.retain(|_, b| now.duration_since(b.at) < self.rate.per || b.suppressed > 0);
+            if buckets.len() >= MAX_KEYS {
+                // Every key is busy: a new one is refused and counted without a bucket of
+                // its own, so that memory stays bounded whatever the number of keys.
+                drop(buckets);
+                *self.overflow.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                return Verdict::Limited {
+                    retry_after: self.rate.refill(),
+                };
+            }
         }
         let bucket = buckets.entry(key.clone()).or_insert(Bucket {
             tokens: capacity,
@@ -130,6 +165,21 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
                 retry_after: Duration::from_secs_f64(wait),
             }
         }
+    }
+}
+
+/// The key of a peer address in the limit of refusals before authentication: an IPv4
+/// address, or the /64 of an IPv6 one (a single host usually holds a whole /64, so keying
+/// by address would let it take as many buckets as it likes).
+pub(crate) fn peer_key(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+        v4 => v4,
     }
 }
 
@@ -173,5 +223,51 @@ mod tests {
         assert!(matches!(limiter.check(&1), Verdict::Limited { .. }));
         std::thread::sleep(Duration::from_millis(120));
         assert_eq!(limiter.check(&1), Verdict::Allowed { suppressed: 2 });
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_keyed_by_its_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(peer_key(a), peer_key(b));
+        assert_ne!(peer_key(a), peer_key(other));
+        assert_eq!(peer_key(a).to_string(), "2001:db8:1:2::");
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(peer_key(mapped).to_string(), "10.0.0.7");
+        let v4: IpAddr = "10.0.0.7".parse().unwrap();
+        assert_eq!(peer_key(v4), v4);
+    }
+
+    #[test]
+    fn counts_are_taken_once_and_not_reported_again() {
+        let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
+        for key in [1, 2] {
+            assert_eq!(limiter.check(&key), Verdict::Allowed { suppressed: 0 });
+        }
+        for _ in 0..3 {
+            assert!(matches!(limiter.check(&1), Verdict::Limited { .. }));
+        }
+        assert!(matches!(limiter.check(&2), Verdict::Limited { .. }));
+        let mut taken = limiter.take_suppressed();
+        taken.by_key.sort();
+        assert_eq!(
+            taken,
+            Suppressed {
+                by_key: vec![(1, 3), (2, 1)],
+                overflow: 0
+            }
+        );
+        assert_eq!(limiter.take_suppressed(), Suppressed::default());
+    }
+
+    #[test]
+    fn memory_stays_bounded_when_every_key_is_busy() {
+        let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
+        for key in 0..MAX_KEYS + 500 {
+            let _ = limiter.check(&key);
+        }
+        assert_eq!(limiter.buckets.lock().unwrap().len(), MAX_KEYS);
+        assert_eq!(limiter.take_suppressed().overflow, 500);
     }
 }

@@ -118,6 +118,31 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Record what the rate limit of refusals before authentication counted and did not
+    /// record, one record per peer (and one for the peers it had no room to track), so
+    /// that a flood that stops still leaves its count. [`http::serve`](crate::http::serve)
+    /// calls it every few seconds and when it stops.
+    pub async fn flush_rate_limited(&self) {
+        let (Some(limiter), Some(sink)) = (&self.limits().unauthenticated, self.audit()) else {
+            return;
+        };
+        let taken = limiter.take_suppressed();
+        let overflow = (taken.overflow > 0).then_some((None, taken.overflow));
+        let counts = taken
+            .by_key
+            .into_iter()
+            .map(|(peer, count)| (Some(peer), count))
+            .chain(overflow);
+        for (peer, count) in counts {
+            let record = record::suppressed(peer, count, crate::context::Transport::PlainHttp);
+            if let Err(err) = sink.record(record).await {
+                tracing::error!(error = %err, count, "the count of rate-limited refusals could not be recorded");
+            }
+        }
+    }
+}
+
 impl Attempt {
     /// The tool the call names.
     pub fn tool(&self) -> &str {
@@ -217,11 +242,11 @@ impl Attempt {
         }
     }
 
-    /// Before a refusal of an unauthenticated caller is recorded: past the rate of its peer
+    /// Before a refusal of a caller with no verified principal is recorded: past the rate of its peer
     /// address, the refusal is answered 429 and only counted (`Some`, the answer); else
     /// what was counted since is recorded first, in one record.
     async fn limit_unauthenticated(&mut self) -> Option<ToolError> {
-        let peer = self.request.peer_addr?;
+        let peer = limits::peer_key(self.request.peer_addr?);
         let limiter = self.server.limits().unauthenticated.as_ref()?;
         match limiter.check(&peer) {
             Verdict::Limited { retry_after } => {
@@ -233,7 +258,11 @@ impl Attempt {
             Verdict::Allowed { suppressed } => {
                 if let Some(sink) = self.server.audit()
                     && let Err(err) = sink
-                        .record(record::suppressed(peer, suppressed, self.request.transport))
+                        .record(record::suppressed(
+                            Some(peer),
+                            suppressed,
+                            self.request.transport,
+                        ))
                         .await
                 {
                     tracing::error!(error = %err, suppressed, %peer, "the count of rate-limited refusals could not be recorded");
@@ -249,7 +278,10 @@ impl Attempt {
         result: Result<ToolOutput, ToolError>,
         check: Option<Check>,
     ) -> CallResponse {
-        if check == Some(Check::Authenticate)
+        // Every refusal of a caller not authenticated (no token, a bad one, or a request
+        // refused before its token could count) goes through its peer's rate.
+        if check.is_some()
+            && self.principal.is_none()
             && let Some(limited) = self.limit_unauthenticated().await
         {
             return CallResponse::new(Err(limited), Some(Check::RateLimit));

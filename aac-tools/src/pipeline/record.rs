@@ -78,7 +78,18 @@ pub(super) fn redacted_arguments(entry: Option<&ToolEntry>, arguments: Option<&V
 
 /// The one record that counts the refusals of one peer that were answered 429 without a
 /// record of their own (the rate limit before authentication).
-pub(super) fn suppressed(peer: std::net::IpAddr, count: u64, transport: Transport) -> AuditRecord {
+pub(super) fn suppressed(
+    peer: Option<std::net::IpAddr>,
+    count: u64,
+    transport: Transport,
+) -> AuditRecord {
+    // An IPv6 peer is counted by its /64 (one host's usual share); `None` stands for the
+    // peers the limiter had no room to track.
+    let peer = match peer {
+        Some(std::net::IpAddr::V6(v6)) => format!("{v6}/64"),
+        Some(v4) => v4.to_string(),
+        None => "(untracked peers)".to_owned(),
+    };
     AuditRecord {
         tool: "(rate limited)".to_owned(),
         outcome: Outcome::Denied,
@@ -93,6 +104,6 @@ pub(super) fn suppressed(peer: std::net::IpAddr, count: u64, transport: Transpor
         request_id: None,
         duration_us: 0,
         access_level: None,
-        arguments: serde_json::json!({"peer": peer.to_string(), "suppressed": count}),
+        arguments: serde_json::json!({"peer": peer, "suppressed": count}),
     }
 }

@@ -57,6 +57,7 @@ pub struct TestServer {
     pub sink: MemorySink,
     pub fixture: Fixture,
     shutdown: CancellationToken,
+    serving: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestServer {
@@ -71,7 +72,7 @@ impl TestServer {
         let base = format!("http://{}", listener.local_addr().expect("an address"));
         let shutdown = CancellationToken::new();
         let options = options.shutdown(shutdown.clone());
-        tokio::spawn(async move {
+        let serving = tokio::spawn(async move {
             aac_tools::http::serve(server, listener, options)
                 .await
                 .expect("the server serves");
@@ -81,7 +82,18 @@ impl TestServer {
             sink,
             fixture,
             shutdown,
+            serving: Some(serving),
         }
+    }
+
+    /// Stop the server and wait until `serve` has returned.
+    #[allow(dead_code)]
+    pub async fn stop(mut self) -> TestServer {
+        self.shutdown.cancel();
+        if let Some(serving) = self.serving.take() {
+            serving.await.expect("serve returns");
+        }
+        self
     }
 
     pub fn mcp(&self) -> String {
