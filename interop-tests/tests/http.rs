@@ -564,6 +564,12 @@ async fn every_refused_tools_call_is_recorded_once() {
             (call, Some("tools/list"), "add_note"),
             (batch.as_str(), None, "add_note"),
             (repeated, None, "(unknown)"),
+            // found by fuzz/ (gate_probe): no method, but the header says tools/call
+            (
+                r#"{"jsonrpc":"2.0","id":23,"params":{"name":"add_note"}}"#,
+                Some("tools/call"),
+                "(unknown)",
+            ),
         ] {
             let mut request = raw.post().body(body.to_owned());
             if let Some(method) = header {

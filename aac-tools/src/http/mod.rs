@@ -32,6 +32,8 @@
 mod errors;
 mod guard;
 mod routes;
+#[doc(hidden)]
+pub use routes::__fuzz_probe;
 mod sessions;
 
 use std::fmt;

@@ -260,6 +260,38 @@ struct ProbeParams<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// Whether a JSON-RPC message, or any message of a batch, has the method `tools/call`.
+fn mentions_call(message: &Value) -> bool {
+    match message {
+        Value::Object(map) => map.get("method").and_then(Value::as_str) == Some("tools/call"),
+        Value::Array(batch) => batch
+            .iter()
+            .any(|m| m.get("method").and_then(Value::as_str) == Some("tools/call")),
+        _ => false,
+    }
+}
+
+/// The gate's reading of a POST body, for the fuzz targets (`fuzz/`): whether the body
+/// (with these `Mcp-Name` and `Mcp-Method` headers) is taken as a `tools/call`, and if so
+/// its tool and JSON-RPC id. Not public API.
+#[doc(hidden)]
+pub fn __fuzz_probe(
+    mcp_name: Option<&str>,
+    mcp_method: Option<&str>,
+    body: &[u8],
+) -> Option<(String, Option<String>)> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in [("mcp-name", mcp_name), ("mcp-method", mcp_method)] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+    let call = ToolsCall::probe(&headers, body)?;
+    // The arguments a refusal's record would keep must be readable too.
+    let _ = ToolsCall::arguments_of(body);
+    Some((call.tool, call.id))
+}
+
 /// The tool of a record when the request did not say which (a malformed `tools/call`).
 const UNKNOWN_TOOL: &str = "(unknown)";
 
@@ -283,21 +315,41 @@ impl<'a> ToolsCall<'a> {
     fn probe(headers: &HeaderMap, body: &'a [u8]) -> Option<ToolsCall<'a>> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let is_call = |p: &Probe<'_>| p.method.as_deref() == Some("tools/call");
+        // Whether the body has a message without a method (a response, or a request
+        // with its method left out).
+        let mut methodless = false;
         let parsed = if body.trim_ascii_start().starts_with(b"[") {
             serde_json::from_slice::<Vec<Probe<'a>>>(body)
                 .ok()
-                .map(|batch| batch.into_iter().find(is_call))
+                .map(|batch| {
+                    methodless = batch.is_empty() || batch.iter().any(|p| p.method.is_none());
+                    batch.into_iter().find(is_call)
+                })
         } else {
-            serde_json::from_slice::<Probe<'a>>(body)
-                .ok()
-                .map(|probe| is_call(&probe).then_some(probe))
+            serde_json::from_slice::<Probe<'a>>(body).ok().map(|probe| {
+                methodless = probe.method.is_none();
+                is_call(&probe).then_some(probe)
+            })
         };
         let probe = match parsed {
             Some(Some(probe)) => probe,
+            // A message without a method that the `Mcp-Method` header calls a
+            // `tools/call`: refused by the MCP layer, recorded as a call all the same.
+            Some(None) if methodless && header("mcp-method") == Some("tools/call") => {
+                return Some(ToolsCall {
+                    tool: header("mcp-name").unwrap_or(UNKNOWN_TOOL).to_owned(),
+                    id: None,
+                    arguments: None,
+                });
+            }
             Some(None) => return None,
             None => {
+                // What a lenient reader sees (the last of repeated keys wins, any shape
+                // of params), the header, or the bytes: an ambiguous body that any of
+                // them reads as a `tools/call` is one, of a tool the record cannot know.
                 let says_call = header("mcp-method") == Some("tools/call")
-                    || body.windows(10).any(|w| w == b"tools/call");
+                    || body.windows(10).any(|w| w == b"tools/call")
+                    || serde_json::from_slice::<Value>(body).is_ok_and(|v| mentions_call(&v));
                 return says_call.then(|| ToolsCall {
                     tool: header("mcp-name").unwrap_or(UNKNOWN_TOOL).to_owned(),
                     id: None,
@@ -722,6 +774,32 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("mcp-method", "tools/call".parse().unwrap());
         assert_eq!(ToolsCall::probe(&h, b"garbage").unwrap().tool, UNKNOWN_TOOL);
+        // The method escaped (no `tools/call` in the bytes) behind a repeated key, or with
+        // params of the wrong shape: a lenient reader still sees a call.
+        // Found by `fuzz/` (gate_probe): a message without a method, which the header
+        // calls a `tools/call`, is one; without the header, a response is not.
+        let methodless = br#"{"jsonrpc":"2.0","id":4,"werams":{"name":"add_note"}}"#;
+        let mut h = HeaderMap::new();
+        h.insert("mcp-method", "tools/call".parse().unwrap());
+        h.insert("mcp-name", "list_notes".parse().unwrap());
+        assert_eq!(ToolsCall::probe(&h, methodless).unwrap().tool, "list_notes");
+        assert_eq!(ToolsCall::probe(&h, b"[]").unwrap().tool, "list_notes");
+        assert!(ToolsCall::probe(&none, b"[]").is_none());
+        let response = br#"{"jsonrpc":"2.0","id":4,"result":{"text":"tools/call"}}"#;
+        assert!(ToolsCall::probe(&none, response).is_none());
+        for body in [
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/list","method":"tools\u002fcall","params":{"name":"e"}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":"e"}"#,
+            br#"[{"jsonrpc":"2.0","id":6,"method":"tools\/call","params":7}]"#,
+        ] {
+            let call = ToolsCall::probe(&none, body);
+            assert_eq!(
+                call.map(|c| c.tool).as_deref(),
+                Some(UNKNOWN_TOOL),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
         // A call without a name.
         let nameless = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}"#;
         assert_eq!(
