@@ -193,6 +193,11 @@ pub struct AuditRecord {
     /// The arguments, redacted: every key with a hash of its value, except the fields
     /// the tool opted in to storing verbatim and the framework's own `confirm`.
     pub arguments: Value,
+    /// Who confirmed a destructive call that ran: `argument` (`confirm: true`), `user`
+    /// (a person, through the client) or `argument_fallback` (the policy asks a person,
+    /// the client could not); `null` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_by: Option<String>,
 }
 
 impl Serialize for AccessLevel {
