@@ -239,8 +239,8 @@ pub(crate) fn placeholders(template: &str) -> Vec<&str> {
     let mut rest = template;
     while let Some(i) = rest.find('{') {
         let after = &rest[i + 1..];
-        if after.starts_with('{') {
-            rest = &after[1..];
+        if let Some(literal) = after.strip_prefix('{') {
+            rest = literal;
             continue;
         }
         match after.find('}') {
