@@ -287,7 +287,9 @@ fn asking(context: &RequestContext<RoleServer>, modern: bool) -> Asking {
     match context.peer.peer_info() {
         Some(info) if form(&info.capabilities) => Asking::Elicit,
         Some(_) => Asking::Unavailable(
-            "the client did not declare the form `elicitation` capability at initialize".to_owned(),
+            "the client declared no form `elicitation` capability at initialize \
+             (a stateless request declares none)"
+                .to_owned(),
         ),
         None => Asking::Unavailable("the client has not initialized".to_owned()),
     }
