@@ -124,7 +124,9 @@ pub enum Check {
     /// 1. Too many calls of this principal, or (before authentication) too many refusals
     ///    from this peer address.
     RateLimit,
-    /// 4. A destructive call without `confirm: true`.
+    /// 4. A destructive call without `confirm: true`, or (policy `user`) without the
+    ///    person's accept: declined, timed out, not askable, asked (2026-07-28), or an
+    ///    invalid `requestState`.
     Confirm,
     /// 5. The arguments do not match the input schema.
     Validate,
