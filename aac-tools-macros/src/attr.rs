@@ -22,6 +22,8 @@ pub(crate) const KEYS: &[&str] = &[
     "input_schema",
     "audit_fields",
     "rate",
+    "confirm",
+    "confirm_message",
 ];
 
 /// A value together with the span of the token that gave it.
@@ -44,6 +46,8 @@ pub(crate) struct Attr {
     pub(crate) input_schema: Option<Path>,
     pub(crate) audit_fields: Option<Vec<Spanned<String>>>,
     pub(crate) rate: Option<Spanned<String>>,
+    pub(crate) confirm: Option<Spanned<String>>,
+    pub(crate) confirm_message: Option<Spanned<String>>,
     /// Whether a `scope` key was written at all (even with a malformed value), so that a
     /// bad scope is not also reported as a missing one.
     pub(crate) scope_written: bool,
@@ -96,6 +100,10 @@ impl Attr {
                 string_list(meta, &key).and_then(|l| once(meta, &key, &mut self.audit_fields, l))
             }
             "rate" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.rate, s)),
+            "confirm" => string(meta, &key).and_then(|s| once(meta, &key, &mut self.confirm, s)),
+            "confirm_message" => {
+                string(meta, &key).and_then(|s| once(meta, &key, &mut self.confirm_message, s))
+            }
             _ => {
                 skip_value(meta);
                 Err(meta.error(unknown_key(&key)))

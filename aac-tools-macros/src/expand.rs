@@ -272,6 +272,17 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
         Some((count, seconds)) => quote!(::core::option::Option::Some((#count, #seconds))),
         None => quote!(::core::option::Option::None),
     };
+    let confirm = match tool.confirm {
+        Some(variant) => {
+            let variant = quote::format_ident!("{}", variant);
+            quote!(::core::option::Option::Some(#private::ConfirmPolicy::#variant))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let confirm_message = match &tool.confirm_message {
+        Some(message) => quote!(::core::option::Option::Some(#message)),
+        None => quote!(::core::option::Option::None),
+    };
     let (raw_schema_def, raw_input_schema) = match &attr.input_schema {
         Some(path) => (
             quote_spanned! {path.span()=>
@@ -321,6 +332,8 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
                     scopes: &[#(#scopes),*],
                     audit_fields: &[#(#audit_fields),*],
                     rate: #rate,
+                    confirm: #confirm,
+                    confirm_message: #confirm_message,
                     input_schema: __aac_input_schema,
                     raw_input_schema: #raw_input_schema,
                     output_schema: #output_schema,

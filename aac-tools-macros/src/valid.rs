@@ -29,6 +29,9 @@ pub(crate) struct Tool {
     pub(crate) level: Level,
     /// `rate = "30/min"`: calls per principal, as (count, period in seconds).
     pub(crate) rate: Option<(u32, u64)>,
+    /// `confirm = "…"`: the variant of `ConfirmPolicy`.
+    pub(crate) confirm: Option<&'static str>,
+    pub(crate) confirm_message: Option<String>,
 }
 
 pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool {
@@ -154,6 +157,7 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
             None
         }
     });
+    let confirm = check_confirm(attr, errors);
 
     let read_only = attr.read_only.is_some();
     let destructive = attr.destructive.is_some();
@@ -177,7 +181,87 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
         audit_fields,
         level,
         rate,
+        confirm,
+        confirm_message: attr.confirm_message.as_ref().map(|m| m.value.clone()),
     }
+}
+
+/// `confirm` and `confirm_message`: destructive tools only, a known policy, a message
+/// whose `{placeholders}` are argument names.
+fn check_confirm(attr: &Attr, errors: &mut Errors) -> Option<&'static str> {
+    for (key, value) in [
+        ("confirm", &attr.confirm),
+        ("confirm_message", &attr.confirm_message),
+    ] {
+        if let Some(value) = value
+            && attr.destructive.is_none()
+        {
+            errors.push(syn::Error::new(
+                value.span,
+                format!(
+                    "`#[mcp_tool]` argument `{key}` is only for `destructive` tools; \
+                     only they are confirmed before they run"
+                ),
+            ));
+        }
+    }
+    if let Some(message) = &attr.confirm_message {
+        if message.value.trim().is_empty() {
+            errors.push(syn::Error::new(
+                message.span,
+                "`#[mcp_tool]` confirm_message cannot be empty; leave it out instead",
+            ));
+        } else if let Err(why) = check_placeholders(&message.value) {
+            errors.push(syn::Error::new(
+                message.span,
+                format!("`#[mcp_tool]` confirm_message: {why}"),
+            ));
+        }
+    }
+    let confirm = attr.confirm.as_ref()?;
+    match confirm.value.as_str() {
+        "argument" => Some("Argument"),
+        "user" => Some("User"),
+        "user-or-argument" | "user_or_argument" => Some("UserOrArgument"),
+        other => {
+            errors.push(syn::Error::new(
+                confirm.span,
+                format!(
+                    "unknown `#[mcp_tool]` confirm policy `{other}`; expected `\"argument\"`, \
+                     `\"user\"` or `\"user-or-argument\"`"
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// Every `{` opens a placeholder naming an argument (`{{` is a literal brace) and is closed.
+fn check_placeholders(message: &str) -> Result<(), String> {
+    let mut rest = message;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        if let Some(literal) = after.strip_prefix('{') {
+            rest = literal;
+            continue;
+        }
+        let Some(end) = after.find('}') else {
+            return Err("a `{` is not closed; write `{{` for a literal brace".to_owned());
+        };
+        let name = &after[..end];
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "`{{{name}}}` is not an argument name; placeholders are `{{field}}`"
+            ));
+        }
+        rest = &after[end + 1..];
+    }
+    Ok(())
 }
 
 /// `COUNT/UNIT`, e.g. `30/min`: the count (at least 1) and the unit's length in seconds.
@@ -253,6 +337,14 @@ mod tests {
         assert!(!is_valid_tool_name(""));
         assert!(!is_valid_tool_name("get issue"));
         assert!(!is_valid_tool_name(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn confirm_placeholders() {
+        assert!(check_placeholders("Delete {issue_id}? {{literal}}").is_ok());
+        assert!(check_placeholders("Delete {issue id}?").is_err());
+        assert!(check_placeholders("Delete {}?").is_err());
+        assert!(check_placeholders("Delete {issue_id?").is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub use crate::access::{
     AccessLevel, Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold,
     SharedState, ToolState, Write, WriteToolMayHold,
 };
+pub use crate::confirm::ConfirmPolicy;
 pub use crate::error::ToolError;
 pub use crate::tool::{
     Call, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, ToolDef, ToolParam,

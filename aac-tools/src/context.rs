@@ -100,6 +100,12 @@ pub trait ClientPeer: Send + Sync + 'static {
     /// Send `elicitation/create` with these params and return the client's result
     /// (`{"action": …, "content": …}`).
     fn elicit(&self, params: Value) -> BoxFuture<'_, Result<Value, ToolError>>;
+
+    /// How the person behind the client can be asked to confirm a destructive call
+    /// (`docs/confirmation.md`). By default they cannot.
+    fn asking(&self) -> crate::confirm::Asking {
+        crate::confirm::Asking::Unavailable("this transport has no way to ask the user".to_owned())
+    }
 }
 
 /// The context of one call: who calls, over what, and the way back to the client.

@@ -41,6 +41,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod confirm;
 mod context;
 mod error;
 mod pipeline;
@@ -185,7 +186,8 @@ pub use crate::principal::{Principal, StaticTokens, TokenVerifier, VerifierChain
 /// [`audit::AuditSink`], [`tokens::TokenIssuer`], [`ClientPeer`]).
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use crate::registry::{
-    META_ACCESS, META_RATE, META_SCOPES, ManifestDrift, Registry, RegistryError, ToolEntry,
+    META_ACCESS, META_CONFIRM, META_RATE, META_SCOPES, ManifestDrift, Registry, RegistryError,
+    ToolEntry,
 };
 pub use crate::server::{
     BuildError, CallRequest, CallResponse, Credentials, DEFAULT_UNAUTHENTICATED_RATE, Server,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::confirm::ConfirmPolicy;
 use crate::schema;
 use crate::tool::ToolDef;
 
@@ -18,6 +19,9 @@ pub const META_ACCESS: &str = "aac-tools.dev/access";
 /// The `_meta` key under which a tool's per-principal rate (`rate = "30/min"`) is
 /// advertised, as `{"count": 30, "per_seconds": 60}`; absent when the tool has none.
 pub const META_RATE: &str = "aac-tools.dev/rate";
+/// The `_meta` key under which a destructive tool advertises who confirms it (`user` or
+/// `user-or-argument`) when a person is asked through the client; absent for `argument`.
+pub const META_CONFIRM: &str = "aac-tools.dev/confirm";
 
 /// One registered tool: its definition and everything computed from it at start-up.
 pub struct ToolEntry {
@@ -98,6 +102,13 @@ pub enum RegistryError {
         /// The field.
         field: String,
     },
+    /// `confirm_message` has a `{placeholder}` that is not one of the tool's arguments.
+    UnknownConfirmField {
+        /// The tool.
+        tool: String,
+        /// The placeholder.
+        field: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
@@ -122,6 +133,11 @@ impl fmt::Display for RegistryError {
                 f,
                 "tool `{tool}` keeps the audit field `{field}`, which is not one of its \
                  arguments; fix `#[mcp_tool(audit_fields = […])]`"
+            ),
+            RegistryError::UnknownConfirmField { tool, field } => write!(
+                f,
+                "tool `{tool}`'s confirm_message shows `{{{field}}}`, which is not one of its \
+                 arguments; fix `#[mcp_tool(confirm_message = \"…\")]`"
             ),
         }
     }
@@ -184,6 +200,24 @@ impl Registry {
     pub fn from_defs(
         defs: impl IntoIterator<Item = &'static ToolDef>,
     ) -> Result<Registry, RegistryError> {
+        Registry::build(defs, ConfirmPolicy::Argument)
+    }
+
+    /// The same tools, their `_meta` saying who confirms destructive calls under the
+    /// server's policy `policy` ([`META_CONFIRM`]).
+    pub(crate) fn with_confirmation(self, policy: ConfirmPolicy) -> Registry {
+        if policy == ConfirmPolicy::Argument {
+            return self;
+        }
+        let defs: Vec<&'static ToolDef> = self.tools().iter().map(|t| t.def).collect();
+        // The same definitions built before: only the `_meta` differs.
+        Registry::build(defs, policy).unwrap_or(self)
+    }
+
+    fn build(
+        defs: impl IntoIterator<Item = &'static ToolDef>,
+        policy: ConfirmPolicy,
+    ) -> Result<Registry, RegistryError> {
         let mut defs: Vec<&'static ToolDef> = defs.into_iter().collect();
         defs.sort_by(|a, b| {
             a.name()
@@ -201,7 +235,7 @@ impl Registry {
         }
         let tools = defs
             .into_iter()
-            .map(build_entry)
+            .map(|def| build_entry(def, policy))
             .collect::<Result<Vec<_>, _>>()?;
         let index = tools
             .iter()
@@ -387,7 +421,7 @@ fn title_from_name(name: &str) -> String {
     }
 }
 
-fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
+fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry, RegistryError> {
     let invalid = |why: String| RegistryError::InvalidSchema {
         tool: def.name().to_owned(),
         why,
@@ -400,6 +434,7 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
     let validator = jsonschema::validator_for(&input_schema)
         .map_err(|e| invalid(format!("the input schema does not compile: {e}")))?;
     check_audit_fields(def, &input_schema)?;
+    check_confirm_fields(def, &input_schema)?;
     let (output_schema, wrap_output) = match def.output_schema_value() {
         Some(schema) => {
             let (schema, wrap) = schema::finish_output_schema(schema);
@@ -437,6 +472,10 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
     if let Some(rate) = def.rate() {
         meta[META_RATE] = json!({"count": rate.count(), "per_seconds": rate.per().as_secs()});
     }
+    let confirm = def.confirm_policy().unwrap_or(policy);
+    if def.is_destructive() && confirm.asks_user() {
+        meta[META_CONFIRM] = json!(confirm.as_str());
+    }
     tool.insert("_meta".to_owned(), meta);
     Ok(ToolEntry {
         def,
@@ -445,6 +484,33 @@ fn build_entry(def: &'static ToolDef) -> Result<ToolEntry, RegistryError> {
         validator,
         wrap_output,
     })
+}
+
+/// Every `{placeholder}` of the confirm message must be an argument, when the schema
+/// lists its properties at the root (a composed schema is taken on trust).
+fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
+    let Some(message) = def.confirm_message() else {
+        return Ok(());
+    };
+    let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
+        .iter()
+        .any(|k| input_schema.get(*k).is_some());
+    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    if composed {
+        return Ok(());
+    }
+    match crate::confirm::placeholders(message)
+        .into_iter()
+        .find(|field| !properties.contains_key(*field))
+    {
+        Some(field) => Err(RegistryError::UnknownConfirmField {
+            tool: def.name().to_owned(),
+            field: field.to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Every audit field must be an argument, when the schema lists its properties at the

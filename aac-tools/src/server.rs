@@ -4,11 +4,16 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditSink, Check};
+use crate::confirm::{
+    ConfirmPolicy, Confirmation, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_STATE_TTL, InputRequired,
+    MemoryLedger, RequestStateLedger,
+};
 use crate::context::{ClientPeer, Transport};
 use crate::error::ToolError;
 use crate::pipeline::Listing;
@@ -53,6 +58,8 @@ pub struct CallRequest {
     pub(crate) peer: Option<Arc<dyn ClientPeer>>,
     pub(crate) cancel: Option<CancellationToken>,
     pub(crate) peer_addr: Option<std::net::IpAddr>,
+    /// A 2026-07-28 retry: the echoed `requestState` and the client's `inputResponses`.
+    pub(crate) resume: Option<(String, Value)>,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -74,6 +81,7 @@ impl CallRequest {
             peer: None,
             cancel: None,
             peer_addr: None,
+            resume: None,
         }
     }
 
@@ -120,6 +128,17 @@ impl CallRequest {
         self
     }
 
+    /// A 2026-07-28 retry of a call answered with [`InputRequired`]: the `requestState`
+    /// echoed back and the client's `inputResponses` (JSON object).
+    pub fn resume(
+        mut self,
+        request_state: impl Into<String>,
+        input_responses: Value,
+    ) -> CallRequest {
+        self.resume = Some((request_state.into(), input_responses));
+        self
+    }
+
     /// The tool named by the call.
     pub fn tool(&self) -> &str {
         &self.tool
@@ -131,11 +150,28 @@ impl CallRequest {
 pub struct CallResponse {
     result: Result<ToolOutput, ToolError>,
     check: Option<Check>,
+    input_required: Option<InputRequired>,
 }
 
 impl CallResponse {
     pub(crate) fn new(result: Result<ToolOutput, ToolError>, check: Option<Check>) -> CallResponse {
-        CallResponse { result, check }
+        CallResponse {
+            result,
+            check,
+            input_required: None,
+        }
+    }
+
+    pub(crate) fn with_input_required(mut self, input: Option<InputRequired>) -> CallResponse {
+        self.input_required = input;
+        self
+    }
+
+    /// A 2026-07-28 call that waits for the person's answer: the question and the sealed
+    /// `requestState` to answer as an `InputRequiredResult` (the result is then the
+    /// refusal the other transports would see, `user_confirmation_required`).
+    pub fn input_required(&self) -> Option<&InputRequired> {
+        self.input_required.as_ref()
     }
 
     /// The output, or the error that refused or failed the call.
@@ -196,6 +232,11 @@ pub struct ServerBuilder {
     state: StateMap,
     unauthenticated_rate: Option<Rate>,
     principal_rate: Option<Rate>,
+    confirmation: ConfirmPolicy,
+    confirm_timeout: Duration,
+    state_keys: Vec<Vec<u8>>,
+    state_ttl: Duration,
+    state_ledger: Option<Arc<dyn RequestStateLedger>>,
 }
 
 /// The default rate of recorded refusals before authentication, per peer address: 60 a
@@ -281,6 +322,43 @@ impl ServerBuilder {
         self
     }
 
+    /// Who confirms destructive calls, for tools that do not say
+    /// (`#[mcp_tool(confirm = "…")]`): [`ConfirmPolicy::Argument`] by default.
+    pub fn confirmation(mut self, policy: ConfirmPolicy) -> ServerBuilder {
+        self.confirmation = policy;
+        self
+    }
+
+    /// How long a person has to answer an elicitation before the call is refused
+    /// (`user_confirmation_timeout`). Default [`DEFAULT_CONFIRM_TIMEOUT`].
+    pub fn confirmation_timeout(mut self, timeout: Duration) -> ServerBuilder {
+        self.confirm_timeout = timeout;
+        self
+    }
+
+    /// The keys that seal 2026-07-28 `requestState`s (each at least 32 bytes): the first
+    /// signs, any verifies, so a key is rotated by putting the new one first and dropping
+    /// the old one after [`ServerBuilder::request_state_ttl`]. Replicas behind one balancer
+    /// share them. Without keys, a random key is made at start-up (one replica only).
+    pub fn request_state_keys(mut self, keys: Vec<Vec<u8>>) -> ServerBuilder {
+        self.state_keys = keys;
+        self
+    }
+
+    /// How long a `requestState` stays valid. Default [`DEFAULT_STATE_TTL`].
+    pub fn request_state_ttl(mut self, ttl: Duration) -> ServerBuilder {
+        self.state_ttl = ttl;
+        self
+    }
+
+    /// Where redeemed `requestState`s are kept, so each is honoured once
+    /// ([`SqliteLedger`](crate::confirm::SqliteLedger): the audit database). Default: in
+    /// memory ([`MemoryLedger`]), single use within this process only.
+    pub fn request_state_ledger(mut self, ledger: impl RequestStateLedger) -> ServerBuilder {
+        self.state_ledger = Some(Arc::new(ledger));
+        self
+    }
+
     /// Share `value` with every tool that takes `State<T>` (or, for a database, a data
     /// handle).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> ServerBuilder {
@@ -315,20 +393,41 @@ impl ServerBuilder {
         if audit.is_none() {
             tracing::warn!("the audit trail is disabled on this server");
         }
-        let per_tool = self
-            .registry
+        if let Some(short) = self.state_keys.iter().position(|k| k.len() < 32) {
+            return Err(BuildError(format!(
+                "request-state key {} is {} bytes; each key must be at least 32 bytes",
+                short + 1,
+                self.state_keys[short].len()
+            )));
+        }
+        let keys = if self.state_keys.is_empty() {
+            let mut key = vec![0u8; 32];
+            getrandom::fill(&mut key)
+                .map_err(|e| BuildError(format!("no random key for request states: {e}")))?;
+            vec![key]
+        } else {
+            self.state_keys
+        };
+        let confirmation = Confirmation {
+            policy: self.confirmation,
+            timeout: self.confirm_timeout,
+            ttl: self.state_ttl,
+            sealer: crate::confirm::seal::Sealer::new(keys),
+            ledger: self
+                .state_ledger
+                .unwrap_or_else(|| Arc::new(MemoryLedger::new())),
+        };
+        let registry = self.registry.with_confirmation(self.confirmation);
+        let listing = Listing::new(&registry, self.read_only_mode, self.filter_list_by_scope);
+        let per_tool = registry
             .tools()
             .iter()
             .map(|entry| entry.def().rate().map(Limiter::new))
             .collect();
-        let listing = Listing::new(
-            &self.registry,
-            self.read_only_mode,
-            self.filter_list_by_scope,
-        );
         Ok(Server {
             inner: Arc::new(Inner {
-                registry: self.registry,
+                registry,
+                confirmation,
                 name: self.name,
                 version: self.version,
                 verifier: self.verifier,
@@ -371,6 +470,7 @@ struct Inner {
     /// What every transport shows of the tools, computed once.
     listing: Listing,
     limits: Limits,
+    confirmation: Confirmation,
 }
 
 impl fmt::Debug for Server {
@@ -399,6 +499,11 @@ impl Server {
             state: StateMap::default(),
             unauthenticated_rate: Some(DEFAULT_UNAUTHENTICATED_RATE),
             principal_rate: None,
+            confirmation: ConfirmPolicy::Argument,
+            confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
+            state_keys: Vec::new(),
+            state_ttl: DEFAULT_STATE_TTL,
+            state_ledger: None,
         }
     }
 
@@ -470,6 +575,11 @@ impl Server {
     /// The rate limits.
     pub(crate) fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    /// Who confirms destructive calls, and how a person is asked.
+    pub(crate) fn confirmation(&self) -> &Confirmation {
+        &self.inner.confirmation
     }
 
     /// The audit sink, unless the trail is off.

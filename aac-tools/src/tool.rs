@@ -45,6 +45,8 @@ pub struct ToolParts {
     pub audit_fields: &'static [&'static str],
     /// `rate = "30/min"`: (count, period in seconds).
     pub rate: Option<(u32, u64)>,
+    pub confirm: Option<crate::confirm::ConfirmPolicy>,
+    pub confirm_message: Option<&'static str>,
     pub input_schema: fn() -> Option<Value>,
     pub raw_input_schema: Option<fn() -> Value>,
     pub output_schema: fn() -> Option<Value>,
@@ -74,6 +76,15 @@ impl ToolDef {
     /// The description (from `description = "…"` or the doc comment).
     pub fn description(&self) -> &'static str {
         self.parts.description
+    }
+    /// The tool's own confirmation policy (`#[mcp_tool(confirm = "user")]`), if it
+    /// overrides the server's.
+    pub fn confirm_policy(&self) -> Option<crate::confirm::ConfirmPolicy> {
+        self.parts.confirm
+    }
+    /// The question's message (`confirm_message = "…"`), with `{field}` placeholders.
+    pub fn confirm_message(&self) -> Option<&'static str> {
+        self.parts.confirm_message
     }
     /// Annotated `read_only`.
     pub fn is_read_only(&self) -> bool {

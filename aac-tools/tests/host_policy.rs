@@ -374,3 +374,43 @@ fn the_policy_reads_what_our_registry_emits() {
     assert!(policy("host_purge").declares_confirm());
     assert_eq!(policy("host_purge").title(), "Host purge");
 }
+
+/// A trusted server that asks the person itself (`aac-tools.dev/confirm: user`) satisfies
+/// "ask before destructive"; `user-or-argument` (which may fall back to the model's
+/// `confirm: true`) and an untrusted server's claim do not.
+#[test]
+fn a_server_that_asks_the_user_is_asked_by_server() {
+    let tool = |confirm: Option<&str>| {
+        let mut tool = json!({
+            "name": "delete_issue",
+            "inputSchema": {"type": "object", "properties": {"confirm": {"type": "boolean"}}},
+            "annotations": {"readOnlyHint": false, "destructiveHint": true,
+                            "idempotentHint": true, "openWorldHint": false},
+            "_meta": {},
+        });
+        if let Some(confirm) = confirm {
+            tool["_meta"][aac_tools::META_CONFIRM] = json!(confirm);
+        }
+        tool
+    };
+    let consent = |t: &Value, trust| ToolPolicy::new(t, trust).unwrap().consent();
+    let asked = ToolPolicy::new(&tool(Some("user")), Trust::Trusted).unwrap();
+    assert_eq!(asked.consent(), Consent::AskedByServer);
+    assert!(!asked.must_ask());
+    assert_eq!(
+        asked.confirmed_arguments(Map::new())["confirm"],
+        json!(true)
+    );
+    assert_eq!(
+        consent(&tool(Some("user-or-argument")), Trust::Trusted),
+        Consent::Required(AskReason::Destructive)
+    );
+    assert_eq!(
+        consent(&tool(Some("user")), Trust::Untrusted),
+        Consent::Required(AskReason::Untrusted)
+    );
+    assert_eq!(
+        consent(&tool(None), Trust::Trusted),
+        Consent::Required(AskReason::Destructive)
+    );
+}

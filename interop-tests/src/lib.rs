@@ -40,6 +40,8 @@ pub struct Options {
     pub filter_list_by_scope: bool,
     /// The rate of calls per principal (none by default).
     pub principal_rate: Option<aac_tools::Rate>,
+    /// Who confirms destructive calls (`argument` by default).
+    pub confirmation: aac_tools::confirm::ConfirmPolicy,
 }
 
 /// The server over `db`: opaque tokens from the store in `db` (and JWTs if configured),
@@ -63,6 +65,7 @@ pub fn build_server(
             .read_only_mode(options.read_only)
             .filter_list_by_scope(options.filter_list_by_scope)
             .rate_limit_per_principal(options.principal_rate)
+            .confirmation(options.confirmation)
             .build()?,
     )
 }

@@ -89,7 +89,12 @@ pub struct Deleted {
 }
 
 /// Delete a note permanently.
-#[mcp_tool(destructive, idempotent, scope = "notes:delete")]
+#[mcp_tool(
+    destructive,
+    idempotent,
+    scope = "notes:delete",
+    confirm_message = "Delete note {id}? It cannot be undone."
+)]
 async fn delete_note(db: DeleteDb, args: DeleteNote) -> Result<Deleted, ToolError> {
     let n = db
         .run(move |tx| {

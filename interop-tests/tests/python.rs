@@ -54,7 +54,12 @@ fn python() -> PathBuf {
 
 /// Run `interop_client.py` with these arguments; its JSON report.
 fn run_client(args: &[String]) -> Value {
-    let script = workspace_root().join("interop-tests/python/interop_client.py");
+    run_script("interop_client.py", args)
+}
+
+/// Run a script of `interop-tests/python` with these arguments; its JSON report.
+fn run_script(name: &str, args: &[String]) -> Value {
+    let script = workspace_root().join("interop-tests/python").join(name);
     let child = Command::new(python())
         .arg(script)
         .args(args)
@@ -436,4 +441,112 @@ fn python_sdk_over_streamable_http() {
         "streamable_http",
         &expected,
     );
+}
+
+/// `interop-server --confirm user`: the SDK's elicitation callback is the person. In both
+/// protocol modes (legacy: an `elicitation/create` request on the session; auto,
+/// 2026-07-28: an `InputRequiredResult` the SDK answers and retries), an accept deletes
+/// (recorded `confirmed_by: user`) and a decline keeps the note (recorded
+/// `user_declined`); the question is the framework's, never the model's.
+fn check_confirmations(report: &Value, audit: &[AuditRecord]) {
+    let question = "delete_note: Delete note {id}? It cannot be undone.";
+    for mode in ["legacy", "auto"] {
+        let version = if mode == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        let accepted = &report[format!("{mode}_accept")];
+        assert_eq!(accepted["protocol_version"], version, "{accepted}");
+        let id = accepted["note"].as_i64().unwrap();
+        assert_eq!(
+            accepted["asked"],
+            json!([question.replace("{id}", &id.to_string())]),
+            "{mode}"
+        );
+        assert_eq!(accepted["result"]["isError"], false, "{accepted}");
+        assert_eq!(accepted["still_there"], false, "{mode}");
+
+        let declined = &report[format!("{mode}_decline")];
+        let id = declined["note"].as_i64().unwrap();
+        assert_eq!(
+            declined["asked"],
+            json!([question.replace("{id}", &id.to_string())])
+        );
+        refusal(&declined["result"], "user_declined", 403);
+        assert_eq!(declined["still_there"], true, "{mode}");
+    }
+    let deletes: Vec<(Outcome, Option<&str>, Option<&str>)> = audit
+        .iter()
+        .filter(|r| r.tool == "delete_note")
+        .map(|r| (r.outcome, r.reason.as_deref(), r.confirmed_by.as_deref()))
+        .collect();
+    let accepted = (Outcome::Success, None, Some("user"));
+    let declined = (Outcome::Denied, Some("user_declined"), None);
+    let asked = (Outcome::Denied, Some("user_confirmation_required"), None);
+    assert_eq!(
+        deletes,
+        // legacy: one attempt each; auto: the question, then the retry
+        vec![accepted, declined, asked, accepted, asked, declined]
+    );
+}
+
+#[test]
+fn python_sdk_confirms_over_stdio() {
+    let fixture = Fixture::new();
+    let arg = |a: &str| format!("--arg={a}");
+    let report = run_script(
+        "confirm_client.py",
+        &[
+            "stdio".into(),
+            "--command".into(),
+            server_bin().display().to_string(),
+            arg("--db"),
+            arg(&fixture.db_path.display().to_string()),
+            arg("--audit"),
+            arg(&fixture.audit_path.display().to_string()),
+            arg("--confirm"),
+            arg("user"),
+            arg("stdio"),
+            "--token".into(),
+            fixture.full.clone(),
+        ],
+    );
+    check_confirmations(&report, &read_audit(&fixture.audit_path));
+}
+
+#[test]
+fn python_sdk_confirms_over_streamable_http() {
+    use std::io::{BufRead, BufReader};
+    let fixture = Fixture::new();
+    let mut child = Command::new(server_bin())
+        .arg("--db")
+        .arg(&fixture.db_path)
+        .arg("--audit")
+        .arg(&fixture.audit_path)
+        .args(["--confirm", "user", "http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("interop-server starts");
+    let stdout = child.stdout.take().unwrap();
+    let _server = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let report = run_script(
+        "confirm_client.py",
+        &[
+            "http".into(),
+            "--url".into(),
+            url,
+            "--token".into(),
+            fixture.full.clone(),
+        ],
+    );
+    check_confirmations(&report, &read_audit(&fixture.audit_path));
 }

@@ -775,3 +775,76 @@ fn inspector_1x_cli_over_stdio() {
 fn inspector_2x_cli_over_stdio() {
     inspector_cli(Inspector::V2);
 }
+
+/// `aacworkflow serve --confirm user`: the 2.x client's elicitation handler is the person.
+/// On 2025-11-25 (`initialize`) the server sends `elicitation/create`; on 2026-07-28
+/// (`{"mode": "auto"}`) it answers `input_required` and the client retries with the
+/// `requestState`. A decline keeps the issue (`user_declined`), an accept deletes it
+/// (`confirmed_by: user`).
+#[test]
+fn client_2x_answers_the_servers_confirmation_in_both_eras() {
+    let server = AacWorkflow::new();
+    let (_child, url) = server.spawn_http_with(&["--confirm", "user"]);
+    let question = |issue: &str| {
+        format!(
+            "delete_issue: Delete issue {issue} with its comments and autopilot runs? \
+             This cannot be undone."
+        )
+    };
+    for (sdk, issue) in [(Sdk::V2, "AAC-1"), (Sdk::V2Auto, "AAC-2")] {
+        let arguments = json!({"issue_id": issue, "confirm": true});
+        for answer in ["decline", "accept"] {
+            let plan = json!({
+                "transport": "http",
+                "url": url,
+                "elicit": answer,
+                "sessions": [{"label": "alice", "token": server.token,
+                              "calls": [call("delete", "delete_issue", arguments.clone())]}],
+            });
+            let report = run_client(sdk, &plan);
+            let session = &report["sessions"]["alice"];
+            assert_eq!(
+                session["asked"],
+                json!([question(issue)]),
+                "{sdk:?} {answer}"
+            );
+            let result = &session["calls"]["delete"]["result"];
+            if answer == "accept" {
+                assert_eq!(result["isError"], false, "{sdk:?}: {session}");
+                assert_eq!(result["structuredContent"]["key"], issue);
+            } else {
+                assert_eq!(result["isError"], true, "{sdk:?}: {session}");
+                let error: Value =
+                    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+                assert_eq!(error["reason"], "user_declined");
+            }
+        }
+    }
+    let deletes: Vec<(String, Value, Value)> = server
+        .audit()
+        .into_iter()
+        .filter(|r| r["tool"] == "delete_issue")
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap().to_owned(),
+                r["reason"].clone(),
+                r.get("confirmed_by").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    let row = |o: &str, r: Value, c: Value| (o.to_owned(), r, c);
+    let asked = || row("denied", json!("user_confirmation_required"), Value::Null);
+    let declined = || row("denied", json!("user_declined"), Value::Null);
+    let accepted = || row("success", Value::Null, json!("user"));
+    assert_eq!(
+        deletes,
+        vec![
+            declined(),
+            accepted(),
+            asked(),
+            declined(),
+            asked(),
+            accepted()
+        ]
+    );
+}

@@ -12,6 +12,7 @@
 //     {"transport": "stdio", "command": BIN, "args": [...], "env": {...},   (stdio)
 //      "transport": "http", "url": URL,                                      (http)
 //      "version_negotiation": {"mode": "auto"},                          (optional, 2.x)
+//      "elicit": "accept" | "decline",          (optional: answer every elicitation so)
 //      "sessions": [{"label": L, "token": T | null,
 //                    "calls": [{"label": L, "name": TOOL, "arguments": {...}}]}]}
 //
@@ -80,11 +81,20 @@ function transportFor(token, responses) {
 async function runSession(session) {
     const responses = [];
     const out = { http: responses };
-    const options = { capabilities: {} };
+    const options = { capabilities: plan.elicit === undefined ? {} : { elicitation: { form: {} } } };
     // 2.x only: `{"mode": "auto"}` negotiates 2026-07-28 (`server/discover`) when the
     // server has it; the default is the 2025 `initialize` handshake.
     if (plan.version_negotiation !== undefined) options.versionNegotiation = plan.version_negotiation;
     const client = new Client({ name: `aac-interop-ts-${sdk}`, version: '1.0.0' }, options);
+    if (plan.elicit !== undefined) {
+        // The person: every question recorded, every answer `plan.elicit`. On 2026-07-28
+        // the client answers an `input_required` result through this same handler.
+        out.asked = [];
+        client.setRequestHandler('elicitation/create', async request => {
+            out.asked.push(request.params.message);
+            return { action: plan.elicit };
+        });
+    }
     const transport = transportFor(session.token, responses);
     try {
         await client.connect(transport);

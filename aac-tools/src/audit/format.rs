@@ -84,6 +84,7 @@ pub fn format_table(records: &[StoredRecord]) -> String {
                 r.access_level
                     .map(|a| a.as_str().to_owned())
                     .unwrap_or_else(dash),
+                r.confirmed_by.clone().unwrap_or_else(dash),
                 format!("{:.3}", r.duration_us as f64 / 1000.0),
             ]
         })
@@ -100,6 +101,7 @@ pub fn format_table(records: &[StoredRecord]) -> String {
             "workspace",
             "transport",
             "access",
+            "confirmed_by",
             "ms",
         ],
         &rows,
@@ -194,6 +196,7 @@ mod tests {
                 duration_us: 1000,
                 access_level: None,
                 arguments: serde_json::json!({}),
+                confirmed_by: None,
             },
             prev_hash: String::new(),
             hash: String::new(),

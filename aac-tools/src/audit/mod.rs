@@ -124,7 +124,9 @@ pub enum Check {
     /// 1. Too many calls of this principal, or (before authentication) too many refusals
     ///    from this peer address.
     RateLimit,
-    /// 4. A destructive call without `confirm: true`.
+    /// 4. A destructive call without `confirm: true`, or (policy `user`) without the
+    ///    person's accept: declined, timed out, not askable, asked (2026-07-28), or an
+    ///    invalid `requestState`.
     Confirm,
     /// 5. The arguments do not match the input schema.
     Validate,
@@ -193,6 +195,11 @@ pub struct AuditRecord {
     /// The arguments, redacted: every key with a hash of its value, except the fields
     /// the tool opted in to storing verbatim and the framework's own `confirm`.
     pub arguments: Value,
+    /// Who confirmed a destructive call that ran: `argument` (`confirm: true`), `user`
+    /// (a person, through the client) or `argument_fallback` (the policy asks a person,
+    /// the client could not); `null` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_by: Option<String>,
 }
 
 impl Serialize for AccessLevel {

@@ -30,6 +30,15 @@ pub(crate) struct ServeArgs {
     /// when the server stops; the key is AAC_CHECKPOINT_KEY (see `audit --new-checkpoint-key`)
     #[arg(long, value_name = "FILE")]
     pub(crate) checkpoints: Option<std::path::PathBuf>,
+    /// Who confirms destructive calls: `argument` (`confirm: true`), `user` (a person,
+    /// asked through the client) or `user-or-argument` (a person where the client can ask);
+    /// 2026-07-28 request states are sealed with the keys in AAC_REQUEST_STATE_KEYS
+    /// (comma-separated, 64+ hex digits each, the first signs)
+    #[arg(long, value_name = "POLICY", default_value = "argument")]
+    pub(crate) confirm: crate::confirm::ConfirmPolicy,
+    /// How long a person has to answer a confirmation, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub(crate) confirm_timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]

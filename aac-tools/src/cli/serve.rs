@@ -5,6 +5,7 @@ use clap::ArgMatches;
 use super::args::ServeArgs;
 use super::{CliContext, CliError, OpenMode};
 use crate::audit::{CheckpointKey, SqliteSink, write_checkpoint};
+use crate::confirm::SqliteLedger;
 use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::sqlite::{Database, TokenStore};
@@ -19,7 +20,7 @@ pub(super) async fn serve(
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
         None => None,
     };
-    let server = build(&context, &db, args.read_only)?;
+    let server = build(&context, &db, &args)?;
     let checkpoints = match &args.checkpoints {
         Some(file) => Some(Checkpoints::start(db.path(), file)?),
         None => None,
@@ -92,7 +93,7 @@ impl Checkpoints {
     }
 }
 
-fn build(context: &CliContext, db: &Database, read_only: bool) -> Result<Server, CliError> {
+fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server, CliError> {
     let tokens = TokenStore::open(db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
     // The audit trail: the `aac_audit` table in the same file.
@@ -108,13 +109,48 @@ fn build(context: &CliContext, db: &Database, read_only: bool) -> Result<Server,
         .verifier(tokens)
         .audit(sink)
         .state(db.clone())
-        .read_only_mode(read_only);
+        .read_only_mode(args.read_only)
+        .confirmation(args.confirm)
+        .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .request_state_keys(request_state_keys()?)
+        // Single use of request states, in the audit database: any replica sharing it
+        // refuses a replay.
+        .request_state_ledger(SqliteLedger::open(db.path()).map_err(CliError::new)?);
     for configure in &shared.configure {
         builder = configure(builder, db);
     }
     builder
         .build()
         .map_err(|e| CliError::new(format!("cannot build the server: {e}")))
+}
+
+/// The request-state keys from `AAC_REQUEST_STATE_KEYS`: comma-separated hex, each at
+/// least 32 bytes; none when unset (a random key per process).
+fn request_state_keys() -> Result<Vec<Vec<u8>>, CliError> {
+    let Ok(text) = std::env::var("AAC_REQUEST_STATE_KEYS") else {
+        return Ok(Vec::new());
+    };
+    text.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .enumerate()
+        .map(|(i, key)| {
+            let bytes = (0..key.len())
+                .step_by(2)
+                .map(|j| {
+                    key.get(j..j + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect::<Option<Vec<u8>>>();
+            match bytes {
+                Some(bytes) if bytes.len() >= 32 => Ok(bytes),
+                _ => Err(CliError::new(format!(
+                    "AAC_REQUEST_STATE_KEYS: key {} is not 64 or more hex digits",
+                    i + 1
+                ))),
+            }
+        })
+        .collect()
 }
 
 async fn stdio(

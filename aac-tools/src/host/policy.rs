@@ -109,6 +109,12 @@ pub enum Consent {
     HostChoice,
     /// Must ask first, for the reason given.
     Required(AskReason),
+    /// A trusted server asks the person itself before this destructive tool runs (it
+    /// advertises `aac-tools.dev/confirm: "user"`, [`crate::META_CONFIRM`]): the host shows
+    /// the server's question when it comes (an elicitation) instead of asking first, and
+    /// sends [`ToolPolicy::confirmed_arguments`]. A server that falls back to the model's
+    /// `confirm: true` (`user-or-argument`) does not count: the host might not be asked.
+    AskedByServer,
 }
 
 /// Why a tool must be confirmed by the user before it runs.
@@ -245,6 +251,14 @@ impl ToolPolicy {
             Consent::HostChoice
         } else if trust == Trust::Untrusted {
             Consent::Required(AskReason::Untrusted)
+        } else if used.destructive == Some(true)
+            && object
+                .get("_meta")
+                .and_then(|m| m.get(crate::registry::META_CONFIRM))
+                .and_then(Value::as_str)
+                == Some("user")
+        {
+            Consent::AskedByServer
         } else if used.destructive == Some(true) {
             Consent::Required(AskReason::Destructive)
         } else {
@@ -308,7 +322,9 @@ impl ToolPolicy {
         self.consent == Consent::NotNeeded
     }
 
-    /// True when the tool is destructive, declared or by default.
+    /// True when the tool is destructive, declared or by default, and the host must ask
+    /// before it calls (not when the server asks the person itself:
+    /// [`Consent::AskedByServer`]).
     pub fn must_ask(&self) -> bool {
         matches!(self.consent, Consent::Required(_))
     }

@@ -33,16 +33,27 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{RoleClient, RunningService, ServiceError, ServiceExt};
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
+};
+use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
+
+/// Asks the person at the host a yes/no question (a server's confirmation of a
+/// destructive call) and answers whether they said yes.
+pub type AskUser = Arc<dyn Fn(String) -> crate::BoxFuture<'static, bool> + Send + Sync>;
 
 /// Where an MCP server is: a command to run (stdio) or a Streamable HTTP URL.
 #[derive(Clone)]
 pub struct Endpoint {
     kind: Kind,
+    ask_user: Option<AskUser>,
 }
 
 #[derive(Clone)]
@@ -73,6 +84,7 @@ impl Endpoint {
                 env: Vec::new(),
                 stderr: ChildStderr::Inherit,
             },
+            ask_user: None,
         }
     }
 
@@ -93,7 +105,16 @@ impl Endpoint {
                 url: url.into(),
                 bearer: None,
             },
+            ask_user: None,
         }
+    }
+
+    /// Answer a server's confirmations (`elicitation/create` in form mode with nothing to
+    /// fill in: accept or decline) by asking the person with `ask`; the client then
+    /// declares the elicitation capability. Any other elicitation is declined.
+    pub fn ask_user(mut self, ask: AskUser) -> Endpoint {
+        self.ask_user = Some(ask);
+        self
     }
 
     /// One more argument of the stdio command (ignored over HTTP).
@@ -387,11 +408,49 @@ impl ToolResult {
     }
 }
 
+/// The client side of a connection: its capabilities, and the person's answers to a
+/// server's confirmations.
+struct HostHandler {
+    config: ClientConfig,
+    ask_user: Option<AskUser>,
+}
+
+impl ClientHandler for HostHandler {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let action = match (&self.ask_user, request) {
+            (
+                Some(ask),
+                ElicitRequestParams::FormElicitationParams {
+                    message,
+                    requested_schema,
+                    ..
+                },
+            ) if requested_schema.properties.is_empty() => {
+                if ask(message).await {
+                    ElicitationAction::Accept
+                } else {
+                    ElicitationAction::Decline
+                }
+            }
+            _ => ElicitationAction::Decline,
+        };
+        Ok(ElicitResult::new(action))
+    }
+}
+
 /// A connection to one MCP server, as a client.
 ///
 /// Dropping it closes the connection (and kills a stdio child).
 pub struct Client {
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, HostHandler>,
     server_name: Option<String>,
     timeout: Option<Duration>,
 }
@@ -408,10 +467,18 @@ impl fmt::Debug for Client {
 impl Client {
     /// Connect and complete the MCP handshake.
     pub async fn connect(endpoint: &Endpoint) -> Result<Client, ClientError> {
-        let config = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
-        );
+        let mut capabilities = ClientCapabilities::default();
+        if endpoint.ask_user.is_some() {
+            capabilities.elicitation =
+                Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        }
+        let config = HostHandler {
+            config: ClientConfig::new(
+                capabilities,
+                Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
+            ),
+            ask_user: endpoint.ask_user.clone(),
+        };
         let service = match &endpoint.kind {
             Kind::Stdio {
                 program,
@@ -537,9 +604,9 @@ impl Client {
         let mut params = CallToolRequestParams::new(Cow::Owned(name.to_owned()));
         params.arguments = arguments;
         let doing = format!("to tools/call `{name}`");
-        let result = self
-            .bounded(self.service.peer().call_tool(params), &doing)
-            .await?;
+        // The service's call (not the peer's) answers a 2026-07-28 `InputRequiredResult`
+        // through the handler and retries.
+        let result = self.bounded(self.service.call_tool(params), &doing).await?;
         let json = serde_json::to_value(&result).map_err(|err| {
             ClientError::new(
                 ClientErrorKind::Protocol,

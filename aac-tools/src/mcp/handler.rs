@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ResourceContents, ResultType, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ResourceContents, ResultType,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::level::{from_rmcp_level, level_rank};
 use super::peer::RmcpPeer;
+use crate::confirm::{Asking, INPUT_KEY, InputRequired};
 use crate::context::{ClientPeer, LogLevel, Transport};
 use crate::error::ToolError;
 use crate::pipeline::Attempt;
@@ -220,12 +221,20 @@ impl ServerHandler for McpHandler {
             context.meta.get_progress_token(),
             level,
             context.ct.clone(),
+            asking(&context, modern),
         );
         let tool = request.name.into_owned();
         let arguments = request.arguments.map(Value::Object);
+        let resume = request.request_state.map(|state| {
+            let responses = request
+                .input_responses
+                .map(|r| Value::Object(r.into_iter().collect()))
+                .unwrap_or(Value::Null);
+            (state, responses)
+        });
         let peer: Arc<dyn ClientPeer> = Arc::new(peer);
         // Over Streamable HTTP the gate began the attempt; take it up, else begin it.
-        let attempt = match self.pending_attempt(&context) {
+        let mut attempt = match self.pending_attempt(&context) {
             Some(mut attempt) => {
                 attempt.dispatch(tool, arguments, Some(peer), context.ct.clone());
                 attempt
@@ -239,11 +248,65 @@ impl ServerHandler for McpHandler {
                     .cancellation(context.ct.clone()),
             ),
         };
+        if let Some((state, responses)) = resume {
+            attempt.resume(state, responses);
+        }
         let response = attempt.run().await;
+        if let Some(input) = response.input_required() {
+            return Ok(CallToolResponse::InputRequired(input_required_result(
+                input,
+            )?));
+        }
         Ok(CallToolResponse::Complete(call_tool_result(
             response.into_result(),
         )))
     }
+}
+
+/// How the person behind this request's client can be asked: by an elicitation on a
+/// session whose client declared the capability (form mode), by `InputRequiredResult` on
+/// 2026-07-28 when the request's client capabilities include elicitation.
+fn asking(context: &RequestContext<RoleServer>, modern: bool) -> Asking {
+    let form = |caps: &rmcp::model::ClientCapabilities| {
+        caps.elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some() || e.url.is_none())
+    };
+    if modern {
+        return match context.meta.client_capabilities() {
+            Some(caps) if form(&caps) => Asking::InputRequired,
+            Some(_) => Asking::Unavailable(
+                "the client's capabilities (in the request's `_meta`) do not include form `elicitation`"
+                    .to_owned(),
+            ),
+            None => Asking::Unavailable(
+                "the request declares no client capabilities, so no `elicitation`".to_owned(),
+            ),
+        };
+    }
+    match context.peer.peer_info() {
+        Some(info) if form(&info.capabilities) => Asking::Elicit,
+        Some(_) => Asking::Unavailable(
+            "the client declared no form `elicitation` capability at initialize \
+             (a stateless request declares none)"
+                .to_owned(),
+        ),
+        None => Asking::Unavailable("the client has not initialized".to_owned()),
+    }
+}
+
+/// The rmcp form of a confirmation's question: one elicitation request and the state.
+fn input_required_result(input: &InputRequired) -> Result<InputRequiredResult, ErrorData> {
+    let request: InputRequest = serde_json::from_value(json!({
+        "method": "elicitation/create",
+        "params": input.elicitation_params(),
+    }))
+    .map_err(|err| ErrorData::internal_error(format!("the confirmation request: {err}"), None))?;
+    let requests = [(INPUT_KEY.to_owned(), request)].into_iter().collect();
+    Ok(InputRequiredResult::new(
+        Some(requests),
+        Some(input.request_state().to_owned()),
+    ))
 }
 
 /// The rmcp result of a call, built directly from the pipeline's (no JSON in between):

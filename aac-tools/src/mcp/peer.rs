@@ -29,6 +29,9 @@ pub(crate) struct RmcpPeer {
     log_level: Arc<AtomicU8>,
     /// The client cancelled the call: stop waiting for its answers.
     cancel: CancellationToken,
+    /// How the person behind the client can be asked (the protocol era and the client's
+    /// capabilities).
+    asking: crate::confirm::Asking,
 }
 
 impl RmcpPeer {
@@ -37,12 +40,14 @@ impl RmcpPeer {
         progress_token: Option<ProgressToken>,
         log_level: Arc<AtomicU8>,
         cancel: CancellationToken,
+        asking: crate::confirm::Asking,
     ) -> RmcpPeer {
         RmcpPeer {
             peer,
             progress_token,
             log_level,
             cancel,
+            asking,
         }
     }
 
@@ -144,6 +149,10 @@ impl ClientPeer for RmcpPeer {
                 _ => Err(unexpected(WHAT)),
             }
         })
+    }
+
+    fn asking(&self) -> crate::confirm::Asking {
+        self.asking.clone()
     }
 }
 

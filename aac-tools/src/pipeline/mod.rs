@@ -30,6 +30,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditRecord, Check};
+use crate::confirm::{self, Asking, ConfirmPolicy, Confirmation, InputRequired};
 use crate::context::{ClientPeer, Ctx};
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
@@ -65,6 +66,10 @@ pub struct Attempt {
     /// (always, except for an attempt the `/mcp` gate began that the MCP layer dropped).
     dispatched: bool,
     recorded: bool,
+    /// Who confirmed a destructive call: `argument`, `user` or `argument_fallback`.
+    confirmed_by: Option<&'static str>,
+    /// A 2026-07-28 call that waits for the person's answer.
+    input_required: Option<InputRequired>,
 }
 
 impl fmt::Debug for Attempt {
@@ -103,6 +108,8 @@ impl Server {
             started_handler: false,
             dispatched: true,
             recorded: false,
+            confirmed_by: None,
+            input_required: None,
         }
     }
 
@@ -213,7 +220,15 @@ impl Attempt {
     pub async fn run(mut self) -> CallResponse {
         let prepared = match self.checks().await {
             Ok(prepared) => prepared,
-            Err((check, err)) => return self.finish(Err(err), Some(check)).await,
+            Err((check, err)) => {
+                let input = self.input_required.take();
+                let response = self.finish(Err(err), Some(check)).await;
+                // Only a question that was recorded is asked.
+                return match response.check() {
+                    Some(Check::Confirm) => response.with_input_required(input),
+                    _ => response,
+                };
+            }
         };
         self.started_handler = true;
         let Prepared { def, wrap, call } = prepared;
@@ -358,6 +373,21 @@ impl Attempt {
                 self.request.arguments.as_ref(),
             ));
         }
+        // 7 (before 4b and 6): fail closed if the audit trail cannot take the record, before
+        // a person is asked
+        if let Some(sink) = server.audit()
+            && let Err(err) = sink.ready()
+        {
+            return Err((Check::Audit, ToolError::audit_unavailable(err)));
+        }
+        // 4b. a person confirms, when the tool's policy asks one
+        if def.is_destructive() {
+            self.confirmed_by = Some("argument");
+            let policy = def.confirm_policy().unwrap_or(server.confirmation().policy);
+            if policy.asks_user() {
+                self.confirm_with_user(def, &principal, policy).await?;
+            }
+        }
         let mut handler_args = match self.request.arguments.take() {
             Some(Value::Object(map)) => Some(map),
             _ => None,
@@ -366,12 +396,6 @@ impl Attempt {
             && let Some(map) = &mut handler_args
         {
             map.remove("confirm");
-        }
-        // 7 (before 6): fail closed if the audit trail cannot take the record
-        if let Some(sink) = server.audit()
-            && let Err(err) = sink.ready()
-        {
-            return Err((Check::Audit, ToolError::audit_unavailable(err)));
         }
         // The handler's context (6. runs in `Attempt::run`)
         let ctx = Ctx::new(
@@ -425,7 +449,168 @@ impl Attempt {
             request_id: self.request.request_id.clone(),
             arguments,
             started: self.started,
+            confirmed_by: self.confirmed_by,
         })
+    }
+
+    /// Step 4b: ask the person behind the client (elicitation), or answer the question
+    /// (2026-07-28), or read the answer of a retried call; refuse unless they accepted.
+    async fn confirm_with_user(
+        &mut self,
+        def: &ToolDef,
+        principal: &Principal,
+        policy: ConfirmPolicy,
+    ) -> Result<(), (Check, ToolError)> {
+        let refuse = |err: ToolError| (Check::Confirm, err);
+        let confirmation = self.server.confirmation().clone();
+        if let Some((state, responses)) = self.request.resume.take() {
+            return self
+                .redeem(def, principal, &confirmation, &state, &responses)
+                .await
+                .map_err(refuse);
+        }
+        let asking = match &self.request.peer {
+            Some(peer) => peer.asking(),
+            None => Asking::Unavailable(format!(
+                "the {} transport has no way to ask the user",
+                self.request.transport
+            )),
+        };
+        let question = || {
+            confirm::question(
+                def.name(),
+                def.title(),
+                def.confirm_message(),
+                self.request.arguments.as_ref(),
+            )
+        };
+        match asking {
+            Asking::Elicit => {
+                let Some(peer) = self.request.peer.clone() else {
+                    unreachable!("a peer said it can elicit");
+                };
+                let params = confirm::elicitation_params(&question());
+                let answer = tokio::time::timeout(confirmation.timeout, peer.elicit(params));
+                match answer.await {
+                    Err(_) => Err(refuse(ToolError::new(
+                        Status::RequestTimeout,
+                        "user_confirmation_timeout",
+                        format!(
+                            "the user did not answer the confirmation within {} s",
+                            confirmation.timeout.as_secs()
+                        ),
+                    ))),
+                    Ok(Err(err)) if err.reason() == "cancelled" => Err(refuse(err)),
+                    Ok(Err(err)) => Err(refuse(ToolError::new(
+                        Status::Forbidden,
+                        "user_confirmation_unavailable",
+                        format!("the client could not ask the user: {}", err.message()),
+                    ))),
+                    Ok(Ok(answer)) => self
+                        .accept(answer.get("action").and_then(Value::as_str))
+                        .map_err(refuse),
+                }
+            }
+            Asking::InputRequired => {
+                let question = question();
+                let claims = confirm::seal::Claims {
+                    n: confirm::nonce(),
+                    p: principal_binding(principal),
+                    t: def.name().to_owned(),
+                    d: confirm::seal::arguments_digest(self.request.arguments.as_ref()),
+                    e: confirm::unix_now().saturating_add(
+                        i64::try_from(confirmation.ttl.as_secs()).unwrap_or(i64::MAX),
+                    ),
+                };
+                let err = ToolError::new(
+                    Status::Forbidden,
+                    "user_confirmation_required",
+                    format!("the user must confirm first: {question}"),
+                );
+                self.input_required = Some(InputRequired {
+                    question,
+                    request_state: confirmation.sealer.seal(&claims),
+                });
+                Err(refuse(err))
+            }
+            Asking::Unavailable(why) if policy == ConfirmPolicy::UserOrArgument => {
+                tracing::debug!(tool = def.name(), %why, "confirmed by the argument: the user cannot be asked");
+                self.confirmed_by = Some("argument_fallback");
+                Ok(())
+            }
+            Asking::Unavailable(why) => Err(refuse(ToolError::new(
+                Status::Forbidden,
+                "user_confirmation_unavailable",
+                format!("this tool needs the user's confirmation through the client, but {why}"),
+            ))),
+        }
+    }
+
+    /// A 2026-07-28 retry: the state must be one this server sealed for this principal,
+    /// tool and arguments, unexpired and unused; then the person's answer decides.
+    async fn redeem(
+        &mut self,
+        def: &ToolDef,
+        principal: &Principal,
+        confirmation: &Confirmation,
+        state: &str,
+        responses: &Value,
+    ) -> Result<(), ToolError> {
+        let invalid = |why: &str| ToolError::bad_request("invalid_request_state", why.to_owned());
+        let digest = confirm::seal::arguments_digest(self.request.arguments.as_ref());
+        let claims = confirmation
+            .sealer
+            .open(
+                state,
+                &principal_binding(principal),
+                def.name(),
+                &digest,
+                confirm::unix_now(),
+            )
+            .map_err(|broken| invalid(broken.describe()))?;
+        match confirmation.ledger.redeem(&claims.n, claims.e).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(invalid(
+                    "the requestState was already used (a replay); call the tool again",
+                ));
+            }
+            Err(err) => {
+                return Err(ToolError::new(
+                    Status::Unavailable,
+                    "request_state_ledger_unavailable",
+                    err,
+                ));
+            }
+        }
+        let action = responses
+            .get(confirm::INPUT_KEY)
+            .and_then(|r| r.get("action"))
+            .and_then(Value::as_str);
+        self.accept(action)
+    }
+
+    /// The person's answer: `accept` confirms, anything else refuses.
+    fn accept(&mut self, action: Option<&str>) -> Result<(), ToolError> {
+        let declined =
+            |why: &str| ToolError::new(Status::Forbidden, "user_declined", why.to_owned());
+        match action {
+            Some("accept") => {
+                self.confirmed_by = Some("user");
+                Ok(())
+            }
+            Some("decline") => Err(declined("the user declined the call")),
+            Some("cancel") => Err(declined("the user dismissed the confirmation")),
+            _ => Err(declined(
+                "the client's answer to the confirmation was not `accept`",
+            )),
+        }
+    }
+
+    /// A 2026-07-28 retry of a call answered `InputRequiredResult`: the echoed
+    /// `requestState` and the client's `inputResponses`.
+    pub(crate) fn resume(&mut self, request_state: String, input_responses: Value) {
+        self.request.resume = Some((request_state, input_responses));
     }
 
     /// A transport that began the attempt before it had read the arguments sets them.
@@ -519,6 +704,15 @@ impl Drop for Attempt {
             tracing::error!(error = %err, "the record of an abandoned call could not be written");
         }
     }
+}
+
+/// What a `requestState` binds of the principal: subject and workspace.
+fn principal_binding(principal: &Principal) -> String {
+    format!(
+        "{}\n{}",
+        principal.subject(),
+        principal.workspace().unwrap_or_default()
+    )
 }
 
 /// A handler's call that passed every check.

@@ -24,6 +24,7 @@ pub(super) struct Facts<'a> {
     pub(super) request_id: Option<String>,
     pub(super) arguments: Value,
     pub(super) started: Instant,
+    pub(super) confirmed_by: Option<&'static str>,
 }
 
 pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
@@ -58,6 +59,12 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
         duration_us: u64::try_from(facts.started.elapsed().as_micros()).unwrap_or(u64::MAX),
         access_level: facts.entry.map(|e| e.def().access_level()),
         arguments: facts.arguments,
+        confirmed_by: match (facts.result, facts.confirmed_by) {
+            // Who confirmed a call that ran (a handler error ran too).
+            (Ok(_), Some(by)) => Some(by.to_owned()),
+            (Err(_), Some(by)) if facts.check == Some(Check::Handler) => Some(by.to_owned()),
+            _ => None,
+        },
     };
     bound_record(&mut record);
     record
@@ -105,5 +112,6 @@ pub(super) fn suppressed(
         duration_us: 0,
         access_level: None,
         arguments: serde_json::json!({"peer": peer, "suppressed": count}),
+        confirmed_by: None,
     }
 }

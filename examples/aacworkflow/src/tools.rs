@@ -468,7 +468,13 @@ pub struct Deleted {
 ///
 /// Destructive: send `confirm: true` only after the user has explicitly agreed.
 /// Viewers may not delete.
-#[mcp_tool(destructive, idempotent, scope = "issues:write", audit_fields = ["issue_id"])]
+#[mcp_tool(
+    destructive,
+    idempotent,
+    scope = "issues:write",
+    audit_fields = ["issue_id"],
+    confirm_message = "Delete issue {issue_id} with its comments and autopilot runs? This cannot be undone."
+)]
 pub async fn delete_issue(db: DeleteDb, ctx: Ctx, args: IssueIdArgs) -> Result<Deleted, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     db.run(move |tx| {

@@ -10,7 +10,8 @@
 //! tool's definition from `tools/list`, and follows `aac_tools::host::ToolPolicy`: a tool
 //! that may not run without asking is shown with its title and arguments and the user is
 //! asked (`Delete issue AAC-42? [y/N]`); only a yes adds `confirm: true`, and only for tools
-//! that declare a `confirm` property. A transport failure is retried with backoff for
+//! that declare a `confirm` property. A server that asks the person itself (an elicitation,
+//! or a 2026-07-28 `InputRequiredResult`) gets its question shown here with `[y/N]`. A transport failure is retried with backoff for
 //! read-only and idempotent tools, and reported, never retried, for the others.
 
 mod cli;
@@ -68,7 +69,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(options: Options) -> u8 {
-    let endpoint = options.endpoint();
+    let endpoint = options
+        .endpoint()
+        .ask_user(term::server_question(options.yes));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
         Err(err) => {
@@ -118,7 +121,15 @@ async fn run(options: Options) -> u8 {
     };
 
     let mut arguments = options.arguments.clone();
-    if policy.consent() != Consent::NotNeeded {
+    if policy.consent() == Consent::AskedByServer {
+        // The server asks the person itself (its question arrives as an elicitation and
+        // is answered on this terminal): asking first would ask twice.
+        eprintln!(
+            "`{}`: the server asks for your confirmation itself",
+            term::clean(policy.name())
+        );
+        arguments = policy.confirmed_arguments(arguments);
+    } else if policy.consent() != Consent::NotNeeded {
         let approved = if options.yes {
             eprintln!(
                 "{} — answered yes by --yes",
@@ -281,6 +292,7 @@ fn list(tools: &[Value], trust: Trust) {
             Consent::NotNeeded => "runs without asking".to_owned(),
             Consent::HostChoice => "asks (writes)".to_owned(),
             Consent::Required(reason) => format!("asks: {reason}"),
+            Consent::AskedByServer => "the server asks the user".to_owned(),
         };
         let retry = match policy.retry() {
             Retry::Safe => "retried on transport failure",

@@ -2,7 +2,10 @@
 
 use std::io::{BufRead, Write};
 
+use std::sync::Arc;
+
 use aac_tools::host::{Consent, ToolPolicy};
+use aac_tools::mcp::client::AskUser;
 use serde_json::{Map, Value};
 
 /// Server text with its control characters (and the invisible bidirectional and zero-width
@@ -57,6 +60,40 @@ pub(crate) fn question(
     format!("{subject}? [y/N]")
 }
 
+/// The answer to a server's own confirmation: its question (made safe to print) and
+/// `[y/N]` on the terminal, or yes by `--yes`, said so.
+pub(crate) fn server_question(yes: bool) -> AskUser {
+    Arc::new(move |question: String| {
+        Box::pin(async move {
+            let shown = format!("the server asks: {} [y/N]", clean_line(&question));
+            if yes {
+                eprintln!("{shown} — answered yes by --yes");
+                return true;
+            }
+            eprint!("{shown} ");
+            read_yes().await
+        })
+    })
+}
+
+/// One line from stdin: true only for `y` or `yes`; end of input is a no.
+async fn read_yes() -> bool {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(_) => line,
+            Err(_) => String::new(),
+        }
+    })
+    .await
+    .unwrap_or_default();
+    if line.is_empty() {
+        eprintln!();
+    }
+    let answer = line.trim().to_ascii_lowercase();
+    answer == "y" || answer == "yes"
+}
+
 /// Show the call and ask on the terminal; true only for `y` or `yes`.
 ///
 /// The question goes to stderr and the answer comes from stdin; end of input is a no.
@@ -69,6 +106,7 @@ pub(crate) async fn ask(
         Consent::Required(reason) => format!("must be confirmed: {reason}"),
         Consent::HostChoice => "changes data on the server".to_owned(),
         Consent::NotNeeded => "is read-only".to_owned(),
+        Consent::AskedByServer => "is confirmed by the server".to_owned(),
     };
     let shown = serde_json::to_string_pretty(&Value::Object(arguments.clone()))
         .unwrap_or_default()
@@ -88,18 +126,5 @@ pub(crate) async fn ask(
     );
     let _ = stderr.flush();
     drop(stderr);
-    let line = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        match std::io::stdin().lock().read_line(&mut line) {
-            Ok(_) => line,
-            Err(_) => String::new(),
-        }
-    })
-    .await
-    .unwrap_or_default();
-    let answer = line.trim().to_ascii_lowercase();
-    if line.is_empty() {
-        eprintln!();
-    }
-    answer == "y" || answer == "yes"
+    read_yes().await
 }

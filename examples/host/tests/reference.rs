@@ -87,9 +87,15 @@ impl Reference {
 
     /// `aacworkflow serve --http 127.0.0.1:0`, killed on drop.
     fn serve_http(&self) -> HttpServer {
+        self.serve_http_with(&[])
+    }
+
+    /// `aacworkflow serve --http 127.0.0.1:0` with more arguments, killed on drop.
+    fn serve_http_with(&self, extra: &[&str]) -> HttpServer {
         let mut child = self
             .command()
             .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -321,4 +327,90 @@ fn the_stdio_servers_logs_stay_out_of_the_prompt_unless_asked() {
     let (code, _, stderr) = run(&["-v"], "aac_000000000000_nope");
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("AAC_TOKEN is refused"), "{stderr}");
+}
+
+/// `serve --confirm user`: the server asks the person itself. The host does not ask first
+/// (it would ask twice); it shows the server's question, built from the tool's message
+/// with the issue filled in, and answers it from the terminal. A no is refused and
+/// recorded (`user_declined`), a yes deletes, recorded as `confirmed_by: user`.
+fn the_server_asks(reference: &Reference, via: &Via<'_>) {
+    let bin = aacworkflow_bin();
+    let bin = bin.to_str().unwrap();
+    let db = reference.db.to_str().unwrap();
+    let token = reference.token.as_str();
+    let run = |stdin: &str| match via {
+        Via::Stdio => host(
+            &[
+                "--token",
+                token,
+                "--trust",
+                "delete_issue",
+                r#"{"issue_id":"AAC-2"}"#,
+                "--",
+                bin,
+                "--db",
+                db,
+                "serve",
+                "--confirm",
+                "user",
+            ],
+            stdin,
+        ),
+        Via::Http(server) => host(
+            &[
+                "--url",
+                &server.url,
+                "--token",
+                token,
+                "--trust",
+                "delete_issue",
+                r#"{"issue_id":"AAC-2"}"#,
+            ],
+            stdin,
+        ),
+    };
+    let question = "the server asks: delete_issue: Delete issue AAC-2 with its comments and \
+                    autopilot runs? This cannot be undone. [y/N]";
+
+    let no = run("n\n");
+    assert_eq!(no.code, 1, "{}", no.stderr);
+    assert!(
+        no.stderr.contains("asks for your confirmation itself"),
+        "{}",
+        no.stderr
+    );
+    assert!(
+        !no.stderr.contains("AAC-2? [y/N]"),
+        "the host asked too: {}",
+        no.stderr
+    );
+    assert!(no.stderr.contains(question), "{}", no.stderr);
+    assert!(no.stderr.contains("user_declined"), "{}", no.stderr);
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["outcome"], "denied");
+    assert_eq!(records[0]["reason"], "user_declined");
+
+    let yes = run("y\n");
+    assert_eq!(yes.code, 0, "{}", yes.stderr);
+    assert!(yes.stderr.contains(question), "{}", yes.stderr);
+    let deleted: Value = serde_json::from_str(&yes.stdout).unwrap();
+    assert_eq!(deleted["key"], "AAC-2");
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[1]["outcome"], "success");
+    assert_eq!(records[1]["confirmed_by"], "user");
+}
+
+#[test]
+fn over_stdio_the_server_asks_the_user_and_the_host_answers() {
+    let reference = Reference::new();
+    the_server_asks(&reference, &Via::Stdio);
+}
+
+#[test]
+fn over_http_the_server_asks_the_user_and_the_host_answers() {
+    let reference = Reference::new();
+    let server = reference.serve_http_with(&["--confirm", "user"]);
+    the_server_asks(&reference, &Via::Http(&server));
 }

@@ -1,7 +1,7 @@
 //! The interop test server as a process.
 //!
 //! ```text
-//! interop-server --db PATH --audit PATH [--read-only] stdio
+//! interop-server --db PATH --audit PATH [--read-only] [--confirm POLICY] stdio
 //! interop-server --db PATH --audit PATH [--read-only] http ADDR [--stateless]
 //! interop-server --db PATH --audit PATH token SUBJECT [SCOPE...]
 //! ```
@@ -15,7 +15,7 @@ use aac_tools::audit::JsonLinesSink;
 use aac_tools::http::{HttpOptions, serve};
 use interop_tests::{Options, build_server, open_database};
 
-const USAGE: &str = "usage: interop-server --db PATH --audit PATH [--read-only] \
+const USAGE: &str = "usage: interop-server --db PATH --audit PATH [--read-only] [--confirm POLICY] \
                      (stdio | http ADDR [--stateless] | token SUBJECT [SCOPE...])";
 
 /// The authorization server named in the protected-resource metadata.
@@ -37,6 +37,7 @@ async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let mut audit = None;
     let mut read_only = false;
     let mut stateless = false;
+    let mut confirmation = aac_tools::confirm::ConfirmPolicy::Argument;
     let mut rest = Vec::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -45,6 +46,7 @@ async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             "--audit" => audit = args.next(),
             "--read-only" => read_only = true,
             "--stateless" => stateless = true,
+            "--confirm" => confirmation = args.next().unwrap_or_default().parse()?,
             _ => rest.push(arg),
         }
     }
@@ -57,6 +59,7 @@ async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         JsonLinesSink::file(audit)?,
         Options {
             read_only,
+            confirmation,
             ..Options::default()
         },
     )?;

@@ -429,9 +429,15 @@ impl AacWorkflow {
 
     /// Start `aacworkflow serve --http 127.0.0.1:0`; the child and its `/mcp` URL.
     pub fn spawn_http(&self) -> (ChildGuard, String) {
+        self.spawn_http_with(&[])
+    }
+
+    /// [`AacWorkflow::spawn_http`] with more arguments of `serve`.
+    pub fn spawn_http_with(&self, extra: &[&str]) -> (ChildGuard, String) {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(&self.bin)
             .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
             .env("AAC_DB", &self.db_path)
             .env_remove("AAC_TOKEN")
             .stdout(Stdio::null())

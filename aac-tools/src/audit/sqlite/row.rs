@@ -33,10 +33,13 @@ pub(crate) struct Values {
     duration_us: i64,
     access_level: Option<Cow<'static, str>>,
     arguments: String,
+    /// Stored after `hash` (added to existing tables by `ALTER TABLE`).
+    confirmed_by: Option<String>,
 }
 
-/// How many columns [`Values`] holds: all but `seq`, `prev_hash` and `hash`.
-const VALUES: usize = AUDIT_COLUMNS.len() - 3;
+/// How many columns [`Values`] holds before `prev_hash`: all but `seq`, `prev_hash`,
+/// `hash` and `confirmed_by` (which follows them).
+const VALUES: usize = AUDIT_COLUMNS.len() - 4;
 
 impl Values {
     /// A record as it will be stored (its timestamp in the canonical form).
@@ -62,6 +65,7 @@ impl Values {
             duration_us: i64::try_from(record.duration_us).unwrap_or(i64::MAX),
             access_level: record.access_level.map(|a| Cow::Borrowed(a.as_str())),
             arguments: record.arguments.to_string(),
+            confirmed_by: record.confirmed_by,
         }
     }
 
@@ -85,6 +89,7 @@ impl Values {
             duration_us: r.get(first + 11)?,
             access_level: str_or_none(12)?,
             arguments: r.get(first + 13)?,
+            confirmed_by: r.get(first + VALUES + 2)?,
         })
     }
 
@@ -108,6 +113,11 @@ impl Values {
         ]
     }
 
+    /// The values stored after `prev_hash` and `hash`, in table order.
+    pub(super) fn trailing_params(&self) -> [&dyn ToSql; 1] {
+        [&self.confirmed_by]
+    }
+
     /// The part of the hash input that does not depend on the row's place in the chain:
     /// the compact JSON array of the values, without its opening `[`.
     pub(super) fn hash_tail(&self) -> String {
@@ -128,7 +138,18 @@ impl Values {
             &self.arguments,
         ))
         .unwrap_or_default();
-        array.get(1..).unwrap_or_default().to_owned()
+        let mut tail = array.get(1..).unwrap_or_default().to_owned();
+        // A field added later joins the array only when set, so that every record
+        // written before it hashes as it always did.
+        if let Some(by) = &self.confirmed_by
+            && tail.ends_with(']')
+        {
+            tail.pop();
+            tail.push(',');
+            tail.push_str(&serde_json::to_string(by).unwrap_or_default());
+            tail.push(']');
+        }
+        tail
     }
 
     /// How the record prints in a log line when it could not be written.
@@ -227,6 +248,7 @@ impl Row {
             workspace: v.workspace,
             transport: v.transport,
             request_id: v.request_id,
+            confirmed_by: v.confirmed_by,
         };
         Ok(StoredRecord {
             seq,
@@ -280,6 +302,7 @@ mod tests {
             duration_us: 434,
             access_level: Some(AccessLevel::Delete),
             arguments: json!({"issue_id": "sha256:0123456789abcdef"}),
+            confirmed_by: None,
         }
     }
 
@@ -302,6 +325,24 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&second).unwrap(),
             "df9e47412fd9971430bbd8df19654b4f15a156cd71002a6664ef370cd911542e"
+        );
+    }
+
+    /// `confirmed_by` joins the hashed array only when set: the pinned vector above is
+    /// unchanged, and a set value changes the hash.
+    #[test]
+    fn confirmed_by_is_hashed_only_when_set() {
+        let mut confirmed = record();
+        confirmed.confirmed_by = Some("user".to_owned());
+        let tail = Values::from_record(confirmed).hash_tail();
+        assert_eq!(
+            format!("[1,{tail}"),
+            r#"[1,"2025-06-22T15:30:00.000000Z","delete_issue","denied","destructive_flag_missing","confirm",400,"[\"issues:write\"]","alice","demo","http","req-1",434,"delete","{\"issue_id\":\"sha256:0123456789abcdef\"}","user"]"#
+        );
+        let plain = Values::from_record(record()).hash_tail();
+        assert!(
+            link_hash(GENESIS_HASH.as_bytes(), 1, &tail)
+                != link_hash(GENESIS_HASH.as_bytes(), 1, &plain)
         );
     }
 

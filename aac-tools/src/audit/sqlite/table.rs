@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS aac_audit (
     access_level    TEXT,
     arguments       TEXT    NOT NULL,
     prev_hash       TEXT    NOT NULL,
-    hash            TEXT    NOT NULL
+    hash            TEXT    NOT NULL,
+    confirmed_by    TEXT
 );
 "#;
 
@@ -50,7 +51,7 @@ END;
 "#;
 
 /// The columns of `aac_audit`, in order: the stable contract readers rely on.
-pub const AUDIT_COLUMNS: [&str; 17] = [
+pub const AUDIT_COLUMNS: [&str; 18] = [
     "seq",
     "timestamp",
     "tool",
@@ -68,6 +69,7 @@ pub const AUDIT_COLUMNS: [&str; 17] = [
     "arguments",
     "prev_hash",
     "hash",
+    "confirmed_by",
 ];
 
 /// `"seq", "timestamp", …, "hash"`: every column, quoted, in table order.
@@ -104,6 +106,17 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
         .query_map([], |r| r.get(0))
         .and_then(Iterator::collect)
         .map_err(sql_error)?;
+    // A table written before `confirmed_by` existed gets the column (null in old rows,
+    // which hash as they always did).
+    let columns = if columns[..] == AUDIT_COLUMNS[..AUDIT_COLUMNS.len() - 1] {
+        conn.execute_batch("ALTER TABLE aac_audit ADD COLUMN confirmed_by TEXT")
+            .map_err(|e| {
+                AuditError::new(format!("cannot add `confirmed_by` to `aac_audit`: {e}"))
+            })?;
+        AUDIT_COLUMNS.iter().map(|c| (*c).to_owned()).collect()
+    } else {
+        columns
+    };
     if columns != AUDIT_COLUMNS {
         return Err(AuditError::new(format!(
             "the existing `aac_audit` table has columns ({}) but this version of aac-tools \

@@ -1,0 +1,400 @@
+//! A person confirms destructive calls: the policy, the question, elicitation answers,
+//! the 2026-07-28 request state (replay, tamper, expiry, another principal, other
+//! arguments), and one record per attempt with who confirmed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aac_tools::audit::{AuditRecord, MemorySink, Outcome};
+use aac_tools::confirm::{Asking, ConfirmPolicy, MemoryLedger};
+use aac_tools::{
+    BoxFuture, CallRequest, CallResponse, ClientPeer, LogLevel, Principal, Registry, Server,
+    StaticTokens, Text, ToolError, mcp_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The notes `drop_note` ran for (tests run in parallel: each uses its own notes).
+static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[derive(Deserialize, JsonSchema)]
+struct NoteId {
+    note_id: String,
+}
+
+/// Delete a note.
+#[mcp_tool(
+    destructive,
+    title = "Delete note",
+    scope = "notes:write",
+    confirm_message = "Delete note {note_id}? This cannot be undone."
+)]
+async fn drop_note(args: NoteId) -> Result<Text, ToolError> {
+    RAN.lock().unwrap().push(args.note_id.clone());
+    Ok(Text(format!("deleted {}", args.note_id)))
+}
+
+/// Purge a note; confirmed by its caller's argument, whatever the server's policy.
+#[mcp_tool(destructive, scope = "notes:write", confirm = "argument")]
+async fn purge_note(args: NoteId) -> Result<Text, ToolError> {
+    Ok(Text(format!("purged {}", args.note_id)))
+}
+
+/// How a test client answers: with this action, never, or it cannot be asked.
+#[derive(Clone)]
+enum Answer {
+    Action(&'static str),
+    Never,
+    CannotAsk,
+    InputRequired,
+}
+
+struct FakeClient {
+    answer: Answer,
+    asked: Mutex<Vec<Value>>,
+}
+
+impl FakeClient {
+    fn new(answer: Answer) -> Arc<FakeClient> {
+        Arc::new(FakeClient {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl ClientPeer for FakeClient {
+    fn progress<'a>(
+        &'a self,
+        _: f64,
+        _: Option<f64>,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn log<'a>(
+        &'a self,
+        _: LogLevel,
+        _: Option<&'a str>,
+        _: Value,
+    ) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn create_message(&self, _: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(async { Err(ToolError::internal("no sampling here")) })
+    }
+    fn elicit(&self, params: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        self.asked.lock().unwrap().push(params);
+        let answer = self.answer.clone();
+        Box::pin(async move {
+            match answer {
+                Answer::Action(action) => Ok(json!({"action": action})),
+                _ => std::future::pending().await,
+            }
+        })
+    }
+    fn asking(&self) -> Asking {
+        match self.answer {
+            Answer::CannotAsk => Asking::Unavailable("the fake client lacks elicitation".into()),
+            Answer::InputRequired => Asking::InputRequired,
+            _ => Asking::Elicit,
+        }
+    }
+}
+
+fn server(sink: &MemorySink, policy: ConfirmPolicy, ttl: Duration) -> Server {
+    Server::builder(Registry::collect().unwrap())
+        .verifier(
+            StaticTokens::new()
+                .with(
+                    "alice",
+                    Principal::new("alice", ["notes:write"]).in_workspace("w"),
+                )
+                .with(
+                    "bob",
+                    Principal::new("bob", ["notes:write"]).in_workspace("w"),
+                ),
+        )
+        .audit(sink.clone())
+        .confirmation(policy)
+        .confirmation_timeout(Duration::from_millis(50))
+        .request_state_keys(vec![vec![7; 32]])
+        .request_state_ttl(ttl)
+        .request_state_ledger(MemoryLedger::new())
+        .build()
+        .unwrap()
+}
+
+fn call(tool: &str, note: &str, client: &Arc<FakeClient>, token: &str) -> CallRequest {
+    CallRequest::new(tool, Some(json!({"note_id": note, "confirm": true})))
+        .bearer(token)
+        .peer(Arc::clone(client) as Arc<dyn ClientPeer>)
+}
+
+fn last(sink: &MemorySink) -> AuditRecord {
+    sink.records().last().cloned().unwrap()
+}
+
+fn reason(response: &CallResponse) -> Option<&str> {
+    response.error().map(ToolError::reason)
+}
+
+#[tokio::test]
+async fn elicitation_accept_runs_and_records_the_user() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::Action("accept"));
+    let response = server
+        .call(call("drop_note", "N-1\u{202e}", &client, "alice"))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    assert!(RAN.lock().unwrap().iter().any(|n| n == "N-1\u{202e}"));
+    let asked = client.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["mode"], "form");
+    assert_eq!(
+        asked[0]["message"],
+        "Delete note: Delete note N-1\\u{202e}? This cannot be undone."
+    );
+    let record = last(&sink);
+    assert_eq!(record.outcome, Outcome::Success);
+    assert_eq!(record.confirmed_by.as_deref(), Some("user"));
+    assert_eq!(sink.records().len(), 1);
+}
+
+#[tokio::test]
+async fn decline_cancel_and_silence_refuse_before_the_handler() {
+    for (answer, expected) in [
+        (Answer::Action("decline"), "user_declined"),
+        (Answer::Action("cancel"), "user_declined"),
+        (Answer::Never, "user_confirmation_timeout"),
+    ] {
+        let sink = MemorySink::new();
+        let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+        let client = FakeClient::new(answer);
+        let response = server
+            .call(call("drop_note", "N-2", &client, "alice"))
+            .await;
+        assert_eq!(reason(&response), Some(expected));
+        assert!(
+            !RAN.lock().unwrap().iter().any(|n| n == "N-2"),
+            "{expected}: the handler ran"
+        );
+        let records = sink.records();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].outcome, Outcome::Denied);
+        assert_eq!(records[0].reason.as_deref(), Some(expected));
+        assert_eq!(records[0].confirmed_by, None);
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_cannot_ask_is_refused_or_falls_back() {
+    let sink = MemorySink::new();
+    let client = FakeClient::new(Answer::CannotAsk);
+    let user = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let response = user.call(call("drop_note", "N-3", &client, "alice")).await;
+    assert_eq!(reason(&response), Some("user_confirmation_unavailable"));
+    assert!(
+        response
+            .error()
+            .unwrap()
+            .message()
+            .contains("lacks elicitation"),
+        "{}",
+        response.error().unwrap().message()
+    );
+    // No client channel at all (plain HTTP, in process).
+    let bare = CallRequest::new(
+        "drop_note",
+        Some(json!({"note_id": "N-3", "confirm": true})),
+    );
+    let response = user.call(bare.bearer("alice")).await;
+    assert_eq!(reason(&response), Some("user_confirmation_unavailable"));
+
+    let fallback = server(
+        &sink,
+        ConfirmPolicy::UserOrArgument,
+        Duration::from_secs(60),
+    );
+    let response = fallback
+        .call(call("drop_note", "N-3", &client, "alice"))
+        .await;
+    assert!(response.error().is_none());
+    assert_eq!(
+        last(&sink).confirmed_by.as_deref(),
+        Some("argument_fallback")
+    );
+    // The argument is still required.
+    let unconfirmed = CallRequest::new("drop_note", Some(json!({"note_id": "N-3"})))
+        .bearer("alice")
+        .peer(Arc::clone(&client) as Arc<dyn ClientPeer>);
+    let response = fallback.call(unconfirmed).await;
+    assert_eq!(reason(&response), Some("destructive_flag_missing"));
+    assert_eq!(sink.records().len(), 4);
+}
+
+#[tokio::test]
+async fn the_tools_own_policy_overrides_the_servers() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::CannotAsk);
+    let response = server
+        .call(call("purge_note", "N-4", &client, "alice"))
+        .await;
+    assert!(response.error().is_none());
+    assert_eq!(last(&sink).confirmed_by.as_deref(), Some("argument"));
+    // The listing says who confirms: the server's policy, or the tool's own.
+    let list = server.list_tools_json(None);
+    let meta = |name: &str| {
+        list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["_meta"]
+            .get(aac_tools::META_CONFIRM)
+            .cloned()
+    };
+    assert_eq!(meta("drop_note"), Some(json!("user")));
+    assert_eq!(meta("purge_note"), None);
+}
+
+/// The first round: the question and a sealed state, recorded as asked.
+async fn ask(server: &Server, client: &Arc<FakeClient>, note: &str) -> String {
+    let response = server.call(call("drop_note", note, client, "alice")).await;
+    assert_eq!(reason(&response), Some("user_confirmation_required"));
+    let input = response.input_required().expect("a question");
+    assert_eq!(
+        input.question(),
+        format!("Delete note: Delete note {note}? This cannot be undone.")
+    );
+    let json = input.to_json();
+    assert_eq!(json["resultType"], "input_required");
+    assert_eq!(
+        json["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+    input.request_state().to_owned()
+}
+
+fn retry(note: &str, token: &str, state: &str, action: &str) -> CallRequest {
+    CallRequest::new("drop_note", Some(json!({"note_id": note, "confirm": true})))
+        .bearer(token)
+        .peer(FakeClient::new(Answer::InputRequired) as Arc<dyn ClientPeer>)
+        .resume(state, json!({"confirm": {"action": action}}))
+}
+
+#[tokio::test]
+async fn input_required_round_trip_runs_once_and_refuses_a_replay() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::InputRequired);
+    let state = ask(&server, &client, "N-5").await;
+    assert_eq!(
+        last(&sink).reason.as_deref(),
+        Some("user_confirmation_required")
+    );
+
+    let response = server.call(retry("N-5", "alice", &state, "accept")).await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    assert_eq!(last(&sink).confirmed_by.as_deref(), Some("user"));
+
+    let replay = server.call(retry("N-5", "alice", &state, "accept")).await;
+    assert_eq!(reason(&replay), Some("invalid_request_state"));
+    assert!(replay.error().unwrap().message().contains("already used"));
+    let record = last(&sink);
+    assert_eq!(record.outcome, Outcome::Denied);
+    assert_eq!(record.reason.as_deref(), Some("invalid_request_state"));
+    assert_eq!(sink.records().len(), 3);
+}
+
+#[tokio::test]
+async fn a_declined_answer_spends_the_state() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::InputRequired);
+    let state = ask(&server, &client, "N-6").await;
+    let declined = server.call(retry("N-6", "alice", &state, "decline")).await;
+    assert_eq!(reason(&declined), Some("user_declined"));
+    let again = server.call(retry("N-6", "alice", &state, "accept")).await;
+    assert_eq!(reason(&again), Some("invalid_request_state"));
+}
+
+#[tokio::test]
+async fn tampered_foreign_expired_and_rebound_states_are_refused_and_recorded() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::InputRequired);
+    let state = ask(&server, &client, "N-7").await;
+
+    // One hex digit of the payload changed.
+    let mut tampered = state.clone().into_bytes();
+    let i = 5;
+    tampered[i] = if tampered[i] == b'0' { b'1' } else { b'0' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let cases = [
+        (
+            retry("N-7", "alice", &tampered, "accept"),
+            "altered or forged",
+        ),
+        (retry("N-7", "bob", &state, "accept"), "another principal"),
+        (retry("N-8", "alice", &state, "accept"), "other arguments"),
+        (
+            retry("N-7", "alice", "v1.zz.zz", "accept"),
+            "not one this server issued",
+        ),
+    ];
+    for (request, why) in cases {
+        let before = sink.records().len();
+        let response = server.call(request).await;
+        assert_eq!(reason(&response), Some("invalid_request_state"), "{why}");
+        assert!(
+            response.error().unwrap().message().contains(why),
+            "{}",
+            response.error().unwrap().message()
+        );
+        assert_eq!(sink.records().len(), before + 1);
+        assert_eq!(last(&sink).reason.as_deref(), Some("invalid_request_state"));
+    }
+    // The refusals did not spend the state: its own call still goes through once.
+    let response = server.call(retry("N-7", "alice", &state, "accept")).await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+
+    // A state whose lifetime is over.
+    let expiring = server_with_ttl_zero(&sink);
+    let state = ask(&expiring, &client, "N-9").await;
+    let response = expiring.call(retry("N-9", "alice", &state, "accept")).await;
+    assert_eq!(reason(&response), Some("invalid_request_state"));
+    assert!(response.error().unwrap().message().contains("expired"));
+
+    // Another server's key.
+    let other = Server::builder(Registry::collect().unwrap())
+        .verifier(StaticTokens::new().with(
+            "alice",
+            Principal::new("alice", ["notes:write"]).in_workspace("w"),
+        ))
+        .audit(sink.clone())
+        .confirmation(ConfirmPolicy::User)
+        .request_state_keys(vec![vec![8; 32]])
+        .build()
+        .unwrap();
+    let state = ask(&server, &client, "N-10").await;
+    let response = other.call(retry("N-10", "alice", &state, "accept")).await;
+    assert_eq!(reason(&response), Some("invalid_request_state"));
+}
+
+fn server_with_ttl_zero(sink: &MemorySink) -> Server {
+    server(sink, ConfirmPolicy::User, Duration::ZERO)
+}
+
+#[test]
+fn short_keys_are_refused() {
+    let err = Server::builder(Registry::collect().unwrap())
+        .audit_disabled()
+        .request_state_keys(vec![vec![1; 31]])
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+}
