@@ -44,6 +44,7 @@ pub mod audit;
 pub mod confirm;
 mod context;
 mod error;
+mod hex;
 mod pipeline;
 mod principal;
 mod registry;

@@ -492,15 +492,9 @@ fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Regis
     let Some(message) = def.confirm_message() else {
         return Ok(());
     };
-    let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
-        .iter()
-        .any(|k| input_schema.get(*k).is_some());
-    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+    let Some(properties) = root_properties(input_schema) else {
         return Ok(());
     };
-    if composed {
-        return Ok(());
-    }
     match crate::confirm::placeholders(message)
         .into_iter()
         .find(|field| !properties.contains_key(*field))
@@ -513,18 +507,24 @@ fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Regis
     }
 }
 
-/// Every audit field must be an argument, when the schema lists its properties at the
-/// root (a composed schema is taken on trust).
-fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
+/// The properties an input schema lists at its root, unless it is composed (`allOf`,
+/// `$ref`…: its arguments are then taken on trust).
+fn root_properties(input_schema: &Value) -> Option<&Map<String, Value>> {
     let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
         .iter()
         .any(|k| input_schema.get(*k).is_some());
-    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+    if composed {
+        return None;
+    }
+    input_schema.get("properties").and_then(Value::as_object)
+}
+
+/// Every audit field must be an argument, when the schema lists its properties at the
+/// root (a composed schema is taken on trust).
+fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
+    let Some(properties) = root_properties(input_schema) else {
         return Ok(());
     };
-    if composed {
-        return Ok(());
-    }
     match def
         .audit_fields()
         .iter()

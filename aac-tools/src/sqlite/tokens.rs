@@ -41,15 +41,11 @@ fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn random_hex(len: usize) -> Result<String, DbError> {
     let mut bytes = vec![0u8; len / 2];
     getrandom::fill(&mut bytes)
         .map_err(|e| DbError::new(format!("no randomness for a token: {e}"), None))?;
-    Ok(hex(&bytes))
+    Ok(crate::hex::encode(&bytes))
 }
 
 fn hash_secret(secret: &str) -> [u8; 32] {
