@@ -288,7 +288,7 @@ impl PgSink {
             .into_iter()
             .map(|(_, integer)| integer)
             .collect();
-        let backend = PgBackend {
+        let mut backend = PgBackend {
             config: config.clone(),
             runtime,
             client: None,
@@ -298,7 +298,17 @@ impl PgSink {
             retry_interval: Duration::from_secs(1),
             problem: None,
         };
-        let health = Arc::new(Health::new(None));
+        // Not ready from the start when the database cannot be reached: calls are refused
+        // before their handler runs, rather than after.
+        // (On a thread of its own: the caller may be on an async runtime, where the
+        // backend's own runtime cannot block.)
+        let problem = std::thread::scope(|scope| {
+            scope
+                .spawn(|| backend.connect().err())
+                .join()
+                .unwrap_or_else(|_| Some(AuditError::new("the audit connection check panicked")))
+        });
+        let health = Arc::new(Health::new(problem));
         let worker = Worker::spawn(
             "aac-audit-postgres",
             backend,
