@@ -52,6 +52,49 @@
 //!     Ok(Count { notes })
 //! }
 //! ```
+//!
+//! A `read_only` tool that reaches an `Update…` query does not compile, as on SQLite:
+//!
+//! ```compile_fail
+//! # use aac_tools::postgres::{ReadDb, Tx};
+//! # use aac_tools::{Text, ToolError, mcp_tool, queries};
+//! # #[queries]
+//! # pub trait UpdateNotes {
+//! #     fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+//! # }
+//! # impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+//! #     async fn add_note(&self, _: &str) -> Result<(), ToolError> { Ok(()) }
+//! # }
+//! /// Tries to write.
+//! #[mcp_tool(read_only, scope = "notes:read")]
+//! async fn sneaky(db: ReadDb) -> Result<Text, ToolError> {
+//!     let tx = db.begin().await?;
+//!     tx.add_note("x").await?; // error: read-only tool cannot use update queries
+//!     Ok(Text("no".into()))
+//! }
+//! ```
+//!
+//! while the same tool without `read_only`, on a `WriteDb`, does:
+//!
+//! ```
+//! # use aac_tools::postgres::{WriteDb, Tx};
+//! # use aac_tools::{Text, ToolError, mcp_tool, queries};
+//! # #[queries]
+//! # pub trait UpdateNotes {
+//! #     fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+//! # }
+//! # impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+//! #     async fn add_note(&self, _: &str) -> Result<(), ToolError> { Ok(()) }
+//! # }
+//! /// Writes.
+//! #[mcp_tool(scope = "notes:write")]
+//! async fn honest(db: WriteDb) -> Result<Text, ToolError> {
+//!     let tx = db.begin().await?;
+//!     tx.add_note("x").await?;
+//!     tx.commit().await?;
+//!     Ok(Text("yes".into()))
+//! }
+//! ```
 
 mod audit;
 mod roles;
@@ -71,6 +114,8 @@ use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
 
 pub use audit::{CHAIN_LOCK, PgSink, mirror};
+/// The pool this module is built on ([`Tx::client`] is its `ClientWrapper`).
+pub use deadpool_postgres;
 pub use roles::{BadPrefix, DEFAULT_ROLE_PREFIX, Roles};
 pub use tokens::TokenStore;
 /// The `tokio-postgres` this module is built on, so that query code names the same version.
