@@ -52,7 +52,7 @@ def load(args):
             # Token-less refusals are recorded at most 60 a minute per peer address (past
             # that, 429 and one record counting them), and behind a balancer every peer
             # is the balancer: keep them under that rate, so each has its own record.
-            if kind == "no_token" and (n + i) % 25 != 3:
+            if kind == "no_token" and (n + i) % 50 != 3:
                 kind = "read"
             text = None
             if kind == "write":
@@ -91,7 +91,7 @@ def load(args):
     print(f"load: {len(answers)} answers, killed: {killed.is_set()}", file=sys.stderr)
 
 
-def check(answers_file, audit_file, notes_file):
+def check(answers_file, audit_file, notes_file, expect_kill):
     """Every 200 in the data (writes) and the trail; every refusal in the trail."""
     answers = [json.loads(l) for l in open(answers_file)]
     records = {}
@@ -121,11 +121,12 @@ def check(answers_file, audit_file, notes_file):
             if a["status"] != expected[a["kind"]] and a["status"] not in (429, 503):
                 problems.append(f"{a['id']}: {a['kind']} answered {a['status']} {a['body']}")
     served_after = sum(1 for a in answers if a["after_kill"] and a["status"] == 200)
-    if not any(a["after_kill"] for a in answers):
-        problems.append("no call was answered after the kill")
-    elif served_after == 0:
-        problems.append("no call succeeded after the kill")
-    print(f"check: {served_after} calls answered 200 after the kill")
+    if expect_kill:
+        if not any(a["after_kill"] for a in answers):
+            problems.append("no call was answered after the kill")
+        elif served_after == 0:
+            problems.append("no call succeeded after the kill")
+        print(f"check: {served_after} calls answered 200 after the kill")
     for id_, recs in records.items():
         if len(recs) > 1:
             problems.append(f"{id_}: {len(recs)} records")
@@ -139,4 +140,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "load":
         load(json.loads(sys.argv[2]))
     else:
-        sys.exit(0 if check(sys.argv[2], sys.argv[3], sys.argv[4]) else 1)
+        sys.exit(0 if check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1") else 1)

@@ -358,3 +358,119 @@ async fn an_unreachable_audit_database_refuses_every_call() {
     );
     assert_eq!(sink.stats().records, 0);
 }
+
+/// Counts its runs, touches no database (for the cut-connection test alone).
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pgt_echo() -> Result<Text, ToolError> {
+    Ok(Text("echo".into()))
+}
+
+/// A TCP proxy to PostgreSQL that can cut every connection and refuse new ones.
+struct Proxy {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (accept_open, accept_cut) = (Arc::clone(&open), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accept_open.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is closed at once
+                }
+                let mut cut = accept_cut.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, open, cut }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_lost_mid_run_fails_closed_and_recovers() {
+    let test = migrated().await;
+    let admin: tokio_postgres::Config = test.url.parse().unwrap();
+    let target = SocketAddr::from(([127, 0, 0, 1], admin.get_ports()[0]));
+    let proxy = Proxy::start(target).await;
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .user(test.roles.audit())
+        .dbname(&test.name)
+        .connect_timeout(std::time::Duration::from_secs(2));
+    let sink = PgSink::with_config(config).unwrap();
+    let server = Server::builder(Registry::collect_named(&["pgt_echo"]).unwrap())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    let call = || {
+        server.call(
+            CallRequest::new("pgt_echo", Some(json!({})))
+                .credentials(Credentials::Verified(principal.clone())),
+        )
+    };
+    let mut ok = 0;
+    for _ in 0..3 {
+        assert!(call().await.error().is_none());
+        ok += 1;
+    }
+    proxy.cut();
+    // Nothing is answered 200 while the trail cannot be written.
+    for _ in 0..5 {
+        let response = call().await;
+        let err = response
+            .error()
+            .expect("refused while the database is away");
+        assert_eq!(err.status(), Status::Unavailable);
+        assert_eq!(err.reason(), "audit_unavailable");
+    }
+    proxy.restore();
+    // The sink retries (at most once a second): calls are refused until a record goes in.
+    let mut refused_after_restore = 0;
+    loop {
+        let response = call().await;
+        match response.error() {
+            None => {
+                ok += 1;
+                break;
+            }
+            Some(err) => {
+                assert_eq!(err.reason(), "audit_unavailable");
+                refused_after_restore += 1;
+                assert!(refused_after_restore < 200, "the sink never recovered");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let trail = sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    let records = AuditQuery::new().fetch(&trail).unwrap();
+    let answered_ok = records.iter().filter(|r| r.record.status == 200).count();
+    assert_eq!(answered_ok, ok, "every 200 has its record, and only those");
+}

@@ -4,7 +4,8 @@
 //!
 //! The URL names the tables' owner, who migrates the schema (the framework's and the
 //! application's, [`Cli::postgres`](super::Cli::postgres)) and grants the level roles;
-//! the roles are named after `AAC_DB_ROLE_PREFIX` (default `aac`). Every command checks
+//! the roles are named after `AAC_DB_ROLE_PREFIX` (default `aac`), each level's pool holds
+//! at most `AAC_DB_POOL_SIZE` connections (default 4). Every command checks
 //! the schema's version, so a binary older than the database refuses to run.
 
 use super::args::{AuditArgs, Builtin, ServeArgs, TokenCommand};
@@ -36,7 +37,20 @@ fn open(context: &CliContext) -> Result<Database, CliError> {
         .unwrap_or_else(|| crate::postgres::DEFAULT_ROLE_PREFIX.to_owned());
     let roles =
         Roles::new(prefix.trim()).map_err(|e| CliError::new(format!("AAC_DB_ROLE_PREFIX: {e}")))?;
-    Database::connect(&url, roles).map_err(|e| CliError::new(format!("--db: {e}")))
+    let pool_size = match std::env::var("AAC_DB_POOL_SIZE") {
+        Ok(size) if !size.trim().is_empty() => size
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| {
+                CliError::new(format!(
+                    "AAC_DB_POOL_SIZE `{size}` is not a number from 1 to 256"
+                ))
+            })?,
+        _ => crate::postgres::DEFAULT_POOL_SIZE,
+    };
+    Database::connect_with(&url, roles, pool_size).map_err(|e| CliError::new(format!("--db: {e}")))
 }
 
 /// Migrate (or check) the schema: the framework's and the application's.

@@ -122,7 +122,7 @@ pub use tokens::TokenStore;
 pub use tokio_postgres;
 
 /// Connections each level's pool keeps at most, unless [`Database::connect_with`] says.
-pub const DEFAULT_POOL_SIZE: usize = 8;
+pub const DEFAULT_POOL_SIZE: usize = 4;
 
 /// How long opening a connection, or waiting for a free one, may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

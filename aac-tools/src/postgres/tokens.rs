@@ -10,7 +10,7 @@
 use deadpool_postgres::Pool;
 use subtle::ConstantTimeEq;
 
-use super::{DEFAULT_POOL_SIZE, Database, DbError, describe, get, pool};
+use super::{Database, DbError, describe, get, pool};
 use crate::BoxFuture;
 use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
@@ -62,7 +62,7 @@ impl TokenStore {
             pool: pool(
                 db.owner_config(),
                 Some(&db.roles().tokens()),
-                DEFAULT_POOL_SIZE.min(db.pool_size().max(2)),
+                db.pool_size(),
             )?,
         })
     }
