@@ -37,6 +37,47 @@ def call(host, port, tool, token, body, request_id):
         conn.close()
 
 
+def mcp_call(host, port, version, tool, token, arguments, request_id):
+    """A stateless `tools/call` on /mcp: protocol 2026-07-28 (standard headers and `_meta`)
+    or 2025-06-18 (no initialize, no session). Answered 200 when the result is not an
+    error; otherwise the HTTP status, or the `status` of the error result."""
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    params = {"name": tool, "arguments": arguments}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": version,
+        "Authorization": "Bearer " + token,
+    }
+    if version == "2026-07-28":
+        headers["Mcp-Method"] = "tools/call"
+        headers["Mcp-Name"] = tool
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    try:
+        conn.request("POST", "/mcp", body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            return response.status, None
+        result = parsed.get("result") if isinstance(parsed, dict) else None
+        if response.status == 200 and result is not None:
+            if not result.get("isError"):
+                return 200, {"mcp": result.get("structuredContent")}
+            err = result.get("structuredContent") or json.loads(result["content"][0]["text"])
+            return err.get("status", 500), err
+        return response.status, parsed
+    except OSError as err:
+        return 0, {"transport_error": str(err)}
+    finally:
+        conn.close()
+
+
 def load(args):
     host, port = args["balancer"].rsplit(":", 1)
     port = int(port)
@@ -60,7 +101,14 @@ def load(args):
                 status, body = call(host, port, "add_note", writer, {"text": text}, request_id)
                 tool = "add_note"
             elif kind == "read":
-                status, body = call(host, port, "count_notes", reader, {}, request_id)
+                # Reads go three ways: REST, MCP 2026-07-28, stateless MCP 2025-06-18.
+                way = (n + i) % 3
+                if way == 0:
+                    status, body = call(host, port, "count_notes", reader, {}, request_id)
+                else:
+                    version = "2026-07-28" if way == 1 else "2025-06-18"
+                    status, body = mcp_call(host, port, version, "count_notes", reader, {}, request_id)
+                    kind = "read_mcp_" + version
                 tool = "count_notes"
             elif kind == "scope":
                 status, body = call(host, port, "add_note", reader, {"text": "no"}, request_id)
@@ -115,7 +163,8 @@ def check(answers_file, audit_file, notes_file, expect_kill):
             recs = records.get(a["id"], [])
             if len(recs) != 1 or recs[0]["status"] != a["status"] or recs[0]["reason"] != a["body"]["reason"]:
                 problems.append(f"{a['id']}: answered {a['status']} {a['body']['reason']}, recorded {recs}")
-    expected = {"write": 200, "read": 200, "scope": 403, "no_token": 401, "confirm": 400}
+    expected = {"write": 200, "read": 200, "read_mcp_2026-07-28": 200, "read_mcp_2025-06-18": 200,
+                "scope": 403, "no_token": 401, "confirm": 400}
     for a in answers:
         if a["status"] == 200 or (isinstance(a["body"], dict) and a["body"].get("reason")):
             if a["status"] != expected[a["kind"]] and a["status"] not in (429, 503):
@@ -130,6 +179,13 @@ def check(answers_file, audit_file, notes_file, expect_kill):
     for id_, recs in records.items():
         if len(recs) > 1:
             problems.append(f"{id_}: {len(recs)} records")
+    kinds = {}
+    for a in answers:
+        kinds[a["kind"]] = kinds.get(a["kind"], 0) + (a["status"] == 200)
+    print(f"check: answered 200 by kind {dict(sorted(kinds.items()))}")
+    for kind in ("write", "read", "read_mcp_2026-07-28", "read_mcp_2025-06-18"):
+        if not kinds.get(kind):
+            problems.append(f"no `{kind}` call was answered 200")
     print(f"check: answers by status {dict(sorted(by_status.items()))}; {len(records)} records with a request id")
     for p in problems[:20]:
         print("problem:", p)
