@@ -458,3 +458,53 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
         "{err}"
     );
 }
+
+/// Adds a note, then fails without committing.
+#[mcp_tool(scope = "notes:write")]
+async fn pg_add_then_fail(db: WriteDb) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    tx.add_note("never kept").await?;
+    Err(ToolError::conflict("changed its mind"))
+}
+
+#[tokio::test]
+async fn a_transaction_dropped_uncommitted_keeps_nothing_and_taints_no_connection() {
+    let f = fixture().await;
+    // One connection per level: a stale transaction would be the next call's.
+    let db = Database::connect_with(&f.test.url, f.test.roles.clone(), 1).unwrap();
+    let server = Server::builder(
+        Registry::collect_named(&["pg_add_then_fail", "pg_add_and_count"]).unwrap(),
+    )
+    .audit(f.sink.clone())
+    .state(db)
+    .build()
+    .unwrap();
+    for _ in 0..3 {
+        let response = server
+            .call(CallRequest::new("pg_add_then_fail", Some(json!({}))).credentials(caller()))
+            .await;
+        assert_eq!(response.error().map(ToolError::reason), Some("conflict"));
+        let response = server
+            .call(CallRequest::new("pg_add_and_count", Some(json!({}))).credentials(caller()))
+            .await;
+        assert!(response.error().is_none(), "{:?}", response.error());
+    }
+    let owner = f.test.owner().await;
+    let texts: Vec<String> = owner
+        .query("SELECT text FROM notes ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first",
+            "second",
+            "through a query trait",
+            "through a query trait",
+            "through a query trait"
+        ]
+    );
+}

@@ -275,8 +275,8 @@ pub(crate) fn pool(
         config,
         NoTls,
         ManagerConfig {
-            // Every connection comes back outside a transaction (`Tx` rolls back or
-            // discards it otherwise); `Verified` also notices one the server closed.
+            // Only committed transactions give their connection back (`Tx`'s drop takes
+            // it out of the pool otherwise); `Verified` also notices one the server closed.
             recycling_method: RecyclingMethod::Verified,
         },
     );
@@ -543,7 +543,8 @@ impl<L: Level> fmt::Debug for Db<L> {
 impl<L: Level> Db<L> {
     /// Open a transaction at this handle's level: `READ ONLY` at [`Read`], on a
     /// connection logged in as the level's role. Commit it with [`Tx::commit`]; dropped
-    /// uncommitted, it rolls back.
+    /// uncommitted, it rolls back and its connection is closed (never reused inside a
+    /// transaction).
     pub async fn begin(&self) -> Result<Tx<L>, ToolError> {
         let conn = get(self.db.pool_of(L::LEVEL))
             .await
@@ -688,17 +689,14 @@ impl<L> Drop for Tx<L> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        // Roll back before the connection goes back to the pool; without a runtime (or
-        // if the rollback fails) the connection is closed instead, which rolls back too.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if conn.batch_execute("ROLLBACK").await.is_err() {
-                        drop(Object::take(conn));
-                    }
-                });
-            }
-            Err(_) => drop(Object::take(conn)),
+        // Never back to the pool inside a transaction: the connection leaves the pool
+        // here, is rolled back explicitly when a runtime is there (so that its locks go at
+        // once), and is closed, which rolls back in any case.
+        let client = Object::take(conn);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.batch_execute("ROLLBACK").await;
+            });
         }
     }
 }
