@@ -457,8 +457,12 @@ impl Cli {
                     .value_name("PATH")
                     .value_parser(clap::value_parser!(PathBuf))
                     .help(format!(
-                        "The database file, or a postgres:// URL where the server supports it \
-                         [default: {} in the working directory]",
+                        "The database file{} [default: {} in the working directory]",
+                        if self.serves_postgres() {
+                            ", or postgres://OWNER@HOST/NAME"
+                        } else {
+                            ""
+                        },
                         default_db.display()
                     )),
             );
@@ -488,6 +492,14 @@ impl Cli {
             cmd = map(cmd);
         }
         cmd
+    }
+
+    /// Whether `--db` may name a PostgreSQL database ([`Cli::postgres`]).
+    fn serves_postgres(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        return self.shared.postgres.is_some();
+        #[cfg(not(feature = "postgres"))]
+        false
     }
 
     fn default_db_path(&self) -> PathBuf {
