@@ -57,6 +57,9 @@ mod tool;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 #[cfg(any(feature = "mcp", feature = "host"))]
 pub mod mcp;
 

@@ -21,22 +21,33 @@ struct Framework<T>(std::marker::PhantomData<T>);
 /// Whether `T` is one of the framework's storage handles, which tools reach only at their
 /// level (as a data handle parameter), never as shared state.
 fn is_framework_storage<T: 'static>() -> bool {
+    #[allow(unused_mut)]
+    let mut framework: Vec<TypeId> = Vec::new();
     #[cfg(feature = "sqlite")]
     {
         use crate::access::{Delete, Read, Write};
         use crate::sqlite::{Database, Db, TokenStore};
-        let id = TypeId::of::<T>();
-        [
+        framework.extend([
             TypeId::of::<Database>(),
             TypeId::of::<TokenStore>(),
             TypeId::of::<Db<Read>>(),
             TypeId::of::<Db<Write>>(),
             TypeId::of::<Db<Delete>>(),
-        ]
-        .contains(&id)
+        ]);
     }
-    #[cfg(not(feature = "sqlite"))]
-    false
+    #[cfg(feature = "postgres")]
+    {
+        use crate::access::{Delete, Read, Write};
+        use crate::postgres::{Database, Db, TokenStore};
+        framework.extend([
+            TypeId::of::<Database>(),
+            TypeId::of::<TokenStore>(),
+            TypeId::of::<Db<Read>>(),
+            TypeId::of::<Db<Write>>(),
+            TypeId::of::<Db<Delete>>(),
+        ]);
+    }
+    framework.contains(&TypeId::of::<T>())
 }
 
 impl StateMap {
@@ -52,7 +63,7 @@ impl StateMap {
     }
 
     /// The framework storage handle of type `T`, if one was registered.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn framework<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
         self.values
             .get(&TypeId::of::<Framework<T>>())

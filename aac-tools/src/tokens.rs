@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use sha2::{Digest, Sha256};
+
 use crate::BoxFuture;
 use crate::principal::TokenVerifier;
 
@@ -76,4 +78,44 @@ pub trait TokenIssuer: TokenVerifier {
 
     /// Every token, newest first.
     fn list(&self) -> BoxFuture<'_, Result<Vec<TokenInfo>, TokenError>>;
+}
+
+// The token format, shared by every store: `aac_<id>_<secret>`, where the id (12 hex
+// digits) finds the row and the secret (64 hex digits, 256 random bits) is never stored,
+// only its SHA-256, compared in constant time.
+
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) const PREFIX: &str = "aac_";
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) const ID_HEX: usize = 12;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) const SECRET_HEX: usize = 64;
+
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+/// `len` random hex digits.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn random_hex(len: usize) -> Result<String, TokenError> {
+    let mut bytes = vec![0u8; len / 2];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| TokenError::new(format!("no randomness for a token: {e}")))?;
+    Ok(crate::hex::encode(&bytes))
+}
+
+/// The stored form of a secret.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Split `aac_<id>_<secret>`; `None` if the token is not of that form.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn parse(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    let is_hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some((id, secret))
 }

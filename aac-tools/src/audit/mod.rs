@@ -37,9 +37,9 @@ mod jsonl;
 #[cfg(feature = "sqlite")]
 mod query;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
 mod time_format;
-mod worker;
+pub(crate) mod worker;
 
 #[cfg(feature = "sqlite")]
 pub use command::AuditCommand;

@@ -8,6 +8,46 @@ use crate::audit::{
     AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
 };
 
+/// The `audit` command its flags describe.
+pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
+    let failed = |e: AuditError| CliError::new(e.to_string());
+    let mut query = AuditQuery::new();
+    if let Some(tool) = args.tool.clone() {
+        query = query.tool(tool);
+    }
+    if let Some(outcome) = args.outcome.as_deref() {
+        query = query.outcome(match outcome {
+            "success" => Outcome::Success,
+            "denied" => Outcome::Denied,
+            _ => Outcome::Error,
+        });
+    }
+    if let Some(reason) = args.reason.clone() {
+        query = query.reason(reason);
+    }
+    if let Some(principal) = args.principal.clone() {
+        query = query.principal(principal);
+    }
+    if let Some(workspace) = args.workspace.clone() {
+        query = query.workspace(workspace);
+    }
+    if let Some(since) = args.since.as_deref() {
+        query = query.since(since).map_err(failed)?;
+    }
+    if let Some(until) = args.until.as_deref() {
+        query = query.until(until).map_err(failed)?;
+    }
+    if let Some(limit) = args.limit {
+        query = query.limit(limit);
+    }
+    Ok(AuditCommand {
+        query,
+        json: args.json,
+        stats: args.stats,
+        verify: args.verify,
+    })
+}
+
 pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
     if args.new_checkpoint_key {
         let key = CheckpointKey::generate().map_err(|e| CliError::new(e.to_string()))?;
@@ -23,41 +63,7 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
     drop(context.open_db(OpenMode::Existing)?);
     let path = context.db_path();
     let failed = |e: AuditError| CliError::new(e.to_string());
-    let mut query = AuditQuery::new();
-    if let Some(tool) = args.tool {
-        query = query.tool(tool);
-    }
-    if let Some(outcome) = args.outcome.as_deref() {
-        query = query.outcome(match outcome {
-            "success" => Outcome::Success,
-            "denied" => Outcome::Denied,
-            _ => Outcome::Error,
-        });
-    }
-    if let Some(reason) = args.reason {
-        query = query.reason(reason);
-    }
-    if let Some(principal) = args.principal {
-        query = query.principal(principal);
-    }
-    if let Some(workspace) = args.workspace {
-        query = query.workspace(workspace);
-    }
-    if let Some(since) = args.since.as_deref() {
-        query = query.since(since).map_err(failed)?;
-    }
-    if let Some(until) = args.until.as_deref() {
-        query = query.until(until).map_err(failed)?;
-    }
-    if let Some(limit) = args.limit {
-        query = query.limit(limit);
-    }
-    let command = AuditCommand {
-        query,
-        json: args.json,
-        stats: args.stats,
-        verify: args.verify,
-    };
+    let command = command(&args)?;
     let conn = crate::audit::open_reader(path).map_err(failed)?;
     // A database whose server never ran has no trail yet: create the (empty) table.
     let has_table = conn

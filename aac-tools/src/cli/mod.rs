@@ -42,6 +42,8 @@
 mod args;
 mod audit;
 mod db;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod serve;
 mod token;
 
@@ -150,6 +152,8 @@ struct Shared {
     check_token: Option<Box<CheckToken>>,
     before_serve: Option<Box<BeforeServe>>,
     token_create_mode: OpenMode,
+    #[cfg(feature = "postgres")]
+    postgres: Option<postgres::PgSchema>,
 }
 
 impl fmt::Debug for CliContext {
@@ -254,6 +258,8 @@ impl Cli {
                 check_token: None,
                 before_serve: None,
                 token_create_mode: OpenMode::Create,
+                #[cfg(feature = "postgres")]
+                postgres: None,
             },
             about: None,
             after_help: None,
@@ -337,6 +343,26 @@ impl Cli {
         + 'static,
     ) -> Cli {
         self.shared.check_token = Some(Box::new(check));
+        self
+    }
+
+    /// Serve on PostgreSQL too (feature `postgres`): `--db postgres://owner@host/name` (or
+    /// `AAC_DB`) runs `serve`, `token` and `audit` on that database, whose schema is
+    /// `migrations` (the SQL of version 1, 2, …, applied once each, in order) under the
+    /// name `component`. The tools must then take [`crate::postgres`] handles. The
+    /// SQLite hooks ([`Cli::configure`], [`Cli::check_token`], [`Cli::before_serve`],
+    /// [`Cli::open_with`]) do not run on PostgreSQL. The level roles are named after
+    /// `AAC_DB_ROLE_PREFIX` (default `aac`).
+    #[cfg(feature = "postgres")]
+    pub fn postgres<I, S>(mut self, component: impl Into<String>, migrations: I) -> Cli
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.shared.postgres = Some(postgres::PgSchema {
+            component: component.into(),
+            migrations: migrations.into_iter().map(Into::into).collect(),
+        });
         self
     }
 
@@ -431,7 +457,12 @@ impl Cli {
                     .value_name("PATH")
                     .value_parser(clap::value_parser!(PathBuf))
                     .help(format!(
-                        "The database file [default: {} in the working directory]",
+                        "The database file{} [default: {} in the working directory]",
+                        if self.serves_postgres() {
+                            ", or postgres://OWNER@HOST/NAME"
+                        } else {
+                            ""
+                        },
                         default_db.display()
                     )),
             );
@@ -461,6 +492,14 @@ impl Cli {
             cmd = map(cmd);
         }
         cmd
+    }
+
+    /// Whether `--db` may name a PostgreSQL database ([`Cli::postgres`]).
+    fn serves_postgres(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        return self.shared.postgres.is_some();
+        #[cfg(not(feature = "postgres"))]
+        false
     }
 
     fn default_db_path(&self) -> PathBuf {
@@ -507,6 +546,10 @@ impl Cli {
         };
         let result = if args::Builtin::has_subcommand(sub) {
             match args::Builtin::from_arg_matches(&matches) {
+                #[cfg(feature = "postgres")]
+                Ok(builtin) if postgres::is_url(context.db_path()) => {
+                    postgres::run(context, builtin).await
+                }
                 Ok(builtin) => run_builtin(context, builtin, sub_matches.clone()).await,
                 Err(err) => {
                     let _ = err.print();

@@ -196,7 +196,7 @@ async fn stdio(
         .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
 }
 
-async fn http(
+pub(super) async fn http(
     context: &CliContext,
     server: Server,
     addr: &str,

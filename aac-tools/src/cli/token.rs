@@ -27,28 +27,33 @@ pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), C
             let list = tokens
                 .list()
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
-            let now = time::OffsetDateTime::now_utc().unix_timestamp();
-            for t in list {
-                let state = match (t.revoked_at, t.expires_at) {
-                    (Some(at), _) => format!("revoked {}", when(at)),
-                    (None, Some(at)) if at <= now => format!("expired {}", when(at)),
-                    (None, Some(at)) => format!("live until {}", when(at)),
-                    (None, None) => "live".to_owned(),
-                };
-                let who = match &t.workspace {
-                    Some(workspace) => format!("{}@{workspace}", t.subject),
-                    None => t.subject.clone(),
-                };
-                println!(
-                    "{}  {}  {}  [{}]",
-                    printable(&t.id),
-                    printable(&who),
-                    state,
-                    printable(&t.scopes.join(" "))
-                );
-            }
+            print_list(list);
             Ok(())
         }
+    }
+}
+
+/// One line per token, never its secret.
+pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    for t in list {
+        let state = match (t.revoked_at, t.expires_at) {
+            (Some(at), _) => format!("revoked {}", when(at)),
+            (None, Some(at)) if at <= now => format!("expired {}", when(at)),
+            (None, Some(at)) => format!("live until {}", when(at)),
+            (None, None) => "live".to_owned(),
+        };
+        let who = match &t.workspace {
+            Some(workspace) => format!("{}@{workspace}", t.subject),
+            None => t.subject.clone(),
+        };
+        println!(
+            "{}  {}  {}  [{}]",
+            printable(&t.id),
+            printable(&who),
+            state,
+            printable(&t.scopes.join(" "))
+        );
     }
 }
 
@@ -67,8 +72,8 @@ fn when(t: i64) -> String {
         .unwrap_or_else(|| t.to_string())
 }
 
-fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
-    let name = context.name();
+/// The request `token create` makes, checked (scopes known, names printable).
+pub(super) fn request(context: &CliContext, args: &CreateArgs) -> Result<TokenRequest, CliError> {
     let ttl = args.expires.as_deref().map(parse_duration).transpose()?;
     let known = context.registry()?.scopes_supported();
     let scopes: Vec<String> = if args.scopes.iter().any(|s| s.trim() == "all") {
@@ -98,7 +103,7 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
         )));
     }
     let subject = args.subject.trim().to_owned();
-    let workspace = args.workspace.map(|w| w.trim().to_owned());
+    let workspace = args.workspace.as_ref().map(|w| w.trim().to_owned());
     for (what, value) in [
         ("--subject", Some(&subject)),
         ("--workspace", workspace.as_ref()),
@@ -112,13 +117,17 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
             )));
         }
     }
-    let db = context.open_db(context.shared.token_create_mode)?;
-    let request = TokenRequest {
+    Ok(TokenRequest {
         subject,
         workspace,
         scopes,
         ttl_seconds: ttl,
-    };
+    })
+}
+
+fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
+    let request = request(context, &args)?;
+    let db = context.open_db(context.shared.token_create_mode)?;
     let note = match &context.shared.check_token {
         Some(check) => check(&db, &request)?,
         None => None,
@@ -134,6 +143,20 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
             request.ttl_seconds,
         )
         .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
+    report(context, &request, &created, note, args.expires.as_deref());
+    Ok(())
+}
+
+/// The new token alone on stdout, what it is on stderr.
+pub(super) fn report(
+    context: &CliContext,
+    request: &TokenRequest,
+    created: &crate::tokens::NewToken,
+    note: Option<String>,
+    expires: Option<&str>,
+) {
+    let name = context.name();
+    let scopes = request.scopes.join(" ");
     println!("{}", created.token);
     let who = match &request.workspace {
         Some(workspace) => format!("{}@{workspace}", request.subject),
@@ -143,11 +166,10 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
         "{name}: token {} for {who}{}, scopes: {}{}",
         created.id,
         note.map(|n| format!(" ({n})")).unwrap_or_default(),
-        scopes.join(" "),
-        match args.expires {
+        scopes,
+        match expires {
             Some(e) => format!(", expires in {}", e.trim()),
             None => ", never expires".to_owned(),
         }
     );
-    Ok(())
 }

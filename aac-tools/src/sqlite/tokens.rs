@@ -4,19 +4,14 @@
 //! (64 hex digits, 256 random bits) is never stored, only its SHA-256, compared in
 //! constant time. Tokens can expire and be revoked.
 
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Database, DbError};
 use crate::BoxFuture;
 use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
+use crate::tokens::{ID_HEX, PREFIX, SECRET_HEX, TokenError, TokenIssuer, hash_secret, parse};
 pub use crate::tokens::{NewToken, TokenInfo};
-use crate::tokens::{TokenError, TokenIssuer};
-
-const PREFIX: &str = "aac_";
-const ID_HEX: usize = 12;
-const SECRET_HEX: usize = 64;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aac_tokens (
@@ -42,26 +37,7 @@ fn now() -> i64 {
 }
 
 fn random_hex(len: usize) -> Result<String, DbError> {
-    let mut bytes = vec![0u8; len / 2];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| DbError::new(format!("no randomness for a token: {e}"), None))?;
-    Ok(crate::hex::encode(&bytes))
-}
-
-fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
-/// Split `aac_<id>_<secret>`; `None` if the token is not of that form.
-fn parse(token: &str) -> Option<(&str, &str)> {
-    let rest = token.strip_prefix(PREFIX)?;
-    let (id, secret) = rest.split_once('_')?;
-    let is_hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some((id, secret))
+    crate::tokens::random_hex(len).map_err(|e| DbError::new(e.to_string(), None))
 }
 
 impl TokenStore {
@@ -266,7 +242,7 @@ impl TokenIssuer for TokenStore {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use crate::tokens::parse;
 
     #[test]
     fn token_shape() {

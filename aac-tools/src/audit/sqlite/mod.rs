@@ -9,6 +9,8 @@
 //! - [`checkpoint`]: signed checkpoints of the chain's head.
 
 mod checkpoint;
+#[cfg(feature = "postgres")]
+mod portable;
 mod reader;
 mod row;
 mod table;
@@ -19,6 +21,8 @@ pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
     write_checkpoint,
 };
+#[cfg(feature = "postgres")]
+pub(crate) use portable::{Cell, Mirror, PortableRow, integer_columns};
 pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
 pub(crate) use table::SELECT_COLUMNS;

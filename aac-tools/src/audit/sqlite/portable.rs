@@ -1,0 +1,135 @@
+//! The audit table's rows in a form another database can store: the columns with their
+//! declared types (read from the one declaration in [`table`](super::table)), a record's
+//! values as plain cells, the chain's hash ([`link_hash`]), and a copy of rows back into
+//! an SQLite table, so that another backend's trail is verified and queried by exactly
+//! the code that verifies and queries SQLite's.
+
+use rusqlite::Connection;
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+
+use super::row::{Values, link_hash};
+use super::table::{AUDIT_COLUMNS, INSERT, ensure_table, sql_error};
+use crate::audit::{AuditError, AuditRecord};
+
+/// One value of a row, as any SQL database stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Cell {
+    /// `NULL`.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// Text.
+    Text(String),
+}
+
+/// The declared type of a column: `true` for an integer column, `false` for text.
+pub(crate) fn integer_columns() -> Result<Vec<(&'static str, bool)>, AuditError> {
+    let conn = Connection::open_in_memory().map_err(sql_error)?;
+    ensure_table(&conn)?;
+    let mut stmt = conn
+        .prepare("SELECT name, type FROM pragma_table_info('aac_audit') ORDER BY cid")
+        .map_err(sql_error)?;
+    let declared: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(Iterator::collect)
+        .map_err(sql_error)?;
+    Ok(AUDIT_COLUMNS
+        .iter()
+        .map(|name| {
+            let integer = declared
+                .iter()
+                .any(|(n, t)| n == name && t.eq_ignore_ascii_case("INTEGER"));
+            (*name, integer)
+        })
+        .collect())
+}
+
+/// A record made ready for a table: its cells (every column but `seq`, `prev_hash` and
+/// `hash`, in table order), and the part of its hash that does not depend on its place.
+#[derive(Debug, Clone)]
+pub(crate) struct PortableRow {
+    cells: Vec<Cell>,
+    tail: String,
+}
+
+impl PortableRow {
+    /// The record as it will be stored.
+    pub(crate) fn from_record(record: AuditRecord) -> PortableRow {
+        let values = Values::from_record(record);
+        let tail = values.hash_tail();
+        let cells = values
+            .params()
+            .iter()
+            .map(|p| match p.to_sql() {
+                Ok(ToSqlOutput::Borrowed(v)) => cell(v),
+                Ok(ToSqlOutput::Owned(v)) => cell((&v).into()),
+                _ => Cell::Null,
+            })
+            .collect();
+        PortableRow { cells, tail }
+    }
+
+    /// The cells, `timestamp` to the last value column, in table order.
+    pub(crate) fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// The row's hash at `seq` after `prev_hash`, as 64 lowercase hex digits.
+    pub(crate) fn link(&self, prev_hash: &str, seq: i64) -> String {
+        let hash = link_hash(prev_hash.as_bytes(), seq, &self.tail);
+        String::from_utf8_lossy(&hash).into_owned()
+    }
+
+    /// How the record prints in a log line when it could not be written.
+    pub(crate) fn describe(&self) -> String {
+        Values::describe(&self.tail)
+    }
+}
+
+fn cell(value: ValueRef<'_>) -> Cell {
+    match value {
+        ValueRef::Integer(i) => Cell::Int(i),
+        ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Real(r) => Cell::Text(r.to_string()),
+        ValueRef::Null | ValueRef::Blob(_) => Cell::Null,
+    }
+}
+
+/// An in-memory SQLite `aac_audit` that rows of another backend are copied into, in
+/// `seq` order, to verify and query them as SQLite's own.
+pub(crate) struct Mirror {
+    conn: Connection,
+}
+
+impl Mirror {
+    /// An empty table.
+    pub(crate) fn new() -> Result<Mirror, AuditError> {
+        let conn = Connection::open_in_memory().map_err(sql_error)?;
+        ensure_table(&conn)?;
+        conn.execute_batch("BEGIN").map_err(sql_error)?;
+        Ok(Mirror { conn })
+    }
+
+    /// Copy one row: every column of the table, in order.
+    pub(crate) fn push(&mut self, row: Vec<Cell>) -> Result<(), AuditError> {
+        let params: Vec<Value> = row
+            .into_iter()
+            .map(|c| match c {
+                Cell::Null => Value::Null,
+                Cell::Int(i) => Value::Integer(i),
+                Cell::Text(t) => Value::Text(t),
+            })
+            .collect();
+        self.conn
+            .prepare_cached(&INSERT)
+            .and_then(|mut stmt| stmt.execute(rusqlite::params_from_iter(params)))
+            .map_err(sql_error)?;
+        Ok(())
+    }
+
+    /// The copied table, for `verify_chain`, `AuditQuery` and the summaries.
+    pub(crate) fn finish(self) -> Result<Connection, AuditError> {
+        self.conn.execute_batch("COMMIT").map_err(sql_error)?;
+        Ok(self.conn)
+    }
+}

@@ -1,0 +1,186 @@
+//! The built-in commands on PostgreSQL (`--db postgres://…`, feature `postgres`): the
+//! same `serve`, `token` and `audit`, with the data, the tokens and the audit trail in
+//! one PostgreSQL database that any number of replicas share.
+//!
+//! The URL names the tables' owner, who migrates the schema (the framework's and the
+//! application's, [`Cli::postgres`](super::Cli::postgres)) and grants the level roles;
+//! the roles are named after `AAC_DB_ROLE_PREFIX` (default `aac`), each level's pool holds
+//! at most `AAC_DB_POOL_SIZE` connections (default 4). Every command checks
+//! the schema's version, so a binary older than the database refuses to run.
+
+use super::args::{AuditArgs, Builtin, ServeArgs, TokenCommand};
+use super::{CliContext, CliError};
+use crate::audit::AuditError;
+use crate::postgres::{Database, PgSink, Roles, TokenStore};
+use crate::principal::TokenVerifier;
+use crate::server::Server;
+use crate::tokens::TokenIssuer;
+
+/// Whether `--db` names a PostgreSQL database rather than a file.
+pub(super) fn is_url(db: &std::path::Path) -> bool {
+    db.to_str()
+        .is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// The application's schema on PostgreSQL: its component name and its migrations.
+#[derive(Debug, Clone)]
+pub(super) struct PgSchema {
+    pub(super) component: String,
+    pub(super) migrations: Vec<String>,
+}
+
+fn open(context: &CliContext) -> Result<Database, CliError> {
+    let url = context.db_path().to_string_lossy().into_owned();
+    let prefix = std::env::var("AAC_DB_ROLE_PREFIX")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or_else(|| crate::postgres::DEFAULT_ROLE_PREFIX.to_owned());
+    let roles =
+        Roles::new(prefix.trim()).map_err(|e| CliError::new(format!("AAC_DB_ROLE_PREFIX: {e}")))?;
+    let pool_size = match std::env::var("AAC_DB_POOL_SIZE") {
+        Ok(size) if !size.trim().is_empty() => size
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| {
+                CliError::new(format!(
+                    "AAC_DB_POOL_SIZE `{size}` is not a number from 1 to 256"
+                ))
+            })?,
+        _ => crate::postgres::DEFAULT_POOL_SIZE,
+    };
+    Database::connect_with(&url, roles, pool_size).map_err(|e| CliError::new(format!("--db: {e}")))
+}
+
+/// Migrate (or check) the schema: the framework's and the application's.
+async fn migrate(context: &CliContext, db: &Database) -> Result<(), CliError> {
+    let Some(schema) = &context.shared.postgres else {
+        return Err(CliError::new(format!(
+            "`{}` keeps its data in SQLite only: pass --db with a file path",
+            context.name()
+        )));
+    };
+    let migrations: Vec<&str> = schema.migrations.iter().map(String::as_str).collect();
+    db.migrate(&schema.component, &migrations)
+        .await
+        .map_err(|e| CliError::new(format!("cannot migrate `{}`: {e}", db.name())))?;
+    Ok(())
+}
+
+pub(super) async fn run(context: CliContext, command: Builtin) -> Result<(), CliError> {
+    if matches!(command, Builtin::Manifest) {
+        print!("{}", context.registry()?.manifest());
+        return Ok(());
+    }
+    let db = open(&context)?;
+    migrate(&context, &db).await?;
+    match command {
+        Builtin::Serve(args) => serve(&context, db, args).await,
+        Builtin::Token(command) => token(&context, &db, command).await,
+        Builtin::Audit(args) => audit(&db, args).await,
+        Builtin::Manifest => Ok(()),
+    }
+}
+
+async fn serve(context: &CliContext, db: Database, args: ServeArgs) -> Result<(), CliError> {
+    if args.checkpoints.is_some() {
+        return Err(CliError::new(
+            "--checkpoints is for SQLite trails; on PostgreSQL, sign the head from `audit --verify` output",
+        ));
+    }
+    let tokens = TokenStore::open(&db)
+        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
+    let sink = PgSink::open(&db).map_err(|e| CliError::new(e.to_string()))?;
+    let shared = &context.shared;
+    let server = Server::builder(context.registry()?)
+        .name(shared.name.clone(), shared.version.clone())
+        .verifier(tokens.clone())
+        .audit(sink)
+        .state(db)
+        .read_only_mode(args.read_only)
+        .build()
+        .map_err(|e| CliError::new(format!("cannot build the server: {e}")))?;
+    match args.http {
+        Some(addr) => super::serve::http(context, server, &addr, args.stateless).await,
+        None => {
+            let name = context.name();
+            let token = std::env::var("AAC_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    CliError::new(format!(
+                        "no token for stdio: set AAC_TOKEN to a token from `{name} token create`"
+                    ))
+                })?;
+            tokens
+                .verify(&token)
+                .await
+                .map_err(|e| CliError::new(format!("AAC_TOKEN is refused ({})", e.message())))?;
+            crate::mcp::serve_stdio(server, Some(token))
+                .await
+                .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
+        }
+    }
+}
+
+async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Result<(), CliError> {
+    let tokens = TokenStore::open(db)
+        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
+    match command {
+        TokenCommand::Create(args) => {
+            let request = super::token::request(context, &args)?;
+            let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+            let created = tokens
+                .create(
+                    &request.subject,
+                    request.workspace.as_deref(),
+                    &scopes,
+                    request.ttl_seconds,
+                )
+                .await
+                .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
+            super::token::report(context, &request, &created, None, args.expires.as_deref());
+            Ok(())
+        }
+        TokenCommand::Revoke { id_or_token } => {
+            let revoked = tokens
+                .revoke(&id_or_token)
+                .await
+                .map_err(|e| CliError::new(format!("cannot revoke the token: {e}")))?;
+            if !revoked {
+                return Err(CliError::new(format!(
+                    "no live token with that id; `{} token list` shows the ids",
+                    context.name()
+                )));
+            }
+            context.note("token revoked; every replica refuses it from now on");
+            Ok(())
+        }
+        TokenCommand::List => {
+            let list = tokens
+                .list()
+                .await
+                .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
+            super::token::print_list(list);
+            Ok(())
+        }
+    }
+}
+
+async fn audit(db: &Database, args: AuditArgs) -> Result<(), CliError> {
+    if args.new_checkpoint_key || args.checkpoints.is_some() {
+        return Err(CliError::new(
+            "signed checkpoints are for SQLite trails; `audit --verify --json` prints the head to sign",
+        ));
+    }
+    let failed = |e: AuditError| CliError::new(e.to_string());
+    let command = super::audit::command(&args)?;
+    // The whole trail, copied into SQLite: read, summed up and verified by the same code.
+    let trail = crate::postgres::mirror(db.owner_config())
+        .await
+        .map_err(failed)?;
+    let mut out = std::io::stdout().lock();
+    command.run(&trail, &mut out).map_err(failed)
+}

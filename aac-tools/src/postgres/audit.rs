@@ -1,0 +1,388 @@
+//! The audit sink on PostgreSQL: the same record, the same columns and the same hash
+//! chain as the SQLite sink, one chain for every replica that writes to the database.
+//!
+//! - **Columns**: the table is made from the SQLite table's one declaration
+//!   ([`AUDIT_COLUMNS`](crate::audit::AUDIT_COLUMNS) and their declared types): the same
+//!   names, in the same order; integers as `BIGINT`, text as `TEXT`.
+//! - **Group commit**: one writer thread per process commits every record waiting for
+//!   it in one transaction (the worker the SQLite sink uses).
+//! - **One chain across replicas**: every append takes the transaction-level advisory
+//!   lock [`CHAIN_LOCK`] before it reads the chain's head, so appends from all replicas
+//!   are serialized, and each batch links to the last record committed by any of them.
+//!   The lock is held from the head's read to the commit: that is the chain's
+//!   serialization point, one short transaction per batch.
+//! - **Least privilege**: the sink logs in as `<prefix>_audit`, which may `INSERT` and
+//!   `SELECT` `aac_audit` and nothing else; no role of the application may `UPDATE` or
+//!   `DELETE` a record.
+//! - **Fail closed**: when the database cannot be reached, the batch fails, every call
+//!   in it is answered 503 `audit_unavailable`, and the sink reports not ready (so the
+//!   next calls are refused before their handler runs) until a write succeeds again.
+//! - **Verify, queries, summaries**: [`PgSink::mirror`] copies the table into an
+//!   in-memory SQLite `aac_audit`, on which `verify_chain`, `AuditQuery` and the
+//!   summaries run exactly as on SQLite's own trail.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls};
+
+use super::{CONNECT_TIMEOUT, Database, describe};
+use crate::BoxFuture;
+use crate::audit::sqlite::{Cell, Mirror, PortableRow, integer_columns};
+use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
+use crate::audit::{
+    AUDIT_COLUMNS, AUDIT_TABLE, AuditError, AuditRecord, AuditSink, ChainReport, GENESIS_HASH,
+    verify_chain,
+};
+
+/// The key of the advisory lock that serializes appends to the chain.
+pub const CHAIN_LOCK: i64 = 0x6161_635f_6175_6469; // "aac_audi"
+
+/// The largest batch one transaction appends.
+const MAX_BATCH: usize = 1024;
+
+/// The `CREATE TABLE` of `aac_audit` on PostgreSQL, from the SQLite declaration.
+pub(crate) fn create_table_sql() -> Result<String, AuditError> {
+    let columns: Vec<String> = integer_columns()?
+        .into_iter()
+        .map(|(name, integer)| {
+            let ty = if integer { "BIGINT" } else { "TEXT" };
+            if name == "seq" {
+                format!("\"{name}\" BIGINT PRIMARY KEY")
+            } else {
+                format!("\"{name}\" {ty}")
+            }
+        })
+        .collect();
+    Ok(format!(
+        "CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ({});\n\
+         CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON {AUDIT_TABLE} (timestamp);",
+        columns.join(", ")
+    ))
+}
+
+/// Create `aac_audit` if missing, and check an existing one has the expected columns.
+pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
+    let sql = create_table_sql()?;
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| AuditError::new(format!("cannot create `aac_audit`: {}", describe(&e))))?;
+    let columns: Vec<String> = client
+        .query(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = 'public' AND table_name = 'aac_audit' ORDER BY ordinal_position",
+            &[],
+        )
+        .await
+        .map_err(|e| AuditError::new(format!("cannot read `aac_audit`: {}", describe(&e))))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if columns != AUDIT_COLUMNS {
+        return Err(AuditError::new(format!(
+            "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
+             expects ({}); migrate it",
+            columns.join(", "),
+            AUDIT_COLUMNS.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The insert of one row, `$1` to `$n`.
+fn insert_sql() -> String {
+    let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
+    let placeholders: Vec<String> = (1..=AUDIT_COLUMNS.len()).map(|i| format!("${i}")).collect();
+    format!(
+        "INSERT INTO {AUDIT_TABLE} ({}) VALUES ({})",
+        columns.join(", "),
+        placeholders.join(", ")
+    )
+}
+
+/// A value bound to a column of its declared type.
+fn bind(cell: &Cell, integer: bool) -> Box<dyn ToSql + Sync + Send> {
+    match (cell, integer) {
+        (Cell::Int(i), true) => Box::new(*i),
+        (Cell::Text(t), true) => Box::new(t.parse::<i64>().ok()),
+        (Cell::Null, true) => Box::new(None::<i64>),
+        (Cell::Int(i), false) => Box::new(i.to_string()),
+        (Cell::Text(t), false) => Box::new(t.clone()),
+        (Cell::Null, false) => Box::new(None::<String>),
+    }
+}
+
+struct PgBackend {
+    config: tokio_postgres::Config,
+    runtime: tokio::runtime::Runtime,
+    client: Option<Client>,
+    integer: Vec<bool>,
+    insert: String,
+    last_attempt: Option<Instant>,
+    retry_interval: Duration,
+    problem: Option<AuditError>,
+}
+
+impl PgBackend {
+    fn connect(&mut self) -> Result<(), AuditError> {
+        if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(());
+        }
+        self.client = None;
+        if let Some(at) = self.last_attempt
+            && at.elapsed() < self.retry_interval
+            && let Some(problem) = &self.problem
+        {
+            return Err(problem.clone());
+        }
+        self.last_attempt = Some(Instant::now());
+        let config = self.config.clone();
+        let connected = self.runtime.block_on(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        match connected {
+            Ok(client) => {
+                self.client = Some(client);
+                self.problem = None;
+                Ok(())
+            }
+            Err(err) => {
+                let problem = AuditError::new(format!(
+                    "the audit database cannot be reached: {}",
+                    describe(&err)
+                ));
+                self.problem = Some(problem.clone());
+                Err(problem)
+            }
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    type Item = PortableRow;
+
+    fn prepare(record: AuditRecord) -> PortableRow {
+        PortableRow::from_record(record)
+    }
+
+    fn describe(item: &PortableRow) -> String {
+        item.describe()
+    }
+
+    fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
+        self.connect()?;
+        let Some(client) = self.client.as_mut() else {
+            return Err(AuditError::new("the audit database is not connected"));
+        };
+        let integer = &self.integer;
+        let insert = &self.insert;
+        let result = self
+            .runtime
+            .block_on(append(client, integer, insert, batch));
+        if let Err(err) = &result {
+            // A broken connection is opened again at the next batch.
+            if client.is_closed() {
+                self.client = None;
+            }
+            return Err(AuditError::new(format!(
+                "cannot write to the audit database: {}",
+                describe(err)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Append `batch` in one transaction, chained to the last record any replica committed.
+async fn append(
+    client: &mut Client,
+    integer: &[bool],
+    insert: &str,
+    batch: &[PortableRow],
+) -> Result<(), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    // The serialization point of the chain: held until the commit.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])
+        .await?;
+    // Read committed: this statement's snapshot is taken after the lock, so it sees the
+    // batch of whoever held it before.
+    let head = tx
+        .query_opt(
+            &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
+            &[],
+        )
+        .await?;
+    let (mut seq, mut prev): (i64, String) = match head {
+        Some(row) => (
+            row.get(0),
+            row.get::<_, Option<String>>(1).unwrap_or_default(),
+        ),
+        None => (0, GENESIS_HASH.to_owned()),
+    };
+    let statement = tx.prepare(insert).await?;
+    for row in batch {
+        seq += 1;
+        let hash = row.link(&prev, seq);
+        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(integer.len());
+        params.push(Box::new(seq));
+        for (cell, integer) in row.cells().iter().zip(&integer[1..]) {
+            params.push(bind(cell, *integer));
+        }
+        params.push(Box::new(prev.clone()));
+        params.push(Box::new(hash.clone()));
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+        tx.execute(&statement, &refs).await?;
+        prev = hash;
+    }
+    tx.commit().await
+}
+
+/// Writes audit records to the PostgreSQL table `aac_audit`, append-only and
+/// hash-chained across every replica, durable (committed) before
+/// [`record`](AuditSink::record) returns. Cheap to clone.
+#[derive(Clone)]
+pub struct PgSink {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: tokio_postgres::Config,
+    worker: Worker<PgBackend>,
+}
+
+impl fmt::Debug for PgSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgSink")
+            .field("ready", &self.ready().is_ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSink {
+    /// A group-commit sink on `db`, logged in as its audit role. The table comes from
+    /// [`Database::migrate`]. Never fails on an unreachable database: the sink then
+    /// refuses calls with 503 until it can write.
+    pub fn open(db: &Database) -> Result<PgSink, AuditError> {
+        let mut config = db.owner_config().clone();
+        config.user(db.roles().audit());
+        config.connect_timeout(CONNECT_TIMEOUT);
+        PgSink::with_config(config)
+    }
+
+    /// A sink logged in as `config` says (a role that may `INSERT` and `SELECT`
+    /// `aac_audit`).
+    pub fn with_config(config: tokio_postgres::Config) -> Result<PgSink, AuditError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| AuditError::new(format!("cannot start the audit runtime: {e}")))?;
+        let integer = integer_columns()?
+            .into_iter()
+            .map(|(_, integer)| integer)
+            .collect();
+        let mut backend = PgBackend {
+            config: config.clone(),
+            runtime,
+            client: None,
+            integer,
+            insert: insert_sql(),
+            last_attempt: None,
+            retry_interval: Duration::from_secs(1),
+            problem: None,
+        };
+        // Not ready from the start when the database cannot be reached: calls are refused
+        // before their handler runs, rather than after.
+        // (On a thread of its own: the caller may be on an async runtime, where the
+        // backend's own runtime cannot block.)
+        let problem = std::thread::scope(|scope| {
+            scope
+                .spawn(|| backend.connect().err())
+                .join()
+                .unwrap_or_else(|_| Some(AuditError::new("the audit connection check panicked")))
+        });
+        let health = Arc::new(Health::new(problem));
+        let worker = Worker::spawn(
+            "aac-audit-postgres",
+            backend,
+            Batching::group(MAX_BATCH),
+            health,
+        )?;
+        Ok(PgSink {
+            inner: Arc::new(Inner { config, worker }),
+        })
+    }
+
+    /// Records written and the transactions that wrote them, by this process, since
+    /// the sink opened.
+    pub fn stats(&self) -> SinkStats {
+        self.inner.worker.stats()
+    }
+
+    /// Copy the whole trail, in `seq` order, into an in-memory SQLite `aac_audit`: verify
+    /// it with [`verify_chain`], query it with `AuditQuery` and the summaries.
+    pub async fn mirror(&self) -> Result<rusqlite::Connection, AuditError> {
+        mirror(&self.inner.config).await
+    }
+
+    /// Walk the hash chain of the whole trail.
+    pub async fn verify(&self) -> Result<ChainReport, AuditError> {
+        verify_chain(&self.mirror().await?)
+    }
+}
+
+/// Copy the trail of the database `config` reaches into an in-memory SQLite table.
+pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connection, AuditError> {
+    let unreachable =
+        |e: tokio_postgres::Error| AuditError::new(format!("audit database: {}", describe(&e)));
+    let (client, connection) = config.connect(NoTls).await.map_err(unreachable)?;
+    let task = tokio::spawn(connection);
+    let integer: Vec<bool> = integer_columns()?.into_iter().map(|(_, i)| i).collect();
+    let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {} FROM {AUDIT_TABLE} ORDER BY seq",
+                columns.join(", ")
+            ),
+            &[],
+        )
+        .await
+        .map_err(unreachable)?;
+    let mut mirror = Mirror::new()?;
+    for row in &rows {
+        let cells = integer
+            .iter()
+            .enumerate()
+            .map(|(i, integer)| {
+                if *integer {
+                    row.get::<_, Option<i64>>(i).map_or(Cell::Null, Cell::Int)
+                } else {
+                    row.get::<_, Option<String>>(i)
+                        .map_or(Cell::Null, Cell::Text)
+                }
+            })
+            .collect();
+        mirror.push(cells)?;
+    }
+    drop(client);
+    task.abort();
+    mirror.finish()
+}
+
+impl AuditSink for PgSink {
+    fn ready(&self) -> Result<(), AuditError> {
+        self.inner.worker.ready()
+    }
+
+    fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
+        self.inner.worker.record(record)
+    }
+}

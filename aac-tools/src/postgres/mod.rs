@@ -1,0 +1,709 @@
+//! PostgreSQL data handles at the tool's access level, through `tokio-postgres` and a
+//! `deadpool-postgres` pool per level: the way past one machine, for several replicas of
+//! a server on one database.
+//!
+//! A [`Database`] is a URL (the tables' owner, for set-up and migrations) and the
+//! [`Roles`] of the three levels. Each level has its own pool of connections, logged in
+//! as its own role, so that the database enforces the level whatever SQL a tool sends:
+//!
+//! - at [`Read`] the transaction is `READ ONLY`, as a role that may only `SELECT`: a
+//!   write fails with 500 `read_only_violation`;
+//! - at [`Write`] the role may `SELECT`, `INSERT` and `UPDATE`, not `DELETE`, `TRUNCATE`
+//!   or change the schema: those fail with 500 `level_violation`;
+//! - at [`Delete`] it is the full data role (still no schema changes: no level owns a
+//!   table).
+//!
+//! [`Database::grant_levels`] creates the roles and grants them their levels.
+//!
+//! Tools receive a handle at their level, [`Db<L>`](Db), as a parameter. Its
+//! [`Db::begin`] opens a transaction [`Tx<L>`](Tx) of the same level; [`Tx::commit`]
+//! commits it and dropping it rolls it back. Query traits are written on `Tx<L>` with
+//! `async fn`s, gated by [`#[queries]`](crate::queries) exactly as on SQLite:
+//!
+//! ```
+//! use aac_tools::postgres::{ReadDb, Tx};
+//! use aac_tools::{ToolError, mcp_tool, queries};
+//! use schemars::JsonSchema;
+//! use serde::Serialize;
+//!
+//! /// Queries that change notes.
+//! #[queries]
+//! pub trait UpdateNotes {
+//!     fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+//! }
+//! impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+//!     async fn add_note(&self, text: &str) -> Result<(), ToolError> {
+//!         self.client().execute("INSERT INTO notes (text) VALUES ($1)", &[&text]).await?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct Count {
+//!     notes: i64,
+//! }
+//!
+//! /// Count the notes.
+//! #[mcp_tool(read_only, scope = "notes:read")]
+//! async fn count_notes(db: ReadDb) -> Result<Count, ToolError> {
+//!     let tx = db.begin().await?;
+//!     let notes = tx.client().query_one("SELECT count(*) FROM notes", &[]).await?.get(0);
+//!     tx.commit().await?;
+//!     Ok(Count { notes })
+//! }
+//! ```
+//!
+//! A `read_only` tool that reaches an `Update…` query does not compile, as on SQLite:
+//!
+//! ```compile_fail
+//! # use aac_tools::postgres::{ReadDb, Tx};
+//! # use aac_tools::{Text, ToolError, mcp_tool, queries};
+//! # #[queries]
+//! # pub trait UpdateNotes {
+//! #     fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+//! # }
+//! # impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+//! #     async fn add_note(&self, _: &str) -> Result<(), ToolError> { Ok(()) }
+//! # }
+//! /// Tries to write.
+//! #[mcp_tool(read_only, scope = "notes:read")]
+//! async fn sneaky(db: ReadDb) -> Result<Text, ToolError> {
+//!     let tx = db.begin().await?;
+//!     tx.add_note("x").await?; // error: read-only tool cannot use update queries
+//!     Ok(Text("no".into()))
+//! }
+//! ```
+//!
+//! while the same tool without `read_only`, on a `WriteDb`, does:
+//!
+//! ```
+//! # use aac_tools::postgres::{WriteDb, Tx};
+//! # use aac_tools::{Text, ToolError, mcp_tool, queries};
+//! # #[queries]
+//! # pub trait UpdateNotes {
+//! #     fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+//! # }
+//! # impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+//! #     async fn add_note(&self, _: &str) -> Result<(), ToolError> { Ok(()) }
+//! # }
+//! /// Writes.
+//! #[mcp_tool(scope = "notes:write")]
+//! async fn honest(db: WriteDb) -> Result<Text, ToolError> {
+//!     let tx = db.begin().await?;
+//!     tx.add_note("x").await?;
+//!     tx.commit().await?;
+//!     Ok(Text("yes".into()))
+//! }
+//! ```
+
+mod audit;
+mod roles;
+mod tokens;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+use crate::access::{AccessLevel, Delete, Level, MayDelete, MayUpdate, Read, Write};
+use crate::error::{Status, ToolError};
+use crate::tool::{Call, ToolParam};
+
+pub use audit::{CHAIN_LOCK, PgSink, mirror};
+/// The pool this module is built on ([`Tx::client`] is its `ClientWrapper`).
+pub use deadpool_postgres;
+pub use roles::{BadPrefix, DEFAULT_ROLE_PREFIX, Roles};
+pub use tokens::TokenStore;
+/// The `tokio-postgres` this module is built on, so that query code names the same version.
+pub use tokio_postgres;
+
+/// Connections each level's pool keeps at most, unless [`Database::connect_with`] says.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// How long opening a connection, or waiting for a free one, may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A database error outside a tool call (connecting, migrating, granting).
+#[derive(Debug)]
+pub struct DbError {
+    message: String,
+    source: Option<tokio_postgres::Error>,
+}
+
+impl DbError {
+    pub(crate) fn new(
+        message: impl Into<String>,
+        source: Option<tokio_postgres::Error>,
+    ) -> DbError {
+        DbError {
+            message: message.into(),
+            source,
+        }
+    }
+
+    /// The PostgreSQL error behind this one, if any.
+    pub fn postgres(&self) -> Option<&tokio_postgres::Error> {
+        self.source.as_ref()
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{}: {}", self.message, describe(source)),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(err: tokio_postgres::Error) -> DbError {
+        DbError::new("database error", Some(err))
+    }
+}
+
+/// An error with the server's message when there is one (tokio-postgres' `Display` says
+/// only "db error").
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => err.to_string(),
+    }
+}
+
+/// PostgreSQL errors inside a tool become [`ToolError`]s: a write in a read-only
+/// transaction is 500 `read_only_violation`, an action the level's role may not take
+/// 500 `level_violation`, a serialization failure or deadlock 503 `database_busy`, a
+/// constraint violation 409 `conflict`, a lost connection 503 `database_unavailable`,
+/// anything else 500 `internal_error`.
+impl From<tokio_postgres::Error> for ToolError {
+    fn from(err: tokio_postgres::Error) -> ToolError {
+        let text = describe(&err);
+        let Some(code) = err.code() else {
+            return unavailable(&text);
+        };
+        if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            ToolError::new(
+                Status::Internal,
+                "read_only_violation",
+                format!("a read-only tool tried to write to the database, which refused: {text}"),
+            )
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            ToolError::new(
+                Status::Internal,
+                "level_violation",
+                format!(
+                    "a tool tried an action above its access level, and the database refused it: {text}"
+                ),
+            )
+        } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::LOCK_NOT_AVAILABLE
+        {
+            ToolError::new(
+                Status::Unavailable,
+                "database_busy",
+                format!("the database is busy, try again: {text}"),
+            )
+        } else if code.code().starts_with("23") {
+            ToolError::conflict(format!("the change conflicts with existing data: {text}"))
+        } else if code.code().starts_with("08") || code.code().starts_with("57") {
+            unavailable(&text)
+        } else {
+            ToolError::internal(format!("database error: {text}"))
+        }
+    }
+}
+
+fn unavailable(why: &str) -> ToolError {
+    ToolError::new(
+        Status::Unavailable,
+        "database_unavailable",
+        format!("the database cannot be reached, try again: {why}"),
+    )
+}
+
+/// One PostgreSQL database, shared by every call and every replica. Cheap to clone.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    owner: tokio_postgres::Config,
+    database: String,
+    roles: Roles,
+    read: Pool,
+    write: Pool,
+    delete: Pool,
+    pool_size: usize,
+}
+
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Database")
+            .field("database", &self.inner.database)
+            .field("roles", &self.inner.roles)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pool of connections logged in as `user`, otherwise as `config` says.
+pub(crate) fn pool(
+    config: &tokio_postgres::Config,
+    user: Option<&str>,
+    size: usize,
+) -> Result<Pool, DbError> {
+    let mut config = config.clone();
+    if let Some(user) = user {
+        config.user(user);
+    }
+    config.connect_timeout(CONNECT_TIMEOUT);
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            // Only committed transactions give their connection back (`Tx`'s drop takes
+            // it out of the pool otherwise); `Verified` also notices one the server closed.
+            recycling_method: RecyclingMethod::Verified,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CONNECT_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|e| DbError::new(format!("cannot build the connection pool: {e}"), None))
+}
+
+/// A connection from `pool`, or why not.
+pub(crate) async fn get(pool: &Pool) -> Result<Object, String> {
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(err) => describe(&err),
+        other => other.to_string(),
+    })
+}
+
+impl Database {
+    /// The database at `url` (`postgres://owner@host:port/name`: the tables' owner, for
+    /// [`Database::owner`]), whose levels log in as `roles`. Connects lazily: nothing is
+    /// opened until the first transaction.
+    pub fn connect(url: &str, roles: Roles) -> Result<Database, DbError> {
+        Database::connect_with(url, roles, DEFAULT_POOL_SIZE)
+    }
+
+    /// [`Database::connect`] with at most `pool_size` connections per level.
+    pub fn connect_with(url: &str, roles: Roles, pool_size: usize) -> Result<Database, DbError> {
+        let owner: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| DbError::new("not a PostgreSQL connection string", Some(e)))?;
+        let database = owner
+            .get_dbname()
+            .or(owner.get_user())
+            .ok_or_else(|| DbError::new("the connection string names no database", None))?
+            .to_owned();
+        Ok(Database {
+            inner: Arc::new(Inner {
+                read: pool(&owner, Some(&roles.read()), pool_size)?,
+                write: pool(&owner, Some(&roles.write()), pool_size)?,
+                delete: pool(&owner, Some(&roles.delete()), pool_size)?,
+                owner,
+                database,
+                roles,
+                pool_size,
+            }),
+        })
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.inner.database
+    }
+
+    /// The roles of the levels.
+    pub fn roles(&self) -> &Roles {
+        &self.inner.roles
+    }
+
+    /// The connection settings of the owner (as parsed from the URL).
+    pub fn owner_config(&self) -> &tokio_postgres::Config {
+        &self.inner.owner
+    }
+
+    /// Connections each level's pool keeps at most.
+    pub fn pool_size(&self) -> usize {
+        self.inner.pool_size
+    }
+
+    /// A new connection as the tables' owner, for set-up, migrations and seeding. Not
+    /// reachable from a tool: a tool cannot take the `Database` as
+    /// [`State`](crate::State).
+    pub async fn owner(&self) -> Result<tokio_postgres::Client, DbError> {
+        let mut config = self.inner.owner.clone();
+        config.connect_timeout(CONNECT_TIMEOUT);
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            DbError::new(
+                format!("cannot connect to database `{}`", self.inner.database),
+                Some(e),
+            )
+        })?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!("owner connection closed: {err}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Create the roles of the levels (if missing) and grant each exactly its level on
+    /// every table of the `public` schema as it is now (see [`Roles`]). Run it as the
+    /// tables' owner after every migration.
+    pub async fn grant_levels(&self) -> Result<(), DbError> {
+        let client = self.owner().await?;
+        let tables: Vec<String> = client
+            .query(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let sql = self.inner.roles.grant_sql(&self.inner.database, &tables);
+        // Roles are shared by the whole cluster: two replicas granting at once must not
+        // race on `CREATE ROLE`.
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} COMMIT;"
+            ))
+            .await
+            .map_err(|e| DbError::new("cannot grant the levels' roles", Some(e)))
+    }
+
+    /// Bring the schema of `component` to the last of `migrations` (the SQL of version
+    /// 1, 2, …, each applied once, in order, in one transaction with its version), as
+    /// the owner, then grant the levels again ([`Database::grant_levels`]). Replicas
+    /// that migrate at once take turns. A database whose `component` is at a version
+    /// this code does not know (a newer release migrated it) is refused.
+    ///
+    /// The framework's own tables (`aac_tokens`, `aac_audit`) are the component `aac`,
+    /// migrated first; `component` names the application's.
+    pub async fn migrate(&self, component: &str, migrations: &[&str]) -> Result<u32, DbError> {
+        let mut client = self.owner().await?;
+        if component == "aac" {
+            return Err(DbError::new(
+                "`aac` is the framework's own component: name the application's schema otherwise",
+                None,
+            ));
+        }
+        migrate_one(&mut client, "aac", FRAMEWORK_MIGRATIONS).await?;
+        audit::ensure_table(&client)
+            .await
+            .map_err(|e| DbError::new(e.to_string(), None))?;
+        let applied = migrate_one(&mut client, component, migrations).await?;
+        drop(client);
+        self.grant_levels().await?;
+        Ok(applied)
+    }
+
+    /// The version of `component`'s schema in this database, `0` if never migrated.
+    pub async fn schema_version(&self, component: &str) -> Result<u32, DbError> {
+        let client = self.owner().await?;
+        client.batch_execute(SCHEMA_TABLE).await?;
+        let row = client
+            .query_opt(
+                "SELECT version FROM aac_schema WHERE component = $1",
+                &[&component],
+            )
+            .await?;
+        Ok(row.map_or(0, |r| u32::try_from(r.get::<_, i32>(0)).unwrap_or(0)))
+    }
+
+    /// A handle at level `L`, for code outside tools (tests, command-line tools). A tool
+    /// gets its handle as a parameter instead, at its own level.
+    pub fn handle<L: Level>(&self) -> Db<L> {
+        Db {
+            db: self.clone(),
+            level: PhantomData,
+        }
+    }
+
+    fn pool_of(&self, level: AccessLevel) -> &Pool {
+        match level {
+            AccessLevel::Read => &self.inner.read,
+            AccessLevel::Write => &self.inner.write,
+            AccessLevel::Delete => &self.inner.delete,
+        }
+    }
+}
+
+/// The versions of each component's schema.
+const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
+    component TEXT PRIMARY KEY,
+    version   INTEGER NOT NULL
+);";
+
+/// The framework's own tables, version by version.
+const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA];
+
+async fn migrate_one(
+    client: &mut tokio_postgres::Client,
+    component: &str,
+    migrations: &[&str],
+) -> Result<u32, DbError> {
+    let tx = client.transaction().await?;
+    // One migrator at a time across every replica.
+    tx.batch_execute("SELECT pg_advisory_xact_lock(7461627)")
+        .await?;
+    tx.batch_execute(SCHEMA_TABLE).await?;
+    let current = tx
+        .query_opt(
+            "SELECT version FROM aac_schema WHERE component = $1",
+            &[&component],
+        )
+        .await?
+        .map_or(0, |r| r.get::<_, i32>(0));
+    let known = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
+    if current > known {
+        return Err(DbError::new(
+            format!(
+                "the schema of `{component}` in this database is at version {current}, but this \
+                 build knows versions up to {known}: run a newer release"
+            ),
+            None,
+        ));
+    }
+    for (i, sql) in migrations.iter().enumerate().skip(current as usize) {
+        tx.batch_execute(sql).await.map_err(|e| {
+            DbError::new(
+                format!("migration {} of `{component}` failed", i + 1),
+                Some(e),
+            )
+        })?;
+    }
+    tx.execute(
+        "INSERT INTO aac_schema (component, version) VALUES ($1, $2)
+         ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
+        &[&component, &known],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(known as u32)
+}
+
+/// A data handle at access level `L`, as a tool receives it.
+///
+/// Take it as a parameter: `db: Db<Read>` (or [`ReadDb`]) in a `read_only` tool,
+/// `Db<Write>` in a tool that is neither `read_only` nor `destructive`, `Db<Delete>`
+/// in a `destructive` tool. A handle above the tool's level does not compile.
+pub struct Db<L> {
+    db: Database,
+    level: PhantomData<fn() -> L>,
+}
+
+/// The handle of `read_only` tools.
+pub type ReadDb = Db<Read>;
+/// The handle of tools that are neither `read_only` nor `destructive`.
+pub type WriteDb = Db<Write>;
+/// The handle of `destructive` tools.
+pub type DeleteDb = Db<Delete>;
+
+impl<L> Clone for Db<L> {
+    fn clone(&self) -> Self {
+        Db {
+            db: self.db.clone(),
+            level: PhantomData,
+        }
+    }
+}
+
+impl<L: Level> fmt::Debug for Db<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Db")
+            .field("level", &L::LEVEL)
+            .field("database", &self.db.inner.database)
+            .finish()
+    }
+}
+
+impl<L: Level> Db<L> {
+    /// Open a transaction at this handle's level: `READ ONLY` at [`Read`], on a
+    /// connection logged in as the level's role. Commit it with [`Tx::commit`]; dropped
+    /// uncommitted, it rolls back and its connection is closed (never reused inside a
+    /// transaction).
+    pub async fn begin(&self) -> Result<Tx<L>, ToolError> {
+        let conn = get(self.db.pool_of(L::LEVEL))
+            .await
+            .map_err(|why| unavailable(&why))?;
+        let begin = match L::LEVEL {
+            AccessLevel::Read => "BEGIN READ ONLY",
+            _ => "BEGIN",
+        };
+        let tx = Tx {
+            conn: Some(conn),
+            level: PhantomData,
+        };
+        tx.client().batch_execute(begin).await?;
+        Ok(tx)
+    }
+
+    /// Run `f` in one transaction at this handle's level: committed when it returns
+    /// `Ok`, rolled back when it returns `Err`.
+    ///
+    /// ```no_run
+    /// # async fn f(db: aac_tools::postgres::WriteDb) -> Result<(), aac_tools::ToolError> {
+    /// db.run(|tx| Box::pin(async move {
+    ///     tx.client().execute("UPDATE notes SET text = upper(text)", &[]).await?;
+    ///     Ok(())
+    /// }))
+    /// .await
+    /// # }
+    /// ```
+    pub async fn run<T, F>(&self, f: F) -> Result<T, ToolError>
+    where
+        F: for<'t> FnOnce(&'t Tx<L>) -> crate::BoxFuture<'t, Result<T, ToolError>>,
+    {
+        let tx = self.begin().await?;
+        let value = f(&tx).await?;
+        tx.commit().await?;
+        Ok(value)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<L: Level> ToolParam for Db<L> {
+    const NEEDS: AccessLevel = L::LEVEL;
+    fn from_call(call: &mut Call) -> Result<Self, ToolError> {
+        // The macro checks the handles a tool names; this refuses one built above the
+        // tool's level by an extractor of the user's own.
+        if let Some(tool) = crate::__private0::extracting_for()
+            && L::LEVEL > tool
+        {
+            return Err(ToolError::new(
+                Status::Internal,
+                "level_violation",
+                format!(
+                    "a tool at the `{tool}` access level asked for a `{}` data handle through \
+                     a parameter of its own; a tool's handles are at or below its level",
+                    L::LEVEL
+                ),
+            ));
+        }
+        let db = call.state().framework::<Database>().ok_or_else(|| {
+            ToolError::internal(
+                "no database: register the `postgres::Database` with `ServerBuilder::state`",
+            )
+        })?;
+        Ok(Db {
+            db: Database::clone(&db),
+            level: PhantomData,
+        })
+    }
+}
+
+// A tool cannot take the framework's storage as `State<T>` (see `sqlite/mod.rs`).
+impl crate::State<Database> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub const __AAC_STORAGE: bool = true;
+}
+impl<L> crate::State<Db<L>> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub const __AAC_STORAGE: bool = true;
+}
+
+/// A transaction at access level `L`, on a connection logged in as the level's role.
+/// Query traits are implemented on it; see [`crate::access`] for the pattern.
+pub struct Tx<L> {
+    /// `None` once committed.
+    conn: Option<Object>,
+    level: PhantomData<fn() -> L>,
+}
+
+impl<L: Level> fmt::Debug for Tx<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx").field("level", &L::LEVEL).finish()
+    }
+}
+
+impl<L: Level> Tx<L> {
+    /// The connection, for query implementations (`prepare_cached` keeps statements per
+    /// connection). At [`Read`] the transaction is read-only and the role may only
+    /// `SELECT`: writes fail with 500 `read_only_violation`. At [`Write`] the role may
+    /// not `DELETE`, `TRUNCATE` or change the schema: 500 `level_violation`. At
+    /// [`Delete`] it may change any row of the application's tables.
+    pub fn client(&self) -> &deadpool_postgres::ClientWrapper {
+        self.conn
+            .as_ref()
+            .expect("a transaction is used only until it is committed")
+    }
+
+    /// The access level of this transaction.
+    pub fn level(&self) -> AccessLevel {
+        L::LEVEL
+    }
+
+    /// Commit. A transaction that an error aborted (even one the tool swallowed) does
+    /// not commit: 500 `transaction_aborted`, and nothing of it is kept.
+    pub async fn commit(mut self) -> Result<(), ToolError> {
+        // `SELECT 1` fails in an aborted transaction, where `COMMIT` alone would answer
+        // `ROLLBACK` without an error.
+        match self.client().batch_execute("SELECT 1; COMMIT").await {
+            Ok(()) => {
+                self.conn = None;
+                Ok(())
+            }
+            Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                Err(ToolError::new(
+                    Status::Internal,
+                    "transaction_aborted",
+                    format!(
+                        "a statement of this `{}` transaction failed, so the database rolled \
+                         it back: nothing of it was kept",
+                        L::LEVEL
+                    ),
+                ))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+impl<L> Drop for Tx<L> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        // Never back to the pool inside a transaction: the connection leaves the pool
+        // here, is rolled back explicitly when a runtime is there (so that its locks go at
+        // once), and is closed, which rolls back in any case.
+        let client = Object::take(conn);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.batch_execute("ROLLBACK").await;
+            });
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Tx<Write> {}
+#[diagnostic::do_not_recommend]
+impl MayUpdate for Tx<Delete> {}
+#[diagnostic::do_not_recommend]
+impl MayDelete for Tx<Delete> {}

@@ -1,0 +1,205 @@
+//! The database roles behind the three access levels, and the helper that creates them
+//! and grants each exactly what its level allows.
+//!
+//! | role | logs in | may |
+//! | --- | --- | --- |
+//! | `<prefix>_read` | yes | `SELECT` on the application's tables; every session read-only |
+//! | `<prefix>_write` | yes | `SELECT`, `INSERT`, `UPDATE`; no `DELETE`, no `TRUNCATE`, no schema change |
+//! | `<prefix>_delete` | yes | `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`; no schema change |
+//! | `<prefix>_tokens` | yes | `SELECT`, `INSERT`, `UPDATE` on `aac_tokens` only |
+//! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit` only |
+//!
+//! Each level logs in as its own role (a pool each), not `SET ROLE` on a shared
+//! connection: raw SQL cannot `RESET ROLE` or `SET ROLE` its way to another level,
+//! because the role it logged in as is a member of no other. None of them owns a table,
+//! so none can `ALTER`, `DROP` or `CREATE` anything; `TEMPORARY` is revoked from
+//! `PUBLIC` on the database so that no level creates temporary tables either. The
+//! framework's tables (`aac_tokens`, `aac_audit`) are out of reach of the data roles.
+
+use std::fmt;
+
+/// The framework's own tables: never granted to the data roles.
+pub(crate) const FRAMEWORK_TABLES: [&str; 3] = ["aac_tokens", "aac_audit", "aac_schema"];
+
+/// The names of the roles of one deployment: `<prefix>_read`, `<prefix>_write`,
+/// `<prefix>_delete`, `<prefix>_tokens` and `<prefix>_audit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roles {
+    prefix: String,
+}
+
+/// The default prefix: roles `aac_read`, `aac_write`, `aac_delete`, `aac_tokens`,
+/// `aac_audit`.
+pub const DEFAULT_ROLE_PREFIX: &str = "aac";
+
+impl Default for Roles {
+    fn default() -> Roles {
+        Roles {
+            prefix: DEFAULT_ROLE_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// A role prefix that is not a plain lower-case identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadPrefix(String);
+
+impl fmt::Display for BadPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "role prefix `{}` must be 1 to 40 characters of a-z, 0-9 and `_`, starting with a letter",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadPrefix {}
+
+impl Roles {
+    /// The roles named after `prefix` (1 to 40 characters of `a-z`, `0-9`, `_`, starting
+    /// with a letter: it is spliced into SQL as an identifier).
+    pub fn new(prefix: &str) -> Result<Roles, BadPrefix> {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 40
+            && prefix.starts_with(|c: char| c.is_ascii_lowercase())
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if ok {
+            Ok(Roles {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(BadPrefix(prefix.to_owned()))
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The role `Read` transactions run as.
+    pub fn read(&self) -> String {
+        format!("{}_read", self.prefix)
+    }
+
+    /// The role `Write` transactions run as.
+    pub fn write(&self) -> String {
+        format!("{}_write", self.prefix)
+    }
+
+    /// The role `Delete` transactions run as.
+    pub fn delete(&self) -> String {
+        format!("{}_delete", self.prefix)
+    }
+
+    /// The role of the token store.
+    pub fn tokens(&self) -> String {
+        format!("{}_tokens", self.prefix)
+    }
+
+    /// The role of the audit sink.
+    pub fn audit(&self) -> String {
+        format!("{}_audit", self.prefix)
+    }
+
+    /// Every role, data roles first.
+    pub fn all(&self) -> [String; 5] {
+        [
+            self.read(),
+            self.write(),
+            self.delete(),
+            self.tokens(),
+            self.audit(),
+        ]
+    }
+
+    /// The SQL that creates the roles (if missing) and grants each its level on the
+    /// tables that exist now, in database `database`. Run as the tables' owner; run again
+    /// after a migration that adds tables.
+    pub(crate) fn grant_sql(&self, database: &str, tables: &[String]) -> String {
+        let [read, write, delete, tokens, audit] = self.all();
+        let mut sql = String::new();
+        for role in self.all() {
+            sql.push_str(&format!(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN \
+                 CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT; END IF; END $$;\n"
+            ));
+            sql.push_str(&format!("GRANT USAGE ON SCHEMA public TO {role};\n"));
+        }
+        sql.push_str(&format!(
+            "ALTER ROLE {read} SET default_transaction_read_only = on;\n\
+             REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC;\n",
+            quote_ident(database)
+        ));
+        let data: Vec<&String> = tables
+            .iter()
+            .filter(|t| !FRAMEWORK_TABLES.contains(&t.as_str()))
+            .collect();
+        for table in data {
+            let t = quote_ident(table);
+            sql.push_str(&format!(
+                "REVOKE ALL ON {t} FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT ON {t} TO {read};\n\
+                 GRANT SELECT, INSERT, UPDATE ON {t} TO {write};\n\
+                 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {t} TO {delete};\n"
+            ));
+        }
+        sql.push_str(&format!(
+            "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {write}, {delete};\n"
+        ));
+        if tables.iter().any(|t| t == "aac_tokens") {
+            sql.push_str(&format!(
+                "REVOKE ALL ON aac_tokens FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT, INSERT, UPDATE ON aac_tokens TO {tokens};\n"
+            ));
+        }
+        if tables.iter().any(|t| t == "aac_audit") {
+            sql.push_str(&format!(
+                "REVOKE ALL ON aac_audit FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT, INSERT ON aac_audit TO {audit};\n"
+            ));
+        }
+        if tables.iter().any(|t| t == "aac_schema") {
+            sql.push_str(&format!(
+                "REVOKE ALL ON aac_schema FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT ON aac_schema TO {read}, {write}, {delete}, {tokens}, {audit};\n"
+            ));
+        }
+        sql
+    }
+}
+
+/// `"name"`, with inner quotes doubled.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Roles;
+
+    #[test]
+    fn prefixes_are_identifiers() {
+        assert!(Roles::new("aac").is_ok());
+        assert!(Roles::new("t_12_x").is_ok());
+        for bad in ["", "1aac", "Aac", "a-b", "a;drop", "a b", &"a".repeat(41)] {
+            assert!(Roles::new(bad).is_err(), "{bad:?}");
+        }
+        let roles = Roles::new("app").unwrap();
+        assert_eq!(roles.read(), "app_read");
+        assert_eq!(roles.audit(), "app_audit");
+    }
+
+    #[test]
+    fn data_roles_never_reach_the_framework_tables() {
+        let roles = Roles::default();
+        let sql = roles.grant_sql("db", &["notes".into(), "aac_audit".into()]);
+        assert!(sql.contains("GRANT SELECT, INSERT ON aac_audit TO aac_audit;"));
+        assert!(!sql.contains("ON \"aac_audit\" TO aac_delete"));
+        assert!(sql.contains("GRANT SELECT, INSERT, UPDATE ON \"notes\" TO aac_write;"));
+        assert!(!sql.contains("DELETE ON \"notes\" TO aac_write"));
+    }
+}

@@ -1,0 +1,510 @@
+//! The run-time defence at every level on PostgreSQL, through raw SQL on `Tx::client()`:
+//! PostgreSQL itself refuses, as the role each level logs in as. A `Read` transaction
+//! refuses every write (`READ ONLY`, and a role that may only `SELECT`), a `Write`
+//! transaction refuses `DELETE`, `TRUNCATE`, schema changes and every way to another
+//! role, a `Delete` transaction deletes but changes no schema and reaches none of the
+//! framework's tables. Each refusal is a 500 that the pipeline records.
+
+mod postgres_support;
+
+use std::sync::Arc;
+
+use aac_tools::audit::{MemorySink, Outcome};
+use aac_tools::postgres::{Database, DeleteDb, ReadDb, Tx, WriteDb};
+use aac_tools::{
+    CallRequest, Credentials, Principal, Registry, Server, Text, ToolError, mcp_tool, queries,
+};
+use postgres_support::TestDb;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct Sql {
+    sql: String,
+}
+
+/// Runs whatever SQL it is given, in its read-only transaction.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pg_read_sql(db: ReadDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| {
+        Box::pin(async move {
+            tx.client().batch_execute(&args.sql).await?;
+            Ok(())
+        })
+    })
+    .await?;
+    Ok(Text("ran".into()))
+}
+
+/// Runs whatever SQL it is given, in its write transaction.
+#[mcp_tool(scope = "notes:write")]
+async fn pg_write_sql(db: WriteDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| {
+        Box::pin(async move {
+            tx.client().batch_execute(&args.sql).await?;
+            Ok(())
+        })
+    })
+    .await?;
+    Ok(Text("ran".into()))
+}
+
+/// Runs whatever SQL it is given, in its delete transaction.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn pg_delete_sql(db: DeleteDb, args: Sql) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    tx.client().batch_execute(&args.sql).await?;
+    tx.commit().await?;
+    Ok(Text("ran".into()))
+}
+
+/// Swallows the refusal of its delete and goes on to add a note.
+#[mcp_tool(scope = "notes:write")]
+async fn pg_swallow(db: WriteDb) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    let _ = tx.client().batch_execute("DELETE FROM notes").await;
+    let _ = tx
+        .client()
+        .batch_execute("INSERT INTO notes (text) VALUES ('after')")
+        .await;
+    tx.commit().await?;
+    Ok(Text("done".into()))
+}
+
+/// Query traits with `async fn`s, gated by their names as on SQLite.
+#[queries]
+pub trait ReadNotes {
+    fn count_notes(&self) -> impl Future<Output = Result<i64, ToolError>> + Send;
+}
+impl<L: aac_tools::access::Level> ReadNotes for Tx<L> {
+    async fn count_notes(&self) -> Result<i64, ToolError> {
+        Ok(self
+            .client()
+            .query_one("SELECT count(*) FROM notes", &[])
+            .await?
+            .get(0))
+    }
+}
+
+/// Queries that add notes.
+#[queries]
+pub trait UpdateNotes {
+    fn add_note(&self, text: &str) -> impl Future<Output = Result<(), ToolError>> + Send;
+}
+impl<L: aac_tools::access::Level> UpdateNotes for Tx<L> {
+    async fn add_note(&self, text: &str) -> Result<(), ToolError> {
+        self.client()
+            .execute("INSERT INTO notes (text) VALUES ($1)", &[&text])
+            .await?;
+        Ok(())
+    }
+}
+
+#[derive(serde::Serialize, JsonSchema)]
+struct Count {
+    notes: i64,
+}
+
+/// Adds a note through the query traits and counts them.
+#[mcp_tool(scope = "notes:write")]
+async fn pg_add_and_count(db: WriteDb) -> Result<Count, ToolError> {
+    let tx = db.begin().await?;
+    tx.add_note("through a query trait").await?;
+    let notes = tx.count_notes().await?;
+    tx.commit().await?;
+    Ok(Count { notes })
+}
+
+struct Fixture {
+    test: TestDb,
+    db: Database,
+    sink: MemorySink,
+}
+
+async fn fixture() -> Fixture {
+    let test = TestDb::new().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate(
+        "notes",
+        &[
+            "CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL);
+           INSERT INTO notes (text) VALUES ('first'), ('second');
+           CREATE TABLE tags (note BIGINT, tag TEXT, PRIMARY KEY (note, tag));
+           INSERT INTO tags VALUES (1, 'a'), (2, 'b');",
+        ],
+    )
+    .await
+    .unwrap();
+    // A token row, to prove no data role reaches it.
+    let tokens = aac_tools::postgres::TokenStore::open(&db).unwrap();
+    aac_tools::tokens::TokenIssuer::create(&tokens, "someone", None, &["notes:read"], None)
+        .await
+        .unwrap();
+    Fixture {
+        test,
+        db,
+        sink: MemorySink::new(),
+    }
+}
+
+fn server(f: &Fixture, tools: &[&str]) -> Server {
+    Server::builder(Registry::collect_named(tools).unwrap())
+        .audit(f.sink.clone())
+        .state(f.db.clone())
+        .build()
+        .unwrap()
+}
+
+fn caller() -> Credentials {
+    Credentials::Verified(Arc::new(Principal::new(
+        "caller",
+        ["notes:read", "notes:write"],
+    )))
+}
+
+async fn run(server: &Server, tool: &str, sql: &str) -> Result<(), ToolError> {
+    let mut args = json!({ "sql": sql });
+    if tool == "pg_delete_sql" {
+        args["confirm"] = json!(true);
+    }
+    let response = server
+        .call(CallRequest::new(tool, Some(args)).credentials(caller()))
+        .await;
+    match response.error() {
+        Some(err) => Err(err.clone()),
+        None => Ok(()),
+    }
+}
+
+/// Everything in the application's and the framework's tables, as the owner sees it.
+async fn content(f: &Fixture) -> String {
+    let owner = f.test.owner().await;
+    let mut out = String::new();
+    for query in [
+        "SELECT coalesce(string_agg(id || ':' || text, ',' ORDER BY id), '') FROM notes",
+        "SELECT coalesce(string_agg(note || ':' || tag, ',' ORDER BY note, tag), '') FROM tags",
+        "SELECT count(*)::text FROM aac_tokens WHERE revoked_at IS NULL",
+        "SELECT coalesce(string_agg(table_name::text, ',' ORDER BY table_name), '') \
+         FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
+    ] {
+        let value: String = owner.query_one(query, &[]).await.unwrap().get(0);
+        out.push_str(&value);
+        out.push('|');
+    }
+    out
+}
+
+fn assert_recorded(f: &Fixture, tool: &str, reason: &str, sql: &str) {
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.tool, tool, "{sql}");
+    assert_eq!(record.outcome, Outcome::Error, "{sql}");
+    assert_eq!(record.reason.as_deref(), Some(reason), "{sql}");
+    assert_eq!(record.status, 500, "{sql}");
+}
+
+/// What no data role may do, at any level: change the schema, reach the framework's
+/// tables, become another role.
+fn beyond_every_level(f: &Fixture) -> Vec<String> {
+    let roles = &f.test.roles;
+    vec![
+        "DROP TABLE notes".into(),
+        "CREATE TABLE extra (x int)".into(),
+        "CREATE TEMP TABLE scratch (x int)".into(),
+        "CREATE INDEX notes_text ON notes (text)".into(),
+        "ALTER TABLE notes ADD COLUMN extra TEXT".into(),
+        "CREATE VIEW v AS SELECT * FROM notes".into(),
+        "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'".into(),
+        "CREATE SCHEMA other".into(),
+        "SELECT * FROM aac_tokens".into(),
+        "UPDATE aac_tokens SET revoked_at = 1".into(),
+        "SELECT * FROM aac_audit".into(),
+        format!("SET ROLE {}", roles.tokens()),
+        format!("SET ROLE {}", roles.audit()),
+        format!("SET SESSION AUTHORIZATION {}", roles.tokens()),
+        format!("ALTER ROLE {} SUPERUSER", roles.read()),
+    ]
+}
+
+#[tokio::test]
+async fn a_read_transaction_refuses_every_write() {
+    let f = fixture().await;
+    let server = server(&f, &["pg_read_sql"]);
+    let before = content(&f).await;
+    let mut attempts: Vec<(String, &[&str])> = vec![
+        // The transaction is READ ONLY…
+        (
+            "INSERT INTO notes (text) VALUES ('x')".into(),
+            &["read_only_violation"],
+        ),
+        (
+            "UPDATE notes SET text = 'x'".into(),
+            &["read_only_violation"],
+        ),
+        ("DELETE FROM notes".into(), &["read_only_violation"]),
+        ("TRUNCATE notes".into(), &["read_only_violation"]),
+        // …and a tool that makes it read-write still meets a role that may only read.
+        (
+            "SET TRANSACTION READ WRITE; INSERT INTO notes (text) VALUES ('x')".into(),
+            &["level_violation"],
+        ),
+        (
+            "COMMIT; SET default_transaction_read_only = off; DELETE FROM tags".into(),
+            &["read_only_violation", "level_violation"],
+        ),
+        (
+            format!("SET ROLE {}", f.test.roles.delete()),
+            &["level_violation"],
+        ),
+        (
+            "RESET ROLE; SET TRANSACTION READ WRITE; UPDATE notes SET text = 'x'".into(),
+            &["level_violation"],
+        ),
+    ];
+    for sql in beyond_every_level(&f) {
+        attempts.push((sql, &["read_only_violation", "level_violation"]));
+    }
+    for (sql, reasons) in &attempts {
+        let err = run(&server, "pg_read_sql", sql)
+            .await
+            .expect_err(&format!("`{sql}` is refused"));
+        assert!(
+            reasons.contains(&err.reason()),
+            "`{sql}`: {} {}",
+            err.reason(),
+            err.message()
+        );
+        assert_eq!(content(&f).await, before, "`{sql}` changed nothing");
+        assert_recorded(&f, "pg_read_sql", err.reason(), sql);
+    }
+    // Reading is what it may do.
+    run(
+        &server,
+        "pg_read_sql",
+        "SELECT count(*) FROM notes JOIN tags ON tags.note = notes.id",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_write_transaction_refuses_deletes_truncates_and_schema_changes() {
+    let f = fixture().await;
+    let server = server(&f, &["pg_write_sql", "pg_swallow"]);
+    let before = content(&f).await;
+    let mut attempts: Vec<String> = vec![
+        "DELETE FROM notes".into(),
+        "DELETE FROM notes WHERE id = 1".into(),
+        "DELETE FROM tags".into(),
+        "TRUNCATE notes".into(),
+        "TRUNCATE tags".into(),
+        "RESET ROLE; DELETE FROM notes".into(),
+        format!("SET ROLE {}; DELETE FROM notes", f.test.roles.delete()),
+        // A write that comes first is rolled back with the rest.
+        "INSERT INTO notes (text) VALUES ('x'); DELETE FROM notes WHERE text = 'x'".into(),
+        "INSERT INTO aac_audit DEFAULT VALUES".into(),
+    ];
+    attempts.extend(beyond_every_level(&f));
+    for sql in &attempts {
+        let err = run(&server, "pg_write_sql", sql)
+            .await
+            .expect_err(&format!("`{sql}` is refused"));
+        assert_eq!(
+            err.reason(),
+            "level_violation",
+            "`{sql}`: {}",
+            err.message()
+        );
+        assert!(
+            err.message().contains("permission denied") || err.message().contains("must be"),
+            "PostgreSQL says why: {}",
+            err.message()
+        );
+        assert_eq!(content(&f).await, before, "`{sql}` changed nothing");
+        assert_recorded(&f, "pg_write_sql", "level_violation", sql);
+    }
+
+    // A tool that swallows the refusal does not get the rest of its transaction in.
+    let response = server
+        .call(CallRequest::new("pg_swallow", Some(json!({}))).credentials(caller()))
+        .await;
+    let err = response
+        .error()
+        .expect("the aborted transaction fails the call");
+    assert_eq!(err.reason(), "transaction_aborted");
+    assert_eq!(content(&f).await, before, "nothing of it was kept");
+    assert_recorded(&f, "pg_swallow", "transaction_aborted", "swallow");
+
+    // What it may do, it does.
+    for sql in [
+        "SELECT count(*) FROM notes",
+        "INSERT INTO notes (text) VALUES ('third')",
+        "UPDATE notes SET text = upper(text)",
+        "INSERT INTO tags VALUES (3, 'c') ON CONFLICT DO NOTHING",
+    ] {
+        run(&server, "pg_write_sql", sql)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e:?}"));
+    }
+    let owner = f.test.owner().await;
+    let texts: Vec<String> = owner
+        .query("SELECT text FROM notes ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(texts, ["FIRST", "SECOND", "THIRD"]);
+}
+
+#[tokio::test]
+async fn a_delete_transaction_deletes_but_changes_no_schema() {
+    let f = fixture().await;
+    let server = server(&f, &["pg_delete_sql"]);
+    let before = content(&f).await;
+    let mut attempts = vec![
+        "DELETE FROM aac_tokens".to_owned(),
+        "DELETE FROM aac_audit".to_owned(),
+        "TRUNCATE aac_tokens".to_owned(),
+    ];
+    attempts.extend(beyond_every_level(&f));
+    for sql in &attempts {
+        let err = run(&server, "pg_delete_sql", sql)
+            .await
+            .expect_err(&format!("`{sql}` is refused"));
+        assert_eq!(
+            err.reason(),
+            "level_violation",
+            "`{sql}`: {}",
+            err.message()
+        );
+        assert_eq!(content(&f).await, before, "`{sql}` changed nothing");
+    }
+    run(
+        &server,
+        "pg_delete_sql",
+        "DELETE FROM notes WHERE id = 1; TRUNCATE tags",
+    )
+    .await
+    .unwrap();
+    let owner = f.test.owner().await;
+    let left: i64 = owner
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let tags: i64 = owner
+        .query_one("SELECT count(*) FROM tags", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((left, tags), (1, 0));
+}
+
+#[tokio::test]
+async fn query_traits_run_in_the_levels_transaction() {
+    let f = fixture().await;
+    let server = server(&f, &["pg_add_and_count"]);
+    let response = server
+        .call(CallRequest::new("pg_add_and_count", Some(json!({}))).credentials(caller()))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Success);
+    let owner = f.test.owner().await;
+    let notes: i64 = owner
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(notes, 3);
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_migrations_run_once() {
+    let f = fixture().await;
+    assert_eq!(f.db.schema_version("notes").await.unwrap(), 1);
+    // Migrating again with the same list applies nothing (the inserts would duplicate).
+    f.db.migrate(
+        "notes",
+        &["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL);"],
+    )
+    .await
+    .unwrap();
+    // A second version is applied, and the roles reach its table.
+    f.db.migrate(
+        "notes",
+        &[
+            "unused: already applied",
+            "CREATE TABLE labels (name TEXT PRIMARY KEY); INSERT INTO labels VALUES ('l');",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(f.db.schema_version("notes").await.unwrap(), 2);
+    let server = server(&f, &["pg_write_sql"]);
+    run(&server, "pg_write_sql", "INSERT INTO labels VALUES ('m')")
+        .await
+        .unwrap();
+    let err = run(&server, "pg_write_sql", "DELETE FROM labels")
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "level_violation");
+    // An older build meets a newer schema: refused, by name.
+    let err = f.db.migrate("notes", &["x"]).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("at version 2, but this build knows versions up to 1"),
+        "{err}"
+    );
+}
+
+/// Adds a note, then fails without committing.
+#[mcp_tool(scope = "notes:write")]
+async fn pg_add_then_fail(db: WriteDb) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    tx.add_note("never kept").await?;
+    Err(ToolError::conflict("changed its mind"))
+}
+
+#[tokio::test]
+async fn a_transaction_dropped_uncommitted_keeps_nothing_and_taints_no_connection() {
+    let f = fixture().await;
+    // One connection per level: a stale transaction would be the next call's.
+    let db = Database::connect_with(&f.test.url, f.test.roles.clone(), 1).unwrap();
+    let server = Server::builder(
+        Registry::collect_named(&["pg_add_then_fail", "pg_add_and_count"]).unwrap(),
+    )
+    .audit(f.sink.clone())
+    .state(db)
+    .build()
+    .unwrap();
+    for _ in 0..3 {
+        let response = server
+            .call(CallRequest::new("pg_add_then_fail", Some(json!({}))).credentials(caller()))
+            .await;
+        assert_eq!(response.error().map(ToolError::reason), Some("conflict"));
+        let response = server
+            .call(CallRequest::new("pg_add_and_count", Some(json!({}))).credentials(caller()))
+            .await;
+        assert!(response.error().is_none(), "{:?}", response.error());
+    }
+    let owner = f.test.owner().await;
+    let texts: Vec<String> = owner
+        .query("SELECT text FROM notes ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first",
+            "second",
+            "through a query trait",
+            "through a query trait",
+            "through a query trait"
+        ]
+    );
+}

@@ -1,0 +1,476 @@
+//! Two replicas on one PostgreSQL database, each a real HTTP server with its own pools:
+//! a token revoked through one is refused by the other at once (no cache); concurrent
+//! calls to both, allowed and refused, end in one hash chain that verifies, with one
+//! record per answer; the audit role may only insert and select; a sink whose database
+//! cannot be reached refuses every call with 503 and answers nothing without its record.
+
+mod postgres_support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aac_tools::audit::{AuditQuery, Outcome, verify_chain};
+use aac_tools::http::HttpOptions;
+use aac_tools::postgres::{Database, PgSink, ReadDb, TokenStore, WriteDb, tokio_postgres};
+use aac_tools::tokens::TokenIssuer;
+use aac_tools::{CallRequest, Credentials, Registry, Server, Status, Text, ToolError, mcp_tool};
+use postgres_support::TestDb;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// Counts the notes.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pgt_count(db: ReadDb) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    let n: i64 = tx
+        .client()
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await?
+        .get(0);
+    tx.commit().await?;
+    Ok(Text(n.to_string()))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Note {
+    text: String,
+}
+
+/// Adds a note.
+#[mcp_tool(scope = "notes:write")]
+async fn pgt_add(db: WriteDb, args: Note) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    tx.client()
+        .execute("INSERT INTO notes (text) VALUES ($1)", &[&args.text])
+        .await?;
+    tx.commit().await?;
+    Ok(Text("added".into()))
+}
+
+static HANDLER_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts its runs, touches no database.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pgt_ping() -> Result<Text, ToolError> {
+    HANDLER_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(Text("pong".into()))
+}
+
+const TOOLS: [&str; 3] = ["pgt_count", "pgt_add", "pgt_ping"];
+
+/// One replica: its own pools, token store, audit sink and HTTP server.
+struct Replica {
+    addr: SocketAddr,
+    tokens: TokenStore,
+    sink: PgSink,
+    stop: CancellationToken,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn replica(test: &TestDb) -> Replica {
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let tokens = TokenStore::open(&db).unwrap();
+    let sink = PgSink::open(&db).unwrap();
+    let server = Server::builder(Registry::collect_named(&TOOLS).unwrap())
+        .verifier(tokens.clone())
+        .audit(sink.clone())
+        .state(db)
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let options = HttpOptions::default().shutdown(stop.clone());
+    tokio::spawn(aac_tools::http::serve(server, listener, options));
+    Replica {
+        addr,
+        tokens,
+        sink,
+        stop,
+    }
+}
+
+async fn migrated() -> TestDb {
+    let test = TestDb::new().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate(
+        "notes",
+        &["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL)"],
+    )
+    .await
+    .unwrap();
+    test
+}
+
+/// `POST /tools/{tool}` over a fresh connection: the status and the JSON body.
+async fn post(addr: SocketAddr, tool: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+    let body = body.to_string();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "POST /tools/{tool} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        addr.port(),
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let status: u16 = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    let (_, body) = response.split_once("\r\n\r\n").unwrap_or(("", ""));
+    let body = serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()));
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_on_one_replica_is_refused_by_the_other_at_once() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let b = replica(&test).await;
+    let issued = a
+        .tokens
+        .create("alice", Some("demo"), &["notes:read"], None)
+        .await
+        .unwrap();
+    for r in [&a, &b] {
+        let (status, body) = post(r.addr, "pgt_count", Some(&issued.token), &json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // Listed by either replica, never with its secret.
+    let listed = b.tokens.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, issued.id);
+    assert_eq!(listed[0].subject, "alice");
+
+    // Revoked through B: A refuses the very next call.
+    assert!(b.tokens.revoke(&issued.id).await.unwrap());
+    assert!(!b.tokens.revoke(&issued.token).await.unwrap(), "once");
+    for r in [&a, &b] {
+        let (status, body) = post(r.addr, "pgt_count", Some(&issued.token), &json!({})).await;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["reason"], "invalid_token", "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("revoked"),
+            "{body}"
+        );
+    }
+    // A token of the right shape but a wrong secret is unknown, on either replica.
+    let forged = format!("{}{}", &issued.token[..issued.token.len() - 1], "0");
+    let forged = if forged == issued.token {
+        format!("{}1", &issued.token[..issued.token.len() - 1])
+    } else {
+        forged
+    };
+    let (status, body) = post(a.addr, "pgt_count", Some(&forged), &json!({})).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("unknown"),
+        "{body}"
+    );
+
+    // The table holds the hash, not the secret.
+    let owner = test.owner().await;
+    let row = owner
+        .query_one("SELECT secret_hash FROM aac_tokens", &[])
+        .await
+        .unwrap();
+    let stored: Vec<u8> = row.get(0);
+    let secret = issued.token.rsplit('_').next().unwrap();
+    assert_eq!(stored.len(), 32);
+    assert!(
+        !issued
+            .token
+            .as_bytes()
+            .windows(32)
+            .any(|w| w == stored.as_slice())
+    );
+    use sha2::Digest;
+    assert_eq!(stored, sha2::Sha256::digest(secret.as_bytes()).to_vec());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_write_one_chain_that_verifies() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let b = replica(&test).await;
+    let writer = a
+        .tokens
+        .create("w", None, &["notes:read", "notes:write"], None)
+        .await
+        .unwrap()
+        .token;
+    let reader = b
+        .tokens
+        .create("r", None, &["notes:read"], None)
+        .await
+        .unwrap()
+        .token;
+    const PER_KIND: usize = 12;
+    let mut calls = Vec::new();
+    for i in 0..PER_KIND {
+        for (n, r) in [&a, &b].into_iter().enumerate() {
+            let addr = r.addr;
+            let (writer, reader) = (writer.clone(), reader.clone());
+            calls.push(tokio::spawn(async move {
+                let text = format!("note {i} via {n}");
+                vec![
+                    post(addr, "pgt_add", Some(&writer), &json!({ "text": text })).await,
+                    post(addr, "pgt_count", Some(&reader), &json!({})).await,
+                    // Refused: scope, then no token, then an unknown tool.
+                    post(addr, "pgt_add", Some(&reader), &json!({ "text": "no" })).await,
+                    post(addr, "pgt_count", None, &json!({})).await,
+                    post(addr, "pgt_nothing", Some(&reader), &json!({})).await,
+                ]
+            }));
+        }
+    }
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.extend(call.await.unwrap().into_iter().map(|(s, _)| s));
+    }
+    let count = |s: u16| statuses.iter().filter(|&&x| x == s).count();
+    let calls = 2 * PER_KIND;
+    assert_eq!(count(200), 2 * calls, "{statuses:?}");
+    assert_eq!(count(403), calls, "{statuses:?}");
+    assert_eq!(count(401), calls, "{statuses:?}");
+    assert_eq!(count(404), calls, "{statuses:?}");
+
+    // One chain, from both replicas, with a record for every answer.
+    let trail = a.sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked as usize, statuses.len());
+    assert_eq!(
+        report,
+        b.sink.verify().await.unwrap(),
+        "both see the same chain"
+    );
+    let written = a.sink.stats().records + b.sink.stats().records;
+    assert_eq!(written as usize, statuses.len(), "each wrote its own");
+    assert!(a.sink.stats().records > 0 && b.sink.stats().records > 0);
+    let records = AuditQuery::new().fetch(&trail).unwrap();
+    for (status, expected) in [(200, 2 * calls), (401, calls), (403, calls), (404, calls)] {
+        let n = records.iter().filter(|r| r.record.status == status).count();
+        assert_eq!(n, expected, "records answered {status}");
+    }
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.record.status != 200)
+            .all(|r| r.record.outcome == Outcome::Denied)
+    );
+    let summary = AuditQuery::new().summary(&trail).unwrap();
+    assert_eq!(
+        (summary.total, summary.success, summary.denied),
+        (statuses.len() as u64, 2 * calls as u64, 3 * calls as u64)
+    );
+    // Every 200 of `pgt_add` is in the data.
+    let owner = test.owner().await;
+    let notes: i64 = owner
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(notes as usize, calls);
+
+    // The audit role may insert and select, never change or remove a record.
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(test.roles.audit());
+    let (audit, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for sql in [
+        "UPDATE aac_audit SET tool = 'x'",
+        "DELETE FROM aac_audit",
+        "TRUNCATE aac_audit",
+        "DROP TABLE aac_audit",
+        "SELECT * FROM notes",
+        "SELECT * FROM aac_tokens",
+    ] {
+        let err = audit.batch_execute(sql).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {err:?}"
+        );
+    }
+    // Nor may any data role touch it (tests/postgres_levels.rs goes through every level).
+    let report = verify_chain(&a.sink.mirror().await.unwrap()).unwrap();
+    assert_eq!(report.checked as usize, statuses.len());
+
+    // An edit by the owner (past every role) breaks the chain where it happened.
+    owner
+        .batch_execute("UPDATE aac_audit SET status = 201 WHERE seq = 3")
+        .await
+        .unwrap();
+    let report = a.sink.verify().await.unwrap();
+    assert_eq!(report.broken.as_ref().map(|b| b.seq), Some(3), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_audit_database_refuses_every_call() {
+    // A port nothing listens on.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user("nobody")
+        .dbname("nothing")
+        .connect_timeout(std::time::Duration::from_secs(2));
+    let sink = PgSink::with_config(config).unwrap();
+    let server = Server::builder(Registry::collect_named(&["pgt_ping"]).unwrap())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    for _ in 0..3 {
+        let response = server
+            .call(
+                CallRequest::new("pgt_ping", Some(json!({})))
+                    .credentials(Credentials::Verified(principal.clone())),
+            )
+            .await;
+        let err = response.error().expect("refused");
+        assert_eq!(err.status(), Status::Unavailable);
+        assert_eq!(err.reason(), "audit_unavailable");
+    }
+    assert_eq!(
+        HANDLER_RUNS.load(Ordering::SeqCst),
+        0,
+        "no handler ran without a place for its record"
+    );
+    assert_eq!(sink.stats().records, 0);
+}
+
+/// Counts its runs, touches no database (for the cut-connection test alone).
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pgt_echo() -> Result<Text, ToolError> {
+    Ok(Text("echo".into()))
+}
+
+/// A TCP proxy to PostgreSQL that can cut every connection and refuse new ones.
+struct Proxy {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (accept_open, accept_cut) = (Arc::clone(&open), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accept_open.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is closed at once
+                }
+                let mut cut = accept_cut.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, open, cut }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_lost_mid_run_fails_closed_and_recovers() {
+    let test = migrated().await;
+    let admin: tokio_postgres::Config = test.url.parse().unwrap();
+    let target = SocketAddr::from(([127, 0, 0, 1], admin.get_ports()[0]));
+    let proxy = Proxy::start(target).await;
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .user(test.roles.audit())
+        .dbname(&test.name)
+        .connect_timeout(std::time::Duration::from_secs(2));
+    let sink = PgSink::with_config(config).unwrap();
+    let server = Server::builder(Registry::collect_named(&["pgt_echo"]).unwrap())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    let call = || {
+        server.call(
+            CallRequest::new("pgt_echo", Some(json!({})))
+                .credentials(Credentials::Verified(principal.clone())),
+        )
+    };
+    let mut ok = 0;
+    for _ in 0..3 {
+        assert!(call().await.error().is_none());
+        ok += 1;
+    }
+    proxy.cut();
+    // Nothing is answered 200 while the trail cannot be written.
+    for _ in 0..5 {
+        let response = call().await;
+        let err = response
+            .error()
+            .expect("refused while the database is away");
+        assert_eq!(err.status(), Status::Unavailable);
+        assert_eq!(err.reason(), "audit_unavailable");
+    }
+    proxy.restore();
+    // The sink retries (at most once a second): calls are refused until a record goes in.
+    let mut refused_after_restore = 0;
+    loop {
+        let response = call().await;
+        match response.error() {
+            None => {
+                ok += 1;
+                break;
+            }
+            Some(err) => {
+                assert_eq!(err.reason(), "audit_unavailable");
+                refused_after_restore += 1;
+                assert!(refused_after_restore < 200, "the sink never recovered");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let trail = sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    let records = AuditQuery::new().fetch(&trail).unwrap();
+    let answered_ok = records.iter().filter(|r| r.record.status == 200).count();
+    assert_eq!(answered_ok, ok, "every 200 has its record, and only those");
+}
