@@ -237,6 +237,10 @@ async fn append(
         }
         params.push(Box::new(prev.clone()));
         params.push(Box::new(hash.clone()));
+        let after_hash = 1 + row.cells().len() + 2;
+        for (cell, integer) in row.trailing().iter().zip(&integer[after_hash..]) {
+            params.push(bind(cell, *integer));
+        }
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
         tx.execute(&statement, &refs).await?;

@@ -49,7 +49,18 @@ pub(crate) fn integer_columns() -> Result<Vec<(&'static str, bool)>, AuditError>
 #[derive(Debug, Clone)]
 pub(crate) struct PortableRow {
     cells: Vec<Cell>,
+    /// The cells stored after `prev_hash` and `hash` (`confirmed_by`), in table order.
+    trailing: Vec<Cell>,
     tail: String,
+}
+
+/// A bound value as a cell.
+fn to_cell(param: &dyn rusqlite::ToSql) -> Cell {
+    match param.to_sql() {
+        Ok(ToSqlOutput::Borrowed(v)) => cell(v),
+        Ok(ToSqlOutput::Owned(v)) => cell((&v).into()),
+        _ => Cell::Null,
+    }
 }
 
 impl PortableRow {
@@ -57,21 +68,27 @@ impl PortableRow {
     pub(crate) fn from_record(record: AuditRecord) -> PortableRow {
         let values = Values::from_record(record);
         let tail = values.hash_tail();
-        let cells = values
-            .params()
+        let cells = values.params().iter().map(|p| to_cell(*p)).collect();
+        let trailing = values
+            .trailing_params()
             .iter()
-            .map(|p| match p.to_sql() {
-                Ok(ToSqlOutput::Borrowed(v)) => cell(v),
-                Ok(ToSqlOutput::Owned(v)) => cell((&v).into()),
-                _ => Cell::Null,
-            })
+            .map(|p| to_cell(*p))
             .collect();
-        PortableRow { cells, tail }
+        PortableRow {
+            cells,
+            trailing,
+            tail,
+        }
     }
 
-    /// The cells, `timestamp` to the last value column, in table order.
+    /// The cells, `timestamp` to the last value column before `prev_hash`, in table order.
     pub(crate) fn cells(&self) -> &[Cell] {
         &self.cells
+    }
+
+    /// The cells stored after `prev_hash` and `hash`, in table order.
+    pub(crate) fn trailing(&self) -> &[Cell] {
+        &self.trailing
     }
 
     /// The row's hash at `seq` after `prev_hash`, as 64 lowercase hex digits.
