@@ -163,7 +163,7 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
 }
 
 /// `resource:action`, each side one or more of `a-z`, `0-9`, `_`, `-`.
-fn is_valid_scope(scope: &str) -> bool {
+pub(crate) fn is_valid_scope(scope: &str) -> bool {
     let Some((resource, action)) = scope.split_once(':') else {
         return false;
     };
@@ -176,7 +176,7 @@ fn is_valid_scope(scope: &str) -> bool {
 }
 
 /// The MCP tool-name rule (SEP-986): 1–128 of `A-Z a-z 0-9 _ - .`.
-fn is_valid_tool_name(name: &str) -> bool {
+pub(crate) fn is_valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
@@ -185,7 +185,7 @@ fn is_valid_tool_name(name: &str) -> bool {
 
 /// The doc comment as text: one leading space per line removed, paragraphs kept,
 /// surrounding blank lines dropped.
-fn doc_text(lines: &[String]) -> String {
+pub(crate) fn doc_text(lines: &[String]) -> String {
     let joined: Vec<&str> = lines
         .iter()
         .flat_map(|l| l.split('\n'))

@@ -74,6 +74,7 @@ fn sample_record(i: u64) -> AuditRecord {
         duration_us: 180,
         access_level: Some(aac_tools::access::AccessLevel::Write),
         arguments: json!({"issue_id": "sha256:0123456789abcdef", "title": "sha256:fedcba9876543210"}),
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 

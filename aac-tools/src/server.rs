@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{AuditSink, Check};
+use crate::audit::{AuditSink, CallKind, Check};
 use crate::context::{ClientPeer, Transport};
 use crate::error::ToolError;
 use crate::pipeline::Listing;
@@ -53,6 +53,7 @@ pub struct CallRequest {
     pub(crate) peer: Option<Arc<dyn ClientPeer>>,
     pub(crate) cancel: Option<CancellationToken>,
     pub(crate) peer_addr: Option<std::net::IpAddr>,
+    pub(crate) kind: CallKind,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -74,7 +75,51 @@ impl CallRequest {
             peer: None,
             cancel: None,
             peer_addr: None,
+            kind: CallKind::Tool,
         }
+    }
+
+    /// A `resources/read` of `uri`: its record's `tool` is the URI, its kind `resource`.
+    pub fn resource(uri: impl Into<String>) -> CallRequest {
+        CallRequest {
+            kind: CallKind::Resource,
+            ..CallRequest::new(uri, None)
+        }
+    }
+
+    /// A `prompts/get` of `name` with its arguments (strings).
+    pub fn prompt(name: impl Into<String>, arguments: Option<Value>) -> CallRequest {
+        CallRequest {
+            kind: CallKind::Prompt,
+            ..CallRequest::new(name, arguments)
+        }
+    }
+
+    /// A `completion/complete` of `argument` (typed so far: `value`) of the prompt
+    /// `target` (`resource` false) or of the resource template `target` (`resource`
+    /// true), the other arguments' values in `context`.
+    pub fn completion(
+        target: impl Into<String>,
+        resource: bool,
+        argument: impl Into<String>,
+        value: impl Into<String>,
+        context: serde_json::Map<String, Value>,
+    ) -> CallRequest {
+        let arguments = serde_json::json!({
+            "ref": if resource { "resource" } else { "prompt" },
+            "argument": argument.into(),
+            "value": value.into(),
+            "context": context,
+        });
+        CallRequest {
+            kind: CallKind::Completion,
+            ..CallRequest::new(target, Some(arguments))
+        }
+    }
+
+    /// What the call is of.
+    pub fn kind(&self) -> CallKind {
+        self.kind
     }
 
     /// Present a bearer token.

@@ -30,6 +30,7 @@ fn record(n: usize) -> AuditRecord {
         duration_us: 10,
         access_level: None,
         arguments: json!({}),
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 

@@ -103,6 +103,7 @@ fn record(tool: &str, outcome: Outcome, timestamp: &str) -> AuditRecord {
         duration_us: 42,
         access_level: None,
         arguments: json!({}),
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 

@@ -194,6 +194,7 @@ mod tests {
                 duration_us: 1000,
                 access_level: None,
                 arguments: serde_json::json!({}),
+                kind: crate::audit::CallKind::Tool,
             },
             prev_hash: String::new(),
             hash: String::new(),

@@ -33,10 +33,14 @@ pub(crate) struct Values {
     duration_us: i64,
     access_level: Option<Cow<'static, str>>,
     arguments: String,
+    /// Stored after `hash` (added later): hashed only when it is not `tool`, so that
+    /// the chains written before it stay valid.
+    kind: Cow<'static, str>,
 }
 
-/// How many columns [`Values`] holds: all but `seq`, `prev_hash` and `hash`.
-const VALUES: usize = AUDIT_COLUMNS.len() - 3;
+/// How many columns [`Values`] holds before `prev_hash`: all but `seq`, `prev_hash`,
+/// `hash` and `kind`.
+const VALUES: usize = AUDIT_COLUMNS.len() - 4;
 
 impl Values {
     /// A record as it will be stored (its timestamp in the canonical form).
@@ -62,6 +66,7 @@ impl Values {
             duration_us: i64::try_from(record.duration_us).unwrap_or(i64::MAX),
             access_level: record.access_level.map(|a| Cow::Borrowed(a.as_str())),
             arguments: record.arguments.to_string(),
+            kind: Cow::Borrowed(record.kind.as_str()),
         }
     }
 
@@ -85,6 +90,7 @@ impl Values {
             duration_us: r.get(first + 11)?,
             access_level: str_or_none(12)?,
             arguments: r.get(first + 13)?,
+            kind: Cow::Owned(r.get(first + 16)?),
         })
     }
 
@@ -108,6 +114,11 @@ impl Values {
         ]
     }
 
+    /// The value of the `kind` column, bound after `hash`.
+    pub(super) fn kind_param(&self) -> &dyn ToSql {
+        &self.kind
+    }
+
     /// The part of the hash input that does not depend on the row's place in the chain:
     /// the compact JSON array of the values, without its opening `[`.
     pub(super) fn hash_tail(&self) -> String {
@@ -128,7 +139,15 @@ impl Values {
             &self.arguments,
         ))
         .unwrap_or_default();
-        array.get(1..).unwrap_or_default().to_owned()
+        let mut tail = array.get(1..).unwrap_or_default().to_owned();
+        // A kind other than `tool` is the array's last item.
+        if self.kind != "tool" && tail.ends_with(']') {
+            tail.pop();
+            tail.push(',');
+            tail.push_str(&serde_json::to_string(&self.kind).unwrap_or_default());
+            tail.push(']');
+        }
+        tail
     }
 
     /// How the record prints in a log line when it could not be written.
@@ -142,7 +161,8 @@ impl Values {
 ///
 /// `hex(sha256(prev_hash ‖ "\n[" ‖ seq ‖ "," ‖ tail))`, that is `prev_hash`, a newline
 /// and the compact JSON array `[seq, timestamp, …, arguments]` of the stored values
-/// (`scopes_provided` and `arguments` as the JSON text they are stored as).
+/// (`scopes_provided` and `arguments` as the JSON text they are stored as), with `kind`
+/// last when it is not `tool`.
 pub(super) fn link_hash(prev_hash: &[u8], seq: i64, tail: &str) -> [u8; 64] {
     let mut hasher = Sha256::new();
     hasher.update(prev_hash);
@@ -227,6 +247,7 @@ impl Row {
             workspace: v.workspace,
             transport: v.transport,
             request_id: v.request_id,
+            kind: v.kind.parse().map_err(|e: String| bad("kind", &e))?,
         };
         Ok(StoredRecord {
             seq,
@@ -280,6 +301,7 @@ mod tests {
             duration_us: 434,
             access_level: Some(AccessLevel::Delete),
             arguments: json!({"issue_id": "sha256:0123456789abcdef"}),
+            kind: crate::audit::CallKind::Tool,
         }
     }
 

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS aac_audit (
     access_level    TEXT,
     arguments       TEXT    NOT NULL,
     prev_hash       TEXT    NOT NULL,
-    hash            TEXT    NOT NULL
+    hash            TEXT    NOT NULL,
+    kind            TEXT    NOT NULL DEFAULT 'tool'
 );
 "#;
 
@@ -50,7 +51,7 @@ END;
 "#;
 
 /// The columns of `aac_audit`, in order: the stable contract readers rely on.
-pub const AUDIT_COLUMNS: [&str; 17] = [
+pub const AUDIT_COLUMNS: [&str; 18] = [
     "seq",
     "timestamp",
     "tool",
@@ -68,7 +69,12 @@ pub const AUDIT_COLUMNS: [&str; 17] = [
     "arguments",
     "prev_hash",
     "hash",
+    "kind",
 ];
+
+/// Columns added after the first release, in order, with their declarations: a table
+/// that lacks only some of them (at the end) gets them by `ALTER TABLE … ADD COLUMN`.
+const ADDED_COLUMNS: &[(&str, &str)] = &[("kind", "TEXT NOT NULL DEFAULT 'tool'")];
 
 /// `"seq", "timestamp", …, "hash"`: every column, quoted, in table order.
 pub(crate) static SELECT_COLUMNS: LazyLock<String> = LazyLock::new(|| {
@@ -100,10 +106,31 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
     let mut stmt = conn
         .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
         .map_err(sql_error)?;
-    let columns: Vec<String> = stmt
+    let mut columns: Vec<String> = stmt
         .query_map([], |r| r.get(0))
         .and_then(Iterator::collect)
         .map_err(sql_error)?;
+    drop(stmt);
+    // An older table: add the columns it lacks (all of them later additions, at the end).
+    let missing = AUDIT_COLUMNS.get(columns.len()..).unwrap_or_default();
+    if columns.len() < AUDIT_COLUMNS.len()
+        && columns == AUDIT_COLUMNS[..columns.len()]
+        && missing
+            .iter()
+            .all(|m| ADDED_COLUMNS.iter().any(|(name, _)| name == m))
+    {
+        for name in missing {
+            let (_, declaration) = ADDED_COLUMNS
+                .iter()
+                .find(|(n, _)| n == name)
+                .expect("checked above");
+            conn.execute_batch(&format!(
+                "ALTER TABLE {AUDIT_TABLE} ADD COLUMN \"{name}\" {declaration}"
+            ))
+            .map_err(|e| AuditError::new(format!("cannot add the column `{name}`: {e}")))?;
+            columns.push((*name).to_owned());
+        }
+    }
     if columns != AUDIT_COLUMNS {
         return Err(AuditError::new(format!(
             "the existing `aac_audit` table has columns ({}) but this version of aac-tools \

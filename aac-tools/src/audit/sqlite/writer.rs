@@ -355,6 +355,7 @@ fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::
             params.extend(row.values.params());
             params.push(&prev);
             params.push(&this);
+            params.push(row.values.kind_param());
             insert.execute(params.as_slice())?;
             prev_hash = hash;
         }
