@@ -215,16 +215,17 @@ impl Attempt {
             let output = crate::resource::completion_output(Vec::new());
             return self.finish(Ok(output), None).await;
         };
+        let kind = self.request.kind;
         let mut handler = CatchUnwind(handler(call));
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn.
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
-            let (result, check) = conclude(name, wrap, output);
+            let (result, check) = conclude(kind, name, wrap, output);
             return self.finish(result, check).await;
         }
         let finish = async move {
-            let (result, check) = conclude(name, wrap, handler.await);
+            let (result, check) = conclude(kind, name, wrap, handler.await);
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
@@ -684,13 +685,15 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
 /// Step 6's end: the handler's output as the call's result. A panic (`None`) is a 500,
 /// and the server keeps serving; an error is the handler's.
 fn conclude(
+    kind: CallKind,
     name: &str,
     wrap: bool,
     output: Option<Result<ToolOutput, ToolError>>,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
     let output = output.unwrap_or_else(|| {
         Err(ToolError::internal(format!(
-            "the handler of `{name}` panicked"
+            "the {} `{name}` panicked",
+            kind.as_str()
         )))
     });
     match output {
