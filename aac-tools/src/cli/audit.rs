@@ -27,6 +27,9 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
     if let Some(tool) = args.tool {
         query = query.tool(tool);
     }
+    if let Some(kind) = args.kind.as_deref() {
+        query = query.kind(kind.parse().map_err(CliError::new)?);
+    }
     if let Some(outcome) = args.outcome.as_deref() {
         query = query.outcome(match outcome {
             "success" => Outcome::Success,
