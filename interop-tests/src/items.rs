@@ -22,7 +22,7 @@ fn texts(
 /// Every note, one per line.
 #[mcp_resource(uri = "notes://all", scope = "notes:read", mime_type = "text/plain")]
 async fn all_notes(db: ReadDb) -> Result<String, ToolError> {
-    let notes = db.run(|tx| texts(tx)).await?;
+    let notes = db.run(texts).await?;
     Ok(notes
         .into_iter()
         .map(|(id, text)| format!("{id}: {text}\n"))
@@ -38,7 +38,7 @@ struct NoteUri {
 /// One note's text.
 #[mcp_resource(uri = "notes://notes/{id}", name = "note", scope = "notes:read", complete = complete_note_id)]
 async fn one_note(db: ReadDb, uri: NoteUri) -> Result<ResourceContents, ToolError> {
-    let notes = db.run(|tx| texts(tx)).await?;
+    let notes = db.run(texts).await?;
     notes
         .into_iter()
         .find(|(id, _)| id.to_string() == uri.id)
@@ -53,12 +53,12 @@ async fn one_note(db: ReadDb, uri: NoteUri) -> Result<ResourceContents, ToolErro
     mime_type = "text/plain"
 )]
 async fn note_count(db: ReadDb) -> Result<String, ToolError> {
-    Ok(db.run(|tx| texts(tx)).await?.len().to_string())
+    Ok(db.run(texts).await?.len().to_string())
 }
 
 /// Note ids starting with what was typed.
 async fn complete_note_id(completion: Completion, db: ReadDb) -> Result<Vec<String>, ToolError> {
-    let notes = db.run(|tx| texts(tx)).await?;
+    let notes = db.run(texts).await?;
     Ok(notes
         .into_iter()
         .map(|(id, _)| id.to_string())
@@ -76,7 +76,7 @@ struct ReviewArgs {
 /// Review one note.
 #[mcp_prompt(scope = "notes:read", complete = complete_note_id)]
 async fn review_note(db: ReadDb, args: ReviewArgs) -> Result<Vec<PromptMessage>, ToolError> {
-    let notes = db.run(|tx| texts(tx)).await?;
+    let notes = db.run(texts).await?;
     let (_, text) = notes
         .into_iter()
         .find(|(id, _)| id.to_string() == args.id)

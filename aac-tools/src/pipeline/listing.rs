@@ -161,28 +161,6 @@ fn manifest_body(parts: &[String], positions: &[usize]) -> String {
     text
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A manifest joined from its parts is byte for byte what serde_json writes.
-    #[test]
-    fn manifest_bodies_are_the_pretty_json_of_the_chosen_tools() {
-        let tools = [
-            json!({"name": "a", "inputSchema": {"type": "object", "properties": {}}, "scopes": ["x:y"]}),
-            json!({"name": "b", "description": "with \"quotes\"\nand lines", "scopes": []}),
-            json!({"name": "c", "annotations": {"readOnlyHint": true}, "scopes": ["p", "q"]}),
-        ];
-        let parts: Vec<String> = tools.iter().map(manifest_part).collect();
-        for positions in [vec![], vec![0], vec![1], vec![0, 2], vec![0, 1, 2]] {
-            let chosen: Vec<&Value> = positions.iter().map(|&i| &tools[i]).collect();
-            let mut expected = serde_json::to_string_pretty(&json!({ "tools": chosen })).unwrap();
-            expected.push('\n');
-            assert_eq!(manifest_body(&parts, &positions), expected, "{positions:?}");
-        }
-    }
-}
-
 /// The resources, resource templates and prompts `principal` may use, as listed
 /// (`resources/list`, `resources/templates/list`, `prompts/list`, `GET /resources`,
 /// `GET /prompts`): always filtered by scope, and empty without a principal (deny by
@@ -218,4 +196,26 @@ pub(crate) struct ItemsJson {
     pub(crate) resources: Vec<Value>,
     pub(crate) templates: Vec<Value>,
     pub(crate) prompts: Vec<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest joined from its parts is byte for byte what serde_json writes.
+    #[test]
+    fn manifest_bodies_are_the_pretty_json_of_the_chosen_tools() {
+        let tools = [
+            json!({"name": "a", "inputSchema": {"type": "object", "properties": {}}, "scopes": ["x:y"]}),
+            json!({"name": "b", "description": "with \"quotes\"\nand lines", "scopes": []}),
+            json!({"name": "c", "annotations": {"readOnlyHint": true}, "scopes": ["p", "q"]}),
+        ];
+        let parts: Vec<String> = tools.iter().map(manifest_part).collect();
+        for positions in [vec![], vec![0], vec![1], vec![0, 2], vec![0, 1, 2]] {
+            let chosen: Vec<&Value> = positions.iter().map(|&i| &tools[i]).collect();
+            let mut expected = serde_json::to_string_pretty(&json!({ "tools": chosen })).unwrap();
+            expected.push('\n');
+            assert_eq!(manifest_body(&parts, &positions), expected, "{positions:?}");
+        }
+    }
 }

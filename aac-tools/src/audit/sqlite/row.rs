@@ -327,6 +327,24 @@ mod tests {
         );
     }
 
+    /// A record of another kind than `tool` hashes its kind last; a tool's hash is the
+    /// pinned one above (chains written before the `kind` column stay valid).
+    #[test]
+    fn a_kind_other_than_tool_is_hashed_last() {
+        let mut read = record();
+        read.kind = crate::audit::CallKind::Resource;
+        let tail = Values::from_record(read).hash_tail();
+        assert!(
+            tail.ends_with(r#","{\"issue_id\":\"sha256:0123456789abcdef\"}","resource"]"#),
+            "{tail}"
+        );
+        let first = link_hash(GENESIS_HASH.as_bytes(), 1, &tail);
+        assert_ne!(
+            std::str::from_utf8(&first).unwrap(),
+            "25372bf7d4465cf93296a7fa0d90deb857508ed345c1fc429751d64451013183"
+        );
+    }
+
     /// The hash is SHA-256 of exactly the documented bytes.
     #[test]
     fn the_hash_input_is_prev_newline_and_the_json_array() {
