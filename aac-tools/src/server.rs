@@ -380,6 +380,7 @@ impl ServerBuilder {
                     unauthenticated: self.unauthenticated_rate.map(Limiter::new),
                     principal: self.principal_rate.map(Limiter::new),
                 },
+                resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
             }),
         })
     }
@@ -397,6 +398,9 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// How many resource updates a slow session may lag behind before it skips some.
+const RESOURCE_UPDATES: usize = 256;
+
 struct Inner {
     registry: Registry,
     name: String,
@@ -409,6 +413,8 @@ struct Inner {
     /// What every transport shows of the tools, computed once.
     listing: Listing,
     limits: Limits,
+    /// URIs of resources that changed, for the sessions subscribed to them.
+    resource_updates: tokio::sync::broadcast::Sender<String>,
 }
 
 impl fmt::Debug for Server {
@@ -501,6 +507,21 @@ impl Server {
     }
 
     /// The listing every transport reads.
+    /// Tell every MCP session subscribed to `uri` (`resources/subscribe`) that the
+    /// resource changed: each gets `notifications/resources/updated`, and reads it again
+    /// (through the pipeline: scope-checked and recorded) if it wants. Call it from
+    /// whatever changes the data; sessions not subscribed to `uri` get nothing.
+    pub fn notify_resource_updated(&self, uri: impl Into<String>) {
+        // No receiver (no session subscribed to anything) is not an error.
+        let _ = self.inner.resource_updates.send(uri.into());
+    }
+
+    /// The changed resources, as [`Server::notify_resource_updated`] announces them.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.inner.resource_updates.subscribe()
+    }
+
     pub(crate) fn listing(&self) -> &Listing {
         &self.inner.listing
     }

@@ -15,8 +15,8 @@ use rmcp::model::{
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Reference, ResourceContents, ResultType, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    Reference, ResourceContents, ResourceUpdatedNotificationParam, ResultType, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -106,6 +106,8 @@ pub(crate) struct McpHandler {
     log_level: Arc<AtomicU8>,
     /// The resource URIs this session subscribed to.
     subscriptions: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Whether this session forwards resource updates yet (from its first subscription).
+    forwarding: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Log messages below `info` are dropped until the client asks for them.
@@ -122,6 +124,7 @@ impl McpHandler {
             token: token.map(Arc::from),
             log_level: Arc::new(AtomicU8::new(level_rank(DEFAULT_LOG_LEVEL))),
             subscriptions: Arc::default(),
+            forwarding: Arc::default(),
         }
     }
 
@@ -197,6 +200,42 @@ impl McpHandler {
             return Err(rpc_error(ToolError::insufficient_scope(scopes)));
         }
         Ok(())
+    }
+
+    /// From the session's first subscription on: every update of a resource it is
+    /// subscribed to becomes a `notifications/resources/updated`. Ends when the session
+    /// is gone (its handler dropped, or the client no longer takes notifications).
+    fn forward_updates(&self, peer: rmcp::Peer<RoleServer>) {
+        let mut updates = self.shared.server.resource_updates();
+        let subscriptions = Arc::downgrade(&self.subscriptions);
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let uri = match updates.recv().await {
+                    Ok(uri) => uri,
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::warn!(skipped, "a session lagged behind resource updates");
+                        continue;
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                let Some(subscriptions) = subscriptions.upgrade() else {
+                    break;
+                };
+                let subscribed = subscriptions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&uri);
+                if subscribed
+                    && peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
     }
 
     async fn principal(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Principal>> {
@@ -316,6 +355,9 @@ impl ServerHandler for McpHandler {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(request.uri);
+        if !self.forwarding.swap(true, Ordering::AcqRel) {
+            self.forward_updates(context.peer.clone());
+        }
         Ok(())
     }
 
