@@ -484,32 +484,50 @@ impl fmt::Display for ManifestDrift {
 impl std::error::Error for ManifestDrift {}
 
 fn describe_drift(old: &str, new: &str) -> String {
-    let tools = |text: &str| -> Option<Vec<(String, Value)>> {
+    // Each listed item by its section and key: tools and prompts by name, resources by
+    // URI (or URI template).
+    let items = |text: &str| -> Option<Vec<(String, Value)>> {
         let doc: Value = serde_json::from_str(text).ok()?;
-        Some(
-            doc.get("tools")?
-                .as_array()?
-                .iter()
-                .map(|t| (t["name"].as_str().unwrap_or("?").to_owned(), t.clone()))
-                .collect(),
-        )
+        doc.get("tools")?.as_array()?;
+        let mut items = Vec::new();
+        for (section, what) in [
+            ("tools", ""),
+            ("resources", "resource "),
+            ("prompts", "prompt "),
+        ] {
+            for item in doc
+                .get(section)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let key = if section == "resources" {
+                    item.get("uri").or_else(|| item.get("uriTemplate"))
+                } else {
+                    item.get("name")
+                };
+                let key = key.and_then(Value::as_str).unwrap_or("?");
+                items.push((format!("{what}`{key}`"), item.clone()));
+            }
+        }
+        Some(items)
     };
-    let (Some(old), Some(new)) = (tools(old), tools(new)) else {
+    let (Some(old), Some(new)) = (items(old), items(new)) else {
         return "the committed file is not a tools manifest".to_owned();
     };
     let mut changes = Vec::new();
     for (name, tool) in &new {
         match old.iter().find(|(n, _)| n == name) {
-            None => changes.push(format!("`{name}` added")),
+            None => changes.push(format!("{name} added")),
             Some((_, before)) if before != tool => {
-                changes.push(format!("`{name}` changed ({})", changed_keys(before, tool)));
+                changes.push(format!("{name} changed ({})", changed_keys(before, tool)));
             }
             Some(_) => {}
         }
     }
     for (name, _) in &old {
         if !new.iter().any(|(n, _)| n == name) {
-            changes.push(format!("`{name}` removed"));
+            changes.push(format!("{name} removed"));
         }
     }
     if changes.is_empty() {

@@ -467,7 +467,9 @@ pub struct Completion {
     pub context: std::collections::BTreeMap<String, String>,
 }
 
-impl ToolParam for Completion {
+impl Completion {
+    /// The completion a call carries (not a [`ToolParam`]: a completion function's first
+    /// parameter is taken apart here, and tools never see one).
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         let args = call.take_arguments();
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
