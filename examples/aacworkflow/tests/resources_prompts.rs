@@ -241,3 +241,49 @@ async fn issue_keys_complete_within_the_callers_workspace() {
         (CallKind::Completion, Some(Check::Authenticate))
     );
 }
+
+/// `aacworkflow audit --kind` lists the records of one kind only, as JSON lines whose
+/// `kind` says what was read.
+#[tokio::test]
+async fn the_audit_command_filters_by_kind() {
+    let f = fixture().await;
+    let sink = aac_tools::audit::SqliteSink::open(&f.seeded.path).expect("the audit table");
+    let server = aacworkflow::server(&f.seeded.db, sink.clone(), false).expect("server");
+    let calls = [
+        CallRequest::new("get_issue", Some(json!({"issue_id": "AAC-1"}))),
+        CallRequest::resource("aacworkflow://issues/AAC-1"),
+        CallRequest::prompt("triage_issue", Some(json!({}))),
+        CallRequest::resource("aacworkflow://issues/AAC-2"),
+    ];
+    for call in calls {
+        server.call(call.bearer(&f.alice)).await;
+    }
+    drop(server);
+    drop(sink);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
+        .env_remove("AAC_DB")
+        .arg("audit")
+        .arg("--db")
+        .arg(&f.seeded.path)
+        .args(["--kind", "resource", "--json"])
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let records: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let got: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["tool"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("resource", "aacworkflow://issues/AAC-1"),
+            ("resource", "aacworkflow://issues/AAC-2")
+        ]
+    );
+}
