@@ -199,8 +199,9 @@ async def attempt(out: dict[str, Any], label: str, action: Any) -> None:
 async def items_session(transport: Transport, token: str | None, full: bool) -> dict[str, Any]:
     """Resources, prompts and completion: everything a client does with them."""
     out: dict[str, Any] = {}
+    mode = transport.args.items_mode
     try:
-        async with transport.client(token, "legacy") as client:
+        async with transport.client(token, mode) as client:
             out["connected"] = True
             out["capabilities"] = dump(client.server_capabilities)
             out["resources"] = [dump(r) for r in (await client.list_resources()).resources]
@@ -232,7 +233,8 @@ async def items_session(transport: Transport, token: str | None, full: bool) -> 
                     {"name": "id", "value": str(note_id)[:1]},
                 ),
             )
-            if full:
+            if full and mode == "legacy":
+                # 2026-07-28 removed resources/subscribe.
                 await attempt(out, "subscribe", lambda: client.subscribe_resource("notes://all"))
                 await attempt(out, "unsubscribe", lambda: client.unsubscribe_resource("notes://all"))
             out["note_id"] = note_id
@@ -272,6 +274,7 @@ async def main() -> None:
     parser.add_argument("--full", required=True)
     parser.add_argument("--reader", required=True)
     parser.add_argument("--items", action="store_true")
+    parser.add_argument("--items-mode", choices=MODES, default="legacy")
     args = parser.parse_args()
     transport = Transport(args)
     if args.items:

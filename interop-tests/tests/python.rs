@@ -441,7 +441,7 @@ fn python_sdk_over_streamable_http() {
 /// The resources, prompts and completion of one `--items` report: what a client with
 /// every scope reads, and each refusal (missing scope, unknown resource or prompt, bad
 /// arguments), as the SDK saw them.
-fn check_items(report: &Value) {
+fn check_items(report: &Value, mode: &str) {
     let full = &report["full"];
     assert_eq!(full["connected"], true, "{full}");
     let caps = &full["capabilities"];
@@ -482,7 +482,10 @@ fn check_items(report: &Value) {
         assert_eq!(err["data"]["reason"], reason, "{label}: {session}");
     };
     error(full, "read_missing_note", -32602, "not_found");
-    error(full, "read_unknown", -32002, "unknown_resource");
+    // 2026-07-28 answers an unknown resource with invalid params (rmcp upgrades the
+    // older "resource not found" code for those peers).
+    let not_found = if mode == "legacy" { -32002 } else { -32602 };
+    error(full, "read_unknown", not_found, "unknown_resource");
     error(full, "get_review_no_args", -32602, "invalid_arguments");
     error(full, "get_unknown", -32602, "unknown_prompt");
     assert_eq!(
@@ -586,6 +589,16 @@ fn check_items_audit(
 
 #[test]
 fn python_sdk_reads_resources_and_prompts_over_stdio() {
+    items_over_stdio("legacy");
+}
+
+/// The same in the 2026-07-28 protocol (no subscriptions there).
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_stdio_in_2026_07_28() {
+    items_over_stdio("auto");
+}
+
+fn items_over_stdio(mode: &str) {
     let fixture = Fixture::new();
     let arg = |a: &str| format!("--arg={a}");
     let report = run_client(&[
@@ -602,8 +615,9 @@ fn python_sdk_reads_resources_and_prompts_over_stdio() {
         "--reader".into(),
         fixture.reader.clone(),
         "--items".into(),
+        format!("--items-mode={mode}"),
     ]);
-    check_items(&report);
+    check_items(&report, mode);
     // Over stdio a session without a token connects, lists nothing (deny by default)
     // and every read is refused as missing_token.
     let anonymous = &report["no_token"];
@@ -630,6 +644,16 @@ fn python_sdk_reads_resources_and_prompts_over_stdio() {
 
 #[test]
 fn python_sdk_reads_resources_and_prompts_over_streamable_http() {
+    items_over_http("legacy");
+}
+
+/// The same in the 2026-07-28 protocol (no subscriptions there).
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_streamable_http_in_2026_07_28() {
+    items_over_http("auto");
+}
+
+fn items_over_http(mode: &str) {
     let fixture = Fixture::new();
     let (_server, url) = spawn_http_server(&fixture);
     let report = run_client(&[
@@ -641,8 +665,9 @@ fn python_sdk_reads_resources_and_prompts_over_streamable_http() {
         "--reader".into(),
         fixture.reader.clone(),
         "--items".into(),
+        format!("--items-mode={mode}"),
     ]);
-    check_items(&report);
+    check_items(&report, mode);
     // Over HTTP no token means no session at all.
     assert_eq!(report["no_token"]["connected"], false);
     let note = report["full"]["note_id"].as_i64().unwrap().to_string();

@@ -896,7 +896,10 @@ fn items_over(sdk: Sdk, transport: &str) {
         item_result(full, "read_note")["contents"][0],
         json!({"uri": "notes://notes/1", "mimeType": "text/plain", "text": "from typescript"})
     );
-    item_refused(full, "read_unknown", -32002, "unknown_resource");
+    // 2026-07-28 answers an unknown resource with invalid params (rmcp upgrades the
+    // older "resource not found" code for those peers).
+    let not_found = if sdk == Sdk::V2Auto { -32602 } else { -32002 };
+    item_refused(full, "read_unknown", not_found, "unknown_resource");
     assert_eq!(item_result(full, "read_admin")["contents"][0]["text"], "1");
     assert_eq!(
         item_result(full, "get_review")["messages"][0]["content"]["text"],
@@ -983,4 +986,14 @@ fn sdk_1x_reads_resources_and_prompts_over_streamable_http() {
 #[test]
 fn client_2x_reads_resources_and_prompts_over_streamable_http() {
     items_over(Sdk::V2, "http");
+}
+
+#[test]
+fn client_2x_auto_reads_resources_and_prompts_over_stdio() {
+    items_over(Sdk::V2Auto, "stdio");
+}
+
+#[test]
+fn client_2x_auto_reads_resources_and_prompts_over_streamable_http() {
+    items_over(Sdk::V2Auto, "http");
 }

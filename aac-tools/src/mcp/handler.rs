@@ -484,8 +484,12 @@ impl ServerHandler for McpHandler {
     }
 }
 
-/// An rmcp result type from the JSON the pipeline built.
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorData> {
+/// An rmcp result type from the JSON the pipeline built, with `resultType` (which
+/// 2026-07-28 requires; rmcp strips it again for older peers).
+fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
+    if let Value::Object(map) = &mut value {
+        map.entry("resultType").or_insert_with(|| json!("complete"));
+    }
     serde_json::from_value(value)
         .map_err(|err| ErrorData::internal_error(format!("an invalid result: {err}"), None))
 }
