@@ -10,6 +10,7 @@ mod ast;
 mod attr;
 mod errors;
 mod expand;
+mod items;
 mod queries;
 mod valid;
 
@@ -33,6 +34,29 @@ pub fn mcp_tool(args: TokenStream, input: TokenStream) -> TokenStream {
 pub fn queries(args: TokenStream, input: TokenStream) -> TokenStream {
     let output =
         queries::queries(args.into(), input.into()).unwrap_or_else(expand::Failure::into_tokens);
+    if std::env::var_os("AAC_TOOLS_MACROS_DEBUG").is_some() {
+        eprintln!("{output}");
+    }
+    output.into()
+}
+
+/// *Defined in `aac-tools-macros`, an implementation detail: the reference of
+/// `#[mcp_resource]` is at `aac_tools::mcp_resource`, where `aac-tools` re-exports it.*
+#[proc_macro_attribute]
+pub fn mcp_resource(args: TokenStream, input: TokenStream) -> TokenStream {
+    items_output(items::Kind::Resource, args, input)
+}
+
+/// *Defined in `aac-tools-macros`, an implementation detail: the reference of
+/// `#[mcp_prompt]` is at `aac_tools::mcp_prompt`, where `aac-tools` re-exports it.*
+#[proc_macro_attribute]
+pub fn mcp_prompt(args: TokenStream, input: TokenStream) -> TokenStream {
+    items_output(items::Kind::Prompt, args, input)
+}
+
+fn items_output(kind: items::Kind, args: TokenStream, input: TokenStream) -> TokenStream {
+    let output =
+        items::expand(kind, args.into(), input.into()).unwrap_or_else(expand::Failure::into_tokens);
     if std::env::var_os("AAC_TOOLS_MACROS_DEBUG").is_some() {
         eprintln!("{output}");
     }

@@ -284,7 +284,7 @@ fn parse_rate(text: &str) -> Option<(u32, u64)> {
 }
 
 /// `resource:action`, each side one or more of `a-z`, `0-9`, `_`, `-`.
-fn is_valid_scope(scope: &str) -> bool {
+pub(crate) fn is_valid_scope(scope: &str) -> bool {
     let Some((resource, action)) = scope.split_once(':') else {
         return false;
     };
@@ -297,7 +297,7 @@ fn is_valid_scope(scope: &str) -> bool {
 }
 
 /// The MCP tool-name rule (SEP-986): 1–128 of `A-Z a-z 0-9 _ - .`.
-fn is_valid_tool_name(name: &str) -> bool {
+pub(crate) fn is_valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
@@ -306,7 +306,7 @@ fn is_valid_tool_name(name: &str) -> bool {
 
 /// The doc comment as text: one leading space per line removed, paragraphs kept,
 /// surrounding blank lines dropped.
-fn doc_text(lines: &[String]) -> String {
+pub(crate) fn doc_text(lines: &[String]) -> String {
     let joined: Vec<&str> = lines
         .iter()
         .flat_map(|l| l.split('\n'))

@@ -75,6 +75,7 @@ fn sample_record(i: u64) -> AuditRecord {
         access_level: Some(aac_tools::access::AccessLevel::Write),
         arguments: json!({"issue_id": "sha256:0123456789abcdef", "title": "sha256:fedcba9876543210"}),
         confirmed_by: None,
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 

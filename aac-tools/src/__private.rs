@@ -11,11 +11,15 @@ pub use serde;
 pub use serde_json;
 
 pub use crate::access::{
-    AccessLevel, Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadToolMayHold,
-    SharedState, ToolState, Write, WriteToolMayHold,
+    AccessLevel, Delete, FrameworkStorage, MayDelete, MayUpdate, Read, ReadOnlyItemMayHold,
+    ReadToolMayHold, SharedState, ToolState, Write, WriteToolMayHold,
 };
 pub use crate::confirm::ConfirmPolicy;
 pub use crate::error::ToolError;
+pub use crate::resource::{
+    CompleteFn, IntoPromptMessages, IntoResourceContents, PromptDef, PromptParts, ResourceDef,
+    ResourceParts, completion_output, prompt_output, resource_output,
+};
 pub use crate::tool::{
     Call, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, ToolDef, ToolParam,
     ToolParts,

@@ -173,6 +173,22 @@ impl AccessLevel {
 
 #[diagnostic::do_not_recommend]
 impl ReadToolMayHold for Read {}
+
+/// Levels of handles a resource, prompt or completion handler may hold: [`Read`] only.
+/// Resources are read-only by construction: `#[mcp_resource]` and `#[mcp_prompt]` check
+/// every parameter against this trait, so `Db<Write>` in one does not compile.
+#[diagnostic::on_unimplemented(
+    message = "a resource or prompt handler cannot take a data handle that writes or deletes",
+    label = "this handle reaches `{Self}`, above the `Read` level of resources and prompts",
+    note = "resources and prompts are read-only by construction: take `Db<Read>`; changes belong in a `#[mcp_tool]`"
+)]
+pub trait ReadOnlyItemMayHold: Level {
+    /// Named by the generated code, so that the check is a path, not a call.
+    #[doc(hidden)]
+    const CHECK: () = ();
+}
+
+impl ReadOnlyItemMayHold for Read {}
 #[diagnostic::do_not_recommend]
 impl WriteToolMayHold for Read {}
 #[diagnostic::do_not_recommend]

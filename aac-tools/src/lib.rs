@@ -48,6 +48,7 @@ mod hex;
 mod pipeline;
 mod principal;
 mod registry;
+mod resource;
 mod schema;
 mod server;
 mod state;
@@ -180,6 +181,24 @@ pub use aac_tools_macros::mcp_tool;
 /// `docs/access-levels.md`.
 pub use aac_tools_macros::queries;
 
+/// Declares a resource (a fixed URI) or a resource template (`aacworkflow://issues/{id}`):
+/// `#[mcp_resource(uri = "…", scope = "…", name = "…", title = "…", description = "…",
+/// mime_type = "…", complete = path)]` on an `async fn` returning
+/// `Result<T, ToolError>` where `T:` [`IntoResourceContents`]. The template's variables
+/// are its arguments (one type deriving `Deserialize`, as for a tool); every other
+/// parameter is something the framework provides at the `Read` level (a `Db<Write>`
+/// does not compile). Reads go through the same pipeline as tool calls: deny by
+/// default, the scope checked first, one audit record of kind `resource` each. See
+/// `docs/resources-prompts.md`.
+pub use aac_tools_macros::mcp_resource;
+
+/// Declares a prompt: `#[mcp_prompt(scope = "…", name = "…", title = "…",
+/// description = "…", complete = path)]` on an `async fn` returning
+/// `Result<T, ToolError>` where `T:` [`IntoPromptMessages`]. Its arguments are the
+/// fields of its one arguments type (strings); handles are `Read`-level only. One audit
+/// record of kind `prompt` per `prompts/get`.
+pub use aac_tools_macros::mcp_prompt;
+
 pub use crate::context::{ClientPeer, Ctx, LogLevel, Transport};
 pub use crate::error::{CONFIRM_REQUIRED, Status, ToolError};
 pub use crate::pipeline::Attempt;
@@ -190,8 +209,12 @@ pub use crate::principal::{Principal, StaticTokens, TokenVerifier, VerifierChain
 /// [`audit::AuditSink`], [`tokens::TokenIssuer`], [`ClientPeer`]).
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use crate::registry::{
-    META_ACCESS, META_CONFIRM, META_RATE, META_SCOPES, ManifestDrift, Registry, RegistryError,
-    ToolEntry,
+    META_ACCESS, META_CONFIRM, META_RATE, META_SCOPES, ManifestDrift, PromptEntry, Registry,
+    RegistryError, ToolEntry,
+};
+pub use crate::resource::{
+    CompleteFn, Completion, IntoPromptMessages, IntoResourceContents, MAX_COMPLETION_VALUES,
+    PromptDef, PromptMessage, ResourceContents, ResourceDef, Role,
 };
 pub use crate::server::{
     BuildError, CallRequest, CallResponse, Credentials, DEFAULT_UNAUTHENTICATED_RATE, Server,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{AuditSink, Check};
+use crate::audit::{AuditSink, CallKind, Check};
 use crate::confirm::{
     ConfirmPolicy, Confirmation, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_STATE_TTL, InputRequired,
     MemoryLedger, RequestStateLedger,
@@ -60,6 +60,7 @@ pub struct CallRequest {
     pub(crate) peer_addr: Option<std::net::IpAddr>,
     /// A 2026-07-28 retry: the echoed `requestState` and the client's `inputResponses`.
     pub(crate) resume: Option<(String, Value)>,
+    pub(crate) kind: CallKind,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -82,7 +83,51 @@ impl CallRequest {
             cancel: None,
             peer_addr: None,
             resume: None,
+            kind: CallKind::Tool,
         }
+    }
+
+    /// A `resources/read` of `uri`: its record's `tool` is the URI, its kind `resource`.
+    pub fn resource(uri: impl Into<String>) -> CallRequest {
+        CallRequest {
+            kind: CallKind::Resource,
+            ..CallRequest::new(uri, None)
+        }
+    }
+
+    /// A `prompts/get` of `name` with its arguments (strings).
+    pub fn prompt(name: impl Into<String>, arguments: Option<Value>) -> CallRequest {
+        CallRequest {
+            kind: CallKind::Prompt,
+            ..CallRequest::new(name, arguments)
+        }
+    }
+
+    /// A `completion/complete` of `argument` (typed so far: `value`) of the prompt
+    /// `target` (`resource` false) or of the resource template `target` (`resource`
+    /// true), the other arguments' values in `context`.
+    pub fn completion(
+        target: impl Into<String>,
+        resource: bool,
+        argument: impl Into<String>,
+        value: impl Into<String>,
+        context: serde_json::Map<String, Value>,
+    ) -> CallRequest {
+        let arguments = serde_json::json!({
+            "ref": if resource { "resource" } else { "prompt" },
+            "argument": argument.into(),
+            "value": value.into(),
+            "context": context,
+        });
+        CallRequest {
+            kind: CallKind::Completion,
+            ..CallRequest::new(target, Some(arguments))
+        }
+    }
+
+    /// What the call is of.
+    pub fn kind(&self) -> CallKind {
+        self.kind
     }
 
     /// Present a bearer token.
@@ -441,6 +486,7 @@ impl ServerBuilder {
                     principal: self.principal_rate.map(Limiter::new),
                     per_tool,
                 },
+                resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
             }),
         })
     }
@@ -458,6 +504,9 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// How many resource updates a slow session may lag behind before it skips some.
+const RESOURCE_UPDATES: usize = 256;
+
 struct Inner {
     registry: Registry,
     name: String,
@@ -471,6 +520,8 @@ struct Inner {
     listing: Listing,
     limits: Limits,
     confirmation: Confirmation,
+    /// URIs of resources that changed, for the sessions subscribed to them.
+    resource_updates: tokio::sync::broadcast::Sender<String>,
 }
 
 impl fmt::Debug for Server {
@@ -568,6 +619,21 @@ impl Server {
     }
 
     /// The listing every transport reads.
+    /// Tell every MCP session subscribed to `uri` (`resources/subscribe`) that the
+    /// resource changed: each gets `notifications/resources/updated`, and reads it again
+    /// (through the pipeline: scope-checked and recorded) if it wants. Call it from
+    /// whatever changes the data; sessions not subscribed to `uri` get nothing.
+    pub fn notify_resource_updated(&self, uri: impl Into<String>) {
+        // No receiver (no session subscribed to anything) is not an error.
+        let _ = self.inner.resource_updates.send(uri.into());
+    }
+
+    /// The changed resources, as [`Server::notify_resource_updated`] announces them.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.inner.resource_updates.subscribe()
+    }
+
     pub(crate) fn listing(&self) -> &Listing {
         &self.inner.listing
     }

@@ -163,6 +163,8 @@ pub struct Call {
     pub(crate) arguments: Option<Map<String, Value>>,
     pub(crate) ctx: Ctx,
     pub(crate) state: StateMap,
+    /// The URI of a resource read.
+    pub(crate) resource_uri: Option<String>,
 }
 
 impl Call {
@@ -177,6 +179,10 @@ impl Call {
     /// The server's shared state.
     pub fn state(&self) -> &StateMap {
         &self.state
+    }
+    /// The URI being read, in a resource's handler (empty elsewhere).
+    pub fn resource_uri(&self) -> &str {
+        self.resource_uri.as_deref().unwrap_or_default()
     }
 }
 

@@ -31,6 +31,7 @@ fn record(n: usize) -> AuditRecord {
         access_level: None,
         arguments: json!({}),
         confirmed_by: None,
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 

@@ -54,6 +54,7 @@ async fn an_old_table_gains_the_column_and_its_chain_still_verifies() {
         access_level: Some(AccessLevel::Delete),
         arguments: json!({}),
         confirmed_by: Some("user".to_owned()),
+        kind: aac_tools::audit::CallKind::Tool,
     })
     .await
     .unwrap();

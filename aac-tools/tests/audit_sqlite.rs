@@ -104,6 +104,7 @@ fn record(tool: &str, outcome: Outcome, timestamp: &str) -> AuditRecord {
         access_level: None,
         arguments: json!({}),
         confirmed_by: None,
+        kind: aac_tools::audit::CallKind::Tool,
     }
 }
 
@@ -864,4 +865,81 @@ async fn a_fan_out_fails_when_any_sink_fails() {
         .await
         .unwrap();
     assert_eq!(memory.records().len(), 2);
+}
+
+/// A table written before the `kind` column (17 columns, its chain hashed without
+/// `kind`) gets the column when it is opened: its chain stays intact, old rows read back
+/// as `tool`, and new records of every kind chain on and verify.
+#[tokio::test]
+async fn an_old_table_gets_the_kind_column_and_its_chain_stays_valid() {
+    use aac_tools::audit::CallKind;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        let sink = SqliteSink::open(&path).unwrap();
+        for _ in 0..3 {
+            sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+                .await
+                .unwrap();
+        }
+    }
+    // Make it the old table: the same rows and hashes, without `kind`.
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete;
+             ALTER TABLE aac_audit DROP COLUMN kind;",
+        )
+        .unwrap();
+        let columns: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('aac_audit')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(columns, 17);
+    }
+    let sink = SqliteSink::open(&path).unwrap();
+    for kind in [CallKind::Resource, CallKind::Prompt, CallKind::Completion] {
+        let mut r = record("test://x", Outcome::Denied, "2025-06-22T15:31:00Z");
+        r.kind = kind;
+        sink.record(r).await.unwrap();
+    }
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(columns, AUDIT_COLUMNS);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked, 6);
+    let kinds: Vec<CallKind> = AuditQuery::new()
+        .fetch(&conn)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.record.kind)
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == CallKind::Tool).count(), 3);
+    let prompts = AuditQuery::new()
+        .kind(CallKind::Prompt)
+        .fetch(&conn)
+        .unwrap();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].record.kind, CallKind::Prompt);
+    // The kind is hashed: turning a resource read into a tool call breaks the chain.
+    conn.execute_batch("DROP TRIGGER aac_audit_no_update;")
+        .unwrap();
+    conn.execute("UPDATE aac_audit SET kind = 'tool' WHERE seq = 4", [])
+        .unwrap();
+    let broken = verify_chain(&conn)
+        .unwrap()
+        .broken
+        .expect("the edit is detected");
+    assert_eq!(broken.seq, 4);
 }

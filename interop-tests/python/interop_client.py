@@ -6,6 +6,7 @@ that an unexpected exception ends the script with a non-zero status.
 
     interop_client.py stdio --command BIN --arg A --arg B ... --full T --reader T
     interop_client.py http --url URL --full T --reader T
+    interop_client.py stdio|http ... --items    (resources, prompts and completion only)
 """
 
 from __future__ import annotations
@@ -177,6 +178,85 @@ async def refused_session(transport: Transport, token: str | None, mode: str) ->
     return out
 
 
+def rpc_error(exc: BaseException) -> dict[str, Any]:
+    """A JSON-RPC error as the SDK raised it: code, message and data."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    error = getattr(exc, "error", None)
+    if error is None:
+        return describe(exc)
+    return {"code": error.code, "message": error.message, "data": error.data}
+
+
+async def attempt(out: dict[str, Any], label: str, action: Any) -> None:
+    """Run one read; its result, or the error the SDK raised, under `label`."""
+    try:
+        out[label] = dump(await action())
+    except Exception as exc:  # noqa: BLE001 - recorded for the Rust test
+        out[label + "_error"] = rpc_error(exc)
+
+
+async def items_session(transport: Transport, token: str | None, full: bool) -> dict[str, Any]:
+    """Resources, prompts and completion: everything a client does with them."""
+    out: dict[str, Any] = {}
+    mode = transport.args.items_mode
+    try:
+        async with transport.client(token, mode) as client:
+            out["connected"] = True
+            out["capabilities"] = dump(client.server_capabilities)
+            out["resources"] = [dump(r) for r in (await client.list_resources()).resources]
+            out["templates"] = [dump(t) for t in (await client.list_resource_templates()).resource_templates]
+            out["prompts"] = [dump(p) for p in (await client.list_prompts()).prompts]
+            note_id = None
+            if full:
+                added = result_json(await client.call_tool("add_note", {"text": "read me"}))
+                note_id = added.get("structuredContent", {}).get("id")
+            await attempt(out, "read_all", lambda: client.read_resource("notes://all"))
+            await attempt(out, "read_note", lambda: client.read_resource(f"notes://notes/{note_id}"))
+            await attempt(out, "read_missing_note", lambda: client.read_resource("notes://notes/424242"))
+            await attempt(out, "read_unknown", lambda: client.read_resource("notes://nothing"))
+            await attempt(out, "read_admin", lambda: client.read_resource("notes://admin/count"))
+            await attempt(out, "get_review", lambda: client.get_prompt("review_note", {"id": str(note_id)}))
+            await attempt(out, "get_review_no_args", lambda: client.get_prompt("review_note", {}))
+            await attempt(out, "get_purge", lambda: client.get_prompt("purge_plan", {}))
+            await attempt(out, "get_unknown", lambda: client.get_prompt("no_such_prompt", {}))
+            await attempt(
+                out,
+                "complete_prompt",
+                lambda: client.complete(types.PromptReference(type="ref/prompt", name="review_note"), {"name": "id", "value": ""}),
+            )
+            await attempt(
+                out,
+                "complete_template",
+                lambda: client.complete(
+                    types.ResourceTemplateReference(type="ref/resource", uri="notes://notes/{id}"),
+                    {"name": "id", "value": str(note_id)[:1]},
+                ),
+            )
+            if full and mode == "legacy":
+                # 2026-07-28 removed resources/subscribe.
+                await attempt(out, "subscribe", lambda: client.subscribe_resource("notes://all"))
+                await attempt(out, "unsubscribe", lambda: client.unsubscribe_resource("notes://all"))
+            out["note_id"] = note_id
+    except BaseException as exc:  # noqa: BLE001 - connection refused by the server
+        out["connected"] = False
+        out["error"] = describe(exc)
+    return out
+
+
+async def items_report(transport: Transport) -> dict[str, Any]:
+    report: dict[str, Any] = {"sdk": "mcp"}
+    for label, token, full in [
+        ("full", transport.args.full, True),
+        ("reader", transport.args.reader, False),
+        ("no_token", None, False),
+    ]:
+        transport.recorder.responses.clear()
+        report[label] = await items_session(transport, token, full)
+        report[label]["http"] = list(transport.recorder.responses)
+    return report
+
+
 async def resource_metadata(url: str) -> dict[str, Any]:
     """Fetch the RFC 9728 document the 401 pointed to, and validate it with the SDK's model."""
     async with httpx2.AsyncClient() as http:
@@ -193,8 +273,14 @@ async def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--full", required=True)
     parser.add_argument("--reader", required=True)
+    parser.add_argument("--items", action="store_true")
+    parser.add_argument("--items-mode", choices=MODES, default="legacy")
     args = parser.parse_args()
     transport = Transport(args)
+    if args.items:
+        json.dump(await items_report(transport), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return
 
     report: dict[str, Any] = {"sdk": "mcp", "modes": {}}
     for mode in MODES:

@@ -1,5 +1,8 @@
 //! The tools of the test server.
 
+#[path = "items.rs"]
+pub mod items;
+
 use std::time::Duration;
 
 use aac_tools::sqlite::{DeleteDb, ReadDb, WriteDb};

@@ -687,7 +687,16 @@ async fn get_tools_is_the_manifest_of_the_listed_tools() {
     );
     let text = response.text().await.unwrap();
     let registry = Registry::collect_module("interop_tests::tools").unwrap();
-    assert_eq!(text, registry.manifest());
+    // The tools part of the manifest (which also lists resources and prompts, served
+    // by `GET /resources` and `GET /prompts`), byte for byte as the manifest prints it.
+    let mut tools_only: Value = serde_json::from_str(registry.manifest()).unwrap();
+    tools_only
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k == "tools");
+    let mut expected = serde_json::to_string_pretty(&tools_only).unwrap();
+    expected.push('\n');
+    assert_eq!(text, expected);
     let manifest: Value = serde_json::from_str(&text).unwrap();
     let delete = manifest["tools"]
         .as_array()
@@ -1164,4 +1173,60 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     // The server still serves the session.
     let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;
     assert_eq!(status, 200);
+}
+
+/// `GET /resources` and `GET /prompts`: 401 without a token, and each caller sees what
+/// its scopes allow, as `resources/list`, `resources/templates/list` and `prompts/list`
+/// show them.
+#[tokio::test]
+async fn get_resources_and_prompts_are_filtered_by_scope() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    for path in ["resources", "prompts"] {
+        let url = format!("{}/{path}", server.base);
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    let get = |path: &'static str, token: String| {
+        let client = client.clone();
+        let url = format!("{}/{path}", server.base);
+        async move {
+            let response = client.get(&url).bearer_auth(token).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{path}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let uris = |doc: &Value| -> Vec<String> {
+        doc["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["uri"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let full = get("resources", server.fixture.full.clone()).await;
+    assert_eq!(uris(&full), ["notes://admin/count", "notes://all"]);
+    assert_eq!(
+        full["resourceTemplates"][0]["uriTemplate"],
+        "notes://notes/{id}"
+    );
+    let reader = get("resources", server.fixture.reader.clone()).await;
+    assert_eq!(uris(&reader), ["notes://all"]);
+    assert_eq!(reader["resourceTemplates"].as_array().unwrap().len(), 1);
+    let names = |doc: &Value| -> Vec<String> {
+        doc["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&get("prompts", server.fixture.full.clone()).await),
+        ["purge_plan", "review_note"]
+    );
+    assert_eq!(
+        names(&get("prompts", server.fixture.reader.clone()).await),
+        ["review_note"]
+    );
 }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aac_tools::audit::{AuditRecord, Outcome};
+use aac_tools::audit::{AuditRecord, CallKind, Outcome};
 use aac_tools::{CONFIRM_REQUIRED, Registry};
 use common::{ChildGuard, Fixture, read_audit, server_bin, spawn_http_server};
 use serde_json::{Value, json};
@@ -549,4 +549,268 @@ fn python_sdk_confirms_over_streamable_http() {
         ],
     );
     check_confirmations(&report, &read_audit(&fixture.audit_path));
+}
+
+/// The resources, prompts and completion of one `--items` report: what a client with
+/// every scope reads, and each refusal (missing scope, unknown resource or prompt, bad
+/// arguments), as the SDK saw them.
+fn check_items(report: &Value, mode: &str) {
+    let full = &report["full"];
+    assert_eq!(full["connected"], true, "{full}");
+    let caps = &full["capabilities"];
+    assert_eq!(caps["resources"]["subscribe"], true, "{caps}");
+    assert!(
+        caps["prompts"].is_object() && caps["completions"].is_object(),
+        "{caps}"
+    );
+    let uris: Vec<&str> = full["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["notes://admin/count", "notes://all"]);
+    assert_eq!(full["templates"][0]["uriTemplate"], "notes://notes/{id}");
+    let prompts: Vec<&str> = full["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["purge_plan", "review_note"]);
+    let note_id = full["note_id"].as_i64().expect("a note was added");
+    assert_eq!(
+        full["read_all"]["contents"][0]["text"],
+        format!("{note_id}: read me\n")
+    );
+    assert_eq!(full["read_note"]["contents"][0]["text"], "read me");
+    assert_eq!(
+        full["read_note"]["contents"][0]["uri"],
+        format!("notes://notes/{note_id}")
+    );
+    assert_eq!(full["read_admin"]["contents"][0]["text"], "1");
+    let error = |session: &Value, label: &str, code: i64, reason: &str| {
+        let err = &session[format!("{label}_error")];
+        assert_eq!(err["code"], code, "{label}: {session}");
+        assert_eq!(err["data"]["reason"], reason, "{label}: {session}");
+    };
+    error(full, "read_missing_note", -32602, "not_found");
+    // 2026-07-28 answers an unknown resource with invalid params (rmcp upgrades the
+    // older "resource not found" code for those peers).
+    let not_found = if mode == "legacy" { -32002 } else { -32602 };
+    error(full, "read_unknown", not_found, "unknown_resource");
+    error(full, "get_review_no_args", -32602, "invalid_arguments");
+    error(full, "get_unknown", -32602, "unknown_prompt");
+    assert_eq!(
+        full["get_review"]["messages"][0]["content"]["text"],
+        "Review this note: read me"
+    );
+    assert_eq!(
+        full["get_purge"]["messages"][0]["content"]["text"],
+        "Which notes are obsolete?"
+    );
+    assert_eq!(
+        full["complete_prompt"]["completion"]["values"],
+        json!([note_id.to_string()])
+    );
+    assert_eq!(
+        full["complete_template"]["completion"]["values"],
+        json!([note_id.to_string()])
+    );
+    assert!(full.get("subscribe_error").is_none(), "{full}");
+    assert!(full.get("unsubscribe_error").is_none(), "{full}");
+
+    // The reader (notes:read): lists without what it may not use; refused reads.
+    let reader = &report["reader"];
+    let uris: Vec<&str> = reader["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["notes://all"]);
+    assert_eq!(reader["prompts"].as_array().unwrap().len(), 1);
+    error(reader, "read_admin", -32001, "insufficient_scope");
+    error(reader, "get_purge", -32001, "insufficient_scope");
+    assert!(reader["read_all"]["contents"].is_array(), "{reader}");
+}
+
+/// The records of an `--items` run with a valid token, in order: the kind, the name or
+/// URI, the outcome and the reason.
+fn items_records(note: &str, full: bool) -> Vec<(CallKind, String, Outcome, Option<&'static str>)> {
+    use CallKind::{Completion, Prompt, Resource, Tool};
+    use Outcome::{Denied, Error, Success};
+    let r = |kind, name: &str, outcome, reason| (kind, name.to_owned(), outcome, reason);
+    let mut records = Vec::new();
+    if full {
+        records.push(r(Tool, "add_note", Success, None));
+    }
+    records.extend([
+        r(Resource, "notes://all", Success, None),
+        r(
+            Resource,
+            &format!("notes://notes/{note}"),
+            if full { Success } else { Error },
+            (!full).then_some("not_found"),
+        ),
+        r(Resource, "notes://notes/424242", Error, Some("not_found")),
+        r(
+            Resource,
+            "notes://nothing",
+            Denied,
+            Some("unknown_resource"),
+        ),
+        if full {
+            r(Resource, "notes://admin/count", Success, None)
+        } else {
+            r(
+                Resource,
+                "notes://admin/count",
+                Denied,
+                Some("insufficient_scope"),
+            )
+        },
+        r(
+            Prompt,
+            "review_note",
+            if full { Success } else { Error },
+            (!full).then_some("not_found"),
+        ),
+        r(Prompt, "review_note", Denied, Some("invalid_arguments")),
+        if full {
+            r(Prompt, "purge_plan", Success, None)
+        } else {
+            r(Prompt, "purge_plan", Denied, Some("insufficient_scope"))
+        },
+        r(Prompt, "no_such_prompt", Denied, Some("unknown_prompt")),
+        r(Completion, "review_note", Success, None),
+        r(Completion, "notes://notes/{id}", Success, None),
+    ]);
+    records
+}
+
+fn check_items_audit(
+    records: &[AuditRecord],
+    expected: &[(CallKind, String, Outcome, Option<&str>)],
+) {
+    let got: Vec<(CallKind, String, Outcome, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.kind, r.tool.clone(), r.outcome, r.reason.as_deref()))
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_stdio() {
+    items_over_stdio("legacy");
+}
+
+/// The same in the 2026-07-28 protocol (no subscriptions there).
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_stdio_in_2026_07_28() {
+    items_over_stdio("auto");
+}
+
+fn items_over_stdio(mode: &str) {
+    let fixture = Fixture::new();
+    let arg = |a: &str| format!("--arg={a}");
+    let report = run_client(&[
+        "stdio".into(),
+        "--command".into(),
+        server_bin().display().to_string(),
+        arg("--db"),
+        arg(&fixture.db_path.display().to_string()),
+        arg("--audit"),
+        arg(&fixture.audit_path.display().to_string()),
+        arg("stdio"),
+        "--full".into(),
+        fixture.full.clone(),
+        "--reader".into(),
+        fixture.reader.clone(),
+        "--items".into(),
+        format!("--items-mode={mode}"),
+    ]);
+    check_items(&report, mode);
+    // Over stdio a session without a token connects, lists nothing (deny by default)
+    // and every read is refused as missing_token.
+    let anonymous = &report["no_token"];
+    assert_eq!(anonymous["connected"], true, "{anonymous}");
+    assert_eq!(anonymous["resources"], json!([]));
+    assert_eq!(anonymous["prompts"], json!([]));
+    assert_eq!(anonymous["read_all_error"]["code"], -32001);
+    assert_eq!(
+        anonymous["read_all_error"]["data"]["reason"],
+        "missing_token"
+    );
+    assert_eq!(anonymous["get_review_error"]["data"]["status"], 401);
+
+    let note = report["full"]["note_id"].as_i64().unwrap().to_string();
+    let mut expected = items_records(&note, true);
+    expected.extend(items_records("None", false));
+    let anonymous_records: Vec<_> = items_records("None", false)
+        .into_iter()
+        .map(|(kind, tool, _, _)| (kind, tool, Outcome::Denied, Some("missing_token")))
+        .collect();
+    expected.extend(anonymous_records);
+    check_items_audit(&read_audit(&fixture.audit_path), &expected);
+}
+
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_streamable_http() {
+    items_over_http("legacy");
+}
+
+/// The same in the 2026-07-28 protocol (no subscriptions there).
+#[test]
+fn python_sdk_reads_resources_and_prompts_over_streamable_http_in_2026_07_28() {
+    items_over_http("auto");
+}
+
+fn items_over_http(mode: &str) {
+    let fixture = Fixture::new();
+    let (_server, url) = spawn_http_server(&fixture);
+    let report = run_client(&[
+        "http".into(),
+        "--url".into(),
+        url.clone(),
+        "--full".into(),
+        fixture.full.clone(),
+        "--reader".into(),
+        fixture.reader.clone(),
+        "--items".into(),
+        format!("--items-mode={mode}"),
+    ]);
+    check_items(&report, mode);
+    // Over HTTP no token means no session at all.
+    assert_eq!(report["no_token"]["connected"], false);
+    let note = report["full"]["note_id"].as_i64().unwrap().to_string();
+    let mut expected = items_records(&note, true);
+    expected.extend(items_records("None", false));
+
+    // A raw `resources/read` and `prompts/get` without a token: 401 from the gate, and
+    // each recorded once, with its kind.
+    for (method, params) in [
+        ("resources/read", json!({"uri": "notes://all"})),
+        (
+            "prompts/get",
+            json!({"name": "review_note", "arguments": {"id": "1"}}),
+        ),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+        let status = common::post_json_status(&url, &body);
+        assert_eq!(status, 401, "{method}");
+    }
+    expected.push((
+        CallKind::Resource,
+        "notes://all".into(),
+        Outcome::Denied,
+        Some("missing_token"),
+    ));
+    expected.push((
+        CallKind::Prompt,
+        "review_note".into(),
+        Outcome::Denied,
+        Some("missing_token"),
+    ));
+    check_items_audit(&read_audit(&fixture.audit_path), &expected);
 }

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use aac_tools::audit::{AuditRecord, Outcome};
+use aac_tools::audit::{AuditRecord, CallKind, Outcome};
 use aac_tools::{CONFIRM_REQUIRED, Registry};
 use common::{AacWorkflow, Fixture, read_audit, run_to_end, server_bin, spawn_http_server};
 use serde_json::{Value, json};
@@ -847,4 +847,226 @@ fn client_2x_answers_the_servers_confirmation_in_both_eras() {
             accepted()
         ]
     );
+}
+
+fn item(label: &str, op: &str, rest: Value) -> Value {
+    let mut item = json!({"label": label, "op": op});
+    item.as_object_mut()
+        .unwrap()
+        .extend(rest.as_object().unwrap().clone());
+    item
+}
+
+/// Resources, prompts and completion: a client with every scope reads and gets them, the
+/// reader is refused what its scopes do not allow, and (over stdio) a client without a
+/// token is refused everything.
+fn item_sessions(full: &str, reader: &str, anonymous: bool) -> Value {
+    let reads = |label: &str| {
+        json!([
+            item("resources", "list_resources", json!({})),
+            item("templates", "list_templates", json!({})),
+            item("prompts", "list_prompts", json!({})),
+            item("read_all", "read", json!({"uri": "notes://all"})),
+            item("read_note", "read", json!({"uri": "notes://notes/1"})),
+            item("read_unknown", "read", json!({"uri": "notes://nothing"})),
+            item("read_admin", "read", json!({"uri": "notes://admin/count"})),
+            item(
+                "get_review",
+                "get",
+                json!({"name": "review_note", "arguments": {"id": "1"}})
+            ),
+            item(
+                "get_review_no_args",
+                "get",
+                json!({"name": "review_note", "arguments": {}})
+            ),
+            item(
+                "get_purge",
+                "get",
+                json!({"name": "purge_plan", "arguments": {}})
+            ),
+            item(
+                "complete",
+                "complete",
+                json!({"ref": {"type": "ref/prompt", "name": "review_note"},
+                       "argument": {"name": "id", "value": ""}})
+            ),
+            item(&format!("{label}_end"), "list_prompts", json!({})),
+        ])
+    };
+    let mut sessions = vec![
+        json!({"label": "full", "token": full,
+               "calls": [call("add_note", "add_note", json!({"text": "from typescript"}))],
+               "items": reads("full")}),
+        json!({"label": "reader", "token": reader, "items": reads("reader")}),
+    ];
+    if anonymous {
+        sessions.push(json!({"label": "no_token", "token": null, "items": reads("no_token")}));
+    }
+    Value::Array(sessions)
+}
+
+/// An item that must have answered; its result.
+fn item_result<'a>(session: &'a Value, label: &str) -> &'a Value {
+    let entry = &session["items"][label];
+    assert!(entry["error"].is_null(), "`{label}` threw: {entry}");
+    &entry["result"]
+}
+
+/// An item that must have been refused with this JSON-RPC code and reason.
+fn item_refused(session: &Value, label: &str, code: i64, reason: &str) {
+    let error = &session["items"][label]["error"];
+    assert_eq!(error["code"], code, "`{label}`: {error}");
+    assert_eq!(error["data"]["reason"], reason, "`{label}`: {error}");
+}
+
+fn items_over(sdk: Sdk, transport: &str) {
+    let fixture = Fixture::new();
+    let (_server, plan) = if transport == "stdio" {
+        let plan = json!({
+            "transport": "stdio",
+            "command": server_bin(),
+            "args": ["--db", fixture.db_path, "--audit", fixture.audit_path, "stdio"],
+            "sessions": item_sessions(&fixture.full, &fixture.reader, true),
+        });
+        (None, plan)
+    } else {
+        let (server, url) = spawn_http_server(&fixture);
+        let plan = json!({
+            "transport": "http",
+            "url": url,
+            "sessions": item_sessions(&fixture.full, &fixture.reader, false),
+        });
+        (Some(server), plan)
+    };
+    let report = run_client(sdk, &plan);
+    let sessions = &report["sessions"];
+    let full = &sessions["full"];
+    assert_eq!(full["connected"], true, "{full}");
+    let uris: Vec<&Value> = item_result(full, "resources")["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["uri"])
+        .collect();
+    assert_eq!(uris, [&json!("notes://admin/count"), &json!("notes://all")]);
+    assert_eq!(
+        item_result(full, "templates")["resourceTemplates"][0]["uriTemplate"],
+        "notes://notes/{id}"
+    );
+    assert_eq!(
+        item_result(full, "prompts")["prompts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        item_result(full, "read_all")["contents"][0]["text"],
+        "1: from typescript\n"
+    );
+    assert_eq!(
+        item_result(full, "read_note")["contents"][0],
+        json!({"uri": "notes://notes/1", "mimeType": "text/plain", "text": "from typescript"})
+    );
+    // 2026-07-28 answers an unknown resource with invalid params (rmcp upgrades the
+    // older "resource not found" code for those peers).
+    let not_found = if sdk == Sdk::V2Auto { -32602 } else { -32002 };
+    item_refused(full, "read_unknown", not_found, "unknown_resource");
+    assert_eq!(item_result(full, "read_admin")["contents"][0]["text"], "1");
+    assert_eq!(
+        item_result(full, "get_review")["messages"][0]["content"]["text"],
+        "Review this note: from typescript"
+    );
+    item_refused(full, "get_review_no_args", -32602, "invalid_arguments");
+    assert_eq!(
+        item_result(full, "complete")["completion"]["values"],
+        json!(["1"])
+    );
+
+    let reader = &sessions["reader"];
+    assert_eq!(
+        item_result(reader, "resources")["resources"],
+        json!([item_result(full, "resources")["resources"][1]])
+    );
+    item_refused(reader, "read_admin", -32001, "insufficient_scope");
+    item_refused(reader, "get_purge", -32001, "insufficient_scope");
+    assert_eq!(
+        item_result(reader, "read_note")["contents"][0]["text"],
+        "from typescript"
+    );
+
+    use CallKind::{Completion, Prompt, Resource, Tool};
+    use Outcome::{Denied, Success};
+    let reads = |admin: (Outcome, Option<&'static str>), purge: (Outcome, Option<&'static str>)| {
+        vec![
+            (Resource, "notes://all", Success, None),
+            (Resource, "notes://notes/1", Success, None),
+            (
+                Resource,
+                "notes://nothing",
+                Denied,
+                Some("unknown_resource"),
+            ),
+            (Resource, "notes://admin/count", admin.0, admin.1),
+            (Prompt, "review_note", Success, None),
+            (Prompt, "review_note", Denied, Some("invalid_arguments")),
+            (Prompt, "purge_plan", purge.0, purge.1),
+            (Completion, "review_note", Success, None),
+        ]
+    };
+    let mut expected = vec![(Tool, "add_note", Success, None)];
+    expected.extend(reads((Success, None), (Success, None)));
+    let refused = (Denied, Some("insufficient_scope"));
+    expected.extend(reads(refused, refused));
+    if transport == "stdio" {
+        let anonymous = &sessions["no_token"];
+        assert_eq!(item_result(anonymous, "resources")["resources"], json!([]));
+        item_refused(anonymous, "read_all", -32001, "missing_token");
+        item_refused(anonymous, "get_review", -32001, "missing_token");
+        expected.extend(
+            reads((Success, None), (Success, None))
+                .into_iter()
+                .map(|(kind, name, _, _)| (kind, name, Denied, Some("missing_token"))),
+        );
+    }
+    let got: Vec<(CallKind, String, Outcome, Option<String>)> = read_audit(&fixture.audit_path)
+        .into_iter()
+        .map(|r| (r.kind, r.tool, r.outcome, r.reason))
+        .collect();
+    let expected: Vec<(CallKind, String, Outcome, Option<String>)> = expected
+        .into_iter()
+        .map(|(k, t, o, r)| (k, t.to_owned(), o, r.map(str::to_owned)))
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn sdk_1x_reads_resources_and_prompts_over_stdio() {
+    items_over(Sdk::V1, "stdio");
+}
+
+#[test]
+fn client_2x_reads_resources_and_prompts_over_stdio() {
+    items_over(Sdk::V2, "stdio");
+}
+
+#[test]
+fn sdk_1x_reads_resources_and_prompts_over_streamable_http() {
+    items_over(Sdk::V1, "http");
+}
+
+#[test]
+fn client_2x_reads_resources_and_prompts_over_streamable_http() {
+    items_over(Sdk::V2, "http");
+}
+
+#[test]
+fn client_2x_auto_reads_resources_and_prompts_over_stdio() {
+    items_over(Sdk::V2Auto, "stdio");
+}
+
+#[test]
+fn client_2x_auto_reads_resources_and_prompts_over_streamable_http() {
+    items_over(Sdk::V2Auto, "http");
 }

@@ -14,7 +14,12 @@
 //      "version_negotiation": {"mode": "auto"},                          (optional, 2.x)
 //      "elicit": "accept" | "decline",          (optional: answer every elicitation so)
 //      "sessions": [{"label": L, "token": T | null,
-//                    "calls": [{"label": L, "name": TOOL, "arguments": {...}}]}]}
+//                    "calls": [{"label": L, "name": TOOL, "arguments": {...}}],
+//                    "items": [{"label": L, "op": "list_resources" | "list_templates" |
+//                               "list_prompts" | "read" | "get" | "complete", ...}]}]}
+//
+// An item `read` has a `uri`; `get` a `name` and `arguments`; `complete` a `ref` and an
+// `argument` ({name, value}).
 //
 // Each session is a new client: over stdio a new server process with `AAC_TOKEN=T`
 // (none if null), over HTTP a new MCP session with `Authorization: Bearer T`.
@@ -50,6 +55,7 @@ if (sdk === 'v1') {
 function describe(error) {
     const out = { name: error?.constructor?.name ?? typeof error, message: String(error?.message ?? error) };
     if (error?.code !== undefined) out.code = error.code;
+    if (error?.data !== undefined) out.data = error.data;
     return out;
 }
 
@@ -121,6 +127,22 @@ async function runSession(session) {
             };
         } catch (error) {
             out.calls[call.label] = { error: describe(error) };
+        }
+    }
+    out.items = {};
+    for (const item of session.items ?? []) {
+        const run = {
+            list_resources: () => client.listResources(),
+            list_templates: () => client.listResourceTemplates(),
+            list_prompts: () => client.listPrompts(),
+            read: () => client.readResource({ uri: item.uri }),
+            get: () => client.getPrompt({ name: item.name, arguments: item.arguments }),
+            complete: () => client.complete({ ref: item.ref, argument: item.argument }),
+        }[item.op];
+        try {
+            out.items[item.label] = { result: await run() };
+        } catch (error) {
+            out.items[item.label] = { error: describe(error) };
         }
     }
     await client.close();

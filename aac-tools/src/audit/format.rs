@@ -197,6 +197,7 @@ mod tests {
                 access_level: None,
                 arguments: serde_json::json!({}),
                 confirmed_by: None,
+                kind: crate::audit::CallKind::Tool,
             },
             prev_hash: String::new(),
             hash: String::new(),

@@ -200,6 +200,58 @@ pub struct AuditRecord {
     /// the client could not); `null` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_by: Option<String>,
+    /// What was called: a tool (then `tool` is its name), a resource read (`tool` is the
+    /// URI), a prompt (its name) or a completion (the prompt name or URI template).
+    /// Left out of the JSON form for tools.
+    #[serde(default, skip_serializing_if = "CallKind::is_tool")]
+    pub kind: CallKind,
+}
+
+/// What an audited call was: `tool`, `resource`, `prompt` or `completion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallKind {
+    /// `tools/call` (and `POST /tools/{name}`).
+    #[default]
+    Tool,
+    /// `resources/read`.
+    Resource,
+    /// `prompts/get`.
+    Prompt,
+    /// `completion/complete`.
+    Completion,
+}
+
+impl CallKind {
+    /// The snake_case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Tool => "tool",
+            CallKind::Resource => "resource",
+            CallKind::Prompt => "prompt",
+            CallKind::Completion => "completion",
+        }
+    }
+
+    /// Whether it is [`CallKind::Tool`].
+    pub fn is_tool(&self) -> bool {
+        *self == CallKind::Tool
+    }
+}
+
+impl std::str::FromStr for CallKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CallKind, String> {
+        match s {
+            "tool" => Ok(CallKind::Tool),
+            "resource" => Ok(CallKind::Resource),
+            "prompt" => Ok(CallKind::Prompt),
+            "completion" => Ok(CallKind::Completion),
+            other => Err(format!(
+                "unknown kind `{other}`; expected one of `tool`, `resource`, `prompt`, `completion`"
+            )),
+        }
+    }
 }
 
 impl Serialize for AccessLevel {

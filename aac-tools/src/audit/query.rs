@@ -35,6 +35,7 @@ pub struct AuditQuery {
     since: Option<String>,
     until: Option<String>,
     limit: Option<usize>,
+    kind: Option<super::CallKind>,
 }
 
 impl AuditQuery {
@@ -46,6 +47,12 @@ impl AuditQuery {
     /// Only calls of this tool.
     pub fn tool(mut self, tool: impl Into<String>) -> AuditQuery {
         self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only calls of this kind (`tool`, `resource`, `prompt`, `completion`).
+    pub fn kind(mut self, kind: super::CallKind) -> AuditQuery {
+        self.kind = Some(kind);
         self
     }
 
@@ -104,6 +111,7 @@ impl AuditQuery {
         };
         add("tool = ?", self.tool.as_deref());
         add("outcome = ?", self.outcome.map(Outcome::as_str));
+        add("kind = ?", self.kind.map(super::CallKind::as_str));
         add("reason = ?", self.reason.as_deref());
         add("principal = ?", self.principal.as_deref());
         add("workspace = ?", self.workspace.as_deref());

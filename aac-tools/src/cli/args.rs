@@ -72,9 +72,12 @@ pub(crate) struct CreateArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
-    /// Only calls of this tool
+    /// Only calls of this tool (for a resource, its URI; for a prompt, its name)
     #[arg(long)]
     pub(crate) tool: Option<String>,
+    /// Only calls of this kind
+    #[arg(long, value_parser = ["tool", "resource", "prompt", "completion"])]
+    pub(crate) kind: Option<String>,
     /// Only calls with this outcome
     #[arg(long, value_parser = ["success", "denied", "error"])]
     pub(crate) outcome: Option<String>,

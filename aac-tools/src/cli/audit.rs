@@ -15,6 +15,9 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
     if let Some(tool) = args.tool.clone() {
         query = query.tool(tool);
     }
+    if let Some(kind) = args.kind.as_deref() {
+        query = query.kind(kind.parse().map_err(CliError::new)?);
+    }
     if let Some(outcome) = args.outcome.as_deref() {
         query = query.outcome(match outcome {
             "success" => Outcome::Success,

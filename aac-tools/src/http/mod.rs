@@ -228,6 +228,8 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
     let mcp = routes::McpEndpoint::new(app.clone(), Arc::clone(&guard), mcp);
     Ok(Router::new()
         .route("/tools", get(routes::list_tools))
+        .route("/resources", get(routes::list_resources))
+        .route("/prompts", get(routes::list_prompts))
         .route("/tools/{name}", post(routes::call_tool))
         .route(
             "/.well-known/oauth-protected-resource",

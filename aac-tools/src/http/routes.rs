@@ -488,11 +488,24 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let peer = peer_addr(&parts.extensions);
     let mut attempt = call.as_ref().map(|call| call.begin(app.server(), peer));
 
+    let item = || {
+        (is_post && call.is_none())
+            .then(|| item_request(&body, peer))
+            .flatten()
+    };
     let principal = match app.authenticate(&parts.headers).await {
         Ok(principal) => principal,
         Err(err) => {
-            let err = match (&call, attempt) {
-                (Some(call), Some(attempt)) => call.refuse(attempt, Check::Authenticate, err).await,
+            let err = match (&call, attempt, item()) {
+                (Some(call), Some(attempt), _) => {
+                    call.refuse(attempt, Check::Authenticate, err).await
+                }
+                (_, _, Some(item)) => {
+                    app.server()
+                        .begin(item)
+                        .refuse(Check::Authenticate, err)
+                        .await
+                }
                 _ => err,
             };
             return app.refusal(&parts.headers, &err, None);
@@ -514,8 +527,13 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     {
         tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
         let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
-        let err = match (&call, attempt) {
-            (Some(call), Some(attempt)) => call.refuse(attempt, Check::Session, err).await,
+        let err = match (&call, attempt, item()) {
+            (Some(call), Some(attempt), _) => call.refuse(attempt, Check::Session, err).await,
+            (_, _, Some(item)) => {
+                let mut attempt = app.server().begin(item);
+                attempt.authenticated(Arc::clone(&principal));
+                attempt.refuse(Check::Session, err).await
+            }
             _ => err,
         };
         return json_error(&err);
@@ -596,6 +614,75 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
         Some(subset) => Bytes::from(app.server().listing().manifest_of(&subset)),
     };
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET /resources`: `{"resources": [...], "resourceTemplates": [...]}`, those this
+/// caller's scopes allow (the same objects as `resources/list` and
+/// `resources/templates/list`).
+pub(crate) async fn list_resources(State(app): State<App>, headers: HeaderMap) -> Response {
+    let principal = match app.authenticate(&headers).await {
+        Ok(principal) => principal,
+        Err(err) => return app.refusal(&headers, &err, None),
+    };
+    let items = crate::pipeline::listing::items_json(app.server().registry(), Some(&principal));
+    axum::Json(serde_json::json!({
+        "resources": items.resources,
+        "resourceTemplates": items.templates,
+    }))
+    .into_response()
+}
+
+/// `GET /prompts`: `{"prompts": [...]}`, those this caller's scopes allow (the same
+/// objects as `prompts/list`).
+pub(crate) async fn list_prompts(State(app): State<App>, headers: HeaderMap) -> Response {
+    let principal = match app.authenticate(&headers).await {
+        Ok(principal) => principal,
+        Err(err) => return app.refusal(&headers, &err, None),
+    };
+    let items = crate::pipeline::listing::items_json(app.server().registry(), Some(&principal));
+    axum::Json(serde_json::json!({ "prompts": items.prompts })).into_response()
+}
+
+/// A `resources/read`, `prompts/get` or `completion/complete` the gate refuses before
+/// the MCP layer sees it (no valid token, another principal's session): begun and
+/// refused here, so that it leaves its one record like any other refused read. One it
+/// lets through is begun by the MCP handler.
+fn item_request(body: &[u8], peer: Option<IpAddr>) -> Option<CallRequest> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let params = message.get("params");
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let mut request = match message.get("method")?.as_str()? {
+        "resources/read" => CallRequest::resource(text(params?.get("uri"))?),
+        "prompts/get" => CallRequest::prompt(
+            text(params?.get("name"))?,
+            params?.get("arguments").cloned(),
+        ),
+        "completion/complete" => {
+            let reference = params?.get("ref")?;
+            let resource = reference.get("type")?.as_str()? == "ref/resource";
+            let target = text(reference.get(if resource { "uri" } else { "name" }))?;
+            let argument = params?.get("argument")?;
+            CallRequest::completion(
+                target,
+                resource,
+                text(argument.get("name")).unwrap_or_default(),
+                text(argument.get("value")).unwrap_or_default(),
+                serde_json::Map::new(),
+            )
+        }
+        _ => return None,
+    };
+    request = request.transport(Transport::StreamableHttp);
+    if let Some(id) = message.get("id") {
+        request = request.request_id(match id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    if let Some(peer) = peer {
+        request = request.peer_addr(peer);
+    }
+    Some(request)
 }
 
 /// `POST /tools/{name}`: a plain JSON call. The body is the arguments (empty for none);

@@ -11,9 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
-    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ResourceContents, ResultType,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    InputRequest, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, ResourceContents,
+    ResourceUpdatedNotificationParam, ResultType, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -23,7 +27,7 @@ use super::level::{from_rmcp_level, level_rank};
 use super::peer::RmcpPeer;
 use crate::confirm::{Asking, INPUT_KEY, InputRequired};
 use crate::context::{ClientPeer, LogLevel, Transport};
-use crate::error::ToolError;
+use crate::error::{Status, ToolError};
 use crate::pipeline::Attempt;
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
@@ -63,11 +67,25 @@ impl Shared {
             tools.push(tool);
             index.insert(entry.name(), i);
         }
-        let capabilities: ServerCapabilities = serde_json::from_value(json!({
+        let registry = server.registry();
+        let mut capabilities = json!({
             "tools": {"listChanged": false},
             "logging": {},
-        }))
-        .map_err(|err| io::Error::other(format!("server capabilities: {err}")))?;
+        });
+        // Resources, prompts and completion are advertised only by a server that has some.
+        if !registry.resources().is_empty() {
+            capabilities["resources"] = json!({"subscribe": true, "listChanged": false});
+        }
+        if !registry.prompts().is_empty() {
+            capabilities["prompts"] = json!({"listChanged": false});
+        }
+        if registry.resources().iter().any(|r| r.has_completion())
+            || registry.prompts().iter().any(|p| p.def().has_completion())
+        {
+            capabilities["completions"] = json!({});
+        }
+        let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
+            .map_err(|err| io::Error::other(format!("server capabilities: {err}")))?;
         let mut info = ServerConfig::new(capabilities);
         info.server_info = rmcp::model::Implementation::new(server.name(), server.version());
         Ok(Arc::new(Shared {
@@ -88,6 +106,10 @@ pub(crate) struct McpHandler {
     token: Option<Arc<str>>,
     /// The minimum level of log notifications, set by `logging/setLevel`.
     log_level: Arc<AtomicU8>,
+    /// The resource URIs this session subscribed to.
+    subscriptions: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Whether this session forwards resource updates yet (from its first subscription).
+    forwarding: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Log messages below `info` are dropped until the client asks for them.
@@ -103,6 +125,8 @@ impl McpHandler {
             transport,
             token: token.map(Arc::from),
             log_level: Arc::new(AtomicU8::new(level_rank(DEFAULT_LOG_LEVEL))),
+            subscriptions: Arc::default(),
+            forwarding: Arc::default(),
         }
     }
 
@@ -138,6 +162,82 @@ impl McpHandler {
         #[cfg(not(feature = "http"))]
         let _ = context;
         None
+    }
+
+    /// Run a resource read, prompt or completion through the pipeline: one attempt, one
+    /// audit record, whatever happens.
+    async fn run_item(
+        &self,
+        request: CallRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolOutput, ToolError> {
+        let request = request
+            .credentials(self.credentials(context))
+            .transport(self.transport)
+            .request_id(context.id.to_string())
+            .cancellation(context.ct.clone());
+        self.shared.server.begin(request).run().await.into_result()
+    }
+
+    /// A subscription's checks (no record: subscribing reads nothing): a principal, a
+    /// resource the URI names, and its scopes.
+    async fn may_subscribe(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(principal) = self.principal(context).await else {
+            return Err(rpc_error(ToolError::missing_token()));
+        };
+        let registry = self.shared.server.registry();
+        let Some((i, _)) = registry.find_resource(uri) else {
+            return Err(rpc_error(ToolError::new(
+                Status::NotFound,
+                "unknown_resource",
+                "unknown resource",
+            )));
+        };
+        let scopes = registry.resources()[i].scopes();
+        if !principal.has_scopes(scopes) {
+            return Err(rpc_error(ToolError::insufficient_scope(scopes)));
+        }
+        Ok(())
+    }
+
+    /// From the session's first subscription on: every update of a resource it is
+    /// subscribed to becomes a `notifications/resources/updated`. Ends when the session
+    /// is gone (its handler dropped, or the client no longer takes notifications).
+    fn forward_updates(&self, peer: rmcp::Peer<RoleServer>) {
+        let mut updates = self.shared.server.resource_updates();
+        let subscriptions = Arc::downgrade(&self.subscriptions);
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let uri = match updates.recv().await {
+                    Ok(uri) => uri,
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::warn!(skipped, "a session lagged behind resource updates");
+                        continue;
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                let Some(subscriptions) = subscriptions.upgrade() else {
+                    break;
+                };
+                let subscribed = subscriptions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&uri);
+                if subscribed
+                    && peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
     }
 
     async fn principal(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Principal>> {
@@ -198,6 +298,145 @@ impl ServerHandler for McpHandler {
             .listing()
             .is_visible(i)
             .then(|| self.shared.tools[i].clone())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let principal = self.principal(&context).await;
+        let items = crate::pipeline::listing::items_json(
+            self.shared.server.registry(),
+            principal.as_deref(),
+        );
+        from_json(json!({ "resources": items.resources }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let principal = self.principal(&context).await;
+        let items = crate::pipeline::listing::items_json(
+            self.shared.server.registry(),
+            principal.as_deref(),
+        );
+        from_json(json!({ "resourceTemplates": items.templates }))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let output = self
+            .run_item(CallRequest::resource(request.uri), &context)
+            .await
+            .map_err(rpc_error)?;
+        let (content, _) = output.into_parts();
+        let contents: Vec<Value> = content
+            .iter()
+            .filter_map(|c| match c.to_json() {
+                Value::Object(mut item) => item.remove("resource"),
+                _ => None,
+            })
+            .collect();
+        let result: ReadResourceResult = from_json(json!({ "contents": contents }))?;
+        Ok(ReadResourceResponse::Complete(result))
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.may_subscribe(&request.uri, &context).await?;
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request.uri);
+        if !self.forwarding.swap(true, Ordering::AcqRel) {
+            self.forward_updates(context.peer.clone());
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let principal = self.principal(&context).await;
+        let items = crate::pipeline::listing::items_json(
+            self.shared.server.registry(),
+            principal.as_deref(),
+        );
+        from_json(json!({ "prompts": items.prompts }))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let arguments = request.arguments.map(Value::Object);
+        let output = self
+            .run_item(CallRequest::prompt(request.name, arguments), &context)
+            .await
+            .map_err(rpc_error)?;
+        let value = output.structured_value().cloned().unwrap_or(Value::Null);
+        let result: GetPromptResult = from_json(value)?;
+        Ok(GetPromptResponse::Complete(result))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let (target, resource) = match request.r#ref {
+            Reference::Resource(r) => (r.uri, true),
+            Reference::Prompt(p) => (p.name, false),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "completion of an unknown kind of reference",
+                    None,
+                ));
+            }
+        };
+        let context_args = request
+            .context
+            .and_then(|c| c.arguments)
+            .map(|args| {
+                args.into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let call = CallRequest::completion(
+            target,
+            resource,
+            request.argument.name,
+            request.argument.value,
+            context_args,
+        );
+        let output = self.run_item(call, &context).await.map_err(rpc_error)?;
+        let value = output.structured_value().cloned().unwrap_or(Value::Null);
+        from_json(json!({ "completion": value }))
     }
 
     async fn call_tool(
@@ -307,6 +546,35 @@ fn input_required_result(input: &InputRequired) -> Result<InputRequiredResult, E
         Some(requests),
         Some(input.request_state().to_owned()),
     ))
+}
+
+/// An rmcp result type from the JSON the pipeline built, with `resultType` (which
+/// 2026-07-28 requires; rmcp strips it again for older peers).
+fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
+    if let Value::Object(map) = &mut value {
+        map.entry("resultType").or_insert_with(|| json!("complete"));
+    }
+    serde_json::from_value(value)
+        .map_err(|err| ErrorData::internal_error(format!("an invalid result: {err}"), None))
+}
+
+/// A refused or failed resource read, prompt or completion, as a JSON-RPC error (these
+/// methods have no `isError` result): `-32002` for an unknown resource (the spec's
+/// "resource not found"), `-32602` for invalid params or an unknown prompt, `-32001`
+/// for a refusal of the caller (401, 403, 429), `-32603` else; `data` is
+/// `{"error", "reason", "status"}`.
+fn rpc_error(err: ToolError) -> ErrorData {
+    let code = match (err.status(), err.reason()) {
+        (Status::NotFound, "unknown_resource") => -32002,
+        (Status::NotFound | Status::BadRequest, _) => -32602,
+        (Status::Unauthorized | Status::Forbidden | Status::TooManyRequests, _) => -32001,
+        _ => -32603,
+    };
+    ErrorData::new(
+        ErrorCode(code),
+        err.message().to_owned(),
+        Some(err.to_json()),
+    )
 }
 
 /// The rmcp result of a call, built directly from the pipeline's (no JSON in between):

@@ -161,6 +161,43 @@ fn manifest_body(parts: &[String], positions: &[usize]) -> String {
     text
 }
 
+/// The resources, resource templates and prompts `principal` may use, as listed
+/// (`resources/list`, `resources/templates/list`, `prompts/list`, `GET /resources`,
+/// `GET /prompts`): always filtered by scope, and empty without a principal (deny by
+/// default; unlike tools there is no unfiltered mode to stay compatible with).
+pub(crate) fn items_json(registry: &Registry, principal: Option<&Principal>) -> ItemsJson {
+    let allowed = |scopes: &[&str]| principal.is_some_and(|p| p.has_scopes(scopes));
+    let mut resources = Vec::new();
+    let mut templates = Vec::new();
+    for def in registry.resources() {
+        if allowed(def.scopes()) {
+            if def.is_template() {
+                templates.push(def.to_json());
+            } else {
+                resources.push(def.to_json());
+            }
+        }
+    }
+    let prompts = registry
+        .prompts()
+        .iter()
+        .filter(|p| allowed(p.def().scopes()))
+        .map(|p| p.json().clone())
+        .collect();
+    ItemsJson {
+        resources,
+        templates,
+        prompts,
+    }
+}
+
+/// What [`items_json`] lists.
+pub(crate) struct ItemsJson {
+    pub(crate) resources: Vec<Value>,
+    pub(crate) templates: Vec<Value>,
+    pub(crate) prompts: Vec<Value>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,14 +29,15 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{AuditRecord, Check};
+use crate::access::AccessLevel;
+use crate::audit::{AuditRecord, CallKind, Check};
 use crate::confirm::{self, Asking, ConfirmPolicy, Confirmation, InputRequired};
 use crate::context::{ClientPeer, Ctx};
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
 use crate::registry::ToolEntry;
 use crate::server::{CallRequest, CallResponse, Credentials, Server};
-use crate::tool::{Call, ToolDef, ToolOutput};
+use crate::tool::{Call, Handler, ToolDef, ToolOutput};
 use limits::Verdict;
 
 /// One `tools/call` attempt in progress, from [`Server::begin`] to its audit record.
@@ -56,6 +57,8 @@ pub struct Attempt {
     principal: Option<Arc<Principal>>,
     /// The tool's position in the registry, once found.
     entry: Option<usize>,
+    /// What a resource read, prompt or completion names, once found.
+    target: Option<Target>,
     /// Steps 2 and 3 passed for `request.tool`.
     authorized: bool,
     /// The arguments as the record keeps them, computed before the handler took them.
@@ -103,6 +106,7 @@ impl Server {
             started,
             principal,
             entry: None,
+            target: None,
             authorized: false,
             redacted: None,
             started_handler: false,
@@ -177,6 +181,15 @@ impl Attempt {
         let Some(principal) = &self.principal else {
             return Err((Check::Authenticate, ToolError::missing_token()));
         };
+        if self.request.kind != CallKind::Tool {
+            let target = find_target(&self.server, &self.request)?;
+            self.target = Some(target);
+            if !principal.has_scopes(target.scopes) {
+                return Err((Check::Scope, ToolError::insufficient_scope(target.scopes)));
+            }
+            self.authorized = true;
+            return Ok(());
+        }
         let registry = self.server.registry();
         let position = registry.index(&self.request.tool);
         self.entry = position;
@@ -231,17 +244,28 @@ impl Attempt {
             }
         };
         self.started_handler = true;
-        let Prepared { def, wrap, call } = prepared;
-        let mut handler = CatchUnwind((def.handler())(call));
+        let Prepared {
+            name,
+            handler,
+            wrap,
+            call,
+        } = prepared;
+        let Some(handler) = handler else {
+            // A completion with no completion function: no values.
+            let output = crate::resource::completion_output(Vec::new());
+            return self.finish(Ok(output), None).await;
+        };
+        let kind = self.request.kind;
+        let mut handler = CatchUnwind(handler(call));
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn.
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
-            let (result, check) = conclude(def, wrap, output);
+            let (result, check) = conclude(kind, name, wrap, output);
             return self.finish(result, check).await;
         }
         let finish = async move {
-            let (result, check) = conclude(def, wrap, handler.await);
+            let (result, check) = conclude(kind, name, wrap, handler.await);
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
@@ -337,6 +361,9 @@ impl Attempt {
         }
         // 2. find the tool, 3. scopes
         self.authorize()?;
+        if self.request.kind != CallKind::Tool {
+            return self.other_checks(principal);
+        }
         let server = self.server.clone();
         let entry = self.entry(&server).expect("authorized: the tool exists");
         // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
@@ -407,12 +434,77 @@ impl Attempt {
             self.request.cancel.take().unwrap_or_default(),
         );
         Ok(Prepared {
-            def,
+            name: def.name(),
+            handler: Some(def.handler()),
             wrap: entry.wrap_output(),
             call: Call {
                 arguments: handler_args,
                 ctx,
                 state: server.state().clone(),
+                resource_uri: None,
+            },
+        })
+    }
+
+    /// Steps 5 to 7 of a resource read, prompt or completion (found, in scope): a
+    /// prompt's arguments validated, the audit sink ready, the handler's call.
+    fn other_checks(&mut self, principal: Arc<Principal>) -> Result<Prepared, (Check, ToolError)> {
+        let server = self.server.clone();
+        let target = self.target.expect("authorized: the target exists");
+        let arguments = if self.request.kind == CallKind::Resource {
+            // A template's variables are the handler's arguments.
+            server
+                .registry()
+                .find_resource(&self.request.tool)
+                .map(|(_, vars)| Value::Object(vars))
+        } else {
+            self.request.arguments.take()
+        };
+        if let Some(position) = target.prompt {
+            let empty = Value::Object(Map::new());
+            let instance = arguments.as_ref().unwrap_or(&empty);
+            let validator = server.registry().prompts()[position].validator();
+            let invalid = match validator.validate(instance) {
+                Err(err) if !validator.is_valid(instance) => {
+                    Some(ToolError::invalid_arguments(&argument_pointer(&err), err))
+                }
+                _ => None,
+            };
+            if let Some(invalid) = invalid {
+                self.request.arguments = arguments;
+                return Err((Check::Validate, invalid));
+            }
+        }
+        if server.audit().is_some() {
+            self.redacted = Some(record::redacted_arguments(None, arguments.as_ref()));
+        }
+        if let Some(sink) = server.audit()
+            && let Err(err) = sink.ready()
+        {
+            return Err((Check::Audit, ToolError::audit_unavailable(err)));
+        }
+        let resource_uri =
+            (self.request.kind == CallKind::Resource).then(|| self.request.tool.clone());
+        let ctx = Ctx::new(
+            target.name,
+            principal,
+            self.request.transport,
+            self.request.request_id.clone(),
+            self.request.peer.take(),
+            self.request.cancel.take().unwrap_or_default(),
+        );
+        Ok(Prepared {
+            name: target.name,
+            handler: target.handler,
+            wrap: false,
+            call: Call {
+                arguments: match arguments {
+                    Some(Value::Object(map)) => Some(map),
+                    _ => None,
+                },
+                ctx,
+                state: server.state().clone(),
+                resource_uri,
             },
         })
     }
@@ -438,12 +530,21 @@ impl Attempt {
             Some(redacted) => redacted,
             None => record::redacted_arguments(entry, self.request.arguments.as_ref()),
         };
+        let kind = self.request.kind;
+        let level = if kind == CallKind::Tool {
+            entry.map(|e| e.def().access_level())
+        } else {
+            // Found now if the attempt ended before step 2 (an unauthenticated read).
+            let found = self.target.is_some() || find_target(&server, &self.request).is_ok();
+            found.then_some(AccessLevel::Read)
+        };
         record::build(record::Facts {
+            kind,
+            access_level: level,
             tool: &self.request.tool,
             result,
             check,
             principal: self.principal.as_deref(),
-            entry,
             timestamp: std::mem::take(&mut self.timestamp),
             transport: self.request.transport,
             request_id: self.request.request_id.clone(),
@@ -717,22 +818,116 @@ fn principal_binding(principal: &Principal) -> String {
 
 /// A handler's call that passed every check.
 struct Prepared {
-    def: &'static ToolDef,
+    name: &'static str,
+    /// `None`: a completion without a completion function (it answers no values).
+    handler: Option<Handler>,
     wrap: bool,
     call: Call,
+}
+
+/// What a resource read, prompt or completion names, found in the registry.
+#[derive(Clone, Copy)]
+struct Target {
+    name: &'static str,
+    scopes: &'static [&'static str],
+    handler: Option<Handler>,
+    /// The prompt's position, whose arguments are validated.
+    prompt: Option<usize>,
+}
+
+/// Step 2 for a resource read (the resource or template `request.tool` names, its
+/// variables becoming the call's arguments), a prompt, or a completion (of a prompt's
+/// argument or a template's variable: `arguments.ref` says which).
+fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check, ToolError)> {
+    let registry = server.registry();
+    let name = request.tool.as_str();
+    let unknown_resource = || {
+        (
+            Check::FindTool,
+            ToolError::new(
+                Status::NotFound,
+                "unknown_resource",
+                format!("unknown resource `{}`", crate::audit::bounded(name, 256)),
+            ),
+        )
+    };
+    let unknown_prompt = || {
+        (
+            Check::FindTool,
+            ToolError::new(
+                Status::NotFound,
+                "unknown_prompt",
+                format!("unknown prompt `{}`", crate::audit::bounded(name, 256)),
+            ),
+        )
+    };
+    match request.kind {
+        CallKind::Resource => {
+            let (i, _) = registry.find_resource(name).ok_or_else(unknown_resource)?;
+            let def = registry.resources()[i];
+            Ok(Target {
+                name: def.name(),
+                scopes: def.scopes(),
+                handler: Some(def.handler()),
+                prompt: None,
+            })
+        }
+        CallKind::Prompt => {
+            let i = registry.prompt_index(name).ok_or_else(unknown_prompt)?;
+            let def = registry.prompts()[i].def();
+            Ok(Target {
+                name: def.name(),
+                scopes: def.scopes(),
+                handler: Some(def.handler()),
+                prompt: Some(i),
+            })
+        }
+        CallKind::Completion => {
+            let of_resource = request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("ref"))
+                .and_then(Value::as_str)
+                == Some("resource");
+            if of_resource {
+                let def = registry
+                    .resources()
+                    .iter()
+                    .find(|r| r.uri() == name)
+                    .ok_or_else(unknown_resource)?;
+                Ok(Target {
+                    name: def.name(),
+                    scopes: def.scopes(),
+                    handler: def.completion(),
+                    prompt: None,
+                })
+            } else {
+                let i = registry.prompt_index(name).ok_or_else(unknown_prompt)?;
+                let def = registry.prompts()[i].def();
+                Ok(Target {
+                    name: def.name(),
+                    scopes: def.scopes(),
+                    handler: def.completion(),
+                    prompt: None,
+                })
+            }
+        }
+        CallKind::Tool => unreachable!("tools are found in `Attempt::authorize`"),
+    }
 }
 
 /// Step 6's end: the handler's output as the call's result. A panic (`None`) is a 500,
 /// and the server keeps serving; an error is the handler's.
 fn conclude(
-    def: &ToolDef,
+    kind: CallKind,
+    name: &str,
     wrap: bool,
     output: Option<Result<ToolOutput, ToolError>>,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
     let output = output.unwrap_or_else(|| {
         Err(ToolError::internal(format!(
-            "the tool `{}` panicked",
-            def.name()
+            "the {} `{name}` panicked",
+            kind.as_str()
         )))
     });
     match output {

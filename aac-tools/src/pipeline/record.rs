@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::audit::{AuditRecord, Check, Outcome, bound_record, redact_arguments};
+use crate::access::AccessLevel;
+use crate::audit::{AuditRecord, CallKind, Check, Outcome, bound_record, redact_arguments};
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
@@ -14,11 +15,12 @@ use crate::tool::ToolOutput;
 
 /// What an attempt knows when it ends.
 pub(super) struct Facts<'a> {
+    pub(super) kind: CallKind,
+    pub(super) access_level: Option<AccessLevel>,
     pub(super) tool: &'a str,
     pub(super) result: &'a Result<ToolOutput, ToolError>,
     pub(super) check: Option<Check>,
     pub(super) principal: Option<&'a Principal>,
-    pub(super) entry: Option<&'a ToolEntry>,
     pub(super) timestamp: String,
     pub(super) transport: Transport,
     pub(super) request_id: Option<String>,
@@ -57,7 +59,7 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
         transport: facts.transport.as_str().to_owned(),
         request_id: facts.request_id,
         duration_us: u64::try_from(facts.started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        access_level: facts.entry.map(|e| e.def().access_level()),
+        access_level: facts.access_level,
         arguments: facts.arguments,
         confirmed_by: match (facts.result, facts.confirmed_by) {
             // Who confirmed a call that ran (a handler error ran too).
@@ -65,6 +67,7 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
             (Err(_), Some(by)) if facts.check == Some(Check::Handler) => Some(by.to_owned()),
             _ => None,
         },
+        kind: facts.kind,
     };
     bound_record(&mut record);
     record
@@ -113,5 +116,6 @@ pub(super) fn suppressed(
         access_level: None,
         arguments: serde_json::json!({"peer": peer, "suppressed": count}),
         confirmed_by: None,
+        kind: CallKind::Tool,
     }
 }

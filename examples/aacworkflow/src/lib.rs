@@ -5,6 +5,8 @@
 //! handles, workspaces that leak nothing, and one audit record per call.
 //!
 //! - [`tools`]: the ten `#[mcp_tool]` functions;
+//! - [`items`]: the issues as resources (`aacworkflow://issues/{id}`), the `triage_issue`
+//!   prompt and completion of issue keys;
 //! - [`queries`]: the SQL, as query traits split into `Read*`, `Update*` and `Delete*`;
 //! - [`store`]: opening the database file safely, its schema and version;
 //! - [`seed`]: the demo data.
@@ -12,6 +14,7 @@
 //! The binary (`aacworkflow init | token | serve | manifest | audit`) is documented in
 //! `docs/aacworkflow.md`; all but `init` and `--demo` come from `aac_tools::cli`.
 
+pub mod items;
 pub mod model;
 pub mod queries;
 pub mod seed;
@@ -31,9 +34,13 @@ pub const MANIFEST_REFRESH: &str =
 /// The module whose `#[mcp_tool]` functions are the server's tools.
 pub const TOOLS_MODULE: &str = concat!(module_path!(), "::tools");
 
-/// The ten tools of this crate (and only those, whatever else is linked in).
+/// The crate's root module: its tools (`tools`), resources and prompts (`items`).
+pub const SERVER_MODULE: &str = module_path!();
+
+/// The ten tools, the issue resources and the triage prompt of this crate (and only
+/// those, whatever else is linked in).
 pub fn registry() -> Result<Registry, AppError> {
-    Registry::collect_module(TOOLS_MODULE)
+    Registry::collect_module(SERVER_MODULE)
         .map_err(|e| AppError::new(format!("the tools do not register: {e}")))
 }
 

@@ -32,7 +32,7 @@ async fn main() -> ExitCode {
         )
         .after_help("Start here:\n  aacworkflow serve --demo --http 127.0.0.1:8080")
         .default_db(store::DEFAULT_DB)
-        .tools(|| Registry::collect_module(aacworkflow::TOOLS_MODULE))
+        .tools(|| Registry::collect_module(aacworkflow::SERVER_MODULE))
         .open_with(|path, mode| Ok(store::open(path, mode.into())?))
         // A token names a user of a workspace, which `init` creates.
         .token_create_needs_existing_db()

@@ -31,7 +31,7 @@ use crate::queries::{
 };
 
 /// The caller's workspace and user name, from the token.
-fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
+pub(crate) fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
     let principal = ctx.principal();
     let workspace = principal.workspace().ok_or_else(|| {
         ToolError::forbidden(

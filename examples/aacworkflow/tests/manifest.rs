@@ -46,3 +46,34 @@ fn manifest_command_prints_exactly_the_manifest() {
         ]
     );
 }
+
+/// The manifest covers the resources and prompts: a change to one's scopes is named.
+#[test]
+fn manifest_drift_names_a_resource_or_prompt_that_changed() {
+    let registry = aacworkflow::registry().expect("the tools register");
+    let mut doc: serde_json::Value = serde_json::from_str(registry.manifest()).unwrap();
+    assert_eq!(
+        doc["resources"][0]["uriTemplate"],
+        "aacworkflow://issues/{id}"
+    );
+    assert_eq!(
+        doc["resources"][0]["scopes"],
+        serde_json::json!(["issues:read"])
+    );
+    assert_eq!(doc["prompts"][0]["name"], "triage_issue");
+    doc["resources"][0]["scopes"] = serde_json::json!([]);
+    doc["prompts"].as_array_mut().unwrap().clear();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tools.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let message = registry
+        .check_manifest(&path, "refresh")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains(
+            "resource `aacworkflow://issues/{id}` changed (`scopes`), prompt `triage_issue` added"
+        ),
+        "{message}"
+    );
+}

@@ -10,6 +10,7 @@
 //! principal `conformance-suite` with the scope `conformance:run`. Never copy that line
 //! into a real server.
 
+mod items;
 mod tools;
 
 use std::process::ExitCode;

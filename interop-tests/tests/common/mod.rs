@@ -462,3 +462,22 @@ impl AacWorkflow {
         (guard, url)
     }
 }
+
+/// POST one JSON-RPC message to `url` without a token or session; the HTTP status.
+pub fn post_json_status(url: &str, body: &Value) -> u16 {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(async {
+            reqwest::Client::new()
+                .post(url)
+                .header("accept", "application/json, text/event-stream")
+                .json(body)
+                .send()
+                .await
+                .expect("the server answers")
+                .status()
+                .as_u16()
+        })
+}

@@ -35,11 +35,13 @@ pub(crate) struct Values {
     arguments: String,
     /// Stored after `hash` (added to existing tables by `ALTER TABLE`).
     confirmed_by: Option<String>,
+    /// Stored after `confirmed_by` (added later).
+    kind: Cow<'static, str>,
 }
 
 /// How many columns [`Values`] holds before `prev_hash`: all but `seq`, `prev_hash`,
-/// `hash` and `confirmed_by` (which follows them).
-const VALUES: usize = AUDIT_COLUMNS.len() - 4;
+/// `hash` and the columns that follow them (`confirmed_by`, `kind`).
+const VALUES: usize = AUDIT_COLUMNS.len() - 5;
 
 impl Values {
     /// A record as it will be stored (its timestamp in the canonical form).
@@ -66,6 +68,7 @@ impl Values {
             access_level: record.access_level.map(|a| Cow::Borrowed(a.as_str())),
             arguments: record.arguments.to_string(),
             confirmed_by: record.confirmed_by,
+            kind: Cow::Borrowed(record.kind.as_str()),
         }
     }
 
@@ -90,6 +93,7 @@ impl Values {
             access_level: str_or_none(12)?,
             arguments: r.get(first + 13)?,
             confirmed_by: r.get(first + VALUES + 2)?,
+            kind: Cow::Owned(r.get(first + VALUES + 3)?),
         })
     }
 
@@ -114,8 +118,8 @@ impl Values {
     }
 
     /// The values stored after `prev_hash` and `hash`, in table order.
-    pub(super) fn trailing_params(&self) -> [&dyn ToSql; 1] {
-        [&self.confirmed_by]
+    pub(super) fn trailing_params(&self) -> [&dyn ToSql; 2] {
+        [&self.confirmed_by, &self.kind]
     }
 
     /// The part of the hash input that does not depend on the row's place in the chain:
@@ -139,14 +143,19 @@ impl Values {
         ))
         .unwrap_or_default();
         let mut tail = array.get(1..).unwrap_or_default().to_owned();
-        // A field added later joins the array only when set, so that every record
-        // written before it hashes as it always did.
-        if let Some(by) = &self.confirmed_by
-            && tail.ends_with(']')
-        {
+        // The fields added later join the array only when they differ from what every
+        // record before them was, so that those records hash as they always did: a set
+        // `confirmed_by` is appended; a kind other than `tool` is appended after
+        // `confirmed_by` (`null` when unset), so that the two never read alike.
+        let kind = (self.kind != "tool").then_some(&self.kind);
+        if (self.confirmed_by.is_some() || kind.is_some()) && tail.ends_with(']') {
             tail.pop();
             tail.push(',');
-            tail.push_str(&serde_json::to_string(by).unwrap_or_default());
+            tail.push_str(&serde_json::to_string(&self.confirmed_by).unwrap_or_default());
+            if let Some(kind) = kind {
+                tail.push(',');
+                tail.push_str(&serde_json::to_string(kind).unwrap_or_default());
+            }
             tail.push(']');
         }
         tail
@@ -163,7 +172,8 @@ impl Values {
 ///
 /// `hex(sha256(prev_hash ‖ "\n[" ‖ seq ‖ "," ‖ tail))`, that is `prev_hash`, a newline
 /// and the compact JSON array `[seq, timestamp, …, arguments]` of the stored values
-/// (`scopes_provided` and `arguments` as the JSON text they are stored as).
+/// (`scopes_provided` and `arguments` as the JSON text they are stored as), with `kind`
+/// last when it is not `tool`.
 pub(super) fn link_hash(prev_hash: &[u8], seq: i64, tail: &str) -> [u8; 64] {
     let mut hasher = Sha256::new();
     hasher.update(prev_hash);
@@ -249,6 +259,7 @@ impl Row {
             transport: v.transport,
             request_id: v.request_id,
             confirmed_by: v.confirmed_by,
+            kind: v.kind.parse().map_err(|e: String| bad("kind", &e))?,
         };
         Ok(StoredRecord {
             seq,
@@ -303,6 +314,7 @@ mod tests {
             access_level: Some(AccessLevel::Delete),
             arguments: json!({"issue_id": "sha256:0123456789abcdef"}),
             confirmed_by: None,
+            kind: crate::audit::CallKind::Tool,
         }
     }
 
@@ -343,6 +355,28 @@ mod tests {
         assert!(
             link_hash(GENESIS_HASH.as_bytes(), 1, &tail)
                 != link_hash(GENESIS_HASH.as_bytes(), 1, &plain)
+        );
+    }
+
+    /// A record of another kind than `tool` hashes its kind last; a tool's hash is the
+    /// pinned one above (chains written before the `kind` column stay valid).
+    #[test]
+    fn a_kind_other_than_tool_is_hashed_last() {
+        let mut read = record();
+        read.kind = crate::audit::CallKind::Resource;
+        let tail = Values::from_record(read).hash_tail();
+        assert!(
+            tail.ends_with(r#","{\"issue_id\":\"sha256:0123456789abcdef\"}",null,"resource"]"#),
+            "{tail}"
+        );
+        // Never the same bytes as a tool record whose `confirmed_by` says `resource`.
+        let mut lookalike = record();
+        lookalike.confirmed_by = Some("resource".to_owned());
+        assert_ne!(Values::from_record(lookalike).hash_tail(), tail);
+        let first = link_hash(GENESIS_HASH.as_bytes(), 1, &tail);
+        assert_ne!(
+            std::str::from_utf8(&first).unwrap(),
+            "25372bf7d4465cf93296a7fa0d90deb857508ed345c1fc429751d64451013183"
         );
     }
 

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS aac_audit (
     arguments       TEXT    NOT NULL,
     prev_hash       TEXT    NOT NULL,
     hash            TEXT    NOT NULL,
-    confirmed_by    TEXT
+    confirmed_by    TEXT,
+    kind            TEXT    NOT NULL DEFAULT 'tool'
 );
 "#;
 
@@ -51,7 +52,7 @@ END;
 "#;
 
 /// The columns of `aac_audit`, in order: the stable contract readers rely on.
-pub const AUDIT_COLUMNS: [&str; 18] = [
+pub const AUDIT_COLUMNS: [&str; 19] = [
     "seq",
     "timestamp",
     "tool",
@@ -70,6 +71,14 @@ pub const AUDIT_COLUMNS: [&str; 18] = [
     "prev_hash",
     "hash",
     "confirmed_by",
+    "kind",
+];
+
+/// Columns added after the first release, in order, with their declarations: a table
+/// that lacks only some of them (at the end) gets them by `ALTER TABLE … ADD COLUMN`.
+const ADDED_COLUMNS: &[(&str, &str)] = &[
+    ("confirmed_by", "TEXT"),
+    ("kind", "TEXT NOT NULL DEFAULT 'tool'"),
 ];
 
 /// `"seq", "timestamp", …, "hash"`: every column, quoted, in table order.
@@ -102,21 +111,31 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
     let mut stmt = conn
         .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
         .map_err(sql_error)?;
-    let columns: Vec<String> = stmt
+    let mut columns: Vec<String> = stmt
         .query_map([], |r| r.get(0))
         .and_then(Iterator::collect)
         .map_err(sql_error)?;
-    // A table written before `confirmed_by` existed gets the column (null in old rows,
-    // which hash as they always did).
-    let columns = if columns[..] == AUDIT_COLUMNS[..AUDIT_COLUMNS.len() - 1] {
-        conn.execute_batch("ALTER TABLE aac_audit ADD COLUMN confirmed_by TEXT")
-            .map_err(|e| {
-                AuditError::new(format!("cannot add `confirmed_by` to `aac_audit`: {e}"))
-            })?;
-        AUDIT_COLUMNS.iter().map(|c| (*c).to_owned()).collect()
-    } else {
-        columns
-    };
+    drop(stmt);
+    // An older table: add the columns it lacks (all of them later additions, at the end).
+    let missing = AUDIT_COLUMNS.get(columns.len()..).unwrap_or_default();
+    if columns.len() < AUDIT_COLUMNS.len()
+        && columns == AUDIT_COLUMNS[..columns.len()]
+        && missing
+            .iter()
+            .all(|m| ADDED_COLUMNS.iter().any(|(name, _)| name == m))
+    {
+        for name in missing {
+            let (_, declaration) = ADDED_COLUMNS
+                .iter()
+                .find(|(n, _)| n == name)
+                .expect("checked above");
+            conn.execute_batch(&format!(
+                "ALTER TABLE {AUDIT_TABLE} ADD COLUMN \"{name}\" {declaration}"
+            ))
+            .map_err(|e| AuditError::new(format!("cannot add the column `{name}`: {e}")))?;
+            columns.push((*name).to_owned());
+        }
+    }
     if columns != AUDIT_COLUMNS {
         return Err(AuditError::new(format!(
             "the existing `aac_audit` table has columns ({}) but this version of aac-tools \

@@ -1,0 +1,206 @@
+//! Resources over the MCP layer itself (`serve_io`, raw JSON-RPC lines as a client
+//! writes them): a subscribed session gets `notifications/resources/updated` when the
+//! server announces a change of that resource, and nothing for other resources; and a
+//! refused read is a JSON-RPC error carrying the error JSON, recorded once.
+
+#![cfg(feature = "mcp")]
+
+use aac_tools::audit::{CallKind, Check, MemorySink, Outcome};
+use aac_tools::{
+    Principal, Registry, ResourceContents, Server, StaticTokens, ToolError, mcp_resource,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// A resource clients watch.
+#[mcp_resource(uri = "test://watched", scope = "watch:read", mime_type = "text/plain")]
+async fn watched() -> Result<ResourceContents, ToolError> {
+    Ok(ResourceContents::text("now"))
+}
+
+/// Another resource.
+#[mcp_resource(uri = "test://other", scope = "watch:read")]
+async fn other() -> Result<String, ToolError> {
+    Ok("other".to_owned())
+}
+
+/// One for another scope.
+#[mcp_resource(uri = "test://secret", scope = "secret:read")]
+async fn secret() -> Result<String, ToolError> {
+    Ok("secret".to_owned())
+}
+
+struct Session {
+    lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+}
+
+impl Session {
+    async fn send(&mut self, message: Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.write.write_all(line.as_bytes()).await.unwrap();
+    }
+
+    async fn next(&mut self) -> Value {
+        let line = self.lines.next_line().await.unwrap().expect("a message");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// The response to request `id` (notifications before it are kept in `seen`).
+    async fn response(&mut self, id: u64, seen: &mut Vec<Value>) -> Value {
+        loop {
+            let message = self.next().await;
+            if message["id"] == id {
+                return message;
+            }
+            seen.push(message);
+        }
+    }
+}
+
+async fn start(server: Server, token: &str) -> Session {
+    let (client, server_end) = tokio::io::duplex(64 * 1024);
+    let (read, write) = tokio::io::split(server_end);
+    let token = token.to_owned();
+    tokio::spawn(async move {
+        let _ = aac_tools::mcp::serve_io(server, Some(token), read, write).await;
+    });
+    let (read, write) = tokio::io::split(client);
+    let mut session = Session {
+        lines: BufReader::new(read).lines(),
+        write,
+    };
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        )
+        .await;
+    let init = session.response(1, &mut Vec::new()).await;
+    assert_eq!(
+        init["result"]["capabilities"]["resources"]["subscribe"],
+        true
+    );
+    session
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    session
+}
+
+fn server(sink: &MemorySink) -> Server {
+    Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
+        .audit(sink.clone())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_subscribed_session_hears_of_updates_to_its_resources_only() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let mut session = start(server.clone(), "watcher").await;
+    let mut seen = Vec::new();
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                     "params": {"uri": "test://watched"}}),
+        )
+        .await;
+    assert_eq!(session.response(2, &mut seen).await["result"], json!({}));
+    // Subscribing to what the scopes do not allow is refused.
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "resources/subscribe",
+                     "params": {"uri": "test://secret"}}),
+        )
+        .await;
+    let refused = session.response(3, &mut seen).await;
+    assert_eq!(refused["error"]["data"]["reason"], "insufficient_scope");
+
+    server.notify_resource_updated("test://other");
+    server.notify_resource_updated("test://watched");
+    // The one for `test://other` is never sent: the first update to arrive is ours.
+    let notification = loop {
+        let message = session.next().await;
+        if message["method"] == "notifications/resources/updated" {
+            break message;
+        }
+        seen.push(message);
+    };
+    assert_eq!(notification["params"]["uri"], "test://watched");
+
+    // After unsubscribing, an update sends nothing: the read's answer arrives alone.
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 4, "method": "resources/unsubscribe",
+                     "params": {"uri": "test://watched"}}),
+        )
+        .await;
+    assert_eq!(session.response(4, &mut seen).await["result"], json!({}));
+    server.notify_resource_updated("test://watched");
+    server.notify_resource_updated("test://other");
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+                     "params": {"uri": "test://watched"}}),
+        )
+        .await;
+    let read = session.response(5, &mut seen).await;
+    assert_eq!(read["result"]["contents"][0]["text"], "now");
+    assert!(
+        seen.iter()
+            .all(|m| m["method"] != "notifications/resources/updated"),
+        "{seen:?}"
+    );
+    // Subscribing reads nothing and is not recorded; the read is.
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].kind, CallKind::Resource);
+    assert_eq!(records[0].outcome, Outcome::Success);
+}
+
+#[tokio::test]
+async fn a_refused_read_is_a_json_rpc_error_recorded_once() {
+    let sink = MemorySink::new();
+    let mut session = start(server(&sink), "watcher").await;
+    let mut seen = Vec::new();
+    for (id, uri, code, reason) in [
+        (2, "test://secret", -32001, "insufficient_scope"),
+        (3, "test://nothing", -32002, "unknown_resource"),
+    ] {
+        session
+            .send(
+                json!({"jsonrpc": "2.0", "id": id, "method": "resources/read",
+                         "params": {"uri": uri}}),
+            )
+            .await;
+        let answer = session.response(id, &mut seen).await;
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
+    }
+    let records = sink.records();
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| (r.kind, r.tool.as_str(), r.outcome, r.check))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                CallKind::Resource,
+                "test://secret",
+                Outcome::Denied,
+                Some(Check::Scope)
+            ),
+            (
+                CallKind::Resource,
+                "test://nothing",
+                Outcome::Denied,
+                Some(Check::FindTool)
+            ),
+        ]
+    );
+}

@@ -1,0 +1,120 @@
+//! The issues as resources, a triage prompt, and completion of issue keys. Like the
+//! tools, each acts in the workspace of the caller's token: an issue of another
+//! workspace reads exactly like one that does not exist.
+//!
+//! | item | kind | scope |
+//! | --- | --- | --- |
+//! | `aacworkflow://issues/{id}` | resource template (JSON of one issue) | `issues:read` |
+//! | `triage_issue` | prompt (`issue_id`) | `issues:read` |
+//!
+//! Both complete issue keys (`completion/complete`), newest first.
+
+use aac_tools::sqlite::ReadDb;
+use aac_tools::{
+    Completion, Content, Ctx, PromptMessage, ResourceContents, ToolError, mcp_prompt, mcp_resource,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::model::Issue;
+use crate::queries::{IssueFilter, ReadIssues};
+use crate::tools::caller;
+
+/// The variable of `aacworkflow://issues/{id}`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct IssueUri {
+    /// The issue's UUID or its key (`AAC-42`).
+    pub id: String,
+}
+
+/// The URI of an issue's resource.
+pub fn issue_uri(key: &str) -> String {
+    format!("aacworkflow://issues/{key}")
+}
+
+/// One issue of your workspace, as JSON, by its key (`AAC-42`) or UUID.
+#[mcp_resource(
+    uri = "aacworkflow://issues/{id}",
+    name = "issue",
+    title = "Issue",
+    scope = "issues:read",
+    mime_type = "application/json",
+    complete = complete_issue_key
+)]
+pub async fn issue_resource(
+    db: ReadDb,
+    ctx: Ctx,
+    uri: IssueUri,
+) -> Result<ResourceContents, ToolError> {
+    let issue = find(db, &ctx, uri.id).await?;
+    Ok(ResourceContents::text(json_text(&issue)?))
+}
+
+/// The arguments of `triage_issue`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TriageArgs {
+    /// The issue's key (`AAC-42`) or UUID.
+    pub issue_id: String,
+}
+
+/// Triage one issue of your workspace: the issue embedded, and what to decide about it.
+#[mcp_prompt(
+    scope = "issues:read",
+    title = "Triage an issue",
+    complete = complete_issue_key
+)]
+pub async fn triage_issue(
+    db: ReadDb,
+    ctx: Ctx,
+    args: TriageArgs,
+) -> Result<Vec<PromptMessage>, ToolError> {
+    let issue = find(db, &ctx, args.issue_id).await?;
+    Ok(vec![
+        PromptMessage::user(Content::ResourceText {
+            uri: issue_uri(&issue.key),
+            mime_type: "application/json".into(),
+            text: json_text(&issue)?,
+        }),
+        PromptMessage::user(format!(
+            "Triage issue {} (\"{}\"): say whether it is a bug, a feature or a question, \
+             how urgent it is and why, who should take it (a person or an agent), and the \
+             one next step. Do not change the issue; propose, and let a person decide.",
+            issue.key, issue.title
+        )),
+    ])
+}
+
+/// Issue keys of the caller's workspace that start with what was typed (case-insensitive),
+/// newest first.
+pub async fn complete_issue_key(
+    completion: Completion,
+    db: ReadDb,
+    ctx: Ctx,
+) -> Result<Vec<String>, ToolError> {
+    let (workspace, _) = caller(&ctx)?;
+    let typed = completion.value.to_ascii_uppercase();
+    let filter = IssueFilter {
+        status: None,
+        assignee: None,
+        before: None,
+        limit: 100,
+    };
+    let (rows, _) = db
+        .run(move |tx| tx.list_issues(&workspace, &filter))
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(_, issue)| issue.key)
+        .filter(|key| key.starts_with(&typed))
+        .collect())
+}
+
+async fn find(db: ReadDb, ctx: &Ctx, id: String) -> Result<Issue, ToolError> {
+    let (workspace, _) = caller(ctx)?;
+    db.run(move |tx| tx.find_issue(&workspace, &id)).await
+}
+
+fn json_text(issue: &Issue) -> Result<String, ToolError> {
+    serde_json::to_string_pretty(issue)
+        .map_err(|e| ToolError::internal(format!("the issue does not serialize: {e}")))
+}

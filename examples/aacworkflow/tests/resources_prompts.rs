@@ -1,0 +1,289 @@
+//! The issues as resources, the triage prompt and completion of issue keys, in process
+//! through `Server::call`: workspace isolation exactly like `get_issue`, deny by default,
+//! scopes checked first, and one audit record of the right kind per attempt.
+
+mod common;
+
+use aac_tools::audit::{CallKind, Check, MemorySink, Outcome};
+use aac_tools::{CallRequest, Content, Server, Status};
+use common::{ALL_SCOPES, Seeded};
+use serde_json::{Map, json};
+
+struct Fixture {
+    seeded: Seeded,
+    sink: MemorySink,
+    server: Server,
+    alice: String,
+}
+
+async fn fixture() -> Fixture {
+    let seeded = Seeded::new().await;
+    let sink = MemorySink::new();
+    let server = aacworkflow::server(&seeded.db, sink.clone(), false).expect("server");
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    Fixture {
+        seeded,
+        sink,
+        server,
+        alice,
+    }
+}
+
+#[tokio::test]
+async fn an_issue_reads_as_a_resource_of_its_workspace_only() {
+    let f = fixture().await;
+    let response = f
+        .server
+        .call(CallRequest::resource("aacworkflow://issues/AAC-1").bearer(&f.alice))
+        .await;
+    let output = response.result().expect("AAC-1 reads");
+    let [
+        Content::ResourceText {
+            uri,
+            mime_type,
+            text,
+        },
+    ] = output.content_items()
+    else {
+        panic!("one text resource: {output:?}");
+    };
+    assert_eq!(uri, "aacworkflow://issues/AAC-1");
+    assert_eq!(mime_type, "application/json");
+    let issue: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(issue["key"], "AAC-1");
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.kind, CallKind::Resource);
+    assert_eq!(record.tool, "aacworkflow://issues/AAC-1");
+    assert_eq!(record.outcome, Outcome::Success);
+
+    // Another workspace's issue answers exactly like a missing one.
+    let theirs = f.seeded.issue_uuid("other", 1);
+    let mut answers = Vec::new();
+    for id in [theirs.as_str(), "OTH-1", "AAC-404"] {
+        let uri = format!("aacworkflow://issues/{id}");
+        let response = f
+            .server
+            .call(CallRequest::resource(uri).bearer(&f.alice))
+            .await;
+        let err = response.error().expect("refused").clone();
+        answers.push((
+            err.status(),
+            err.reason().to_owned(),
+            err.message().to_owned(),
+        ));
+    }
+    assert_eq!(answers[0].0, Status::NotFound);
+    assert_eq!(answers[0].1, "not_found");
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+}
+
+#[tokio::test]
+async fn every_refusal_of_a_read_is_recorded_once_with_its_kind() {
+    let f = fixture().await;
+    let no_issues = f.seeded.token("bob", "demo", &["comments:read"]);
+    let cases = [
+        (None, "aacworkflow://issues/AAC-1", Check::Authenticate, 401),
+        (
+            Some(no_issues.as_str()),
+            "aacworkflow://issues/AAC-1",
+            Check::Scope,
+            403,
+        ),
+        (
+            Some(f.alice.as_str()),
+            "aacworkflow://nothing/here",
+            Check::FindTool,
+            404,
+        ),
+    ];
+    for (token, uri, check, status) in cases {
+        let before = f.sink.records().len();
+        let mut request = CallRequest::resource(uri);
+        if let Some(token) = token {
+            request = request.bearer(token);
+        }
+        let response = f.server.call(request).await;
+        assert_eq!(response.error().unwrap().status().code(), status, "{uri}");
+        let records = f.sink.records();
+        assert_eq!(records.len(), before + 1, "exactly one record for {uri}");
+        let record = records.last().unwrap();
+        assert_eq!(
+            (record.kind, record.outcome, record.check, record.status),
+            (CallKind::Resource, Outcome::Denied, Some(check), status)
+        );
+        assert_eq!(record.tool, uri);
+    }
+}
+
+#[tokio::test]
+async fn the_triage_prompt_embeds_the_issue_and_its_refusals_are_recorded() {
+    let f = fixture().await;
+    let response = f
+        .server
+        .call(
+            CallRequest::prompt("triage_issue", Some(json!({"issue_id": "AAC-1"})))
+                .bearer(&f.alice),
+        )
+        .await;
+    let result = response.result().expect("the prompt renders");
+    let value = result.structured_value().unwrap();
+    let messages = value["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"]["type"], "resource");
+    assert_eq!(
+        messages[0]["content"]["resource"]["uri"],
+        "aacworkflow://issues/AAC-1"
+    );
+    assert!(
+        messages[1]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("AAC-1")
+    );
+    assert_eq!(f.sink.records().pop().unwrap().kind, CallKind::Prompt);
+
+    // A missing required argument: 400 before the handler, recorded.
+    let response = f
+        .server
+        .call(CallRequest::prompt("triage_issue", Some(json!({}))).bearer(&f.alice))
+        .await;
+    assert_eq!(response.error().unwrap().reason(), "invalid_arguments");
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(
+        (record.kind, record.check),
+        (CallKind::Prompt, Some(Check::Validate))
+    );
+
+    // Without the scope: 403, recorded.
+    let comments_only = f.seeded.token("bob", "demo", &["comments:read"]);
+    let response = f
+        .server
+        .call(
+            CallRequest::prompt("triage_issue", Some(json!({"issue_id": "AAC-1"})))
+                .bearer(&comments_only),
+        )
+        .await;
+    assert_eq!(response.error().unwrap().reason(), "insufficient_scope");
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(
+        (record.kind, record.check),
+        (CallKind::Prompt, Some(Check::Scope))
+    );
+}
+
+#[tokio::test]
+async fn issue_keys_complete_within_the_callers_workspace() {
+    let f = fixture().await;
+    for resource in [true, false] {
+        let (target, argument) = if resource {
+            ("aacworkflow://issues/{id}", "id")
+        } else {
+            ("triage_issue", "issue_id")
+        };
+        let response = f
+            .server
+            .call(
+                CallRequest::completion(target, resource, argument, "aac-", Map::new())
+                    .bearer(&f.alice),
+            )
+            .await;
+        let value = response
+            .result()
+            .expect("completes")
+            .structured_value()
+            .unwrap()
+            .clone();
+        let values: Vec<&str> = value["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(!values.is_empty());
+        assert!(values.iter().all(|v| v.starts_with("AAC-")), "{values:?}");
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(
+            (record.kind, record.outcome),
+            (CallKind::Completion, Outcome::Success)
+        );
+        assert_eq!(record.tool, target);
+    }
+    // Of the other workspace: nothing of demo's.
+    let oscar = f.seeded.token("oscar", "other", ALL_SCOPES);
+    let response = f
+        .server
+        .call(
+            CallRequest::completion("triage_issue", false, "issue_id", "AAC", Map::new())
+                .bearer(&oscar),
+        )
+        .await;
+    let value = response
+        .result()
+        .unwrap()
+        .structured_value()
+        .unwrap()
+        .clone();
+    assert_eq!(value["values"], json!([]));
+    // Unauthenticated: refused and recorded.
+    let response = f
+        .server
+        .call(CallRequest::completion(
+            "triage_issue",
+            false,
+            "issue_id",
+            "",
+            Map::new(),
+        ))
+        .await;
+    assert_eq!(response.error().unwrap().status(), Status::Unauthorized);
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(
+        (record.kind, record.check),
+        (CallKind::Completion, Some(Check::Authenticate))
+    );
+}
+
+/// `aacworkflow audit --kind` lists the records of one kind only, as JSON lines whose
+/// `kind` says what was read.
+#[tokio::test]
+async fn the_audit_command_filters_by_kind() {
+    let f = fixture().await;
+    let sink = aac_tools::audit::SqliteSink::open(&f.seeded.path).expect("the audit table");
+    let server = aacworkflow::server(&f.seeded.db, sink.clone(), false).expect("server");
+    let calls = [
+        CallRequest::new("get_issue", Some(json!({"issue_id": "AAC-1"}))),
+        CallRequest::resource("aacworkflow://issues/AAC-1"),
+        CallRequest::prompt("triage_issue", Some(json!({}))),
+        CallRequest::resource("aacworkflow://issues/AAC-2"),
+    ];
+    for call in calls {
+        server.call(call.bearer(&f.alice)).await;
+    }
+    drop(server);
+    drop(sink);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
+        .env_remove("AAC_DB")
+        .arg("audit")
+        .arg("--db")
+        .arg(&f.seeded.path)
+        .args(["--kind", "resource", "--json"])
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let records: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let got: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["tool"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("resource", "aacworkflow://issues/AAC-1"),
+            ("resource", "aacworkflow://issues/AAC-2")
+        ]
+    );
+}
