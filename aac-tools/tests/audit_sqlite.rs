@@ -867,7 +867,7 @@ async fn a_fan_out_fails_when_any_sink_fails() {
     assert_eq!(memory.records().len(), 2);
 }
 
-/// A table written before the `kind` column (17 columns, its chain hashed without
+/// A table written before the `kind` column (18 columns, its chain hashed without
 /// `kind`) gets the column when it is opened: its chain stays intact, old rows read back
 /// as `tool`, and new records of every kind chain on and verify.
 #[tokio::test]
@@ -898,7 +898,7 @@ async fn an_old_table_gets_the_kind_column_and_its_chain_stays_valid() {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(columns, 17);
+        assert_eq!(columns, 18);
     }
     let sink = SqliteSink::open(&path).unwrap();
     for kind in [CallKind::Resource, CallKind::Prompt, CallKind::Completion] {
