@@ -474,3 +474,51 @@ async fn a_database_lost_mid_run_fails_closed_and_recovers() {
     let answered_ok = records.iter().filter(|r| r.record.status == 200).count();
     assert_eq!(answered_ok, ok, "every 200 has its record, and only those");
 }
+
+/// The single-use ledger of 2026-07-28 confirmations on PostgreSQL: a nonce redeemed
+/// through one replica is refused by another; the audit role may write the ledger, and no
+/// data role can reach it (so a tool's raw SQL cannot clear a spent state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_redeemed_on_one_replica_is_refused_by_another() {
+    use aac_tools::confirm::RequestStateLedger;
+    use aac_tools::postgres::PgLedger;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let (first, second) = (PgLedger::open(&db), PgLedger::open(&db));
+    let later = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap()
+        + 300;
+    assert!(first.redeem("nonce-a", later).await.unwrap());
+    assert!(
+        !second.redeem("nonce-a", later).await.unwrap(),
+        "a replay on another replica"
+    );
+    assert!(
+        !first.redeem("nonce-a", later).await.unwrap(),
+        "a replay on the same one"
+    );
+    assert!(second.redeem("nonce-b", later).await.unwrap());
+
+    // The data roles cannot touch the ledger.
+    for role in [test.roles.read(), test.roles.write(), test.roles.delete()] {
+        let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+        config.user(&role);
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        let err = client
+            .execute("DELETE FROM aac_request_states", &[])
+            .await
+            .unwrap_err();
+        let code = err.as_db_error().map(|e| e.code().code().to_owned());
+        // 42501 insufficient privilege (25006, read-only transaction, for the read role)
+        assert!(
+            matches!(code.as_deref(), Some("42501" | "25006")),
+            "{role}: {err:?}"
+        );
+    }
+}

@@ -11,7 +11,7 @@
 use super::args::{AuditArgs, Builtin, ServeArgs, TokenCommand};
 use super::{CliContext, CliError};
 use crate::audit::AuditError;
-use crate::postgres::{Database, PgSink, Roles, TokenStore};
+use crate::postgres::{Database, PgLedger, PgSink, Roles, TokenStore};
 use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::tokens::TokenIssuer;
@@ -92,6 +92,7 @@ async fn serve(context: &CliContext, db: Database, args: ServeArgs) -> Result<()
     let tokens = TokenStore::open(&db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
     let sink = PgSink::open(&db).map_err(|e| CliError::new(e.to_string()))?;
+    let ledger = PgLedger::open(&db);
     let shared = &context.shared;
     let server = Server::builder(context.registry()?)
         .name(shared.name.clone(), shared.version.clone())
@@ -99,6 +100,11 @@ async fn serve(context: &CliContext, db: Database, args: ServeArgs) -> Result<()
         .audit(sink)
         .state(db)
         .read_only_mode(args.read_only)
+        .confirmation(args.confirm)
+        .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .request_state_keys(super::serve::request_state_keys()?)
+        // Single use of request states beside the trail: any replica refuses a replay.
+        .request_state_ledger(ledger)
         .build()
         .map_err(|e| CliError::new(format!("cannot build the server: {e}")))?;
     match args.http {

@@ -126,7 +126,7 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
 
 /// The request-state keys from `AAC_REQUEST_STATE_KEYS`: comma-separated hex, each at
 /// least 32 bytes; none when unset (a random key per process).
-fn request_state_keys() -> Result<Vec<Vec<u8>>, CliError> {
+pub(super) fn request_state_keys() -> Result<Vec<Vec<u8>>, CliError> {
     let Ok(text) = std::env::var("AAC_REQUEST_STATE_KEYS") else {
         return Ok(Vec::new());
     };

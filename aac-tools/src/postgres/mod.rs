@@ -97,6 +97,7 @@
 //! ```
 
 mod audit;
+mod ledger;
 mod roles;
 mod tokens;
 
@@ -116,6 +117,7 @@ use crate::tool::{Call, ToolParam};
 pub use audit::{CHAIN_LOCK, PgSink, mirror};
 /// The pool this module is built on ([`Tx::client`] is its `ClientWrapper`).
 pub use deadpool_postgres;
+pub use ledger::PgLedger;
 pub use roles::{BadPrefix, DEFAULT_ROLE_PREFIX, Roles};
 pub use tokens::TokenStore;
 /// The `tokio-postgres` this module is built on, so that query code names the same version.
@@ -458,7 +460,7 @@ const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
 );";
 
 /// The framework's own tables, version by version.
-const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA];
+const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA, ledger::SCHEMA];
 
 async fn migrate_one(
     client: &mut tokio_postgres::Client,

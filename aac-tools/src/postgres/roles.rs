@@ -7,19 +7,25 @@
 //! | `<prefix>_write` | yes | `SELECT`, `INSERT`, `UPDATE`; no `DELETE`, no `TRUNCATE`, no schema change |
 //! | `<prefix>_delete` | yes | `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`; no schema change |
 //! | `<prefix>_tokens` | yes | `SELECT`, `INSERT`, `UPDATE` on `aac_tokens` only |
-//! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit` only |
+//! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit`; `SELECT`, `INSERT`, `DELETE` on `aac_request_states` (the single-use ledger of 2026-07-28 confirmations) |
 //!
 //! Each level logs in as its own role (a pool each), not `SET ROLE` on a shared
 //! connection: raw SQL cannot `RESET ROLE` or `SET ROLE` its way to another level,
 //! because the role it logged in as is a member of no other. None of them owns a table,
 //! so none can `ALTER`, `DROP` or `CREATE` anything; `TEMPORARY` is revoked from
 //! `PUBLIC` on the database so that no level creates temporary tables either. The
-//! framework's tables (`aac_tokens`, `aac_audit`) are out of reach of the data roles.
+//! framework's tables (`aac_tokens`, `aac_audit`, `aac_request_states`) are out of reach
+//! of the data roles.
 
 use std::fmt;
 
 /// The framework's own tables: never granted to the data roles.
-pub(crate) const FRAMEWORK_TABLES: [&str; 3] = ["aac_tokens", "aac_audit", "aac_schema"];
+pub(crate) const FRAMEWORK_TABLES: [&str; 4] = [
+    "aac_tokens",
+    "aac_audit",
+    "aac_request_states",
+    "aac_schema",
+];
 
 /// The names of the roles of one deployment: `<prefix>_read`, `<prefix>_write`,
 /// `<prefix>_delete`, `<prefix>_tokens` and `<prefix>_audit`.
@@ -160,6 +166,12 @@ impl Roles {
             sql.push_str(&format!(
                 "REVOKE ALL ON aac_audit FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
                  GRANT SELECT, INSERT ON aac_audit TO {audit};\n"
+            ));
+        }
+        if tables.iter().any(|t| t == "aac_request_states") {
+            sql.push_str(&format!(
+                "REVOKE ALL ON aac_request_states FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT, INSERT, DELETE ON aac_request_states TO {audit};\n"
             ));
         }
         if tables.iter().any(|t| t == "aac_schema") {
