@@ -1230,3 +1230,47 @@ async fn get_resources_and_prompts_are_filtered_by_scope() {
         ["review_note"]
     );
 }
+
+/// A token-less `resources/read`, `prompts/get` or `completion/complete` is recorded once
+/// with its kind, also inside a batch, and when its params are malformed (the target then
+/// `(unknown)`).
+#[tokio::test]
+async fn token_less_reads_are_recorded_in_a_batch_and_when_malformed() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    for (body, kind, target) in [
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"test://a"}}]"#,
+            CallKind::Resource,
+            "test://a",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":7}}"#,
+            CallKind::Resource,
+            "(unknown)",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"prompts/get"}"#,
+            CallKind::Prompt,
+            "(unknown)",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":"x"}}"#,
+            CallKind::Completion,
+            "(unknown)",
+        ),
+    ] {
+        server.sink.clear();
+        let response = anonymous.post().body(body.to_owned()).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{body}");
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{body}: {records:?}");
+        assert_eq!(
+            (records[0].kind, records[0].tool.as_str()),
+            (kind, target),
+            "{body}"
+        );
+        assert_eq!(records[0].reason.as_deref(), Some("missing_token"));
+    }
+}

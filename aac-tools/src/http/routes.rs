@@ -648,25 +648,38 @@ pub(crate) async fn list_prompts(State(app): State<App>, headers: HeaderMap) -> 
 /// refused here, so that it leaves its one record like any other refused read. One it
 /// lets through is begun by the MCP handler.
 fn item_request(body: &[u8], peer: Option<IpAddr>) -> Option<CallRequest> {
-    let message: Value = serde_json::from_slice(body).ok()?;
+    const ITEM_METHODS: [&str; 3] = ["resources/read", "prompts/get", "completion/complete"];
+    let is_item = |m: &Value| {
+        m.get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|method| ITEM_METHODS.contains(&method))
+    };
+    // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
+    let message = match serde_json::from_slice::<Value>(body).ok()? {
+        Value::Array(batch) => batch.into_iter().find(is_item)?,
+        message => message,
+    };
     let params = message.get("params");
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    // What the request does not say (a malformed one) is recorded as unknown.
+    let text = |v: Option<&Value>| field(v).unwrap_or_else(|| UNKNOWN_TOOL.to_owned());
+    let param = |name: &str| params.and_then(|p| p.get(name));
     let mut request = match message.get("method")?.as_str()? {
-        "resources/read" => CallRequest::resource(text(params?.get("uri"))?),
-        "prompts/get" => CallRequest::prompt(
-            text(params?.get("name"))?,
-            params?.get("arguments").cloned(),
-        ),
+        "resources/read" => CallRequest::resource(text(param("uri"))),
+        "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
         "completion/complete" => {
-            let reference = params?.get("ref")?;
-            let resource = reference.get("type")?.as_str()? == "ref/resource";
-            let target = text(reference.get(if resource { "uri" } else { "name" }))?;
-            let argument = params?.get("argument")?;
+            let reference = param("ref");
+            let resource = reference
+                .and_then(|r| r.get("type"))
+                .and_then(Value::as_str)
+                == Some("ref/resource");
+            let target = text(reference.and_then(|r| r.get(if resource { "uri" } else { "name" })));
+            let argument = param("argument");
             CallRequest::completion(
                 target,
                 resource,
-                text(argument.get("name")).unwrap_or_default(),
-                text(argument.get("value")).unwrap_or_default(),
+                field(argument.and_then(|a| a.get("name"))).unwrap_or_default(),
+                field(argument.and_then(|a| a.get("value"))).unwrap_or_default(),
                 serde_json::Map::new(),
             )
         }
