@@ -1274,3 +1274,43 @@ async fn token_less_reads_are_recorded_in_a_batch_and_when_malformed() {
         assert_eq!(records[0].reason.as_deref(), Some("missing_token"));
     }
 }
+
+/// An authenticated `resources/read` the MCP layer refuses before the handler (params of
+/// the wrong shape, a batch) is recorded once, as the gate's attempt; one the handler
+/// reads is recorded once too, by the handler alone.
+#[tokio::test]
+async fn a_read_the_mcp_layer_refuses_is_recorded_once_and_a_read_it_takes_once() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":31,"method":"resources/read","params":{"uri":7}}"#,
+        r#"{"jsonrpc":"2.0","id":32,"method":"resources/read","params":"notes://all"}"#,
+        r#"[{"jsonrpc":"2.0","id":33,"method":"resources/read","params":{"uri":"notes://all"}}]"#,
+        r#"{"jsonrpc":"2.0","id":34,"method":"resources/read","params":{"uri":"notes://all"}}"#,
+    ] {
+        server.sink.clear();
+        let _ = raw.send(body).await;
+        // The handler's record (if it ran) is written before its answer; the gate's
+        // before the MCP layer's answer leaves.
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{body}: {records:?}");
+        assert_eq!(records[0].kind, CallKind::Resource, "{body}");
+        assert_eq!(records[0].principal.as_deref(), Some("alice"), "{body}");
+        if body.contains(r#""uri":"notes://all"}}"#) && !body.starts_with('[') {
+            assert_ne!(
+                records[0].check,
+                Some(Check::Protocol),
+                "{body}: {records:?}"
+            );
+        } else {
+            assert_eq!(
+                records[0].check,
+                Some(Check::Protocol),
+                "{body}: {records:?}"
+            );
+            assert_eq!(records[0].reason.as_deref(), Some("not_dispatched"));
+        }
+    }
+}

@@ -25,7 +25,7 @@ use crate::audit::Check;
 use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::mcp::streamable::McpService;
-use crate::mcp::{PendingAttempt, VerifiedPrincipal};
+use crate::mcp::{PendingAttempt, PendingItem, VerifiedPrincipal};
 use crate::pipeline::Attempt;
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
@@ -560,6 +560,16 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     if let Some(pending) = &pending {
         parts.extensions.insert(pending.clone());
     }
+    // A resource read, prompt or completion the MCP layer might refuse before the handler
+    // begins its attempt (malformed params, a batch): recorded then, as a call would be.
+    let pending_item = item().map(|item| {
+        let mut attempt = app.server().begin(item);
+        attempt.authenticated(Arc::clone(&principal));
+        PendingAttempt::new(attempt, body.clone(), item_arguments)
+    });
+    if let Some(pending) = &pending_item {
+        parts.extensions.insert(PendingItem(pending.clone()));
+    }
     // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
     let mut response = mcp
         .handle(Request::from_parts(parts, Body::from(body.clone())))
@@ -575,6 +585,16 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "the MCP layer refused the request before the tool was called",
         );
         let err = call.refuse(attempt, Check::Protocol, err).await;
+        if err.reason() == "audit_unavailable" {
+            return json_error(&err);
+        }
+    }
+    if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
+        let err = ToolError::bad_request(
+            "not_dispatched",
+            "the MCP layer refused the request before it was read",
+        );
+        let err = attempt.refuse(Check::Protocol, err).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -696,6 +716,11 @@ fn item_request(body: &[u8], peer: Option<IpAddr>) -> Option<CallRequest> {
         request = request.peer_addr(peer);
     }
     Some(request)
+}
+
+/// The arguments of the prompt `body` gets, for the record of an attempt nobody took up.
+fn item_arguments(body: &[u8]) -> Option<Value> {
+    item_request(body, None)?.arguments
 }
 
 /// `POST /tools/{name}`: a plain JSON call. The body is the arguments (empty for none);

@@ -171,6 +171,15 @@ impl McpHandler {
         request: CallRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolOutput, ToolError> {
+        // The gate's attempt for this request, if any, gives way to this one.
+        #[cfg(feature = "http")]
+        if let Some(pending) = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::PendingItem>())
+        {
+            pending.0.taken_up();
+        }
         let request = request
             .credentials(self.credentials(context))
             .transport(self.transport)

@@ -114,6 +114,13 @@ pub(crate) struct VerifiedPrincipal(pub(crate) std::sync::Arc<crate::Principal>)
 /// answers without dispatching the call, the gate records it ([`PendingAttempt::abandoned`]);
 /// if the request is dropped later still untaken, the attempt records itself as not
 /// dispatched, with the arguments read back from the body.
+/// The attempt of a `resources/read`, `prompts/get` or `completion/complete` the `/mcp`
+/// gate let through: recorded as `not_dispatched` if the MCP layer refuses the request
+/// before the handler begins its own attempt.
+#[cfg(feature = "http")]
+#[derive(Clone)]
+pub(crate) struct PendingItem(pub(crate) PendingAttempt);
+
 #[cfg(feature = "http")]
 #[derive(Clone)]
 pub(crate) struct PendingAttempt(std::sync::Arc<std::sync::Mutex<Pending>>);
@@ -157,6 +164,14 @@ impl PendingAttempt {
             .unwrap_or_else(|e| e.into_inner())
             .attempt
             .take()
+    }
+
+    /// The MCP handler began its own attempt for this request (a resource read, prompt or
+    /// completion): the gate's is not needed and leaves no record.
+    pub(crate) fn taken_up(&self) {
+        if let Some(attempt) = self.take() {
+            attempt.forget();
+        }
     }
 
     /// The attempt, if nobody else holds the request any more and nobody took it up: the

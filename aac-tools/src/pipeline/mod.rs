@@ -727,6 +727,13 @@ impl Attempt {
         self.principal = Some(principal);
     }
 
+    /// Another attempt records this call (the MCP handler began its own): this one ends
+    /// without a record.
+    #[cfg(feature = "http")]
+    pub(crate) fn forget(mut self) {
+        self.recorded = true;
+    }
+
     /// The `/mcp` gate began this attempt; the MCP layer takes it up with the call as
     /// rmcp parsed it ([`Attempt::dispatch`]) or drops it.
     #[cfg(feature = "http")]
