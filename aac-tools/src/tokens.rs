@@ -107,6 +107,59 @@ pub(crate) fn hash_secret(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
+/// A token's row as every store keeps it.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) struct StoredToken {
+    pub(crate) secret_hash: Vec<u8>,
+    pub(crate) subject: String,
+    pub(crate) workspace: Option<String>,
+    pub(crate) scopes: String,
+    pub(crate) expires_at: Option<i64>,
+    pub(crate) revoked_at: Option<i64>,
+}
+
+/// The verdict on token `id` with `secret`, given its row (`None`: no such id): the same
+/// checks, in the same order and constant-time comparison, for every store.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn check_stored(
+    id: &str,
+    secret: &str,
+    row: Option<StoredToken>,
+) -> Result<crate::Principal, crate::ToolError> {
+    use subtle::ConstantTimeEq;
+    let unknown = || crate::ToolError::invalid_token("unknown token");
+    let Some(row) = row else {
+        // Spend the same work as a known id, so timing does not tell ids apart.
+        let _ = hash_secret(secret).ct_eq(&[0u8; 32]);
+        return Err(unknown());
+    };
+    if !bool::from(
+        hash_secret(secret)
+            .as_slice()
+            .ct_eq(row.secret_hash.as_slice()),
+    ) {
+        return Err(unknown());
+    }
+    if row.revoked_at.is_some() {
+        return Err(crate::ToolError::invalid_token("token revoked"));
+    }
+    if row.expires_at.is_some_and(|at| at <= unix_now()) {
+        return Err(crate::ToolError::invalid_token("token expired"));
+    }
+    let mut principal =
+        crate::Principal::new(row.subject, row.scopes.split_whitespace()).with_token_id(id);
+    if let Some(workspace) = row.workspace {
+        principal = principal.in_workspace(workspace);
+    }
+    Ok(principal)
+}
+
+/// Seconds since the epoch, as the stores keep times.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn unix_now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
 /// Split `aac_<id>_<secret>`; `None` if the token is not of that form.
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn parse(token: &str) -> Option<(&str, &str)> {

@@ -165,6 +165,7 @@ fn manifest_body(parts: &[String], positions: &[usize]) -> String {
 /// (`resources/list`, `resources/templates/list`, `prompts/list`, `GET /resources`,
 /// `GET /prompts`): always filtered by scope, and empty without a principal (deny by
 /// default; unlike tools there is no unfiltered mode to stay compatible with).
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn items_json(registry: &Registry, principal: Option<&Principal>) -> ItemsJson {
     let allowed = |scopes: &[&str]| principal.is_some_and(|p| p.has_scopes(scopes));
     let mut resources = Vec::new();
@@ -192,6 +193,7 @@ pub(crate) fn items_json(registry: &Registry, principal: Option<&Principal>) -> 
 }
 
 /// What [`items_json`] lists.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) struct ItemsJson {
     pub(crate) resources: Vec<Value>,
     pub(crate) templates: Vec<Value>,

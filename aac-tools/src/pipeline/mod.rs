@@ -710,6 +710,7 @@ impl Attempt {
 
     /// A 2026-07-28 retry of a call answered `InputRequiredResult`: the echoed
     /// `requestState` and the client's `inputResponses`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn resume(&mut self, request_state: String, input_responses: Value) {
         self.request.resume = Some((request_state, input_responses));
     }

@@ -8,15 +8,14 @@
 //! `INSERT` and `UPDATE` `aac_tokens` and nothing else; no data role reaches the table.
 
 use deadpool_postgres::Pool;
-use subtle::ConstantTimeEq;
 
 use super::{Database, DbError, describe, get, pool};
 use crate::BoxFuture;
 use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
 use crate::tokens::{
-    ID_HEX, NewToken, PREFIX, SECRET_HEX, TokenError, TokenInfo, TokenIssuer, hash_secret, parse,
-    random_hex,
+    ID_HEX, NewToken, PREFIX, SECRET_HEX, StoredToken, TokenError, TokenInfo, TokenIssuer,
+    check_stored, hash_secret, parse, random_hex, unix_now as now,
 };
 
 /// The token table. Created by [`super::migrate`] as the owner.
@@ -44,10 +43,6 @@ impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenStore").finish_non_exhaustive()
     }
-}
-
-fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
 fn store_error(what: &str, err: &tokio_postgres::Error) -> TokenError {
@@ -166,31 +161,15 @@ impl TokenStore {
             .query_opt(&statement, &[&id])
             .await
             .map_err(|e| unavailable(describe(&e)))?;
-        let unknown = || ToolError::invalid_token("unknown token");
-        let Some(row) = row else {
-            // Spend the same work as a known id, so timing does not tell ids apart.
-            let _ = hash_secret(secret).ct_eq(&[0u8; 32]);
-            return Err(unknown());
-        };
-        let stored: Vec<u8> = row.get(0);
-        if !bool::from(hash_secret(secret).as_slice().ct_eq(stored.as_slice())) {
-            return Err(unknown());
-        }
-        let revoked_at: Option<i64> = row.get(5);
-        let expires_at: Option<i64> = row.get(4);
-        if revoked_at.is_some() {
-            return Err(ToolError::invalid_token("token revoked"));
-        }
-        if expires_at.is_some_and(|at| at <= now()) {
-            return Err(ToolError::invalid_token("token expired"));
-        }
-        let scopes: String = row.get(3);
-        let mut principal =
-            Principal::new(row.get::<_, String>(1), scopes.split_whitespace()).with_token_id(id);
-        if let Some(workspace) = row.get::<_, Option<String>>(2) {
-            principal = principal.in_workspace(workspace);
-        }
-        Ok(principal)
+        let row = row.map(|row| StoredToken {
+            secret_hash: row.get(0),
+            subject: row.get(1),
+            workspace: row.get(2),
+            scopes: row.get(3),
+            expires_at: row.get(4),
+            revoked_at: row.get(5),
+        });
+        check_stored(id, secret, row)
     }
 
     /// Whether `token` looks like one of this store's tokens (for [`crate::VerifierChain`]).

@@ -4,13 +4,14 @@
 //! (64 hex digits, 256 random bits) is never stored, only its SHA-256, compared in
 //! constant time. Tokens can expire and be revoked.
 
-use subtle::ConstantTimeEq;
-
 use super::{Database, DbError};
 use crate::BoxFuture;
 use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
-use crate::tokens::{ID_HEX, PREFIX, SECRET_HEX, TokenError, TokenIssuer, hash_secret, parse};
+use crate::tokens::{
+    ID_HEX, PREFIX, SECRET_HEX, StoredToken, TokenError, TokenIssuer, check_stored, hash_secret,
+    parse, unix_now as now,
+};
 pub use crate::tokens::{NewToken, TokenInfo};
 
 const SCHEMA: &str = "
@@ -30,10 +31,6 @@ CREATE TABLE IF NOT EXISTS aac_tokens (
 #[derive(Debug, Clone)]
 pub struct TokenStore {
     db: Database,
-}
-
-fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
 fn random_hex(len: usize) -> Result<String, DbError> {
@@ -123,15 +120,7 @@ impl TokenStore {
         let Some((id, secret)) = parse(token) else {
             return Err(ToolError::invalid_token("malformed token"));
         };
-        type Row = (
-            Vec<u8>,
-            String,
-            Option<String>,
-            String,
-            Option<i64>,
-            Option<i64>,
-        );
-        let row: Option<Row> = self
+        let row = self
             .db
             .with_reader(|conn| {
                 let mut stmt = conn.prepare_cached(
@@ -140,38 +129,19 @@ impl TokenStore {
                 )?;
                 let mut rows = stmt.query([id])?;
                 match rows.next()? {
-                    Some(r) => Ok(Some((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))),
+                    Some(r) => Ok(Some(StoredToken {
+                        secret_hash: r.get(0)?,
+                        subject: r.get(1)?,
+                        workspace: r.get(2)?,
+                        scopes: r.get(3)?,
+                        expires_at: r.get(4)?,
+                        revoked_at: r.get(5)?,
+                    })),
                     None => Ok(None),
                 }
             })
             .map_err(|e| ToolError::internal(format!("token store: {e}")))?;
-        let unknown = || ToolError::invalid_token("unknown token");
-        let Some((stored, subject, workspace, scopes, expires_at, revoked_at)) = row else {
-            // Spend the same work as a known id, so timing does not tell ids apart.
-            let _ = hash_secret(secret).ct_eq(&[0u8; 32]);
-            return Err(unknown());
-        };
-        if !bool::from(hash_secret(secret).as_slice().ct_eq(stored.as_slice())) {
-            return Err(unknown());
-        }
-        if revoked_at.is_some() {
-            return Err(ToolError::invalid_token("token revoked"));
-        }
-        if expires_at.is_some_and(|at| at <= now()) {
-            return Err(ToolError::invalid_token("token expired"));
-        }
-        let mut principal = Principal::new(subject, scopes.split_whitespace()).with_token_id(id);
-        if let Some(workspace) = workspace {
-            principal = principal.in_workspace(workspace);
-        }
-        Ok(principal)
+        check_stored(id, secret, row)
     }
 
     /// Whether `token` looks like one of this store's tokens (for [`crate::VerifierChain`]).
