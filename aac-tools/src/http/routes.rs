@@ -674,6 +674,20 @@ fn item_request(body: &[u8], peer: Option<IpAddr>) -> Option<CallRequest> {
             .and_then(Value::as_str)
             .is_some_and(|method| ITEM_METHODS.contains(&method))
     };
+    // The common case first, without building a tree: one well-formed request of another
+    // method (`tools/list`, `initialize`…) is not a read.
+    #[derive(Deserialize)]
+    struct Method<'a> {
+        #[serde(default, borrow)]
+        method: Option<Cow<'a, str>>,
+    }
+    if let Ok(Method {
+        method: Some(method),
+    }) = serde_json::from_slice::<Method<'_>>(body)
+        && !ITEM_METHODS.contains(&method.as_ref())
+    {
+        return None;
+    }
     // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
     let message = match serde_json::from_slice::<Value>(body).ok()? {
         Value::Array(batch) => batch.into_iter().find(is_item)?,
