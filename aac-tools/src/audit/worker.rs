@@ -1,18 +1,25 @@
-//! The writer thread shared by the file-backed sinks: callers hand it records over a
-//! channel and wait; it takes every record that is waiting (up to a batch size), writes
-//! them together, makes them durable once, and answers every caller of the batch.
+//! The group commit shared by the file-backed sinks, leader/follower style, as databases
+//! do it: the caller that finds the log idle writes its own record and makes it durable
+//! itself, on its own thread (no hand-off, no wake-up of another thread); callers that
+//! arrive while it does queue their records; when it is done it hands whatever queued to
+//! the sink's writer thread, which writes every record waiting (up to a batch size) in
+//! one batch, makes them durable once, answers all of their callers, and gives the log
+//! back once nothing is waiting.
 //!
-//! This is group commit: while one batch is being flushed, the next one fills up, so
-//! under load one flush serves many calls, and with a single caller the latency is one
-//! write and one flush.
+//! So a lone caller pays one write and one flush, and nothing else; concurrent callers
+//! share one flush per batch. Whatever does not depend on the order of records (encoding
+//! them, for instance) is done by the callers before they join the queue
+//! ([`Backend::prepare`]).
 //!
-//! The writer thread is the one serial part, so whatever does not depend on the order
-//! of records (encoding them as JSON, for instance) is done by the callers, on their
-//! own threads, before the record is handed over ([`Backend::prepare`]).
+//! A caller leads only on a thread that may block: a worker of a multi-threaded tokio
+//! runtime (through [`tokio::task::block_in_place`], which moves the worker's other
+//! tasks to another thread while it writes) or a thread outside any runtime. On a
+//! current-thread runtime, and for backends that cannot run on the caller's thread
+//! ([`Backend::INLINE`] `false`), every record goes through the writer thread.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -22,8 +29,12 @@ use crate::BoxFuture;
 
 /// Writes a batch of records durably, all or nothing.
 pub(crate) trait Backend: Send + 'static {
-    /// A record as the writer thread takes it.
+    /// A record as the writer takes it.
     type Item: Send + 'static;
+
+    /// Whether a caller may write on its own thread (see the module's documentation).
+    /// `false` for a backend that runs a runtime of its own.
+    const INLINE: bool = true;
 
     /// Turn a record into an item, on the caller's thread.
     fn prepare(record: AuditRecord) -> Self::Item;
@@ -35,10 +46,9 @@ pub(crate) trait Backend: Send + 'static {
     /// [`deferred_sync`](Backend::deferred_sync) names a file to sync.
     fn write_batch(&mut self, batch: &[Self::Item]) -> Result<(), AuditError>;
 
-    /// A file whose sync makes the batch just written durable. When there is one, the
-    /// callers of the batch are answered by a second thread after it synced the file,
-    /// while the writer thread goes on with the next batch: writing one batch overlaps
-    /// with flushing the previous one.
+    /// A file whose sync makes the batch just written durable (the backend's own commit
+    /// does not sync it). It is synced after the batch is written and before any of its
+    /// callers is answered.
     fn deferred_sync(&self) -> Option<Arc<File>> {
         None
     }
@@ -46,94 +56,9 @@ pub(crate) trait Backend: Send + 'static {
 
 type Reply = oneshot::Sender<Result<(), AuditError>>;
 
-/// A batch written but not yet durable, handed to the syncer thread (which also frees
-/// its items, sparing the writer thread that work).
-struct Unsynced<I> {
-    file: Arc<File>,
-    replies: Vec<Reply>,
-    items: Vec<I>,
-}
-
-/// The syncer thread's inbox, and how many batches it has not answered yet.
-struct Syncer<I> {
-    inbox: mpsc::Sender<Unsynced<I>>,
-    in_flight: Arc<AtomicUsize>,
-}
-
-/// The syncer thread: syncs once for every batch waiting, then answers their callers.
-fn spawn_syncer<I: Send + 'static>(
-    name: &str,
-    health: Arc<Health>,
-) -> Result<Syncer<I>, AuditError> {
-    let (inbox, rx) = mpsc::channel::<Unsynced<I>>();
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let answered = Arc::clone(&in_flight);
-    std::thread::Builder::new()
-        .name(format!("{name}-sync"))
-        .spawn(move || {
-            let mut waiting: Vec<Unsynced<I>> = Vec::new();
-            while let Ok(first) = rx.recv() {
-                waiting.push(first);
-                while let Ok(more) = rx.try_recv() {
-                    waiting.push(more);
-                }
-                // Every batch here was written before this sync starts, so it covers
-                // them all. (Normally one file; a reconnection may give a second.)
-                let mut result = Ok(());
-                let mut synced: Vec<&Arc<File>> = Vec::new();
-                for unsynced in &waiting {
-                    if synced.iter().any(|f| Arc::ptr_eq(f, &unsynced.file)) {
-                        continue;
-                    }
-                    if let Err(err) = sync(&unsynced.file) {
-                        result = Err(err);
-                    }
-                    synced.push(&unsynced.file);
-                }
-                settle(&health, &result);
-                let mut done = Vec::with_capacity(waiting.len());
-                for unsynced in waiting.drain(..) {
-                    for reply in unsynced.replies {
-                        let _ = reply.send(result.clone());
-                    }
-                    done.push(unsynced.items);
-                    answered.fetch_sub(1, Ordering::AcqRel);
-                }
-                // Freed after the callers were answered.
-                drop(done);
-            }
-        })
-        .map_err(|e| AuditError::new(format!("cannot start the audit sync thread: {e}")))?;
-    Ok(Syncer { inbox, in_flight })
-}
-
-/// Move the jobs already queued into `batch` and `replies`, up to `max` records.
-fn drain<I>(rx: &mpsc::Receiver<Job<I>>, batch: &mut Vec<I>, replies: &mut Vec<Reply>, max: usize) {
-    while batch.len() < max {
-        match rx.try_recv() {
-            Ok(job) => {
-                batch.push(job.record);
-                replies.push(job.reply);
-            }
-            Err(_) => break,
-        }
-    }
-}
-
 fn sync(file: &File) -> Result<(), AuditError> {
     file.sync_data()
         .map_err(|e| AuditError::new(format!("cannot flush the audit log to disk: {e}")))
-}
-
-/// Record the outcome of a sync in the sink's health.
-fn settle(health: &Health, result: &Result<(), AuditError>) {
-    match result {
-        Ok(()) => health.set_ok(),
-        Err(err) => {
-            health.set_failed(err);
-            tracing::error!(error = %err, "audit records were written but could not be made durable");
-        }
-    }
 }
 
 /// Whether the sink can write, as [`AuditSink::ready`](super::AuditSink::ready) answers it.
@@ -193,11 +118,6 @@ impl Health {
     }
 }
 
-struct Job<I> {
-    record: I,
-    reply: Reply,
-}
-
 /// What a file-backed sink wrote since it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SinkStats {
@@ -208,14 +128,14 @@ pub struct SinkStats {
     pub batches: u64,
 }
 
-/// How the writer thread groups records.
+/// How the writer groups records.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Batching {
     /// The most records in one batch (1: one durable write per record).
     pub(crate) max_batch: usize,
-    /// When the previous batch held several records (callers are concurrent), wait for
-    /// as many records as it held, while they arrive less than this apart. Zero: never
-    /// wait.
+    /// When the previous batch held several records (callers are concurrent), the writer
+    /// thread waits for as many records as it held, while they arrive less than this
+    /// apart. Zero: never wait.
     pub(crate) linger: Duration,
     /// The longest a batch waits for more records in all.
     pub(crate) max_linger: Duration,
@@ -232,18 +152,201 @@ impl Batching {
     }
 }
 
-/// The caller's side of a writer thread. Cheap to clone; the thread ends when the last
-/// clone is dropped, after answering every record it was given.
-pub(crate) struct Worker<B: Backend> {
-    jobs: mpsc::Sender<Job<B::Item>>,
+struct Job<I> {
+    record: I,
+    reply: Reply,
+}
+
+/// Who holds the log, and who waits for it.
+struct Queue<I> {
+    /// A caller or the writer thread is writing; newcomers queue.
+    busy: bool,
+    /// The writer thread owns the log (it drains the queue until it is empty).
+    handed_over: bool,
+    /// Records waiting for the next batch.
+    jobs: Vec<Job<I>>,
+    /// Every [`Worker`] is gone: the writer thread ends once the queue is empty.
+    closed: bool,
+}
+
+struct Shared<B: Backend> {
+    queue: Mutex<Queue<B::Item>>,
+    /// Wakes the writer thread when the log is handed over or the sink closes.
+    handover: Condvar,
+    /// Held by whoever writes (a leading caller or the writer thread).
+    backend: Mutex<B>,
     health: Arc<Health>,
+    batching: Batching,
+    name: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<B: Backend> Shared<B> {
+    /// Write `batch` and make it durable: the one place records reach the backend.
+    fn commit(&self, batch: &[B::Item]) -> Result<(), AuditError> {
+        let mut backend = lock(&self.backend);
+        let mut result = backend.write_batch(batch);
+        if result.is_ok() {
+            self.health
+                .records
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.health.batches.fetch_add(1, Ordering::Relaxed);
+            if let Some(file) = backend.deferred_sync() {
+                result = sync(&file);
+                if let Err(err) = &result {
+                    tracing::error!(error = %err, "audit records were written but could not be made durable");
+                }
+            }
+        }
+        drop(backend);
+        match &result {
+            Ok(()) => self.health.set_ok(),
+            Err(err) => {
+                self.health.set_failed(err);
+                // The records are lost to the sink: keep them in the log at least, so
+                // that an operator can reconstruct what happened.
+                for record in batch {
+                    tracing::error!(
+                        sink = %self.name,
+                        error = %err,
+                        record = %B::describe(record),
+                        "audit record could not be written"
+                    );
+                }
+            }
+        }
+        result
+    }
+
+    /// The leading caller is done: give the log back, or to the writer thread when
+    /// records queued meanwhile.
+    fn release(&self) {
+        let mut queue = lock(&self.queue);
+        if queue.jobs.is_empty() {
+            queue.busy = false;
+            if queue.closed {
+                drop(queue);
+                self.handover.notify_one();
+            }
+        } else {
+            queue.handed_over = true;
+            drop(queue);
+            self.handover.notify_one();
+        }
+    }
+
+    /// The writer thread: waits until the log is handed over, then writes batches until
+    /// nothing waits.
+    fn run(&self) {
+        let max_batch = self.batching.max_batch.max(1);
+        let mut batch: Vec<B::Item> = Vec::new();
+        let mut replies: Vec<Reply> = Vec::new();
+        let mut last_batch = 0;
+        loop {
+            let mut queue = lock(&self.queue);
+            while !queue.handed_over {
+                if queue.closed && !queue.busy {
+                    return;
+                }
+                queue = self
+                    .handover
+                    .wait(queue)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            // The callers answered by the last batch are about to send their next
+            // records: waiting for them (as many as the last batch held) lets every
+            // concurrent caller share this batch's flush, instead of splitting into
+            // cohorts that alternate between two flushes. The wait ends early when no
+            // record arrived for `linger`; it polls rather than sleeps, since a
+            // sleeping thread wakes late on a busy machine.
+            let target = last_batch.min(max_batch);
+            if target > 1 && queue.jobs.len() < target && !self.batching.linger.is_zero() {
+                let started = Instant::now();
+                let mut last_arrival = started;
+                let mut seen = queue.jobs.len();
+                while queue.jobs.len() < target {
+                    drop(queue);
+                    std::thread::yield_now();
+                    queue = lock(&self.queue);
+                    let now = Instant::now();
+                    if queue.jobs.len() > seen {
+                        seen = queue.jobs.len();
+                        last_arrival = now;
+                    } else if now - last_arrival >= self.batching.linger
+                        || now - started >= self.batching.max_linger
+                    {
+                        break;
+                    }
+                }
+            }
+            if queue.jobs.is_empty() {
+                queue.handed_over = false;
+                queue.busy = false;
+                last_batch = 0;
+                continue;
+            }
+            let take = queue.jobs.len().min(max_batch);
+            for job in queue.jobs.drain(..take) {
+                batch.push(job.record);
+                replies.push(job.reply);
+            }
+            drop(queue);
+            last_batch = batch.len();
+            let result = self.commit(&batch);
+            for reply in replies.drain(..) {
+                let _ = reply.send(result.clone());
+            }
+            batch.clear();
+        }
+    }
+}
+
+/// Whether this thread may write a record itself (see the module's documentation).
+fn may_lead_here() -> bool {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => matches!(
+            handle.runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::MultiThread
+        ),
+        Err(_) => true,
+    }
+}
+
+/// Run `f`, which blocks, on this thread: on a runtime worker, its other tasks move to
+/// another thread meanwhile.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// Ends the writer thread when the last [`Worker`] is dropped.
+struct Closer<B: Backend>(Arc<Shared<B>>);
+
+impl<B: Backend> Drop for Closer<B> {
+    fn drop(&mut self) {
+        lock(&self.0.queue).closed = true;
+        self.0.handover.notify_one();
+    }
+}
+
+/// The caller's side of a sink's group commit. Cheap to clone; the writer thread ends
+/// when the last clone is dropped, after answering every record it was given.
+pub(crate) struct Worker<B: Backend> {
+    shared: Arc<Shared<B>>,
+    _closer: Arc<Closer<B>>,
 }
 
 impl<B: Backend> Clone for Worker<B> {
     fn clone(&self) -> Self {
         Worker {
-            jobs: self.jobs.clone(),
-            health: Arc::clone(&self.health),
+            shared: Arc::clone(&self.shared),
+            _closer: Arc::clone(&self._closer),
         }
     }
 }
@@ -251,187 +354,330 @@ impl<B: Backend> Clone for Worker<B> {
 impl<B: Backend> std::fmt::Debug for Worker<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
-            .field("health", &self.health)
+            .field("health", &self.shared.health)
             .finish()
     }
 }
 
 impl<B: Backend> Worker<B> {
-    /// Start a writer thread named `name` over `backend`, grouping records as
+    /// Start the writer thread named `name` over `backend`, grouping records as
     /// `batching` says.
     pub(crate) fn spawn(
         name: &str,
-        mut backend: B,
+        backend: B,
         batching: Batching,
         health: Arc<Health>,
     ) -> Result<Worker<B>, AuditError> {
-        let (jobs, rx) = mpsc::channel::<Job<B::Item>>();
-        let max_batch = batching.max_batch.max(1);
-        let thread_health = Arc::clone(&health);
-        let sink_name = name.to_owned();
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                busy: false,
+                handed_over: false,
+                jobs: Vec::new(),
+                closed: false,
+            }),
+            handover: Condvar::new(),
+            backend: Mutex::new(backend),
+            health,
+            batching,
+            name: name.to_owned(),
+        });
+        let thread_shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
                 // Marks the writer as stopped however the thread ends, panics included.
-                struct Alive(Arc<Health>);
-                impl Drop for Alive {
+                struct Alive<'a>(&'a Health);
+                impl Drop for Alive<'_> {
                     fn drop(&mut self) {
                         self.0.alive.store(false, Ordering::Release);
                     }
                 }
-                let _alive = Alive(Arc::clone(&thread_health));
-                let mut batch: Vec<B::Item> = Vec::with_capacity(max_batch.min(1024));
-                let mut replies = Vec::with_capacity(max_batch.min(1024));
-                let mut last_batch = 0;
-                // Started the first time a batch defers its sync.
-                let mut syncer: Option<Syncer<B::Item>> = None;
-                while let Ok(first) = rx.recv() {
-                    batch.push(first.record);
-                    replies.push(first.reply);
-                    drain(&rx, &mut batch, &mut replies, max_batch);
-                    // The callers answered by the last commit are about to send their
-                    // next records: waiting for them (as many as the last batch held)
-                    // lets every concurrent caller share this commit's flush, instead of
-                    // splitting into cohorts that alternate between two flushes. The
-                    // wait ends early when no record arrived for `linger`; it polls
-                    // rather than sleeps, since a sleeping thread wakes late on a busy
-                    // machine. A lone caller never waits (its last batch held one).
-                    let target = last_batch.min(max_batch);
-                    if target > 1 && batch.len() < target && !batching.linger.is_zero() {
-                        let started = Instant::now();
-                        let mut last_arrival = started;
-                        while batch.len() < target {
-                            match rx.try_recv() {
-                                Ok(job) => {
-                                    batch.push(job.record);
-                                    replies.push(job.reply);
-                                    last_arrival = Instant::now();
-                                }
-                                Err(mpsc::TryRecvError::Empty) => {
-                                    let now = Instant::now();
-                                    if now - last_arrival >= batching.linger
-                                        || now - started >= batching.max_linger
-                                    {
-                                        break;
-                                    }
-                                    std::thread::yield_now();
-                                }
-                                Err(mpsc::TryRecvError::Disconnected) => break,
-                            }
-                        }
-                        drain(&rx, &mut batch, &mut replies, max_batch);
-                    }
-                    last_batch = batch.len();
-                    let result = backend.write_batch(&batch);
-                    let deferred = backend.deferred_sync();
-                    match &result {
-                        Ok(()) => {
-                            thread_health
-                                .records
-                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                            thread_health.batches.fetch_add(1, Ordering::Relaxed);
-                            if deferred.is_none() {
-                                thread_health.set_ok();
-                            }
-                        }
-                        Err(err) => {
-                            thread_health.set_failed(err);
-                            // The records are lost to the sink: keep them in the log at
-                            // least, so that an operator can reconstruct what happened.
-                            for record in &batch {
-                                tracing::error!(
-                                    sink = %sink_name,
-                                    error = %err,
-                                    record = %B::describe(record),
-                                    "audit record could not be written"
-                                );
-                            }
-                        }
-                    }
-                    match (&result, deferred) {
-                        // A lone record while nothing else is being synced: sync it
-                        // here, sparing its caller the hand-over to the syncer.
-                        (Ok(()), Some(file))
-                            if batch.len() == 1
-                                && syncer
-                                    .as_ref()
-                                    .is_none_or(|s| s.in_flight.load(Ordering::Acquire) == 0) =>
-                        {
-                            let result = sync(&file);
-                            settle(&thread_health, &result);
-                            for reply in replies.drain(..) {
-                                let _ = reply.send(result.clone());
-                            }
-                        }
-                        (Ok(()), Some(file)) => {
-                            if syncer.is_none() {
-                                match spawn_syncer(&sink_name, Arc::clone(&thread_health)) {
-                                    Ok(started) => syncer = Some(started),
-                                    Err(err) => thread_health.set_failed(&err),
-                                }
-                            }
-                            let unsynced = Unsynced {
-                                file,
-                                replies: std::mem::take(&mut replies),
-                                items: std::mem::replace(
-                                    &mut batch,
-                                    Vec::with_capacity(last_batch.max(1)),
-                                ),
-                            };
-                            let unsent = match &syncer {
-                                Some(s) => {
-                                    s.in_flight.fetch_add(1, Ordering::AcqRel);
-                                    s.inbox.send(unsynced).err().map(|e| {
-                                        s.in_flight.fetch_sub(1, Ordering::AcqRel);
-                                        e.0
-                                    })
-                                }
-                                None => Some(unsynced),
-                            };
-                            if let Some(unsynced) = unsent {
-                                let stopped = AuditError::new("the audit sync thread has stopped");
-                                thread_health.set_failed(&stopped);
-                                for reply in unsynced.replies {
-                                    let _ = reply.send(Err(stopped.clone()));
-                                }
-                            }
-                        }
-                        _ => {
-                            for reply in replies.drain(..) {
-                                let _ = reply.send(result.clone());
-                            }
-                        }
-                    }
-                    batch.clear();
-                }
+                let _alive = Alive(&thread_shared.health);
+                thread_shared.run();
             })
             .map_err(|e| AuditError::new(format!("cannot start the audit writer thread: {e}")))?;
-        Ok(Worker { jobs, health })
+        Ok(Worker {
+            _closer: Arc::new(Closer(Arc::clone(&shared))),
+            shared,
+        })
     }
 
     pub(crate) fn ready(&self) -> Result<(), AuditError> {
-        self.health.ready()
+        self.shared.health.ready()
     }
 
     pub(crate) fn stats(&self) -> SinkStats {
-        let (records, batches) = self.health.written();
+        let (records, batches) = self.shared.health.written();
         SinkStats { records, batches }
     }
 
-    /// Hand `record` to the writer thread; the future resolves once it is durable.
+    /// Write `record`; the future resolves once it is durable.
+    ///
+    /// The record is written, or queued to be, before this returns: dropping the future
+    /// unfinished loses the answer, not the record.
     pub(crate) fn record(&self, record: AuditRecord) -> BoxFuture<'static, Result<(), AuditError>> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.jobs.send(Job {
-            record: B::prepare(record),
-            reply,
-        });
-        Box::pin(async move {
-            if sent.is_err() {
-                return Err(AuditError::new("the audit writer thread has stopped"));
+        let item = B::prepare(record);
+        let shared = &self.shared;
+        if !shared.health.alive.load(Ordering::Acquire) {
+            return Box::pin(async {
+                Err(AuditError::new("the audit writer thread has stopped"))
+            });
+        }
+        let mut queue = lock(&shared.queue);
+        if queue.busy || !B::INLINE || !may_lead_here() {
+            let (reply, answer) = oneshot::channel();
+            queue.jobs.push(Job {
+                record: item,
+                reply,
+            });
+            if !queue.busy {
+                queue.busy = true;
+                queue.handed_over = true;
+                drop(queue);
+                shared.handover.notify_one();
             }
-            answer
+            return Box::pin(async move {
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(AuditError::new("the audit writer thread has stopped")))
+            });
+        }
+        // The log is idle: this caller leads.
+        queue.busy = true;
+        drop(queue);
+        /// Gives the log back even if the backend panics.
+        struct Release<'a, B: Backend>(&'a Shared<B>);
+        impl<B: Backend> Drop for Release<'_, B> {
+            fn drop(&mut self) {
+                self.0.release();
+            }
+        }
+        let result = {
+            let _release = Release(shared);
+            blocking(|| shared.commit(std::slice::from_ref(&item)))
+        };
+        drop(item);
+        Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::thread::ThreadId;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::audit::{CallKind, Outcome};
+
+    fn record(tool: &str) -> AuditRecord {
+        AuditRecord {
+            tool: tool.to_owned(),
+            outcome: Outcome::Success,
+            reason: None,
+            check: None,
+            status: 200,
+            scopes_provided: Vec::new(),
+            timestamp: "2026-12-01T00:00:00.000000Z".to_owned(),
+            principal: None,
+            workspace: None,
+            transport: "test".to_owned(),
+            request_id: None,
+            duration_us: 0,
+            access_level: None,
+            arguments: json!({}),
+            confirmed_by: None,
+            kind: CallKind::Tool,
+        }
+    }
+
+    /// What the backend saw: each batch's records and the thread that wrote it.
+    #[derive(Default)]
+    struct Seen {
+        batches: Mutex<Vec<(ThreadId, Vec<String>)>>,
+        /// Makes each write take this long, so that callers pile up behind it.
+        delay: Duration,
+        /// Panics on a batch holding this record.
+        panic_on: Option<&'static str>,
+        writes: AtomicUsize,
+    }
+
+    struct Probe(Arc<Seen>);
+
+    impl Backend for Probe {
+        type Item = String;
+        fn prepare(record: AuditRecord) -> String {
+            record.tool
+        }
+        fn describe(item: &String) -> String {
+            item.clone()
+        }
+        fn write_batch(&mut self, batch: &[String]) -> Result<(), AuditError> {
+            self.0.writes.fetch_add(1, Ordering::SeqCst);
+            if let Some(bad) = self.0.panic_on
+                && batch.iter().any(|r| r == bad)
+            {
+                panic!("the backend fails on {bad}");
+            }
+            std::thread::sleep(self.0.delay);
+            lock(&self.0.batches).push((std::thread::current().id(), batch.to_vec()));
+            Ok(())
+        }
+    }
+
+    fn worker(seen: &Arc<Seen>) -> Worker<Probe> {
+        Worker::spawn(
+            "aac-audit-test",
+            Probe(Arc::clone(seen)),
+            Batching::group(1024),
+            Arc::new(Health::new(None)),
+        )
+        .unwrap()
+    }
+
+    fn written(seen: &Seen) -> Vec<String> {
+        lock(&seen.batches)
+            .iter()
+            .flat_map(|(_, b)| b.clone())
+            .collect()
+    }
+
+    /// A lone caller on a runtime worker writes its own record on its own thread: no
+    /// hand-off to the writer thread and back.
+    #[test]
+    fn a_lone_caller_writes_on_its_own_thread() {
+        let seen = Arc::new(Seen::default());
+        let sink = worker(&seen);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let callers = runtime.block_on(async {
+            let mut threads = Vec::new();
+            for n in 0..20 {
+                let sink = sink.clone();
+                let thread = tokio::spawn(async move {
+                    let here = std::thread::current().id();
+                    sink.record(record(&format!("call-{n}"))).await.unwrap();
+                    here
+                })
                 .await
-                .unwrap_or_else(|_| Err(AuditError::new("the audit writer thread has stopped")))
-        })
+                .unwrap();
+                threads.push(thread);
+            }
+            threads
+        });
+        let batches = lock(&seen.batches).clone();
+        assert_eq!(batches.len(), 20, "one batch per sequential call");
+        for ((writer, records), caller) in batches.iter().zip(&callers) {
+            assert_eq!(records.len(), 1);
+            assert_eq!(writer, caller, "{records:?} was written by another thread");
+        }
+        assert_eq!(sink.stats(), SinkStats { records: 20, batches: 20 });
+    }
+
+    /// Callers that arrive while one writes wait for the writer thread, which writes
+    /// them together, in order of arrival; every caller is answered once its record is
+    /// written.
+    #[test]
+    fn concurrent_callers_share_batches_and_lose_nothing() {
+        let seen = Arc::new(Seen {
+            delay: Duration::from_millis(2),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut tasks = Vec::new();
+            for n in 0..200 {
+                let sink = sink.clone();
+                tasks.push(tokio::spawn(async move {
+                    sink.record(record(&format!("call-{n}"))).await
+                }));
+            }
+            for task in tasks {
+                task.await.unwrap().unwrap();
+            }
+        });
+        let mut all = written(&seen);
+        assert_eq!(all.len(), 200);
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 200, "a record was written twice");
+        let stats = sink.stats();
+        assert_eq!(stats.records, 200);
+        assert!(
+            stats.batches < 100,
+            "{} batches for 200 concurrent records: no group commit",
+            stats.batches
+        );
+    }
+
+    /// On a current-thread runtime the caller cannot block: the writer thread writes.
+    #[test]
+    fn a_current_thread_runtime_hands_records_to_the_writer_thread() {
+        let seen = Arc::new(Seen::default());
+        let sink = worker(&seen);
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            sink.record(record("one")).await.unwrap();
+            sink.record(record("two")).await.unwrap();
+        });
+        let here = std::thread::current().id();
+        let batches = lock(&seen.batches).clone();
+        assert_eq!(batches.len(), 2);
+        assert!(batches.iter().all(|(writer, _)| *writer != here));
+    }
+
+    /// A caller that goes away before its answer loses the answer, not the record.
+    #[test]
+    fn a_dropped_waiting_caller_still_has_its_record_written() {
+        let seen = Arc::new(Seen {
+            delay: Duration::from_millis(20),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let leader = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap()
+                    .block_on(sink.record(record("first")))
+            })
+        };
+        // Wait until the first write is under way, then queue one and drop its future.
+        while seen.writes.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(sink.record(record("abandoned")));
+        leader.join().unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while written(&seen).len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(written(&seen), ["first", "abandoned"]);
+    }
+
+    /// A backend that panics in a caller's hands gives the log back: later records are
+    /// still written.
+    #[test]
+    fn a_panicking_write_does_not_stall_the_log() {
+        let seen = Arc::new(Seen {
+            panic_on: Some("boom"),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(sink.record(record("boom")));
+        }));
+        assert!(caught.is_err(), "the backend's panic reached its caller");
+        let runtime = tokio::runtime::Builder::new_multi_thread().build().unwrap();
+        runtime.block_on(sink.record(record("after"))).unwrap();
+        assert_eq!(written(&seen), ["after"]);
     }
 }

@@ -168,6 +168,9 @@ impl PgBackend {
 impl Backend for PgBackend {
     type Item = PortableRow;
 
+    /// It blocks on a runtime of its own, which cannot run on a runtime worker.
+    const INLINE: bool = false;
+
     fn prepare(record: AuditRecord) -> PortableRow {
         PortableRow::from_record(record)
     }
