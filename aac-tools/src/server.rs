@@ -607,13 +607,13 @@ impl Server {
 
     /// The `tools/list` result JSON for `principal`: `{"tools": [...]}`.
     ///
-    /// The list of every listed tool is built once, when the server is built, and shared;
+    /// The list of every listed tool is built once, on the first call, and shared;
     /// with [`ServerBuilder::filter_list_by_scope`], a principal that lacks some scope
     /// gets a list built for its subset of tools.
     pub fn list_tools_json(&self, principal: Option<&Principal>) -> Arc<Value> {
         let listing = &self.inner.listing;
         match listing.subset(principal) {
-            None => Arc::clone(listing.tools_list()),
+            None => Arc::clone(listing.tools_list(&self.inner.registry)),
             Some(subset) => Arc::new(list_json(&self.inner.registry, &subset)),
         }
     }

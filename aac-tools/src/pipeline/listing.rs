@@ -3,7 +3,7 @@
 //! manifest document, and each caller's subset when the list is filtered by scope.
 //! Every transport reads it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Value, json};
 
@@ -23,8 +23,10 @@ pub(crate) struct Listing {
     filter_by_scope: bool,
     /// The scopes each tool requires, by registry position.
     scopes: Vec<&'static [&'static str]>,
-    /// `tools/list` of every visible tool.
-    tools_list: Arc<Value>,
+    /// `tools/list` of every visible tool as a JSON tree, built on first use: the
+    /// transports do not need it (MCP answers from its own tool objects), so a server
+    /// that nobody asks for it does not hold a second copy of every schema.
+    tools_list: OnceLock<Arc<Value>>,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     /// Each tool's manifest object, pretty-printed for its place in a manifest document,
     /// by registry position.
@@ -49,7 +51,6 @@ impl Listing {
         visible_scopes.sort_unstable();
         visible_scopes.dedup();
         let scopes = registry.tools().iter().map(|t| t.def().scopes()).collect();
-        let tools_list = Arc::new(list_json(registry, &positions));
         let manifest: Value = serde_json::from_str(registry.manifest()).unwrap_or(Value::Null);
         let manifest_parts: Vec<String> = manifest
             .get("tools")
@@ -63,7 +64,7 @@ impl Listing {
             visible_scopes,
             filter_by_scope,
             scopes,
-            tools_list,
+            tools_list: OnceLock::new(),
             manifest_parts,
             manifest,
         }
@@ -99,9 +100,10 @@ impl Listing {
         &self.positions
     }
 
-    /// `tools/list` of every visible tool, built once.
-    pub(crate) fn tools_list(&self) -> &Arc<Value> {
-        &self.tools_list
+    /// `tools/list` of every visible tool, built once, on first use.
+    pub(crate) fn tools_list(&self, registry: &Registry) -> &Arc<Value> {
+        self.tools_list
+            .get_or_init(|| Arc::new(list_json(registry, &self.positions)))
     }
 
     /// The manifest document of every visible tool, built once.

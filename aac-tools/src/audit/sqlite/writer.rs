@@ -7,12 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, ToSql, TransactionBehavior};
+use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, ToSql};
 use sha2::{Digest, Sha256};
 
 use super::reader::open_reader;
 use super::row::{Values, hex_into, link_hash};
 use super::table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, INSERT, ensure_table, sql_error};
+
+const _: () = assert!(
+    matches!(AUDIT_TABLE.as_bytes(), b"aac_audit"),
+    "the head query below names the table"
+);
 use super::verify::{ChainReport, verify_chain};
 use crate::BoxFuture;
 use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
@@ -326,14 +331,29 @@ impl Backend for SqliteBackend {
 }
 
 /// Append `batch` in one transaction, chained to the last record in the table.
+///
+/// Every statement is prepared once per connection (SQLite's statement cache): the
+/// transaction's own `BEGIN` and `COMMIT` included, as a lone caller's record is one
+/// transaction of its own and parsing SQL would be a fair share of its cost.
 fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (mut seq, last_hash) = tx
-        .query_row(
-            &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
-            [],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
-        )
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    match append_rows(conn, batch) {
+        Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
+        Err(err) => {
+            // Nothing of the batch stays; the error is the one to report.
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Err(err)
+        }
+    }
+}
+
+/// The rows of [`append`], inside its transaction.
+fn append_rows(conn: &Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
+    let (mut seq, last_hash) = conn
+        .prepare_cached("SELECT seq, hash FROM aac_audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
         .optional()?
         .unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
     let mut prev_hash = [0u8; 64];
@@ -343,24 +363,22 @@ fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::
         // Not one of our hashes: chain to it anyway (verify will report the bad link).
         hex_into(&Sha256::digest(last_hash.as_bytes()), &mut prev_hash);
     }
-    {
-        let mut insert = tx.prepare_cached(&INSERT)?;
-        for row in batch {
-            seq += 1;
-            let hash = link_hash(&prev_hash, seq, &row.tail);
-            let prev = std::str::from_utf8(&prev_hash).unwrap_or_default();
-            let this = std::str::from_utf8(&hash).unwrap_or_default();
-            let mut params: Vec<&dyn ToSql> = Vec::with_capacity(AUDIT_COLUMNS.len());
-            params.push(&seq);
-            params.extend(row.values.params());
-            params.push(&prev);
-            params.push(&this);
-            params.extend(row.values.trailing_params());
-            insert.execute(params.as_slice())?;
-            prev_hash = hash;
-        }
+    let mut insert = conn.prepare_cached(&INSERT)?;
+    for row in batch {
+        seq += 1;
+        let hash = link_hash(&prev_hash, seq, &row.tail);
+        let prev = std::str::from_utf8(&prev_hash).unwrap_or_default();
+        let this = std::str::from_utf8(&hash).unwrap_or_default();
+        let mut params: Vec<&dyn ToSql> = Vec::with_capacity(AUDIT_COLUMNS.len());
+        params.push(&seq);
+        params.extend(row.values.params());
+        params.push(&prev);
+        params.push(&this);
+        params.extend(row.values.trailing_params());
+        insert.execute(params.as_slice())?;
+        prev_hash = hash;
     }
-    tx.commit()
+    Ok(())
 }
 
 /// A record made ready for the table on the caller's thread: its values, and the part
