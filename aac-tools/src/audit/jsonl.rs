@@ -13,9 +13,10 @@ use crate::BoxFuture;
 /// Writes each record as one line of JSON (the [`AuditRecord`] JSON form), to a file or
 /// to stderr. Cheap to clone.
 ///
-/// A writer thread takes every record waiting for it, writes them in one `write`, then
-/// (for a file) syncs the file once with `fdatasync` before any of their calls is
-/// answered: records are durable before the answer, and concurrent calls share a sync.
+/// A lone caller writes its line and (for a file) syncs the file with `fdatasync` on its
+/// own thread; lines that queue meanwhile are written together by the sink's writer
+/// thread, in one `write` and one sync, before any of their calls is answered: records
+/// are durable before the answer, and concurrent calls share a sync.
 ///
 /// ```
 /// use aac_tools::audit::JsonLinesSink;

@@ -14,8 +14,7 @@
 //! A caller leads only on a thread that may block: a worker of a multi-threaded tokio
 //! runtime (through [`tokio::task::block_in_place`], which moves the worker's other
 //! tasks to another thread while it writes) or a thread outside any runtime. On a
-//! current-thread runtime, and for backends that cannot run on the caller's thread
-//! ([`Backend::INLINE`] `false`), every record goes through the writer thread.
+//! current-thread runtime every record goes through the writer thread.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,10 +30,6 @@ use crate::BoxFuture;
 pub(crate) trait Backend: Send + 'static {
     /// A record as the writer takes it.
     type Item: Send + 'static;
-
-    /// Whether a caller may write on its own thread (see the module's documentation).
-    /// `false` for a backend that runs a runtime of its own.
-    const INLINE: bool = true;
 
     /// Turn a record into an item, on the caller's thread.
     fn prepare(record: AuditRecord) -> Self::Item;
@@ -424,7 +419,7 @@ impl<B: Backend> Worker<B> {
             });
         }
         let mut queue = lock(&shared.queue);
-        if queue.busy || !B::INLINE || !may_lead_here() {
+        if queue.busy || !may_lead_here() {
             let (reply, answer) = oneshot::channel();
             queue.jobs.push(Job {
                 record: item,

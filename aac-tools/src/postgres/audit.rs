@@ -5,7 +5,9 @@
 //!   ([`AUDIT_COLUMNS`](crate::audit::AUDIT_COLUMNS) and their declared types): the same
 //!   names, in the same order; integers as `BIGINT`, text as `TEXT`.
 //! - **Group commit**: one writer thread per process commits every record waiting for
-//!   it in one transaction (the worker the SQLite sink uses).
+//!   it in one transaction, and a lone caller commits its own record on its own thread
+//!   (the leader/follower worker the SQLite sink uses; the connection's runtime is the
+//!   sink's own, entered from `block_in_place`).
 //! - **One chain across replicas**: every append takes the transaction-level advisory
 //!   lock [`CHAIN_LOCK`] before it reads the chain's head, so appends from all replicas
 //!   are serialized, and each batch links to the last record committed by any of them.
@@ -167,9 +169,6 @@ impl PgBackend {
 
 impl Backend for PgBackend {
     type Item = PortableRow;
-
-    /// It blocks on a runtime of its own, which cannot run on a runtime worker.
-    const INLINE: bool = false;
 
     fn prepare(record: AuditRecord) -> PortableRow {
         PortableRow::from_record(record)

@@ -201,10 +201,9 @@ struct Connected {
 ///
 /// With group commit and `synchronous = FULL`, the connection itself runs with
 /// `synchronous = NORMAL` (a commit writes the log but does not sync it) and the
-/// write-ahead log file is opened to be synced by the syncer thread before any caller
-/// of the batch is answered: the same durability as `FULL`, with the next batch written
-/// while this one is flushed. If the log file cannot be opened, the connection syncs
-/// at each commit itself (`FULL`).
+/// write-ahead log file is opened to be synced once a batch is written, before any of
+/// its callers is answered: the same durability as `FULL`, one sync per batch. If the
+/// log file cannot be opened, the connection syncs at each commit itself (`FULL`).
 fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditError> {
     let defer = options.commit == CommitMode::Group && options.synchronous == Synchronous::Full;
     let synchronous = if defer {
@@ -399,10 +398,10 @@ impl PreparedRow {
 /// Writes audit records to the SQLite table `aac_audit`, append-only and hash-chained,
 /// durable before [`record`](AuditSink::record) returns. Cheap to clone.
 ///
-/// One writer thread owns the connection. With [`CommitMode::Group`] (the default) it
-/// commits every record waiting for it in one transaction, so concurrent calls share
-/// one flush to disk; with `synchronous = FULL` (the default) a commit returns only
-/// after the write-ahead log is synced.
+/// With [`CommitMode::Group`] (the default) a lone caller commits its own record on its
+/// own thread, and records that queue behind it are committed together by the sink's
+/// writer thread, so concurrent calls share one flush to disk; with `synchronous = FULL`
+/// (the default) no caller is answered before the write-ahead log is synced.
 ///
 /// The table may live in the application's own database file: open the sink on the
 /// same path. Its columns are a stable contract (see `docs/audit.md`).
