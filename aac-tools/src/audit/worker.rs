@@ -168,8 +168,10 @@ struct Shared<B: Backend> {
     queue: Mutex<Queue<B::Item>>,
     /// Wakes the writer thread when the log is handed over or the sink closes.
     handover: Condvar,
-    /// Held by whoever writes (a leading caller or the writer thread).
-    backend: Mutex<B>,
+    /// Held by whoever writes (a leading caller or the writer thread). Taken out and
+    /// dropped by the writer thread when it ends: a backend may own a runtime, which must
+    /// not be dropped on a caller's (async) thread.
+    backend: Mutex<Option<B>>,
     health: Arc<Health>,
     batching: Batching,
     name: String,
@@ -182,7 +184,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<B: Backend> Shared<B> {
     /// Write `batch` and make it durable: the one place records reach the backend.
     fn commit(&self, batch: &[B::Item]) -> Result<(), AuditError> {
-        let mut backend = lock(&self.backend);
+        let mut guard = lock(&self.backend);
+        let Some(backend) = guard.as_mut() else {
+            return Err(AuditError::new("the audit writer thread has stopped"));
+        };
         let mut result = backend.write_batch(batch);
         if result.is_ok() {
             self.health
@@ -196,7 +201,7 @@ impl<B: Backend> Shared<B> {
                 }
             }
         }
-        drop(backend);
+        drop(guard);
         match &result {
             Ok(()) => self.health.set_ok(),
             Err(err) => {
@@ -244,6 +249,8 @@ impl<B: Backend> Shared<B> {
             let mut queue = lock(&self.queue);
             while !queue.handed_over {
                 if queue.closed && !queue.busy {
+                    drop(queue);
+                    drop(lock(&self.backend).take());
                     return;
                 }
                 queue = self
@@ -371,7 +378,7 @@ impl<B: Backend> Worker<B> {
                 closed: false,
             }),
             handover: Condvar::new(),
-            backend: Mutex::new(backend),
+            backend: Mutex::new(Some(backend)),
             health,
             batching,
             name: name.to_owned(),
