@@ -233,6 +233,90 @@ impl Goal {
     }
 }
 
+/// The end-to-end bounds of issue 20, each beside the figure it is about:
+///
+/// - a lone client (stdio sequential, HTTP 1 client): (a) p50 ≤ (b) p50 + the disk's
+///   `fdatasync` p50 + 30 µs, and (a-normal) / (b) ≥ 0.9;
+/// - concurrent callers (stdio pipelined, HTTP 16 and 64 clients): (a) / (b) ≥ 0.9;
+/// - every scenario: (b) / (c) ≥ 1.0 (median of the ratios of each round);
+/// - memory: idle ≤ 1.5 × rmcp's over stdio and HTTP, ≤ 1.2 × at 64 HTTP clients, for
+///   (a) (the default, durable server) and (b).
+pub fn end_to_end_goals(
+    e2e: &EndToEnd,
+    scenarios: &[&str],
+    memory: &BTreeMap<Variant, Memory>,
+    syncs: &[u64],
+) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let mut sorted = syncs.to_vec();
+    sorted.sort_unstable();
+    let sync_p50 = percentile(&sorted, 50.0) as f64;
+    let (a, n, b, c) = (
+        Variant::AacDurable,
+        Variant::AacDurableNormal,
+        Variant::AacNoAudit,
+        Variant::RmcpStored,
+    );
+    let ratio_goal = |goals: &mut Vec<Goal>, s: usize, x: Variant, y: Variant, bound: f64| {
+        if let Some(r) = e2e.ratio(s, x, y) {
+            goals.push(Goal {
+                what: format!(
+                    "{}: ({}) / ({}) throughput",
+                    scenarios[s],
+                    x.short(),
+                    y.short()
+                ),
+                value: r,
+                bound,
+                at_least: true,
+            });
+        }
+    };
+    for (s, name) in scenarios.iter().enumerate() {
+        // Scenario 0 (stdio sequential) and 2 (HTTP, 1 client) have one caller.
+        let lone = s == 0 || s == 2;
+        if lone {
+            if let (Some((pa, _)), Some((pb, _))) = (e2e.latency(s, a), e2e.latency(s, b))
+                && !sorted.is_empty()
+            {
+                goals.push(Goal {
+                    what: format!(
+                        "{name}: (a) p50 − (b) p50 − `fdatasync` p50 ({}), µs",
+                        format_ns(sync_p50)
+                    ),
+                    value: (pa as f64 - pb as f64 - sync_p50) / 1000.0,
+                    bound: 30.0,
+                    at_least: false,
+                });
+            }
+            ratio_goal(&mut goals, s, n, b, 0.9);
+        } else {
+            ratio_goal(&mut goals, s, a, b, 0.9);
+        }
+        ratio_goal(&mut goals, s, b, c, 1.0);
+    }
+    if let Some(rmcp) = memory.get(&c) {
+        for v in [a, b] {
+            let Some(m) = memory.get(&v) else { continue };
+            for (what, ours, theirs, bound) in [
+                ("stdio idle", m.stdio_idle, rmcp.stdio_idle, 1.5),
+                ("HTTP idle", m.http_idle, rmcp.http_idle, 1.5),
+                ("HTTP, 64 clients", m.http_load, rmcp.http_load, 1.2),
+            ] {
+                if theirs > 0 {
+                    goals.push(Goal {
+                        what: format!("resident set, {what}: ({}) / (c)", v.short()),
+                        value: ours as f64 / theirs as f64,
+                        bound,
+                        at_least: false,
+                    });
+                }
+            }
+        }
+    }
+    goals
+}
+
 /// The goals table.
 pub fn goals_table(out: &mut String, goals: &[Goal]) {
     let _ = writeln!(out, "| goal | measured | bound | met |");

@@ -253,10 +253,7 @@ impl<B: Backend> Shared<B> {
                     drop(lock(&self.backend).take());
                     return;
                 }
-                queue = self
-                    .handover
-                    .wait(queue)
-                    .unwrap_or_else(|e| e.into_inner());
+                queue = self.handover.wait(queue).unwrap_or_else(|e| e.into_inner());
             }
             // The callers answered by the last batch are about to send their next
             // records: waiting for them (as many as the last batch held) lets every
@@ -421,9 +418,7 @@ impl<B: Backend> Worker<B> {
         let item = B::prepare(record);
         let shared = &self.shared;
         if !shared.health.alive.load(Ordering::Acquire) {
-            return Box::pin(async {
-                Err(AuditError::new("the audit writer thread has stopped"))
-            });
+            return Box::pin(async { Err(AuditError::new("the audit writer thread has stopped")) });
         }
         let mut queue = lock(&shared.queue);
         if queue.busy || !may_lead_here() {
@@ -576,7 +571,13 @@ mod tests {
             assert_eq!(records.len(), 1);
             assert_eq!(writer, caller, "{records:?} was written by another thread");
         }
-        assert_eq!(sink.stats(), SinkStats { records: 20, batches: 20 });
+        assert_eq!(
+            sink.stats(),
+            SinkStats {
+                records: 20,
+                batches: 20
+            }
+        );
     }
 
     /// Callers that arrive while one writes wait for the writer thread, which writes
@@ -624,7 +625,9 @@ mod tests {
     fn a_current_thread_runtime_hands_records_to_the_writer_thread() {
         let seen = Arc::new(Seen::default());
         let sink = worker(&seen);
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         runtime.block_on(async {
             sink.record(record("one")).await.unwrap();
             sink.record(record("two")).await.unwrap();
