@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value, json};
 
@@ -157,8 +157,8 @@ impl std::error::Error for RegistryError {}
 ///
 /// [`Registry::collect`] gathers every `#[mcp_tool]` linked into the binary (through
 /// `inventory`: there is no router to write and no list to keep in sync). Start-up
-/// refuses two tools with one name, naming both definitions. The `tools/list` JSON and
-/// the manifest are built here, once; nothing is rebuilt per request.
+/// refuses two tools with one name, naming both definitions. The `tools/list` JSON is
+/// built here, once, and the manifest once on first use; nothing is rebuilt per request.
 #[derive(Clone)]
 pub struct Registry {
     inner: Arc<Inner>,
@@ -169,7 +169,8 @@ struct Inner {
     index: HashMap<&'static str, usize>,
     resources: Vec<&'static ResourceDef>,
     prompts: Vec<PromptEntry>,
-    manifest: String,
+    /// Built on first use: a server that is never asked for it does not hold it.
+    manifest: OnceLock<String>,
 }
 
 /// One registered prompt: its definition, its `prompts/list` object and the validator of
@@ -281,14 +282,13 @@ impl Registry {
             index: shared.index.clone(),
             resources: Vec::new(),
             prompts: Vec::new(),
-            manifest: String::new(),
+            manifest: OnceLock::new(),
         });
-        let manifest = manifest_string(&inner.tools, &resources, &prompts);
         Ok(Registry {
             inner: Arc::new(Inner {
                 resources,
                 prompts,
-                manifest,
+                manifest: OnceLock::new(),
                 ..inner
             }),
         })
@@ -393,14 +393,13 @@ impl Registry {
             .enumerate()
             .map(|(i, t)| (t.name(), i))
             .collect();
-        let manifest = manifest_string(&tools, &[], &[]);
         Ok(Registry {
             inner: Arc::new(Inner {
                 tools,
                 index,
                 resources: Vec::new(),
                 prompts: Vec::new(),
-                manifest,
+                manifest: OnceLock::new(),
             }),
         })
     }
@@ -459,7 +458,10 @@ impl Registry {
     /// The tools manifest: `{"tools": [...]}`, the same tool objects as `tools/list`, each
     /// with its `scopes`. Deterministic: the same bytes on every run.
     pub fn manifest(&self) -> &str {
-        &self.inner.manifest
+        let inner = &*self.inner;
+        inner
+            .manifest
+            .get_or_init(|| manifest_string(&inner.tools, &inner.resources, &inner.prompts))
     }
 
     /// Compare the manifest with the committed copy at `path`.

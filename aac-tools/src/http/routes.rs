@@ -40,7 +40,8 @@ pub(crate) struct App {
 struct AppInner {
     server: Server,
     /// The listing's manifest of every visible tool, as a response body.
-    full_manifest: Bytes,
+    /// The manifest of every visible tool, as `GET /tools` sends it; built on first use.
+    full_manifest: std::sync::OnceLock<Bytes>,
     /// Built from [`HttpOptions::resource_url`], when it is set.
     resource: Option<ResourceUrls>,
     /// Who opened each MCP session.
@@ -77,7 +78,6 @@ impl ResourceUrls {
 
 impl App {
     pub(crate) fn new(server: Server, options: HttpOptions) -> App {
-        let full_manifest = Bytes::from(server.listing().manifest().to_owned());
         let resource = options
             .resource_url
             .as_deref()
@@ -86,7 +86,7 @@ impl App {
         App {
             inner: Arc::new(AppInner {
                 server,
-                full_manifest,
+                full_manifest: std::sync::OnceLock::new(),
                 resource,
                 sessions: SessionOwners::default(),
                 every_scope,
@@ -630,8 +630,18 @@ pub(crate) async fn list_tools(State(app): State<App>, headers: HeaderMap) -> Re
         Err(err) => return app.refusal(&headers, &err, None),
     };
     let body = match app.server().listing().subset(Some(&principal)) {
-        None => app.inner.full_manifest.clone(),
-        Some(subset) => Bytes::from(app.server().listing().manifest_of(&subset)),
+        None => app
+            .inner
+            .full_manifest
+            .get_or_init(|| {
+                let server = app.server();
+                Bytes::from(server.listing().manifest(server.registry()).to_owned())
+            })
+            .clone(),
+        Some(subset) => {
+            let server = app.server();
+            Bytes::from(server.listing().manifest_of(server.registry(), &subset))
+        }
     };
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

@@ -29,11 +29,12 @@ pub(crate) struct Listing {
     tools_list: OnceLock<Arc<Value>>,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     /// Each tool's manifest object, pretty-printed for its place in a manifest document,
-    /// by registry position.
-    manifest_parts: Vec<String>,
+    /// by registry position; built on first use, as is the rest of the manifest.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    manifest_parts: OnceLock<Vec<String>>,
     /// The manifest document of every visible tool.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    manifest: String,
+    manifest: OnceLock<String>,
 }
 
 impl Listing {
@@ -51,13 +52,6 @@ impl Listing {
         visible_scopes.sort_unstable();
         visible_scopes.dedup();
         let scopes = registry.tools().iter().map(|t| t.def().scopes()).collect();
-        let manifest: Value = serde_json::from_str(registry.manifest()).unwrap_or(Value::Null);
-        let manifest_parts: Vec<String> = manifest
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|tools| tools.iter().map(manifest_part).collect())
-            .unwrap_or_default();
-        let manifest = manifest_body(&manifest_parts, &positions);
         Listing {
             visible,
             positions,
@@ -65,8 +59,8 @@ impl Listing {
             filter_by_scope,
             scopes,
             tools_list: OnceLock::new(),
-            manifest_parts,
-            manifest,
+            manifest_parts: OnceLock::new(),
+            manifest: OnceLock::new(),
         }
     }
 
@@ -106,16 +100,29 @@ impl Listing {
             .get_or_init(|| Arc::new(list_json(registry, &self.positions)))
     }
 
-    /// The manifest document of every visible tool, built once.
+    /// The manifest document of every visible tool, built once, on first use.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn manifest(&self) -> &str {
-        &self.manifest
+    pub(crate) fn manifest(&self, registry: &Registry) -> &str {
+        self.manifest
+            .get_or_init(|| manifest_body(self.manifest_parts(registry), &self.positions))
     }
 
     /// The manifest document of the tools at these positions.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn manifest_of(&self, positions: &[usize]) -> String {
-        manifest_body(&self.manifest_parts, positions)
+    pub(crate) fn manifest_of(&self, registry: &Registry, positions: &[usize]) -> String {
+        manifest_body(self.manifest_parts(registry), positions)
+    }
+
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    fn manifest_parts(&self, registry: &Registry) -> &[String] {
+        self.manifest_parts.get_or_init(|| {
+            let manifest: Value = serde_json::from_str(registry.manifest()).unwrap_or(Value::Null);
+            manifest
+                .get("tools")
+                .and_then(Value::as_array)
+                .map(|tools| tools.iter().map(manifest_part).collect())
+                .unwrap_or_default()
+        })
     }
 }
 
