@@ -28,7 +28,6 @@ pub const META_CONFIRM: &str = "aac-tools.dev/confirm";
 pub struct ToolEntry {
     def: &'static ToolDef,
     json: Value,
-    input_schema: Value,
     validator: jsonschema::Validator,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
@@ -53,7 +52,8 @@ impl ToolEntry {
 
     /// The input schema as advertised and as validated (with `confirm` for destructive tools).
     pub fn input_schema(&self) -> &Value {
-        &self.input_schema
+        // One copy: the tool object's own (always there, see `build_entry`).
+        &self.json["inputSchema"]
     }
 
     pub(crate) fn validator(&self) -> &jsonschema::Validator {
@@ -636,7 +636,7 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
     tool.insert("name".to_owned(), json!(def.name()));
     tool.insert("title".to_owned(), json!(title));
     tool.insert("description".to_owned(), json!(def.description()));
-    tool.insert("inputSchema".to_owned(), input_schema.clone());
+    tool.insert("inputSchema".to_owned(), input_schema);
     if let Some(output_schema) = output_schema {
         tool.insert("outputSchema".to_owned(), output_schema);
     }
@@ -665,7 +665,6 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
     Ok(ToolEntry {
         def,
         json: Value::Object(tool),
-        input_schema,
         validator,
         wrap_output,
         policy,
