@@ -384,14 +384,21 @@ impl<B: Backend> Worker<B> {
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                // Marks the writer as stopped however the thread ends, panics included.
-                struct Alive<'a>(&'a Health);
-                impl Drop for Alive<'_> {
+                // Marks the writer as stopped however the thread ends, panics included,
+                // and answers whoever still waits in the queue (with an error).
+                struct Alive<'a, B: Backend>(&'a Shared<B>);
+                impl<B: Backend> Drop for Alive<'_, B> {
                     fn drop(&mut self) {
-                        self.0.alive.store(false, Ordering::Release);
+                        self.0.health.alive.store(false, Ordering::Release);
+                        let stranded = std::mem::take(&mut lock(&self.0.queue).jobs);
+                        for job in stranded {
+                            let _ = job
+                                .reply
+                                .send(Err(AuditError::new("the audit writer thread has stopped")));
+                        }
                     }
                 }
-                let _alive = Alive(&thread_shared.health);
+                let _alive = Alive(&*thread_shared);
                 thread_shared.run();
             })
             .map_err(|e| AuditError::new(format!("cannot start the audit writer thread: {e}")))?;
@@ -512,12 +519,12 @@ mod tests {
         }
         fn write_batch(&mut self, batch: &[String]) -> Result<(), AuditError> {
             self.0.writes.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.0.delay);
             if let Some(bad) = self.0.panic_on
                 && batch.iter().any(|r| r == bad)
             {
                 panic!("the backend fails on {bad}");
             }
-            std::thread::sleep(self.0.delay);
             lock(&self.0.batches).push((std::thread::current().id(), batch.to_vec()));
             Ok(())
         }
@@ -684,5 +691,42 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_multi_thread().build().unwrap();
         runtime.block_on(sink.record(record("after"))).unwrap();
         assert_eq!(written(&seen), ["after"]);
+    }
+
+    /// If the writer thread dies, whoever waits for it is answered with an error rather
+    /// than left waiting, and later records are refused.
+    #[test]
+    fn a_dead_writer_thread_answers_its_queue_and_refuses_the_rest() {
+        let seen = Arc::new(Seen {
+            panic_on: Some("boom"),
+            delay: Duration::from_millis(50),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // The writer thread takes `boom` (and dies on it 50 ms later); `waiting`
+            // queues behind it meanwhile.
+            let boom = sink.record(record("boom"));
+            while seen.writes.load(Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+            let waiting = sink.record(record("waiting"));
+            for answer in [boom, waiting] {
+                let answer = tokio::time::timeout(Duration::from_secs(10), answer)
+                    .await
+                    .expect("a caller was left waiting");
+                assert!(answer.is_err());
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while sink.ready().is_ok() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(sink.ready().is_err());
+            assert!(sink.record(record("after")).await.is_err());
+        });
     }
 }
