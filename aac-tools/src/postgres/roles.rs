@@ -123,9 +123,9 @@ impl Roles {
     }
 
     /// The SQL that creates the roles (if missing) and grants each its level on the
-    /// tables that exist now, in database `database`. Run as the tables' owner; run again
-    /// after a migration that adds tables.
-    pub(crate) fn grant_sql(&self, database: &str, tables: &[String]) -> String {
+    /// tables that exist now, and `SELECT` on the views, in database `database`. Run as
+    /// the tables' owner; run again after a migration that adds tables or views.
+    pub(crate) fn grant_sql(&self, database: &str, tables: &[String], views: &[String]) -> String {
         let [read, write, delete, tokens, audit] = self.all();
         let mut sql = String::new();
         for role in self.all() {
@@ -151,6 +151,16 @@ impl Roles {
                  GRANT SELECT ON {t} TO {read};\n\
                  GRANT SELECT, INSERT, UPDATE ON {t} TO {write};\n\
                  GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {t} TO {delete};\n"
+            ));
+        }
+        // Views are read-only at every level, even the ones PostgreSQL could update
+        // through: they are the application's windows on tables, such as its own window
+        // on `aac_audit`.
+        for view in views {
+            let v = quote_ident(view);
+            sql.push_str(&format!(
+                "REVOKE ALL ON {v} FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT ON {v} TO {read}, {write}, {delete};\n"
             ));
         }
         sql.push_str(&format!(
@@ -208,10 +218,18 @@ mod tests {
     #[test]
     fn data_roles_never_reach_the_framework_tables() {
         let roles = Roles::default();
-        let sql = roles.grant_sql("db", &["notes".into(), "aac_audit".into()]);
+        let sql = roles.grant_sql(
+            "db",
+            &["notes".into(), "aac_audit".into()],
+            &["usage".into()],
+        );
         assert!(sql.contains("GRANT SELECT, INSERT ON aac_audit TO aac_audit;"));
         assert!(!sql.contains("ON \"aac_audit\" TO aac_delete"));
         assert!(sql.contains("GRANT SELECT, INSERT, UPDATE ON \"notes\" TO aac_write;"));
         assert!(!sql.contains("DELETE ON \"notes\" TO aac_write"));
+        // A view: SELECT at every data level, nothing more, nothing to the others.
+        assert!(sql.contains("GRANT SELECT ON \"usage\" TO aac_read, aac_write, aac_delete;"));
+        assert!(!sql.contains("INSERT ON \"usage\""));
+        assert!(!sql.contains("\"usage\" TO aac_audit"));
     }
 }

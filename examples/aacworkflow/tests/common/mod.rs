@@ -31,7 +31,9 @@ impl Seeded {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("aacworkflow.db");
         let db = store::open(&path, OpenMode::Create).expect("database opens");
-        aacworkflow::seed::seed_demo(&db).await.expect("demo data");
+        aacworkflow::seed::seed_demo(&aacworkflow::backend::Store::sqlite(&db))
+            .await
+            .expect("demo data");
         let tokens = TokenStore::open(&db).expect("token store");
         Seeded {
             dir,
