@@ -1,5 +1,6 @@
 //! Every tool and every kind of refusal, in process through `Server::call`, with the audit
-//! records they leave. A real SQLite file, seeded with the demo data.
+//! records they leave. The demo data on the backend under test (`AAC_TEST_BACKEND`, see
+//! `common`): a real SQLite file, or a real PostgreSQL database.
 
 mod common;
 
@@ -23,7 +24,7 @@ impl Fixture {
     async fn with_mode(read_only: bool) -> Fixture {
         let seeded = Seeded::new().await;
         let sink = MemorySink::new();
-        let server = aacworkflow::server(&seeded.db, sink.clone(), read_only).expect("server");
+        let server = seeded.server(sink.clone(), read_only);
         let alice = seeded.token("alice", "demo", ALL_SCOPES);
         Fixture {
             seeded,
@@ -366,15 +367,10 @@ async fn every_kind_of_refusal_is_answered_and_audited() {
     let s = &f.seeded;
     let reader = s.token("bob", "demo", &["issues:read", "comments:read"]);
     let carol = s.token("carol", "demo", ALL_SCOPES);
-    let revoked = s
-        .tokens
-        .create("bob", Some("demo"), ALL_SCOPES, None)
-        .unwrap();
-    s.tokens.revoke(&revoked.id).unwrap();
+    let revoked = s.create_token("bob", Some("demo"), ALL_SCOPES, None);
+    s.revoke(&revoked.id);
     let expired = s
-        .tokens
-        .create("bob", Some("demo"), ALL_SCOPES, Some(-1))
-        .unwrap()
+        .create_token("bob", Some("demo"), ALL_SCOPES, Some(-1))
         .token;
     use Check::*;
     use Outcome::*;
@@ -636,11 +632,7 @@ async fn every_kind_of_refusal_is_answered_and_audited() {
     )
     .await;
     // A token of no workspace is refused by the handler.
-    let nowhere = s
-        .tokens
-        .create("alice", None, ALL_SCOPES, None)
-        .unwrap()
-        .token;
+    let nowhere = s.create_token("alice", None, ALL_SCOPES, None).token;
     refused(
         &f,
         Some(&nowhere),
