@@ -96,7 +96,10 @@ impl<L: Level> ToolParam for Store<L> {
 /// SQLite, whose queries never wait. One that would wait is a bug, answered 500.
 pub fn ready<T>(future: impl Future<Output = Result<T, ToolError>>) -> Result<T, ToolError> {
     let mut future = pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(value) => value,
         Poll::Pending => Err(ToolError::internal(
             "an SQLite transaction waited on something: its queries must run to completion",

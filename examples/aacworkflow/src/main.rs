@@ -26,8 +26,8 @@ use aac_tools::Registry;
 use aac_tools::access::Read;
 use aac_tools::cli::{Cli, CliContext, CliError, OpenMode, TokenRequest};
 use aac_tools::postgres;
-use aac_tools::tokens::TokenIssuer;
 use aac_tools::sqlite::{Database, TokenStore};
+use aac_tools::tokens::TokenIssuer;
 use aacworkflow::backend::{Store, WriteStore};
 use aacworkflow::queries::ReadMembers;
 use aacworkflow::store::{self, AppError};
@@ -237,7 +237,11 @@ async fn pg_user_role(
     known_user(role.map(|r| r.as_str().to_owned()), &workspace, &user)
 }
 
-fn known_user(role: Option<String>, workspace: &str, user: &str) -> Result<Option<String>, CliError> {
+fn known_user(
+    role: Option<String>,
+    workspace: &str,
+    user: &str,
+) -> Result<Option<String>, CliError> {
     match role {
         Some(role) => Ok(Some(role)),
         None => Err(CliError::new(format!(

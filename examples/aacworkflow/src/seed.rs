@@ -87,7 +87,8 @@ pub async fn seed_demo(store: &WriteStore) -> Result<(), ToolError> {
         tx.ensure_workspace(DEMO_WORKSPACE, "AAC").await?;
         tx.ensure_user(DEMO_WORKSPACE, "alice", Role::Admin).await?;
         tx.ensure_user(DEMO_WORKSPACE, "bob", Role::Member).await?;
-        tx.ensure_user(DEMO_WORKSPACE, "carol", Role::Viewer).await?;
+        tx.ensure_user(DEMO_WORKSPACE, "carol", Role::Viewer)
+            .await?;
         tx.ensure_agent(
             DEMO_WORKSPACE,
             "autopilot",
@@ -101,7 +102,8 @@ pub async fn seed_demo(store: &WriteStore) -> Result<(), ToolError> {
         )
         .await?;
         tx.ensure_workspace(OTHER_WORKSPACE, "OTH").await?;
-        tx.ensure_user(OTHER_WORKSPACE, "oscar", Role::Admin).await?;
+        tx.ensure_user(OTHER_WORKSPACE, "oscar", Role::Admin)
+            .await?;
         tx.ensure_agent(
             OTHER_WORKSPACE,
             "autopilot",

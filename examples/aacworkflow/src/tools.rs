@@ -356,7 +356,11 @@ pub struct CommentArgs {
 
 /// Add a comment to an issue. Not idempotent: each call adds a comment.
 #[mcp_tool(scope = "comments:write", audit_fields = ["issue_id"])]
-pub async fn comment_issue(db: WriteStore, ctx: Ctx, args: CommentArgs) -> Result<Comment, ToolError> {
+pub async fn comment_issue(
+    db: WriteStore,
+    ctx: Ctx,
+    args: CommentArgs,
+) -> Result<Comment, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     transact!(db, |tx| {
         require_writer(tx, &workspace, &user, "comment on issues").await?;
@@ -468,7 +472,11 @@ pub struct Deleted {
     audit_fields = ["issue_id"],
     confirm_message = "Delete issue {issue_id} with its comments and autopilot runs? This cannot be undone."
 )]
-pub async fn delete_issue(db: DeleteStore, ctx: Ctx, args: IssueIdArgs) -> Result<Deleted, ToolError> {
+pub async fn delete_issue(
+    db: DeleteStore,
+    ctx: Ctx,
+    args: IssueIdArgs,
+) -> Result<Deleted, ToolError> {
     let (workspace, user) = caller(&ctx)?;
     transact!(db, |tx| {
         let role = require_writer(tx, &workspace, &user, "delete issues").await?;

@@ -395,7 +395,10 @@ impl<L: Level> DeleteIssues for Tx<L> {
             .execute("DELETE FROM comments WHERE issue_id = $1", &[&issue_id])
             .await?;
         let runs = client
-            .execute("DELETE FROM autopilot_runs WHERE issue_id = $1", &[&issue_id])
+            .execute(
+                "DELETE FROM autopilot_runs WHERE issue_id = $1",
+                &[&issue_id],
+            )
             .await?;
         let issues = client
             .execute("DELETE FROM issues WHERE id = $1", &[&issue_id])

@@ -2,10 +2,10 @@
 //! completion without waiting: the transaction's body is driven on the blocking thread
 //! that holds the connection ([`crate::backend::ready`]).
 
+use aac_tools::ToolError;
 use aac_tools::access::Level;
 use aac_tools::sqlite::Tx;
 use aac_tools::sqlite::rusqlite::{self, OptionalExtension, Row, params};
-use aac_tools::ToolError;
 
 use super::{
     DeleteIssues, IssueChanges, IssueFilter, IssueRef, ReadComments, ReadIssues, ReadMembers,

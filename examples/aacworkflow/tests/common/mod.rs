@@ -73,14 +73,19 @@ pub fn test_db() -> TestDb {
 }
 
 /// `query` (one bigint or text cell) on `url` as the owner, from synchronous code.
-pub fn pg_scalar<T>(url: &str, query: &str, params: &[&(dyn postgres::tokio_postgres::types::ToSql + Sync)]) -> T
+pub fn pg_scalar<T>(
+    url: &str,
+    query: &str,
+    params: &[&(dyn postgres::tokio_postgres::types::ToSql + Sync)],
+) -> T
 where
     T: for<'a> postgres::tokio_postgres::types::FromSql<'a> + Send,
 {
     block(async {
-        let (client, connection) = postgres::tokio_postgres::connect(url, postgres::tokio_postgres::NoTls)
-            .await
-            .expect("PostgreSQL");
+        let (client, connection) =
+            postgres::tokio_postgres::connect(url, postgres::tokio_postgres::NoTls)
+                .await
+                .expect("PostgreSQL");
         tokio::spawn(connection);
         client.query_one(query, params).await.expect("query").get(0)
     })
@@ -163,9 +168,10 @@ impl Seeded {
     /// `aac_audit` table in the file, or in the PostgreSQL database).
     pub fn server_with_trail(&self) -> Server {
         match &self.backend {
-            Backend::Sqlite { path, .. } => {
-                self.server(aac_tools::audit::SqliteSink::open(path).expect("audit sink"), false)
-            }
+            Backend::Sqlite { path, .. } => self.server(
+                aac_tools::audit::SqliteSink::open(path).expect("audit sink"),
+                false,
+            ),
             Backend::Postgres { db, .. } => {
                 self.server(postgres::PgSink::open(db).expect("audit sink"), false)
             }
