@@ -240,13 +240,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 )
                 .await
                 .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-            super::token::report(
-                context,
-                &request,
-                &created,
-                note,
-                args.expires.as_deref(),
-            );
+            super::token::report(context, &request, &created, note, args.expires.as_deref());
             Ok(())
         }
         TokenCommand::Revoke { id_or_token } => {

@@ -833,3 +833,106 @@ fn error_body(result: &Value) -> Value {
     assert!(result.get("structuredContent").is_none(), "{result}");
     serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
 }
+
+/// PostgreSQL only (its level roles): every tool runs as the role of its level, so that a
+/// privilege taken from one role fails exactly the tools of that level, refused by
+/// PostgreSQL itself (500 `level_violation`), with nothing of the call kept.
+#[tokio::test]
+async fn on_postgres_each_tool_runs_as_the_role_of_its_level() {
+    if !common::on_postgres() {
+        eprintln!("PostgreSQL only (database roles): runs in the PostgreSQL pass");
+        return;
+    }
+    let f = Fixture::new().await;
+    let (_, test) = f.seeded.postgres().expect("PostgreSQL");
+    let owner = test.owner().await;
+    let roles = &test.roles;
+    let level_violation = |response: CallResponse, tool: &str| {
+        let err = response
+            .error()
+            .unwrap_or_else(|| panic!("{tool} succeeded"))
+            .clone();
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::Internal, "level_violation"),
+            "{tool}: {}",
+            err.message()
+        );
+    };
+
+    // The read role may not read issues any more: the read-only tools fail, the tools
+    // that write (another role) still read them.
+    owner
+        .batch_execute(&format!("REVOKE SELECT ON issues FROM {}", roles.read()))
+        .await
+        .unwrap();
+    let get = json!({"issue_id": "AAC-1"});
+    level_violation(
+        f.call(&f.alice, "get_issue", get.clone()).await,
+        "get_issue",
+    );
+    level_violation(
+        f.call(&f.alice, "list_issues", json!({})).await,
+        "list_issues",
+    );
+    let updated = f
+        .call(
+            &f.alice,
+            "update_issue",
+            json!({"issue_id": "AAC-1", "title": "Renamed"}),
+        )
+        .await;
+    assert!(updated.error().is_none(), "{:?}", updated.error());
+
+    // The write role may not add comments: `comment_issue` fails and adds nothing.
+    let comments = f.seeded.count("comments");
+    owner
+        .batch_execute(&format!("REVOKE INSERT ON comments FROM {}", roles.write()))
+        .await
+        .unwrap();
+    let comment = json!({"issue_id": "AAC-1", "body": "refused"});
+    level_violation(
+        f.call(&f.alice, "comment_issue", comment).await,
+        "comment_issue",
+    );
+    assert_eq!(f.seeded.count("comments"), comments);
+
+    // The delete role may not delete issues: `delete_issue` fails, and the comments it
+    // deleted first are back (the transaction rolled back).
+    owner
+        .batch_execute(&format!("REVOKE DELETE ON issues FROM {}", roles.delete()))
+        .await
+        .unwrap();
+    let issues = f.seeded.count("issues");
+    let delete = json!({"issue_id": "AAC-1", "confirm": true});
+    level_violation(
+        f.call(&f.alice, "delete_issue", delete).await,
+        "delete_issue",
+    );
+    assert_eq!(f.seeded.count("issues"), issues);
+    assert_eq!(f.seeded.count("comments"), comments);
+
+    // Each refusal has its record.
+    let errors: Vec<(String, String)> = f
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.reason.as_deref() == Some("level_violation"))
+        .map(|r| {
+            (
+                r.tool,
+                r.access_level.map(|l| l.to_string()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("get_issue", "read"),
+        ("list_issues", "read"),
+        ("comment_issue", "write"),
+        ("delete_issue", "delete"),
+    ]
+    .iter()
+    .map(|(t, l)| ((*t).to_owned(), (*l).to_owned()))
+    .collect();
+    assert_eq!(errors, expected);
+}
