@@ -9,6 +9,9 @@
 //! | `<prefix>_tokens` | yes | `SELECT`, `INSERT`, `UPDATE` on `aac_tokens` only |
 //! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit`; `SELECT`, `INSERT`, `DELETE` on `aac_request_states` (the single-use ledger of 2026-07-28 confirmations) |
 //!
+//! Views of the `public` schema are `SELECT` only, to the three data roles: an
+//! application's own window on a table (a view reads with its owner's rights).
+//!
 //! Each level logs in as its own role (a pool each), not `SET ROLE` on a shared
 //! connection: raw SQL cannot `RESET ROLE` or `SET ROLE` its way to another level,
 //! because the role it logged in as is a member of no other. None of them owns a table,

@@ -79,7 +79,7 @@ pub const POSTGRES_COMPONENT: &str = "aacworkflow";
 
 /// The schema on PostgreSQL, version by version: `Database::migrate` applies each once,
 /// in order, and refuses a database at a version this build does not know. The same
-/// tables and columns as [`SCHEMA`] on SQLite, plus `comments.seq` (the order comments
+/// tables and columns as the SQLite schema, plus `comments.seq` (the order comments
 /// were written in, SQLite's `rowid`) and the view `aacworkflow_usage`, through which the
 /// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
 /// (they may not read `aac_audit` itself).
