@@ -45,7 +45,7 @@
 //!
 //! /// Count the notes.
 //! #[mcp_tool(read_only, scope = "notes:read")]
-//! async fn count_notes(db: ReadDb) -> Result<Count, ToolError> {
+//! async fn count_pg_notes(db: ReadDb) -> Result<Count, ToolError> {
 //!     let tx = db.begin().await?;
 //!     let notes = tx.client().query_one("SELECT count(*) FROM notes", &[]).await?.get(0);
 //!     tx.commit().await?;
@@ -88,7 +88,7 @@
 //! # }
 //! /// Writes.
 //! #[mcp_tool(scope = "notes:write")]
-//! async fn honest(db: WriteDb) -> Result<Text, ToolError> {
+//! async fn honest_pg(db: WriteDb) -> Result<Text, ToolError> {
 //!     let tx = db.begin().await?;
 //!     tx.add_note("x").await?;
 //!     tx.commit().await?;
