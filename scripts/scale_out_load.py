@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The load of the scale-out test (scripts/scale-out), standard library only.
 
-CLIENTS threads send CALLS requests each through the balancer, a mix of reads, writes
-and calls the server refuses, each with a unique X-Request-Id; after KILL_AFTER answers
+CLIENTS threads send CALLS requests each through the balancer to the replicas of
+`aacworkflow serve --http --stateless`, a mix of reads, writes (new issues, comments) and
+calls the server refuses, each with a unique X-Request-Id; after KILL_AFTER answers
 the replica KILL_PID is killed with SIGKILL. Every answer is written to OUT as one JSON
 line: {"id", "tool", "kind", "status", "body", "text"}. Then check() compares the answers
 with the database and the audit trail.
@@ -81,7 +82,7 @@ def mcp_call(host, port, version, tool, token, arguments, request_id):
 def load(args):
     host, port = args["balancer"].rsplit(":", 1)
     port = int(port)
-    writer, reader = args["writer"], args["reader"]
+    writer, reader, viewer = args["writer"], args["reader"], args["viewer"]
     answers = []
     lock = threading.Lock()
     killed = threading.Event()
@@ -89,36 +90,47 @@ def load(args):
     def client(n):
         for i in range(args["calls"]):
             request_id = f"c{n}-{i}-{uuid.uuid4().hex[:8]}"
-            kind = ("write", "read", "scope", "no_token", "confirm")[(n + i) % 5]
+            kind = ("write", "read", "scope", "comment", "read", "no_token", "confirm", "read",
+                    "viewer", "read")[(n + i) % 10]
             # Token-less refusals are recorded at most 60 a minute per peer address (past
             # that, 429 and one record counting them), and behind a balancer every peer
             # is the balancer: keep them under that rate, so each has its own record.
-            if kind == "no_token" and (n + i) % 50 != 3:
+            if kind == "no_token" and (n + i) % 50 != 5:
                 kind = "read"
             text = None
             if kind == "write":
-                text = f"note {request_id}"
-                status, body = call(host, port, "add_note", writer, {"text": text}, request_id)
-                tool = "add_note"
+                text = f"issue {request_id}"
+                tool = "create_issue"
+                status, body = call(host, port, tool, writer, {"title": text}, request_id)
+            elif kind == "comment":
+                text = f"comment {request_id}"
+                tool = "comment_issue"
+                status, body = call(host, port, tool, writer,
+                                    {"issue_id": "AAC-1", "body": text}, request_id)
             elif kind == "read":
                 # Reads go three ways: REST, MCP 2026-07-28, stateless MCP 2025-06-18.
                 way = (n + i) % 3
                 if way == 0:
-                    status, body = call(host, port, "count_notes", reader, {}, request_id)
+                    tool = "list_issues"
+                    status, body = call(host, port, tool, reader, {"limit": 5}, request_id)
                 else:
                     version = "2026-07-28" if way == 1 else "2025-06-18"
-                    status, body = mcp_call(host, port, version, "count_notes", reader, {}, request_id)
+                    tool = "get_issue"
+                    status, body = mcp_call(host, port, version, tool, reader,
+                                            {"issue_id": "AAC-1"}, request_id)
                     kind = "read_mcp_" + version
-                tool = "count_notes"
             elif kind == "scope":
-                status, body = call(host, port, "add_note", reader, {"text": "no"}, request_id)
-                tool = "add_note"
+                tool = "create_issue"
+                status, body = call(host, port, tool, reader, {"title": "no"}, request_id)
+            elif kind == "viewer":
+                tool = "create_issue"
+                status, body = call(host, port, tool, viewer, {"title": "no"}, request_id)
             elif kind == "no_token":
-                status, body = call(host, port, "count_notes", None, {}, request_id)
-                tool = "count_notes"
+                tool = "list_issues"
+                status, body = call(host, port, tool, None, {}, request_id)
             else:
-                status, body = call(host, port, "delete_note", writer, {"id": 1}, request_id)
-                tool = "delete_note"
+                tool = "delete_issue"
+                status, body = call(host, port, tool, writer, {"issue_id": "AAC-1"}, request_id)
             with lock:
                 answers.append(
                     {"id": request_id, "tool": tool, "kind": kind, "status": status, "body": body,
@@ -157,18 +169,30 @@ def check(answers_file, audit_file, notes_file, expect_kill):
             recs = records.get(a["id"], [])
             if len(recs) != 1 or recs[0]["status"] != 200 or recs[0]["outcome"] != "success":
                 problems.append(f"{a['id']}: answered 200, recorded {recs}")
-            if a["kind"] == "write" and a["text"] not in notes:
+            if a["kind"] in ("write", "comment") and a["text"] not in notes:
                 problems.append(f"{a['id']}: answered 200 but its note is not in the data")
         elif ours and 400 <= a["status"] < 600 and a["body"].get("reason"):
             recs = records.get(a["id"], [])
             if len(recs) != 1 or recs[0]["status"] != a["status"] or recs[0]["reason"] != a["body"]["reason"]:
                 problems.append(f"{a['id']}: answered {a['status']} {a['body']['reason']}, recorded {recs}")
-    expected = {"write": 200, "read": 200, "read_mcp_2026-07-28": 200, "read_mcp_2025-06-18": 200,
-                "scope": 403, "no_token": 401, "confirm": 400}
+    expected = {"write": 200, "comment": 200, "read": 200, "read_mcp_2026-07-28": 200,
+                "read_mcp_2025-06-18": 200, "scope": 403, "viewer": 403, "no_token": 401,
+                "confirm": 400}
+    reasons = {"scope": "insufficient_scope", "viewer": "forbidden", "no_token": "missing_token",
+               "confirm": "destructive_flag_missing"}
+    refused = {}
     for a in answers:
         if a["status"] == 200 or (isinstance(a["body"], dict) and a["body"].get("reason")):
             if a["status"] != expected[a["kind"]] and a["status"] not in (429, 503):
                 problems.append(f"{a['id']}: {a['kind']} answered {a['status']} {a['body']}")
+            elif a["kind"] in reasons and a["status"] == expected[a["kind"]]:
+                if a["body"].get("reason") != reasons[a["kind"]]:
+                    problems.append(f"{a['id']}: {a['kind']} refused for {a['body']}")
+                refused[a["kind"]] = refused.get(a["kind"], 0) + 1
+    print(f"check: refused as expected by kind {dict(sorted(refused.items()))}")
+    for kind in reasons:
+        if not refused.get(kind):
+            problems.append(f"no `{kind}` call was refused as it should be")
     served_after = sum(1 for a in answers if a["after_kill"] and a["status"] == 200)
     if expect_kill:
         if not any(a["after_kill"] for a in answers):
@@ -183,7 +207,7 @@ def check(answers_file, audit_file, notes_file, expect_kill):
     for a in answers:
         kinds[a["kind"]] = kinds.get(a["kind"], 0) + (a["status"] == 200)
     print(f"check: answered 200 by kind {dict(sorted(kinds.items()))}")
-    for kind in ("write", "read", "read_mcp_2026-07-28", "read_mcp_2025-06-18"):
+    for kind in ("write", "comment", "read", "read_mcp_2026-07-28", "read_mcp_2025-06-18"):
         if not kinds.get(kind):
             problems.append(f"no `{kind}` call was answered 200")
     print(f"check: answers by status {dict(sorted(by_status.items()))}; {len(records)} records with a request id")

@@ -154,6 +154,8 @@ struct Shared {
     token_create_mode: OpenMode,
     #[cfg(feature = "postgres")]
     postgres: Option<postgres::PgSchema>,
+    #[cfg(feature = "postgres")]
+    pg_hooks: postgres::PgHooks,
 }
 
 impl fmt::Debug for CliContext {
@@ -260,6 +262,8 @@ impl Cli {
                 token_create_mode: OpenMode::Create,
                 #[cfg(feature = "postgres")]
                 postgres: None,
+                #[cfg(feature = "postgres")]
+                pg_hooks: postgres::PgHooks::default(),
             },
             about: None,
             after_help: None,
@@ -349,10 +353,13 @@ impl Cli {
     /// Serve on PostgreSQL too (feature `postgres`): `--db postgres://owner@host/name` (or
     /// `AAC_DB`) runs `serve`, `token` and `audit` on that database, whose schema is
     /// `migrations` (the SQL of version 1, 2, …, applied once each, in order) under the
-    /// name `component`. The tools must then take [`crate::postgres`] handles. The
-    /// SQLite hooks ([`Cli::configure`], [`Cli::check_token`], [`Cli::before_serve`],
-    /// [`Cli::open_with`]) do not run on PostgreSQL. The level roles are named after
-    /// `AAC_DB_ROLE_PREFIX` (default `aac`).
+    /// name `component`. The tools must then take [`crate::postgres`] handles (or a
+    /// handle of the application's own over both backends). The SQLite hooks
+    /// ([`Cli::configure`], [`Cli::check_token`], [`Cli::before_serve`],
+    /// [`Cli::open_with`]) do not run on PostgreSQL; their counterparts there are
+    /// [`Cli::postgres_check_token`] and [`Cli::postgres_before_serve`], and an
+    /// application's own commands open the database with [`CliContext::postgres`]. The
+    /// level roles are named after `AAC_DB_ROLE_PREFIX` (default `aac`).
     #[cfg(feature = "postgres")]
     pub fn postgres<I, S>(mut self, component: impl Into<String>, migrations: I) -> Cli
     where
@@ -548,7 +555,7 @@ impl Cli {
             match args::Builtin::from_arg_matches(&matches) {
                 #[cfg(feature = "postgres")]
                 Ok(builtin) if postgres::is_url(context.db_path()) => {
-                    postgres::run(context, builtin).await
+                    postgres::run(context, builtin, sub_matches.clone()).await
                 }
                 Ok(builtin) => run_builtin(context, builtin, sub_matches.clone()).await,
                 Err(err) => {

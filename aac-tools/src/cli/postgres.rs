@@ -8,8 +8,11 @@
 //! at most `AAC_DB_POOL_SIZE` connections (default 4). Every command checks
 //! the schema's version, so a binary older than the database refuses to run.
 
+use clap::ArgMatches;
+
 use super::args::{AuditArgs, Builtin, ServeArgs, TokenCommand};
-use super::{CliContext, CliError};
+use super::{Cli, CliContext, CliError, TokenRequest};
+use crate::BoxFuture;
 use crate::audit::AuditError;
 use crate::postgres::{Database, PgLedger, PgSink, Roles, TokenStore};
 use crate::principal::TokenVerifier;
@@ -27,6 +30,70 @@ pub(super) fn is_url(db: &std::path::Path) -> bool {
 pub(super) struct PgSchema {
     pub(super) component: String,
     pub(super) migrations: Vec<String>,
+}
+
+type CheckToken = dyn Fn(Database, TokenRequest) -> BoxFuture<'static, Result<Option<String>, CliError>>
+    + Send
+    + Sync;
+type BeforeServe = dyn Fn(CliContext, Database, ArgMatches) -> BoxFuture<'static, Result<Option<String>, CliError>>
+    + Send
+    + Sync;
+
+/// The application's hooks on PostgreSQL: the counterparts of [`Cli::check_token`] and
+/// [`Cli::before_serve`].
+#[derive(Default)]
+pub(super) struct PgHooks {
+    check_token: Option<Box<CheckToken>>,
+    before_serve: Option<Box<BeforeServe>>,
+}
+
+impl Cli {
+    /// [`Cli::check_token`] on PostgreSQL: check a `token create` request against the
+    /// database (migrated already) before the token exists. `Ok(Some(note))` adds the
+    /// note to the report on stderr; an error refuses the request.
+    pub fn postgres_check_token(
+        mut self,
+        check: impl Fn(Database, TokenRequest) -> BoxFuture<'static, Result<Option<String>, CliError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Cli {
+        self.shared.pg_hooks.check_token = Some(Box::new(check));
+        self
+    }
+
+    /// [`Cli::before_serve`] on PostgreSQL: run before `serve` builds the server, with
+    /// the database (migrated already) and the `serve` matches. `Ok(Some(token))` is the
+    /// token a stdio session uses when `AAC_TOKEN` is not set.
+    pub fn postgres_before_serve(
+        mut self,
+        hook: impl Fn(
+            CliContext,
+            Database,
+            ArgMatches,
+        ) -> BoxFuture<'static, Result<Option<String>, CliError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Cli {
+        self.shared.pg_hooks.before_serve = Some(Box::new(hook));
+        self
+    }
+}
+
+impl CliContext {
+    /// The PostgreSQL database when `--db` (or `AAC_DB`) is a `postgres://` URL, opened
+    /// and migrated as the built-in commands do (the framework's schema and the
+    /// application's, [`Cli::postgres`], then the level roles' grants); `None` when it
+    /// names an SQLite file. For an application's own commands, such as `init`.
+    pub async fn postgres(&self) -> Result<Option<Database>, CliError> {
+        if !is_url(self.db_path()) {
+            return Ok(None);
+        }
+        let db = open(self)?;
+        migrate(self, &db).await?;
+        Ok(Some(db))
+    }
 }
 
 fn open(context: &CliContext) -> Result<Database, CliError> {
@@ -68,7 +135,11 @@ async fn migrate(context: &CliContext, db: &Database) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(super) async fn run(context: CliContext, command: Builtin) -> Result<(), CliError> {
+pub(super) async fn run(
+    context: CliContext,
+    command: Builtin,
+    matches: ArgMatches,
+) -> Result<(), CliError> {
     if matches!(command, Builtin::Manifest) {
         print!("{}", context.registry()?.manifest());
         return Ok(());
@@ -76,19 +147,28 @@ pub(super) async fn run(context: CliContext, command: Builtin) -> Result<(), Cli
     let db = open(&context)?;
     migrate(&context, &db).await?;
     match command {
-        Builtin::Serve(args) => serve(&context, db, args).await,
+        Builtin::Serve(args) => serve(&context, db, args, matches).await,
         Builtin::Token(command) => token(&context, &db, command).await,
         Builtin::Audit(args) => audit(&db, args).await,
         Builtin::Manifest => Ok(()),
     }
 }
 
-async fn serve(context: &CliContext, db: Database, args: ServeArgs) -> Result<(), CliError> {
+async fn serve(
+    context: &CliContext,
+    db: Database,
+    args: ServeArgs,
+    matches: ArgMatches,
+) -> Result<(), CliError> {
     if args.checkpoints.is_some() {
         return Err(CliError::new(
             "--checkpoints is for SQLite trails; on PostgreSQL, sign the head from `audit --verify` output",
         ));
     }
+    let fallback_token = match &context.shared.pg_hooks.before_serve {
+        Some(hook) => hook(context.clone(), db.clone(), matches).await?,
+        None => None,
+    };
     let tokens = TokenStore::open(&db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
     let sink = PgSink::open(&db).map_err(|e| CliError::new(e.to_string()))?;
@@ -111,15 +191,24 @@ async fn serve(context: &CliContext, db: Database, args: ServeArgs) -> Result<()
         Some(addr) => super::serve::http(context, server, &addr, args.stateless).await,
         None => {
             let name = context.name();
-            let token = std::env::var("AAC_TOKEN")
+            let token = match std::env::var("AAC_TOKEN")
                 .ok()
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty())
-                .ok_or_else(|| {
-                    CliError::new(format!(
-                        "no token for stdio: set AAC_TOKEN to a token from `{name} token create`"
-                    ))
-                })?;
+            {
+                Some(token) => token,
+                None => {
+                    let token = fallback_token.ok_or_else(|| {
+                        CliError::new(format!(
+                            "no token for stdio: set AAC_TOKEN to a token from `{name} token create`"
+                        ))
+                    })?;
+                    context.note(
+                        "AAC_TOKEN is not set, so this stdio session uses the token printed above",
+                    );
+                    token
+                }
+            };
             tokens
                 .verify(&token)
                 .await
@@ -137,6 +226,10 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
     match command {
         TokenCommand::Create(args) => {
             let request = super::token::request(context, &args)?;
+            let note = match &context.shared.pg_hooks.check_token {
+                Some(check) => check(db.clone(), request.clone()).await?,
+                None => None,
+            };
             let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
             let created = tokens
                 .create(
@@ -147,7 +240,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 )
                 .await
                 .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-            super::token::report(context, &request, &created, None, args.expires.as_deref());
+            super::token::report(context, &request, &created, note, args.expires.as_deref());
             Ok(())
         }
         TokenCommand::Revoke { id_or_token } => {

@@ -45,7 +45,7 @@
 //!
 //! /// Count the notes.
 //! #[mcp_tool(read_only, scope = "notes:read")]
-//! async fn count_notes(db: ReadDb) -> Result<Count, ToolError> {
+//! async fn count_pg_notes(db: ReadDb) -> Result<Count, ToolError> {
 //!     let tx = db.begin().await?;
 //!     let notes = tx.client().query_one("SELECT count(*) FROM notes", &[]).await?.get(0);
 //!     tx.commit().await?;
@@ -88,7 +88,7 @@
 //! # }
 //! /// Writes.
 //! #[mcp_tool(scope = "notes:write")]
-//! async fn honest(db: WriteDb) -> Result<Text, ToolError> {
+//! async fn honest_pg(db: WriteDb) -> Result<Text, ToolError> {
 //!     let tx = db.begin().await?;
 //!     tx.add_note("x").await?;
 //!     tx.commit().await?;
@@ -372,8 +372,12 @@ impl Database {
     }
 
     /// Create the roles of the levels (if missing) and grant each exactly its level on
-    /// every table of the `public` schema as it is now (see [`Roles`]). Run it as the
-    /// tables' owner after every migration.
+    /// every table of the `public` schema as it is now, and `SELECT` (only) on every view
+    /// of it (see [`Roles`]). Run it as the tables' owner after every migration.
+    ///
+    /// A view reads its tables with its owner's rights: an application's view over a
+    /// framework table (`aac_audit`, say) shows the data roles the columns it names, and
+    /// nothing else of that table.
     pub async fn grant_levels(&self) -> Result<(), DbError> {
         let client = self.owner().await?;
         let tables: Vec<String> = client
@@ -385,7 +389,19 @@ impl Database {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let sql = self.inner.roles.grant_sql(&self.inner.database, &tables);
+        let views: Vec<String> = client
+            .query(
+                "SELECT viewname::text FROM pg_views WHERE schemaname = 'public' ORDER BY 1",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let sql = self
+            .inner
+            .roles
+            .grant_sql(&self.inner.database, &tables, &views);
         // Roles are shared by the whole cluster: two replicas granting at once must not
         // race on `CREATE ROLE`.
         client

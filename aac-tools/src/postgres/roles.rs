@@ -9,6 +9,9 @@
 //! | `<prefix>_tokens` | yes | `SELECT`, `INSERT`, `UPDATE` on `aac_tokens` only |
 //! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit`; `SELECT`, `INSERT`, `DELETE` on `aac_request_states` (the single-use ledger of 2026-07-28 confirmations) |
 //!
+//! Views of the `public` schema are `SELECT` only, to the three data roles: an
+//! application's own window on a table (a view reads with its owner's rights).
+//!
 //! Each level logs in as its own role (a pool each), not `SET ROLE` on a shared
 //! connection: raw SQL cannot `RESET ROLE` or `SET ROLE` its way to another level,
 //! because the role it logged in as is a member of no other. None of them owns a table,
@@ -123,9 +126,9 @@ impl Roles {
     }
 
     /// The SQL that creates the roles (if missing) and grants each its level on the
-    /// tables that exist now, in database `database`. Run as the tables' owner; run again
-    /// after a migration that adds tables.
-    pub(crate) fn grant_sql(&self, database: &str, tables: &[String]) -> String {
+    /// tables that exist now, and `SELECT` on the views, in database `database`. Run as
+    /// the tables' owner; run again after a migration that adds tables or views.
+    pub(crate) fn grant_sql(&self, database: &str, tables: &[String], views: &[String]) -> String {
         let [read, write, delete, tokens, audit] = self.all();
         let mut sql = String::new();
         for role in self.all() {
@@ -151,6 +154,16 @@ impl Roles {
                  GRANT SELECT ON {t} TO {read};\n\
                  GRANT SELECT, INSERT, UPDATE ON {t} TO {write};\n\
                  GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {t} TO {delete};\n"
+            ));
+        }
+        // Views are read-only at every level, even the ones PostgreSQL could update
+        // through: they are the application's windows on tables, such as its own window
+        // on `aac_audit`.
+        for view in views {
+            let v = quote_ident(view);
+            sql.push_str(&format!(
+                "REVOKE ALL ON {v} FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT ON {v} TO {read}, {write}, {delete};\n"
             ));
         }
         sql.push_str(&format!(
@@ -208,10 +221,18 @@ mod tests {
     #[test]
     fn data_roles_never_reach_the_framework_tables() {
         let roles = Roles::default();
-        let sql = roles.grant_sql("db", &["notes".into(), "aac_audit".into()]);
+        let sql = roles.grant_sql(
+            "db",
+            &["notes".into(), "aac_audit".into()],
+            &["usage".into()],
+        );
         assert!(sql.contains("GRANT SELECT, INSERT ON aac_audit TO aac_audit;"));
         assert!(!sql.contains("ON \"aac_audit\" TO aac_delete"));
         assert!(sql.contains("GRANT SELECT, INSERT, UPDATE ON \"notes\" TO aac_write;"));
         assert!(!sql.contains("DELETE ON \"notes\" TO aac_write"));
+        // A view: SELECT at every data level, nothing more, nothing to the others.
+        assert!(sql.contains("GRANT SELECT ON \"usage\" TO aac_read, aac_write, aac_delete;"));
+        assert!(!sql.contains("INSERT ON \"usage\""));
+        assert!(!sql.contains("\"usage\" TO aac_audit"));
     }
 }

@@ -6,7 +6,9 @@
 //!
 //! Options: `--rounds N` (default 3), `--secs S` measured seconds per scenario (default
 //! 2), `--compile-rounds N` (default 2), `--skip-pipeline`, `--skip-e2e`,
-//! `--skip-compile`, `--variants anbcd` (n: a-normal), `--compile-dir DIR`, `--out FILE`.
+//! `--skip-compile`, `--variants anbcd` (n: a-normal), `--compile-dir DIR`, `--out FILE`,
+//! `--postgres URL` (also the reference server on PostgreSQL against SQLite, 1→3 replicas;
+//! see `benches/src/postgres.rs`).
 //!
 //! `bench-all serve <a|n|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
 //! the load generator starts this same binary so that one build serves both sides.
@@ -29,6 +31,9 @@ use aac_bench::stats::median;
 use aac_bench::tools::TOOL_COUNT;
 use aac_bench::variant::{self, TransportKind, Variant};
 
+#[path = "../postgres.rs"]
+mod postgres;
+
 struct Options {
     rounds: usize,
     secs: f64,
@@ -39,6 +44,7 @@ struct Options {
     variants: Vec<Variant>,
     compile_dir: PathBuf,
     out: Option<PathBuf>,
+    postgres: Option<String>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options, String> {
@@ -52,6 +58,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         variants: Variant::ALL.to_vec(),
         compile_dir: std::env::temp_dir().join("aac-bench-compile"),
         out: None,
+        postgres: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -73,6 +80,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--compile-dir" => o.compile_dir = value()?.into(),
             "--out" => o.out = Some(value()?.into()),
+            "--postgres" => o.postgres = Some(value()?),
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -198,6 +206,11 @@ fn main() -> io::Result<()> {
                 at_least: false,
             });
         }
+    }
+
+    if let Some(url) = &options.postgres {
+        eprintln!("== the reference server on PostgreSQL and on SQLite");
+        out.push_str(&postgres::section(url, options.secs, options.rounds)?);
     }
 
     out.push_str("## Goals\n\n");

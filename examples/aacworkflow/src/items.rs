@@ -9,16 +9,17 @@
 //!
 //! Both complete issue keys (`completion/complete`), newest first.
 
-use aac_tools::sqlite::ReadDb;
 use aac_tools::{
     Completion, Content, Ctx, PromptMessage, ResourceContents, ToolError, mcp_prompt, mcp_resource,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::backend::ReadStore;
 use crate::model::Issue;
 use crate::queries::{IssueFilter, ReadIssues};
 use crate::tools::caller;
+use crate::transact;
 
 /// The variable of `aacworkflow://issues/{id}`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -42,7 +43,7 @@ pub fn issue_uri(key: &str) -> String {
     complete = complete_issue_key
 )]
 pub async fn issue_resource(
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
     uri: IssueUri,
 ) -> Result<ResourceContents, ToolError> {
@@ -64,7 +65,7 @@ pub struct TriageArgs {
     complete = complete_issue_key
 )]
 pub async fn triage_issue(
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
     args: TriageArgs,
 ) -> Result<Vec<PromptMessage>, ToolError> {
@@ -88,7 +89,7 @@ pub async fn triage_issue(
 /// newest first.
 pub async fn complete_issue_key(
     completion: Completion,
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
 ) -> Result<Vec<String>, ToolError> {
     let (workspace, _) = caller(&ctx)?;
@@ -99,9 +100,7 @@ pub async fn complete_issue_key(
         before: None,
         limit: 100,
     };
-    let (rows, _) = db
-        .run(move |tx| tx.list_issues(&workspace, &filter))
-        .await?;
+    let (rows, _) = transact!(db, |tx| tx.list_issues(&workspace, &filter).await)?;
     Ok(rows
         .into_iter()
         .map(|(_, issue)| issue.key)
@@ -109,9 +108,9 @@ pub async fn complete_issue_key(
         .collect())
 }
 
-async fn find(db: ReadDb, ctx: &Ctx, id: String) -> Result<Issue, ToolError> {
+async fn find(db: ReadStore, ctx: &Ctx, id: String) -> Result<Issue, ToolError> {
     let (workspace, _) = caller(ctx)?;
-    db.run(move |tx| tx.find_issue(&workspace, &id)).await
+    transact!(db, |tx| tx.find_issue(&workspace, &id).await)
 }
 
 fn json_text(issue: &Issue) -> Result<String, ToolError> {

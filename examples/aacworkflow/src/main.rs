@@ -11,18 +11,27 @@
 //! ```
 //!
 //! Everything but `init` and `--demo` comes from `aac_tools::cli`; this file holds the
-//! application's extras: its database checks and schema (`store::open`), `init [--demo]`,
-//! `serve --demo`, and the rule that a token's user exists in its workspace.
+//! application's extras: its database checks and schema (`store::open`, and
+//! `store::POSTGRES_MIGRATIONS`), `init [--demo]`, `serve --demo`, and the rule that a
+//! token's user exists in its workspace, each on both backends.
 //!
-//! The database is `--db PATH`, else `AAC_DB`, else `aacworkflow.db`. Logs go to stderr
-//! only: on stdio, stdout belongs to the MCP protocol.
+//! The database is `--db PATH`, else `AAC_DB`, else `aacworkflow.db`; a
+//! `postgres://OWNER@HOST/NAME` URL there runs every command on PostgreSQL instead (the
+//! level roles named after `AAC_DB_ROLE_PREFIX`, default `aac`). Logs go to stderr only:
+//! on stdio, stdout belongs to the MCP protocol.
 
 use std::process::ExitCode;
 
 use aac_tools::Registry;
+use aac_tools::access::Read;
 use aac_tools::cli::{Cli, CliContext, CliError, OpenMode, TokenRequest};
+use aac_tools::postgres;
 use aac_tools::sqlite::{Database, TokenStore};
+use aac_tools::tokens::TokenIssuer;
+use aacworkflow::backend::{Store, WriteStore};
+use aacworkflow::queries::ReadMembers;
 use aacworkflow::store::{self, AppError};
+use aacworkflow::transact;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -42,6 +51,12 @@ async fn main() -> ExitCode {
         })
         .clap(flags)
         .before_serve(|ctx, db, m| Box::pin(serve_demo(ctx, db, m.get_flag("demo"))))
+        // The same on PostgreSQL (`--db postgres://…`).
+        .postgres(store::POSTGRES_COMPONENT, store::POSTGRES_MIGRATIONS)
+        .postgres_check_token(|db, request| Box::pin(pg_user_role(db, request)))
+        .postgres_before_serve(|ctx, db, m| {
+            Box::pin(pg_serve_demo(ctx, db, m.get_flag("demo")))
+        })
         .run()
         .await
 }
@@ -92,14 +107,27 @@ fn demo_flag(help: &'static str) -> clap::Arg {
 }
 
 async fn init(ctx: CliContext, demo: bool) -> Result<(), CliError> {
-    let db = ctx.open_db(OpenMode::Create)?;
-    ctx.note(format_args!(
-        "database `{}` ready (schema version {})",
-        ctx.db_path().display(),
-        store::SCHEMA_VERSION
-    ));
+    let store = match ctx.postgres().await? {
+        Some(db) => {
+            ctx.note(format_args!(
+                "PostgreSQL database `{}` ready (schema version {})",
+                db.name(),
+                store::POSTGRES_MIGRATIONS.len()
+            ));
+            Store::postgres(&db)
+        }
+        None => {
+            let db = ctx.open_db(OpenMode::Create)?;
+            ctx.note(format_args!(
+                "database `{}` ready (schema version {})",
+                ctx.db_path().display(),
+                store::SCHEMA_VERSION
+            ));
+            Store::sqlite(&db)
+        }
+    };
     if demo {
-        seed(&db).await?;
+        seed(&store).await?;
         ctx.note(
             "demo data ready: workspace `demo` (alice admin, bob member, carol viewer) \
              and workspace `other` (oscar admin)\n\
@@ -109,8 +137,8 @@ async fn init(ctx: CliContext, demo: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn seed(db: &Database) -> Result<(), AppError> {
-    aacworkflow::seed::seed_demo(db)
+async fn seed(store: &WriteStore) -> Result<(), AppError> {
+    aacworkflow::seed::seed_demo(store)
         .await
         .map_err(|e| AppError::new(format!("cannot add the demo data: {}", e.message())))
 }
@@ -121,19 +149,50 @@ async fn serve_demo(ctx: CliContext, db: Database, demo: bool) -> Result<Option<
     if !demo {
         return Ok(None);
     }
-    seed(&db).await?;
+    seed(&Store::sqlite(&db)).await?;
     let scopes = ctx.registry()?.scopes_supported();
     let created = TokenStore::open(&db)?
         .create(
             "alice",
             Some(aacworkflow::seed::DEMO_WORKSPACE),
             &scopes,
-            Some(30 * 86_400),
+            Some(DEMO_TOKEN_TTL),
         )
         .map_err(|e| CliError::new(format!("cannot create the demo token: {e}")))?;
     ctx.note(format_args!(
         "demo data in `{}`; a token for alice@demo (admin, every scope, 30 days):\n\n    {}\n",
         ctx.db_path().display(),
+        created.token
+    ));
+    Ok(Some(created.token))
+}
+
+/// How long the token of `serve --demo` lives.
+const DEMO_TOKEN_TTL: i64 = 30 * 86_400;
+
+/// `serve --demo` on PostgreSQL.
+async fn pg_serve_demo(
+    ctx: CliContext,
+    db: postgres::Database,
+    demo: bool,
+) -> Result<Option<String>, CliError> {
+    if !demo {
+        return Ok(None);
+    }
+    seed(&Store::postgres(&db)).await?;
+    let scopes = ctx.registry()?.scopes_supported();
+    let created = postgres::TokenStore::open(&db)?
+        .create(
+            "alice",
+            Some(aacworkflow::seed::DEMO_WORKSPACE),
+            &scopes,
+            Some(DEMO_TOKEN_TTL),
+        )
+        .await
+        .map_err(|e| CliError::new(format!("cannot create the demo token: {e}")))?;
+    ctx.note(format_args!(
+        "demo data in PostgreSQL database `{}`; a token for alice@demo (admin, every scope, 30 days):\n\n    {}\n",
+        db.name(),
         created.token
     ));
     Ok(Some(created.token))
@@ -156,6 +215,33 @@ fn user_role(db: &Database, request: &TokenRequest) -> Result<Option<String>, Cl
             .optional()
         })
         .map_err(|e| CliError::new(format!("cannot read the users: {e}")))?;
+    known_user(role, workspace, user)
+}
+
+/// [`user_role`] on PostgreSQL, through the same query as the tools' (at the `Read`
+/// level, as the read role).
+async fn pg_user_role(
+    db: postgres::Database,
+    request: TokenRequest,
+) -> Result<Option<String>, CliError> {
+    let Some(workspace) = request.workspace else {
+        return Err(CliError::new("a token needs --workspace"));
+    };
+    let user = request.subject;
+    let store: Store<Read> = Store::postgres(&db);
+    let role = {
+        let (workspace, user) = (workspace.clone(), user.clone());
+        transact!(store, |tx| tx.role(&workspace, &user).await)
+            .map_err(|e| CliError::new(format!("cannot read the users: {}", e.message())))?
+    };
+    known_user(role.map(|r| r.as_str().to_owned()), &workspace, &user)
+}
+
+fn known_user(
+    role: Option<String>,
+    workspace: &str,
+    user: &str,
+) -> Result<Option<String>, CliError> {
     match role {
         Some(role) => Ok(Some(role)),
         None => Err(CliError::new(format!(

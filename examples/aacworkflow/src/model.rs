@@ -149,6 +149,21 @@ pub struct AutopilotRun {
     pub created_at: String,
 }
 
+impl AutopilotRun {
+    /// A new run of `agent` on `issue`, queued now by `user`.
+    pub fn queued(issue: &Issue, agent: &str, user: &str) -> AutopilotRun {
+        AutopilotRun {
+            run_id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            issue_id: issue.id.clone(),
+            issue_key: issue.key.clone(),
+            agent: agent.to_owned(),
+            status: "queued".to_owned(),
+            triggered_by: user.to_owned(),
+            created_at: now(),
+        }
+    }
+}
+
 /// Tool calls of one day for one tool, from the audit trail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct UsageRow {

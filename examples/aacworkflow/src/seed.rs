@@ -8,13 +8,14 @@
 //! issues only when it has none.
 
 use aac_tools::ToolError;
-use aac_tools::access::Write;
-use aac_tools::sqlite::Database;
+
+use crate::backend::WriteStore;
 
 use crate::model::{Assignee, AssigneeKind, IssueStatus, Role};
 use crate::queries::{
     IssueChanges, IssueFilter, ReadIssues, UpdateComments, UpdateDirectory, UpdateIssues,
 };
+use crate::transact;
 
 /// The demo workspace.
 pub const DEMO_WORKSPACE: &str = "demo";
@@ -79,73 +80,80 @@ const DEMO_ISSUES: &[DemoIssue] = &[
     },
 ];
 
-/// Add the demo workspaces, users, agents and issues where missing.
-pub async fn seed_demo(db: &Database) -> Result<(), ToolError> {
-    db.handle::<Write>()
-        .run(|tx| {
-            tx.ensure_workspace(DEMO_WORKSPACE, "AAC")?;
-            tx.ensure_user(DEMO_WORKSPACE, "alice", Role::Admin)?;
-            tx.ensure_user(DEMO_WORKSPACE, "bob", Role::Member)?;
-            tx.ensure_user(DEMO_WORKSPACE, "carol", Role::Viewer)?;
-            tx.ensure_agent(
-                DEMO_WORKSPACE,
-                "autopilot",
-                "Works an issue end to end and opens a fix.",
-            )?;
-            tx.ensure_agent(
-                DEMO_WORKSPACE,
-                "triage-bot",
-                "Labels, deduplicates and reproduces new issues.",
-            )?;
-            tx.ensure_workspace(OTHER_WORKSPACE, "OTH")?;
-            tx.ensure_user(OTHER_WORKSPACE, "oscar", Role::Admin)?;
-            tx.ensure_agent(
-                OTHER_WORKSPACE,
-                "autopilot",
-                "Works an issue end to end and opens a fix.",
-            )?;
+/// Add the demo workspaces, users, agents and issues where missing, in one transaction
+/// (on either backend).
+pub async fn seed_demo(store: &WriteStore) -> Result<(), ToolError> {
+    transact!(store, |tx| {
+        tx.ensure_workspace(DEMO_WORKSPACE, "AAC").await?;
+        tx.ensure_user(DEMO_WORKSPACE, "alice", Role::Admin).await?;
+        tx.ensure_user(DEMO_WORKSPACE, "bob", Role::Member).await?;
+        tx.ensure_user(DEMO_WORKSPACE, "carol", Role::Viewer)
+            .await?;
+        tx.ensure_agent(
+            DEMO_WORKSPACE,
+            "autopilot",
+            "Works an issue end to end and opens a fix.",
+        )
+        .await?;
+        tx.ensure_agent(
+            DEMO_WORKSPACE,
+            "triage-bot",
+            "Labels, deduplicates and reproduces new issues.",
+        )
+        .await?;
+        tx.ensure_workspace(OTHER_WORKSPACE, "OTH").await?;
+        tx.ensure_user(OTHER_WORKSPACE, "oscar", Role::Admin)
+            .await?;
+        tx.ensure_agent(
+            OTHER_WORKSPACE,
+            "autopilot",
+            "Works an issue end to end and opens a fix.",
+        )
+        .await?;
 
-            let any = |workspace: &str| -> Result<bool, ToolError> {
-                let filter = IssueFilter {
-                    status: None,
-                    assignee: None,
-                    before: None,
-                    limit: 1,
-                };
-                Ok(!tx.list_issues(workspace, &filter)?.0.is_empty())
-            };
-            if !any(DEMO_WORKSPACE)? {
-                for demo in DEMO_ISSUES {
-                    let issue =
-                        tx.create_issue(DEMO_WORKSPACE, demo.author, demo.title, demo.body)?;
-                    if demo.closed {
-                        let changes = IssueChanges {
-                            status: Some(IssueStatus::Closed),
-                            ..IssueChanges::default()
-                        };
-                        tx.update_issue(&issue, &changes)?;
-                    }
-                    if let Some((name, kind)) = demo.assignee {
-                        let assignee = Assignee {
-                            name: name.to_owned(),
-                            kind,
-                        };
-                        tx.assign_issue(&issue, &assignee)?;
-                    }
-                    for (author, body) in demo.comments {
-                        tx.add_comment(&issue.id, author, body)?;
-                    }
+        if !has_issues(tx, DEMO_WORKSPACE).await? {
+            for demo in DEMO_ISSUES {
+                let issue = tx
+                    .create_issue(DEMO_WORKSPACE, demo.author, demo.title, demo.body)
+                    .await?;
+                if demo.closed {
+                    let changes = IssueChanges {
+                        status: Some(IssueStatus::Closed),
+                        ..IssueChanges::default()
+                    };
+                    tx.update_issue(&issue, &changes).await?;
+                }
+                if let Some((name, kind)) = demo.assignee {
+                    let assignee = Assignee {
+                        name: name.to_owned(),
+                        kind,
+                    };
+                    tx.assign_issue(&issue, &assignee).await?;
+                }
+                for (author, body) in demo.comments {
+                    tx.add_comment(&issue.id, author, body).await?;
                 }
             }
-            if !any(OTHER_WORKSPACE)? {
-                tx.create_issue(
-                    OTHER_WORKSPACE,
-                    "oscar",
-                    "Quarterly access review",
-                    "Only people in `other` may see this issue.",
-                )?;
-            }
-            Ok(())
-        })
-        .await
+        }
+        if !has_issues(tx, OTHER_WORKSPACE).await? {
+            tx.create_issue(
+                OTHER_WORKSPACE,
+                "oscar",
+                "Quarterly access review",
+                "Only people in `other` may see this issue.",
+            )
+            .await?;
+        }
+        Ok(())
+    })
+}
+
+async fn has_issues(tx: &impl ReadIssues, workspace: &str) -> Result<bool, ToolError> {
+    let filter = IssueFilter {
+        status: None,
+        assignee: None,
+        before: None,
+        limit: 1,
+    };
+    Ok(!tx.list_issues(workspace, &filter).await?.0.is_empty())
 }

@@ -1,4 +1,5 @@
-//! The database file: opening it safely, its schema and its version.
+//! The database file: opening it safely, its schema and its version; and the schema on
+//! PostgreSQL, version by version ([`POSTGRES_MIGRATIONS`]).
 //!
 //! Every way a file can be wrong ends in an [`AppError`] whose one line says what to do:
 //! a path that cannot be written, a file that is not SQLite or is corrupt, an SQLite
@@ -72,6 +73,69 @@ CREATE TABLE IF NOT EXISTS autopilot_runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_issue ON autopilot_runs (issue_id);
 ";
+
+/// The component name of the application's schema on PostgreSQL (`aac_schema`).
+pub const POSTGRES_COMPONENT: &str = "aacworkflow";
+
+/// The schema on PostgreSQL, version by version: `Database::migrate` applies each once,
+/// in order, and refuses a database at a version this build does not know. The same
+/// tables and columns as the SQLite schema, plus `comments.seq` (the order comments
+/// were written in, SQLite's `rowid`) and the view `aacworkflow_usage`, through which the
+/// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
+/// (they may not read `aac_audit` itself).
+pub const POSTGRES_MIGRATIONS: [&str; 1] = ["
+CREATE TABLE workspaces (
+    id          TEXT PRIMARY KEY,
+    key_prefix  TEXT NOT NULL UNIQUE,
+    next_number BIGINT NOT NULL DEFAULT 1
+);
+CREATE TABLE users (
+    workspace TEXT NOT NULL REFERENCES workspaces(id),
+    name      TEXT NOT NULL,
+    role      TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+    PRIMARY KEY (workspace, name)
+);
+CREATE TABLE agents (
+    workspace   TEXT NOT NULL REFERENCES workspaces(id),
+    name        TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (workspace, name)
+);
+CREATE TABLE issues (
+    id            TEXT PRIMARY KEY,
+    workspace     TEXT NOT NULL REFERENCES workspaces(id),
+    number        BIGINT NOT NULL,
+    title         TEXT NOT NULL,
+    body          TEXT NOT NULL DEFAULT '',
+    status        TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'closed')),
+    assignee      TEXT,
+    assignee_kind TEXT CHECK (assignee_kind IN ('user', 'agent')),
+    created_by    TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    UNIQUE (workspace, number)
+);
+CREATE TABLE comments (
+    seq        BIGSERIAL NOT NULL UNIQUE,
+    id         TEXT PRIMARY KEY,
+    issue_id   TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE,
+    author     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX comments_by_issue ON comments (issue_id, created_at);
+CREATE TABLE autopilot_runs (
+    id           TEXT PRIMARY KEY,
+    issue_id     TEXT NOT NULL REFERENCES issues(id) ON DELETE CASCADE,
+    agent        TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    triggered_by TEXT NOT NULL,
+    created_at   TEXT NOT NULL
+);
+CREATE INDEX runs_by_issue ON autopilot_runs (issue_id);
+CREATE VIEW aacworkflow_usage AS
+    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome FROM aac_audit;
+"];
 
 /// A failure of the command line, as one line that says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]

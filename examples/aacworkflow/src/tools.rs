@@ -17,11 +17,11 @@
 //! Every tool acts in the workspace of the caller's token. An issue of another workspace
 //! is answered exactly like one that does not exist.
 
-use aac_tools::sqlite::{DeleteDb, ReadDb, WriteDb};
 use aac_tools::{Ctx, ToolError, mcp_tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{DeleteStore, ReadStore, WriteStore};
 use crate::model::{
     Assignee, AssigneeKind, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, timestamp,
 };
@@ -29,6 +29,7 @@ use crate::queries::{
     DeleteIssues, IssueChanges, IssueFilter, ReadComments, ReadIssues, ReadMembers, ReadUsage,
     UpdateAutopilot, UpdateComments, UpdateIssues,
 };
+use crate::transact;
 
 /// The caller's workspace and user name, from the token.
 pub(crate) fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
@@ -44,13 +45,13 @@ pub(crate) fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
 /// Every tool that changes data asks this first, before it looks anything up: admins and
 /// members may write, a `viewer` reads only, and a user the workspace does not know may
 /// do neither (403 either way). `action` says what was refused, e.g. "update issues".
-fn require_writer(
+async fn require_writer(
     tx: &impl ReadMembers,
     workspace: &str,
     user: &str,
     action: &str,
 ) -> Result<Role, ToolError> {
-    match tx.role(workspace, user)? {
+    match tx.role(workspace, user).await? {
         Some(role) if role.may_write() => Ok(role),
         Some(role) => Err(ToolError::forbidden(format!(
             "your role `{}` may not {action}: viewers have read-only access; ask an admin or a member",
@@ -123,7 +124,7 @@ pub struct IssuePage {
 /// Pages hold `limit` issues (default 20); pass `next_cursor` back as `cursor` for the next.
 #[mcp_tool(read_only, idempotent, scope = "issues:read", audit_fields = ["status", "assignee", "limit"])]
 pub async fn list_issues(
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
     args: ListIssuesArgs,
 ) -> Result<IssuePage, ToolError> {
@@ -143,9 +144,7 @@ pub async fn list_issues(
         before,
         limit: args.limit,
     };
-    let (rows, more) = db
-        .run(move |tx| tx.list_issues(&workspace, &filter))
-        .await?;
+    let (rows, more) = transact!(db, |tx| tx.list_issues(&workspace, &filter).await)?;
     let next_cursor = if more {
         rows.last().map(|(number, _)| encode_cursor(*number))
     } else {
@@ -166,10 +165,9 @@ pub struct IssueIdArgs {
 
 /// Get one issue of your workspace by its UUID or its key (`AAC-42`).
 #[mcp_tool(read_only, idempotent, scope = "issues:read", audit_fields = ["issue_id"])]
-pub async fn get_issue(db: ReadDb, ctx: Ctx, args: IssueIdArgs) -> Result<Issue, ToolError> {
+pub async fn get_issue(db: ReadStore, ctx: Ctx, args: IssueIdArgs) -> Result<Issue, ToolError> {
     let (workspace, _) = caller(&ctx)?;
-    db.run(move |tx| tx.find_issue(&workspace, &args.issue_id))
-        .await
+    transact!(db, |tx| tx.find_issue(&workspace, &args.issue_id).await)
 }
 
 /// The comments of an issue.
@@ -186,20 +184,19 @@ pub struct CommentList {
 /// List the comments of an issue, oldest first.
 #[mcp_tool(read_only, idempotent, scope = "comments:read", audit_fields = ["issue_id"])]
 pub async fn list_comments(
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
     args: IssueIdArgs,
 ) -> Result<CommentList, ToolError> {
     let (workspace, _) = caller(&ctx)?;
-    db.run(move |tx| {
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+    transact!(db, |tx| {
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
         Ok(CommentList {
-            comments: tx.comments(&issue.id)?,
+            comments: tx.comments(&issue.id).await?,
             issue_id: issue.id,
             issue_key: issue.key,
         })
     })
-    .await
 }
 
 /// Arguments of `dashboard_usage_daily`.
@@ -229,7 +226,7 @@ pub struct Usage {
 /// Counts every attempt, refused ones included, split by outcome.
 #[mcp_tool(read_only, idempotent, scope = "dashboard:read", audit_fields = ["days"])]
 pub async fn dashboard_usage_daily(
-    db: ReadDb,
+    db: ReadStore,
     ctx: Ctx,
     args: UsageArgs,
 ) -> Result<Usage, ToolError> {
@@ -239,7 +236,7 @@ pub async fn dashboard_usage_daily(
     let since = timestamp(first_day)[..10].to_owned();
     let rows = {
         let (workspace, since) = (workspace.clone(), since.clone());
-        db.run(move |tx| tx.usage_daily(&workspace, &since)).await?
+        transact!(db, |tx| tx.usage_daily(&workspace, &since).await)?
     };
     Ok(Usage {
         total_calls: rows.iter().map(|r| r.calls).sum(),
@@ -268,7 +265,7 @@ pub struct CreateIssueArgs {
 /// Not idempotent: each call creates a new issue.
 #[mcp_tool(scope = "issues:write")]
 pub async fn create_issue(
-    db: WriteDb,
+    db: WriteStore,
     ctx: Ctx,
     args: CreateIssueArgs,
 ) -> Result<Issue, ToolError> {
@@ -279,16 +276,16 @@ pub async fn create_issue(
             "`title` cannot be blank",
         ));
     }
-    db.run(move |tx| {
-        require_writer(tx, &workspace, &user, "create issues")?;
+    transact!(db, |tx| {
+        require_writer(tx, &workspace, &user, "create issues").await?;
         tx.create_issue(
             &workspace,
             &user,
             args.title.trim(),
             args.body.as_deref().unwrap_or(""),
         )
+        .await
     })
-    .await
 }
 
 /// Arguments of `update_issue`.
@@ -320,14 +317,14 @@ pub struct Updated {
 /// Idempotent: the same update twice leaves the issue as the first one did.
 #[mcp_tool(idempotent, scope = "issues:write", audit_fields = ["issue_id", "status"])]
 pub async fn update_issue(
-    db: WriteDb,
+    db: WriteStore,
     ctx: Ctx,
     args: UpdateIssueArgs,
 ) -> Result<Updated, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    db.run(move |tx| {
-        require_writer(tx, &workspace, &user, "update issues")?;
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+    transact!(db, |tx| {
+        require_writer(tx, &workspace, &user, "update issues").await?;
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
         let changes = IssueChanges {
             title: args.title.map(|t| t.trim().to_owned()),
             body: args.body,
@@ -339,13 +336,12 @@ pub async fn update_issue(
                 "`title` cannot be blank",
             ));
         }
-        let changed = tx.update_issue(&issue, &changes)?;
+        let changed = tx.update_issue(&issue, &changes).await?;
         Ok(Updated {
             changed,
-            issue: tx.find_issue(&workspace, &issue.id)?,
+            issue: tx.find_issue(&workspace, &issue.id).await?,
         })
     })
-    .await
 }
 
 /// Arguments of `comment_issue`.
@@ -360,14 +356,17 @@ pub struct CommentArgs {
 
 /// Add a comment to an issue. Not idempotent: each call adds a comment.
 #[mcp_tool(scope = "comments:write", audit_fields = ["issue_id"])]
-pub async fn comment_issue(db: WriteDb, ctx: Ctx, args: CommentArgs) -> Result<Comment, ToolError> {
+pub async fn comment_issue(
+    db: WriteStore,
+    ctx: Ctx,
+    args: CommentArgs,
+) -> Result<Comment, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    db.run(move |tx| {
-        require_writer(tx, &workspace, &user, "comment on issues")?;
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
-        tx.add_comment(&issue.id, &user, &args.body)
+    transact!(db, |tx| {
+        require_writer(tx, &workspace, &user, "comment on issues").await?;
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
+        tx.add_comment(&issue.id, &user, &args.body).await
     })
-    .await
 }
 
 /// Arguments of `assign_issue_to_agent`.
@@ -385,15 +384,15 @@ pub struct AssignArgs {
 /// Idempotent: assigning the agent it already has changes nothing.
 #[mcp_tool(idempotent, scope = "agents:write", audit_fields = ["issue_id", "agent"])]
 pub async fn assign_issue_to_agent(
-    db: WriteDb,
+    db: WriteStore,
     ctx: Ctx,
     args: AssignArgs,
 ) -> Result<Updated, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    db.run(move |tx| {
-        require_writer(tx, &workspace, &user, "assign issues")?;
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
-        if !tx.agent_exists(&workspace, &args.agent)? {
+    transact!(db, |tx| {
+        require_writer(tx, &workspace, &user, "assign issues").await?;
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
+        if !tx.agent_exists(&workspace, &args.agent).await? {
             return Err(ToolError::not_found(format!(
                 "no agent `{}` in your workspace",
                 args.agent
@@ -403,13 +402,12 @@ pub async fn assign_issue_to_agent(
             name: args.agent,
             kind: AssigneeKind::Agent,
         };
-        let changed = tx.assign_issue(&issue, &assignee)?;
+        let changed = tx.assign_issue(&issue, &assignee).await?;
         Ok(Updated {
             changed,
-            issue: tx.find_issue(&workspace, &issue.id)?,
+            issue: tx.find_issue(&workspace, &issue.id).await?,
         })
     })
-    .await
 }
 
 /// Start the autopilot on an issue: its assigned agent works on it.
@@ -418,14 +416,14 @@ pub async fn assign_issue_to_agent(
 /// agent (see `assign_issue_to_agent`). At most 30 calls a minute per user.
 #[mcp_tool(scope = "autopilot:run", rate = "30/min", audit_fields = ["issue_id"])]
 pub async fn trigger_autopilot(
-    db: WriteDb,
+    db: WriteStore,
     ctx: Ctx,
     args: IssueIdArgs,
 ) -> Result<AutopilotRun, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    db.run(move |tx| {
-        require_writer(tx, &workspace, &user, "start the autopilot")?;
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
+    transact!(db, |tx| {
+        require_writer(tx, &workspace, &user, "start the autopilot").await?;
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
         if issue.status == IssueStatus::Closed {
             return Err(ToolError::conflict(format!(
                 "{} is closed; reopen it with `update_issue` first",
@@ -444,9 +442,8 @@ pub async fn trigger_autopilot(
                 )));
             }
         };
-        tx.queue_run(&issue, &agent, &user)
+        tx.queue_run(&issue, &agent, &user).await
     })
-    .await
 }
 
 /// What `delete_issue` removed.
@@ -475,18 +472,22 @@ pub struct Deleted {
     audit_fields = ["issue_id"],
     confirm_message = "Delete issue {issue_id} with its comments and autopilot runs? This cannot be undone."
 )]
-pub async fn delete_issue(db: DeleteDb, ctx: Ctx, args: IssueIdArgs) -> Result<Deleted, ToolError> {
+pub async fn delete_issue(
+    db: DeleteStore,
+    ctx: Ctx,
+    args: IssueIdArgs,
+) -> Result<Deleted, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    db.run(move |tx| {
-        let role = require_writer(tx, &workspace, &user, "delete issues")?;
+    transact!(db, |tx| {
+        let role = require_writer(tx, &workspace, &user, "delete issues").await?;
         if !role.may_delete() {
             return Err(ToolError::forbidden(format!(
                 "your role `{}` may not delete issues; ask an admin or a member",
                 role.as_str()
             )));
         }
-        let issue = tx.find_issue(&workspace, &args.issue_id)?;
-        let removed = tx.delete_issue(&issue.id)?;
+        let issue = tx.find_issue(&workspace, &args.issue_id).await?;
+        let removed = tx.delete_issue(&issue.id).await?;
         Ok(Deleted {
             id: issue.id,
             key: issue.key,
@@ -495,7 +496,6 @@ pub async fn delete_issue(db: DeleteDb, ctx: Ctx, args: IssueIdArgs) -> Result<D
             runs_deleted: removed.runs,
         })
     })
-    .await
 }
 
 #[cfg(test)]

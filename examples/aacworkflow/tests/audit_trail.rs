@@ -1,21 +1,21 @@
-//! The real audit trail (the SQLite sink, table `aac_audit` in the same file): the
-//! dashboard reads it, and the read-only check proves the four read-only tools change
-//! nothing else.
+//! The real audit trail (the backend's sink: table `aac_audit` in the same SQLite file,
+//! or in the PostgreSQL database): the dashboard reads it, on either backend
+//! (`AAC_TEST_BACKEND`, see `common`); and the read-only check (SQLite's
+//! `ReadOnlyCheck`) proves the four read-only tools change nothing else.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aac_tools::audit::{AuditQuery, Outcome, SqliteSink, open_reader, verify_chain};
+use aac_tools::audit::{AuditQuery, Outcome, SqliteSink, verify_chain};
 use aac_tools::sqlite::{ReadOnlyCheck, content_hash};
 use aac_tools::{CallRequest, Principal, Server};
 use common::{ALL_SCOPES, Seeded};
 use serde_json::{Value, json};
 
 fn server(seeded: &Seeded) -> Server {
-    let sink = SqliteSink::open(&seeded.path).expect("audit sink");
-    aacworkflow::server(&seeded.db, sink, false).expect("server")
+    seeded.server_with_trail()
 }
 
 async fn call(server: &Server, token: &str, tool: &str, args: Value) -> Value {
@@ -95,7 +95,7 @@ async fn dashboard_counts_calls_per_day_and_tool_in_the_callers_workspace_only()
     assert_eq!(his["structuredContent"]["total_calls"], 5);
 
     // The trail itself: one record per attempt, chained.
-    let conn = open_reader(&seeded.path).unwrap();
+    let conn = seeded.trail();
     let all = AuditQuery::new().fetch(&conn).unwrap();
     assert_eq!(all.len(), 14);
     let denied = AuditQuery::new()
@@ -110,10 +110,18 @@ async fn dashboard_counts_calls_per_day_and_tool_in_the_callers_workspace_only()
     assert!(verify_chain(&conn).unwrap().is_intact());
 }
 
+/// SQLite only: `ReadOnlyCheck` hashes an SQLite file (on PostgreSQL, the read role and
+/// its `READ ONLY` transactions refuse any write: `aac-tools/tests/postgres_levels.rs`).
 #[tokio::test]
 async fn the_four_read_only_tools_change_nothing() {
+    if common::on_postgres() {
+        eprintln!("SQLite only (ReadOnlyCheck hashes an SQLite file): run in the SQLite pass");
+        return;
+    }
     let seeded = Seeded::new().await;
-    let server = server(&seeded);
+    let (db, path) = seeded.sqlite().expect("SQLite");
+    let sink = SqliteSink::open(path).expect("audit sink");
+    let server = aacworkflow::server(db, sink, false).expect("server");
     // Some audit history, so that the dashboard reads real rows.
     let alice = seeded.token("alice", "demo", ALL_SCOPES);
     call(&server, &alice, "list_issues", json!({})).await;
@@ -125,9 +133,9 @@ async fn the_four_read_only_tools_change_nothing() {
     )
     .await;
 
-    let before = content_hash(&seeded.db, &["aac_audit"]).unwrap();
+    let before = content_hash(db, &["aac_audit"]).unwrap();
     let principal = Principal::new("alice", ALL_SCOPES.iter().copied()).in_workspace("demo");
-    let checked = ReadOnlyCheck::new(&server, &seeded.db)
+    let checked = ReadOnlyCheck::new(&server, db)
         .principal(principal.clone())
         .arguments("get_issue", json!({"issue_id": "AAC-1"}))
         .arguments("list_comments", json!({"issue_id": "AAC-1"}))
@@ -146,7 +154,7 @@ async fn the_four_read_only_tools_change_nothing() {
             "list_issues"
         ]
     );
-    assert_eq!(content_hash(&seeded.db, &["aac_audit"]).unwrap(), before);
+    assert_eq!(content_hash(db, &["aac_audit"]).unwrap(), before);
 
     // The check is not vacuous: a write tool run the same way changes the hash.
     let response = server
@@ -159,5 +167,5 @@ async fn the_four_read_only_tools_change_nothing() {
         )
         .await;
     assert!(response.error().is_none(), "{:?}", response.error());
-    assert_ne!(content_hash(&seeded.db, &["aac_audit"]).unwrap(), before);
+    assert_ne!(content_hash(db, &["aac_audit"]).unwrap(), before);
 }

@@ -1,9 +1,89 @@
-//! The command line, as a user runs it: the real binary on real files.
+//! The command line, as a user runs it: the real binary on real files, and on a real
+//! PostgreSQL database where the backend under test is PostgreSQL (`AAC_TEST_BACKEND`,
+//! see `common`). Tests of files as such (paths, corrupt or foreign files, signed
+//! checkpoints of an SQLite trail) are SQLite's only and say so.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use aac_tools::sqlite::{Database, TokenStore};
+use aac_tools::tokens::{TokenInfo, TokenIssuer};
+use aac_tools::{Principal, TokenVerifier, ToolError};
+use common::TestDb;
+
+/// A working directory, and on the PostgreSQL pass a fresh database as `AAC_DB`: the
+/// database every command of a test runs on (on SQLite, `./aacworkflow.db`, the default).
+struct Target {
+    dir: tempfile::TempDir,
+    pg: Option<TestDb>,
+}
+
+impl Target {
+    fn new() -> Target {
+        Target {
+            dir: tempfile::tempdir().unwrap(),
+            pg: common::on_postgres().then(common::test_db),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = aacworkflow(self.dir.path());
+        if let Some(pg) = &self.pg {
+            command
+                .env("AAC_DB", &pg.url)
+                .env("AAC_DB_ROLE_PREFIX", pg.roles.prefix());
+        }
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("the binary runs")
+    }
+
+    fn count_issues(&self) -> i64 {
+        match &self.pg {
+            Some(pg) => common::pg_scalar(&pg.url, "SELECT count(*) FROM issues", &[]),
+            None => count_issues(&self.dir.path().join("aacworkflow.db")),
+        }
+    }
+
+    /// The token store's verdict on `token`, read afresh.
+    fn verify(&self, token: &str) -> Result<Principal, ToolError> {
+        match &self.pg {
+            Some(pg) => common::block(async { pg_tokens(pg).verify(token).await }),
+            None => {
+                let db = Database::open(self.dir.path().join("aacworkflow.db")).unwrap();
+                TokenStore::open(&db).unwrap().verify_blocking(token)
+            }
+        }
+    }
+
+    fn tokens(&self) -> Vec<TokenInfo> {
+        match &self.pg {
+            Some(pg) => common::block(async { TokenIssuer::list(&pg_tokens(pg)).await.unwrap() }),
+            None => {
+                let db = Database::open(self.dir.path().join("aacworkflow.db")).unwrap();
+                TokenStore::open(&db).unwrap().list().unwrap()
+            }
+        }
+    }
+}
+
+fn pg_tokens(pg: &TestDb) -> aac_tools::postgres::TokenStore {
+    let db = aac_tools::postgres::Database::connect(&pg.url, pg.roles.clone()).unwrap();
+    aac_tools::postgres::TokenStore::open(&db).unwrap()
+}
+
+/// A test of files as such: on the PostgreSQL pass it says so and returns.
+fn sqlite_only(why: &str) -> bool {
+    if common::on_postgres() {
+        eprintln!("SQLite only ({why}): runs in the SQLite pass");
+        return true;
+    }
+    false
+}
 
 fn aacworkflow(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aacworkflow"));
@@ -50,22 +130,72 @@ fn count_issues(path: &Path) -> i64 {
 
 #[test]
 fn init_twice_is_harmless_and_the_default_path_is_in_the_working_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = run(dir.path(), &["init", "--demo"]);
+    let target = Target::new();
+    let first = target.run(&["init", "--demo"]);
     assert!(first.status.success(), "{}", stderr(&first));
-    let path = dir.path().join("aacworkflow.db");
-    assert!(path.exists(), "the default database is ./aacworkflow.db");
-    assert_eq!(count_issues(&path), 6);
-    let second = run(dir.path(), &["init", "--demo"]);
+    let path = target.dir.path().join("aacworkflow.db");
+    assert_eq!(
+        path.exists(),
+        target.pg.is_none(),
+        "the default database is ./aacworkflow.db, unless AAC_DB names PostgreSQL"
+    );
+    assert_eq!(target.count_issues(), 6);
+    let second = target.run(&["init", "--demo"]);
     assert!(second.status.success(), "{}", stderr(&second));
-    assert_eq!(count_issues(&path), 6, "seeding twice adds nothing");
-    let plain = run(dir.path(), &["init"]);
+    assert_eq!(target.count_issues(), 6, "seeding twice adds nothing");
+    let plain = target.run(&["init"]);
     assert!(plain.status.success());
-    assert_eq!(count_issues(&path), 6);
+    assert!(
+        stderr(&plain).contains("schema version 1"),
+        "{}",
+        stderr(&plain)
+    );
+    assert_eq!(target.count_issues(), 6);
+}
+
+/// A database whose schema a newer `aacworkflow` wrote is refused by every command, in
+/// one line, and left as it was.
+#[test]
+fn a_newer_schema_is_refused_in_one_line() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    match &target.pg {
+        Some(pg) => {
+            let bumped: i64 = common::pg_scalar(
+                &pg.url,
+                "WITH u AS (UPDATE aac_schema SET version = 2 WHERE component = 'aacworkflow' RETURNING 1)
+                 SELECT count(*) FROM u",
+                &[],
+            );
+            assert_eq!(bumped, 1);
+        }
+        None => {
+            let conn =
+                rusqlite::Connection::open(target.dir.path().join("aacworkflow.db")).unwrap();
+            conn.pragma_update(None, "user_version", 2).unwrap();
+        }
+    }
+    for args in [
+        &["init"][..],
+        &["token", "list"],
+        &["audit", "--verify"],
+        &["serve", "--http", "127.0.0.1:0"],
+    ] {
+        let line = one_line_error(&target.run(args));
+        assert!(line.contains("version 2"), "{args:?}: {line}");
+        assert!(
+            line.contains("newer") || line.contains("upgrade"),
+            "{args:?}: {line}"
+        );
+    }
+    assert_eq!(target.count_issues(), 6, "nothing changed");
 }
 
 #[test]
 fn db_comes_from_the_flag_then_aac_db() {
+    if sqlite_only("file paths") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let by_env = dir.path().join("env.db");
     let out = aacworkflow(dir.path())
@@ -89,34 +219,27 @@ fn db_comes_from_the_flag_then_aac_db() {
 
 #[test]
 fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(run(dir.path(), &["init", "--demo"]).status.success());
-    let out = run(
-        dir.path(),
-        &[
-            "token",
-            "create",
-            "--workspace",
-            "demo",
-            "--user",
-            "bob",
-            "--scopes",
-            "issues:read,comments:read",
-            "--expires",
-            "30d",
-        ],
-    );
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let out = target.run(&[
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "bob",
+        "--scopes",
+        "issues:read,comments:read",
+        "--expires",
+        "30d",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let printed = stdout(&out);
     let token = printed.trim_end_matches('\n');
     assert_eq!(printed.lines().count(), 1, "the token alone: {printed:?}");
     assert!(token.starts_with("aac_") && !token.contains(' '), "{token}");
 
-    let path = dir.path().join("aacworkflow.db");
-    let verify = |token: &str| {
-        let db = Database::open(&path).unwrap();
-        TokenStore::open(&db).unwrap().verify_blocking(token)
-    };
+    let verify = |token: &str| target.verify(token);
     let principal = verify(token).unwrap();
     assert_eq!(principal.subject(), "bob");
     assert_eq!(principal.workspace(), Some("demo"));
@@ -124,36 +247,30 @@ fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
         principal.scopes().collect::<Vec<_>>(),
         ["comments:read", "issues:read"]
     );
-    let info = {
-        let db = Database::open(&path).unwrap();
-        TokenStore::open(&db).unwrap().list().unwrap()
-    };
+    let info = target.tokens();
     let expires = info[0].expires_at.unwrap() - info[0].created_at;
     assert_eq!(expires, 30 * 86_400);
 
-    let listed = run(dir.path(), &["token", "list"]);
+    let listed = target.run(&["token", "list"]);
     assert!(stdout(&listed).contains("bob@demo"));
     assert!(!stdout(&listed).contains(token), "never the secret");
 
-    let revoked = run(dir.path(), &["token", "revoke", token]);
+    let revoked = target.run(&["token", "revoke", token]);
     assert!(revoked.status.success(), "{}", stderr(&revoked));
     assert_eq!(verify(token).unwrap_err().reason(), "invalid_token");
-    let again = run(dir.path(), &["token", "revoke", token]);
+    let again = target.run(&["token", "revoke", token]);
     assert!(one_line_error(&again).contains("no live token"));
 
-    let all = run(
-        dir.path(),
-        &[
-            "token",
-            "create",
-            "--workspace",
-            "other",
-            "--user",
-            "oscar",
-            "--scopes",
-            "all",
-        ],
-    );
+    let all = target.run(&[
+        "token",
+        "create",
+        "--workspace",
+        "other",
+        "--user",
+        "oscar",
+        "--scopes",
+        "all",
+    ]);
     assert!(all.status.success());
     let oscar = verify(stdout(&all).trim()).unwrap();
     assert_eq!(oscar.scopes().count(), 7);
@@ -161,8 +278,8 @@ fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
 
 #[test]
 fn token_create_refuses_unknown_users_scopes_and_durations() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
     let create = |workspace: &str, user: &str, scopes: &str, expires: Option<&str>| {
         let mut args = vec![
             "token",
@@ -177,7 +294,7 @@ fn token_create_refuses_unknown_users_scopes_and_durations() {
         if let Some(e) = expires {
             args.extend(["--expires", e]);
         }
-        run(dir.path(), &args)
+        target.run(&args)
     };
     let line = one_line_error(&create("demo", "zed", "issues:read", None));
     assert!(line.contains("no user `zed` in workspace `demo`"), "{line}");
@@ -192,6 +309,9 @@ fn token_create_refuses_unknown_users_scopes_and_durations() {
 
 #[test]
 fn commands_on_a_missing_database_say_to_run_init() {
+    if sqlite_only("a missing file; on PostgreSQL every command migrates the database it names") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let line = one_line_error(&run(dir.path(), &["token", "list"]));
     assert!(line.contains("aacworkflow init"), "{line}");
@@ -206,6 +326,9 @@ fn commands_on_a_missing_database_say_to_run_init() {
 /// Every broken path gets one line that says what to do, and leaves the file as it was.
 #[test]
 fn bad_database_files_get_one_line_that_says_what_to_do() {
+    if sqlite_only("corrupt, foreign and unreadable files") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let check = |path: &Path, expect: &str| {
         let before = std::fs::read(path).ok();
@@ -291,6 +414,9 @@ fn bad_database_files_get_one_line_that_says_what_to_do() {
 #[cfg(target_os = "linux")]
 #[test]
 fn an_unwritable_path_gets_one_line_that_says_what_to_do() {
+    if sqlite_only("file paths") {
+        return;
+    }
     // /proc refuses new files even to root, so this holds whoever runs the tests.
     let dir = tempfile::tempdir().unwrap();
     let out = run(dir.path(), &["init", "--db", "/proc/aacworkflow.db"]);
@@ -304,19 +430,20 @@ fn an_unwritable_path_gets_one_line_that_says_what_to_do() {
 
 #[test]
 fn serve_on_stdio_needs_a_token_and_checks_it_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(run(dir.path(), &["init", "--demo"]).status.success());
-    let out = run(dir.path(), &["serve"]);
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let out = target.run(&["serve"]);
     let line = one_line_error(&out);
     assert!(line.contains("AAC_TOKEN"), "{line}");
-    let out = aacworkflow(dir.path())
+    let out = target
+        .command()
         .arg("serve")
         .env("AAC_TOKEN", "aac_000000000000_nope")
         .output()
         .unwrap();
     let line = one_line_error(&out);
     assert!(line.contains("AAC_TOKEN is refused"), "{line}");
-    let out = run(dir.path(), &["serve", "--stateless"]);
+    let out = target.run(&["serve", "--stateless"]);
     assert_eq!(out.status.code(), Some(2), "clap: --stateless needs --http");
 }
 
@@ -325,6 +452,9 @@ fn serve_on_stdio_needs_a_token_and_checks_it_at_start() {
 /// fails once the table was cut behind a checkpoint.
 #[test]
 fn signed_checkpoints_from_serve_to_audit_verify() {
+    if sqlite_only("signed checkpoints are for SQLite trails") {
+        return;
+    }
     use std::io::Write;
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();

@@ -1,11 +1,15 @@
 //! End to end: rmcp's own client against the real `aacworkflow` binary, over stdio and
-//! over Streamable HTTP (with sessions and stateless), on a real SQLite file. Every tool,
-//! every kind of refusal, and the audit records they leave, read back with
-//! `aacworkflow audit --json`.
+//! over Streamable HTTP (with sessions and stateless), on the backend under test
+//! (`AAC_TEST_BACKEND`, see `common`): a real SQLite file, or a real PostgreSQL database
+//! (`--db postgres://…` through `AAC_DB`). Every tool, every kind of refusal, and the
+//! audit records they leave, read back with `aacworkflow audit --json`.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use common::TestDb;
 
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
@@ -17,17 +21,18 @@ const BIN: &str = env!("CARGO_BIN_EXE_aacworkflow");
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
-/// A database seeded by `aacworkflow init --demo`, in a temporary directory.
+/// A database seeded by `aacworkflow init --demo`: a file in a temporary directory, or
+/// a fresh PostgreSQL database (with roles of its own) on the PostgreSQL pass.
 struct Env {
     dir: tempfile::TempDir,
-    db: PathBuf,
+    /// `AAC_DB`: the file's path or the database's URL.
+    db: String,
+    pg: Option<TestDb>,
 }
 
 impl Env {
     fn new() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("aacworkflow.db");
-        let env = Env { dir, db };
+        let env = Env::empty();
         let out = env.command().args(["init", "--demo"]).output().unwrap();
         assert!(
             out.status.success(),
@@ -37,14 +42,47 @@ impl Env {
         env
     }
 
+    /// No database yet (a path where none is, or a PostgreSQL database never migrated).
+    fn empty() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, pg) = if common::on_postgres() {
+            let pg = common::test_db();
+            (pg.url.clone(), Some(pg))
+        } else {
+            let path = dir.path().join("aacworkflow.db");
+            (path.display().to_string(), None)
+        };
+        Env { dir, db, pg }
+    }
+
+    /// The environment every command of this database runs with.
+    fn vars(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![("AAC_DB", self.db.clone())];
+        if let Some(pg) = &self.pg {
+            vars.push(("AAC_DB_ROLE_PREFIX", pg.roles.prefix().to_owned()));
+        }
+        vars
+    }
+
     fn command(&self) -> Command {
         let mut command = Command::new(BIN);
         command
             .current_dir(self.dir.path())
-            .env("AAC_DB", &self.db)
+            .envs(self.vars())
             .env_remove("AAC_TOKEN")
             .env("AAC_LOG", "warn");
         command
+    }
+
+    /// How many issues the database holds.
+    fn issues(&self) -> i64 {
+        match &self.pg {
+            Some(pg) => common::pg_scalar(&pg.url, "SELECT count(*) FROM issues", &[]),
+            None => rusqlite::Connection::open(&self.db)
+                .unwrap()
+                .query_row("SELECT count(*) FROM issues", [], |r| r.get(0))
+                .unwrap(),
+        }
     }
 
     /// `aacworkflow token create …`: the token printed on stdout.
@@ -103,7 +141,7 @@ impl Env {
             .current_dir(self.dir.path())
             .arg("serve")
             .args(extra)
-            .env("AAC_DB", &self.db)
+            .envs(self.vars())
             .env("AAC_TOKEN", token)
             .env("AAC_LOG", "info");
         let (transport, _) = TokioChildProcess::builder(command)
@@ -560,11 +598,19 @@ async fn http_without_a_token_is_refused_before_any_session() {
 
 #[tokio::test]
 async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
-    // The README's first command: no database yet, `serve --demo`.
-    let dir = tempfile::tempdir().unwrap();
+    // The README's first command: no database yet, `serve --demo` (on SQLite, the default
+    // file in the working directory; on PostgreSQL, a database never migrated).
+    let env = Env::empty();
+    let dir = &env.dir;
+    let vars = if env.pg.is_some() {
+        env.vars()
+    } else {
+        Vec::new()
+    };
     let mut child = Command::new(BIN)
         .current_dir(dir.path())
         .env_remove("AAC_DB")
+        .envs(vars.clone())
         .env("AAC_LOG", "warn")
         .args(["serve", "--demo", "--http", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -585,7 +631,11 @@ async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
     };
     std::thread::spawn(move || for _ in lines {});
     let server = HttpServer { child, url };
-    assert!(dir.path().join("aacworkflow.db").exists());
+    assert_eq!(
+        dir.path().join("aacworkflow.db").exists(),
+        env.pg.is_none(),
+        "the default file is made on SQLite only"
+    );
     let token = token.expect("the demo token is printed on stderr");
     let client = server.connect(&token).await;
     let page = ok(&client, "list_issues", json!({})).await;
@@ -599,6 +649,7 @@ async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
         .current_dir(dir.path())
         .args(["serve", "--demo"])
         .env_remove("AAC_DB")
+        .envs(vars)
         .env_remove("AAC_TOKEN")
         .env("AAC_LOG", "warn");
     let (transport, _) = TokioChildProcess::builder(command)
@@ -609,17 +660,8 @@ async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
     let issue = ok(&client, "get_issue", json!({"issue_id": "AAC-1"})).await;
     assert_eq!(issue["key"], "AAC-1");
     client.cancel().await.unwrap();
-    assert_eq!(
-        count(&dir.path().join("aacworkflow.db")),
-        6,
-        "seeding twice added nothing"
-    );
-}
-
-fn count(path: &Path) -> i64 {
-    let conn = rusqlite::Connection::open(path).unwrap();
-    conn.query_row("SELECT count(*) FROM issues", [], |r| r.get(0))
-        .unwrap()
+    // On SQLite, `env.db` is that default file in the working directory.
+    assert_eq!(env.issues(), 6, "seeding twice added nothing");
 }
 
 /// The `{"error", "reason", "status"}` object of an MCP error result: its one text

@@ -1,5 +1,6 @@
 //! Every tool and every kind of refusal, in process through `Server::call`, with the audit
-//! records they leave. A real SQLite file, seeded with the demo data.
+//! records they leave. The demo data on the backend under test (`AAC_TEST_BACKEND`, see
+//! `common`): a real SQLite file, or a real PostgreSQL database.
 
 mod common;
 
@@ -23,7 +24,7 @@ impl Fixture {
     async fn with_mode(read_only: bool) -> Fixture {
         let seeded = Seeded::new().await;
         let sink = MemorySink::new();
-        let server = aacworkflow::server(&seeded.db, sink.clone(), read_only).expect("server");
+        let server = seeded.server(sink.clone(), read_only);
         let alice = seeded.token("alice", "demo", ALL_SCOPES);
         Fixture {
             seeded,
@@ -366,15 +367,10 @@ async fn every_kind_of_refusal_is_answered_and_audited() {
     let s = &f.seeded;
     let reader = s.token("bob", "demo", &["issues:read", "comments:read"]);
     let carol = s.token("carol", "demo", ALL_SCOPES);
-    let revoked = s
-        .tokens
-        .create("bob", Some("demo"), ALL_SCOPES, None)
-        .unwrap();
-    s.tokens.revoke(&revoked.id).unwrap();
+    let revoked = s.create_token("bob", Some("demo"), ALL_SCOPES, None);
+    s.revoke(&revoked.id);
     let expired = s
-        .tokens
-        .create("bob", Some("demo"), ALL_SCOPES, Some(-1))
-        .unwrap()
+        .create_token("bob", Some("demo"), ALL_SCOPES, Some(-1))
         .token;
     use Check::*;
     use Outcome::*;
@@ -636,11 +632,7 @@ async fn every_kind_of_refusal_is_answered_and_audited() {
     )
     .await;
     // A token of no workspace is refused by the handler.
-    let nowhere = s
-        .tokens
-        .create("alice", None, ALL_SCOPES, None)
-        .unwrap()
-        .token;
+    let nowhere = s.create_token("alice", None, ALL_SCOPES, None).token;
     refused(
         &f,
         Some(&nowhere),
@@ -840,4 +832,107 @@ fn error_body(result: &Value) -> Value {
     assert_eq!(result["isError"], true, "{result}");
     assert!(result.get("structuredContent").is_none(), "{result}");
     serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// PostgreSQL only (its level roles): every tool runs as the role of its level, so that a
+/// privilege taken from one role fails exactly the tools of that level, refused by
+/// PostgreSQL itself (500 `level_violation`), with nothing of the call kept.
+#[tokio::test]
+async fn on_postgres_each_tool_runs_as_the_role_of_its_level() {
+    if !common::on_postgres() {
+        eprintln!("PostgreSQL only (database roles): runs in the PostgreSQL pass");
+        return;
+    }
+    let f = Fixture::new().await;
+    let (_, test) = f.seeded.postgres().expect("PostgreSQL");
+    let owner = test.owner().await;
+    let roles = &test.roles;
+    let level_violation = |response: CallResponse, tool: &str| {
+        let err = response
+            .error()
+            .unwrap_or_else(|| panic!("{tool} succeeded"))
+            .clone();
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::Internal, "level_violation"),
+            "{tool}: {}",
+            err.message()
+        );
+    };
+
+    // The read role may not read issues any more: the read-only tools fail, the tools
+    // that write (another role) still read them.
+    owner
+        .batch_execute(&format!("REVOKE SELECT ON issues FROM {}", roles.read()))
+        .await
+        .unwrap();
+    let get = json!({"issue_id": "AAC-1"});
+    level_violation(
+        f.call(&f.alice, "get_issue", get.clone()).await,
+        "get_issue",
+    );
+    level_violation(
+        f.call(&f.alice, "list_issues", json!({})).await,
+        "list_issues",
+    );
+    let updated = f
+        .call(
+            &f.alice,
+            "update_issue",
+            json!({"issue_id": "AAC-1", "title": "Renamed"}),
+        )
+        .await;
+    assert!(updated.error().is_none(), "{:?}", updated.error());
+
+    // The write role may not add comments: `comment_issue` fails and adds nothing.
+    let comments = f.seeded.count("comments");
+    owner
+        .batch_execute(&format!("REVOKE INSERT ON comments FROM {}", roles.write()))
+        .await
+        .unwrap();
+    let comment = json!({"issue_id": "AAC-1", "body": "refused"});
+    level_violation(
+        f.call(&f.alice, "comment_issue", comment).await,
+        "comment_issue",
+    );
+    assert_eq!(f.seeded.count("comments"), comments);
+
+    // The delete role may not delete issues: `delete_issue` fails, and the comments it
+    // deleted first are back (the transaction rolled back).
+    owner
+        .batch_execute(&format!("REVOKE DELETE ON issues FROM {}", roles.delete()))
+        .await
+        .unwrap();
+    let issues = f.seeded.count("issues");
+    let delete = json!({"issue_id": "AAC-1", "confirm": true});
+    level_violation(
+        f.call(&f.alice, "delete_issue", delete).await,
+        "delete_issue",
+    );
+    assert_eq!(f.seeded.count("issues"), issues);
+    assert_eq!(f.seeded.count("comments"), comments);
+
+    // Each refusal has its record.
+    let errors: Vec<(String, String)> = f
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.reason.as_deref() == Some("level_violation"))
+        .map(|r| {
+            (
+                r.tool,
+                r.access_level.map(|l| l.to_string()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("get_issue", "read"),
+        ("list_issues", "read"),
+        ("comment_issue", "write"),
+        ("delete_issue", "delete"),
+    ]
+    .iter()
+    .map(|(t, l)| ((*t).to_owned(), (*l).to_owned()))
+    .collect();
+    assert_eq!(errors, expected);
 }

@@ -1,6 +1,7 @@
 //! The issues as resources, the triage prompt and completion of issue keys, in process
 //! through `Server::call`: workspace isolation exactly like `get_issue`, deny by default,
-//! scopes checked first, and one audit record of the right kind per attempt.
+//! scopes checked first, and one audit record of the right kind per attempt. On the
+//! backend under test (`AAC_TEST_BACKEND`, see `common`).
 
 mod common;
 
@@ -19,7 +20,7 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let seeded = Seeded::new().await;
     let sink = MemorySink::new();
-    let server = aacworkflow::server(&seeded.db, sink.clone(), false).expect("server");
+    let server = seeded.server(sink.clone(), false);
     let alice = seeded.token("alice", "demo", ALL_SCOPES);
     Fixture {
         seeded,
@@ -247,8 +248,7 @@ async fn issue_keys_complete_within_the_callers_workspace() {
 #[tokio::test]
 async fn the_audit_command_filters_by_kind() {
     let f = fixture().await;
-    let sink = aac_tools::audit::SqliteSink::open(&f.seeded.path).expect("the audit table");
-    let server = aacworkflow::server(&f.seeded.db, sink.clone(), false).expect("server");
+    let server = f.seeded.server_with_trail();
     let calls = [
         CallRequest::new("get_issue", Some(json!({"issue_id": "AAC-1"}))),
         CallRequest::resource("aacworkflow://issues/AAC-1"),
@@ -259,12 +259,13 @@ async fn the_audit_command_filters_by_kind() {
         server.call(call.bearer(&f.alice)).await;
     }
     drop(server);
-    drop(sink);
+    let (db, env) = f.seeded.db_arg();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
         .env_remove("AAC_DB")
+        .envs(env)
         .arg("audit")
         .arg("--db")
-        .arg(&f.seeded.path)
+        .arg(db)
         .args(["--kind", "resource", "--json"])
         .output()
         .expect("the binary runs");
