@@ -170,6 +170,9 @@ impl PgBackend {
 impl Backend for PgBackend {
     type Item = PortableRow;
 
+    /// The connection runs on the sink's own runtime (`block_on`).
+    const ENTERS_RUNTIME: bool = true;
+
     fn prepare(record: AuditRecord) -> PortableRow {
         PortableRow::from_record(record)
     }
