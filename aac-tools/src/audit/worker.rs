@@ -437,10 +437,12 @@ impl<B: Backend> Worker<B> {
     pub(crate) fn record(&self, record: AuditRecord) -> BoxFuture<'static, Result<(), AuditError>> {
         let item = B::prepare(record);
         let shared = &self.shared;
+        let mut queue = lock(&shared.queue);
+        // Read under the queue's lock: a dying writer thread marks itself stopped, then
+        // empties the queue under this lock, so nothing queued now could be stranded.
         if !shared.health.alive.load(Ordering::Acquire) {
             return Box::pin(async { Err(AuditError::new("the audit writer thread has stopped")) });
         }
-        let mut queue = lock(&shared.queue);
         if queue.busy || !may_lead_here() {
             let (reply, answer) = oneshot::channel();
             queue.jobs.push(Job {
