@@ -502,6 +502,15 @@ pub async fn http_run(addr: SocketAddr, clients: usize, plan: Plan) -> io::Resul
             Ok::<_, io::Error>((latencies, Instant::now()))
         }));
     }
+    release_and_gather(&barrier, tasks).await
+}
+
+/// A client task's answer: its latencies in the measured window and when it ended.
+pub type ClientRun = tokio::task::JoinHandle<io::Result<(Vec<u64>, Instant)>>;
+
+/// Release every client waiting at `barrier` (the measured window starts now), then
+/// gather their latencies into one result, from the release to the last one's end.
+pub async fn release_and_gather(barrier: &Barrier, tasks: Vec<ClientRun>) -> io::Result<RunResult> {
     barrier.wait().await;
     let start = Instant::now();
     let mut all = Vec::new();

@@ -365,20 +365,7 @@ async fn run(
             Ok::<_, io::Error>((latencies, Instant::now()))
         }));
     }
-    barrier.wait().await;
-    let start = Instant::now();
-    let mut all = Vec::new();
-    let mut end = start;
-    for task in tasks {
-        let (latencies, finished) = task.await.map_err(io::Error::other)??;
-        all.extend(latencies);
-        end = end.max(finished);
-    }
-    Ok(RunResult {
-        calls: all.len() as u64,
-        elapsed: end.duration_since(start),
-        latencies_ns: all,
-    })
+    aac_bench::load::release_and_gather(&barrier, tasks).await
 }
 
 /// One keep-alive HTTP/1.1 connection to a replica.
