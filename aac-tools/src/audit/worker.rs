@@ -69,6 +69,8 @@ pub(crate) struct Health {
     alive: AtomicBool,
     records: AtomicU64,
     batches: AtomicU64,
+    busy_ns: AtomicU64,
+    lost: AtomicU64,
 }
 
 impl Health {
@@ -79,15 +81,19 @@ impl Health {
             alive: AtomicBool::new(true),
             records: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
         }
     }
 
-    /// Records written and batches (transactions, flushes) that wrote them, so far.
-    pub(crate) fn written(&self) -> (u64, u64) {
-        (
-            self.records.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-        )
+    /// What was written so far.
+    pub(crate) fn stats(&self) -> SinkStats {
+        SinkStats {
+            records: self.records.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
+            lost: self.lost.load(Ordering::Relaxed),
+        }
     }
 
     /// `Ok` when the last write succeeded (or nothing failed yet) and the writer runs.
@@ -120,12 +126,21 @@ impl Health {
 
 /// What a file-backed sink wrote since it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct SinkStats {
     /// Records written durably.
     pub records: u64,
     /// Batches that wrote them: transactions for SQLite, `write` + sync for a file.
     /// With group commit under load, far fewer than records.
     pub batches: u64,
+    /// Time spent writing batches and making them durable (the backend's own work:
+    /// SQLite's transaction, a file's `write` and sync), failed attempts included.
+    /// `busy / batches` is what one durable write costs where the server runs.
+    pub busy: Duration,
+    /// Records given to the sink that it could not write (a failed or panicking write,
+    /// or a writer thread that stopped with records queued); each is in the error log
+    /// (`audit record could not be written`, with the record) instead.
+    pub lost: u64,
 }
 
 /// How the writer groups records.
@@ -193,7 +208,21 @@ impl<B: Backend> Shared<B> {
         let Some(backend) = guard.as_mut() else {
             return Err(AuditError::new("the audit writer thread has stopped"));
         };
-        let mut result = backend.write_batch(batch);
+        let started = Instant::now();
+        // A backend that panics loses the batch: its records still reach the error log
+        // before the panic goes on (to the leading caller, or ending the writer thread).
+        let written =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.write_batch(batch)));
+        let mut result = match written {
+            Ok(result) => result,
+            Err(panic) => {
+                drop(guard);
+                let err = AuditError::new("the audit backend panicked");
+                self.health.set_failed(&err);
+                self.lost(&err, batch.iter());
+                std::panic::resume_unwind(panic);
+            }
+        };
         if result.is_ok() {
             self.health
                 .records
@@ -206,24 +235,31 @@ impl<B: Backend> Shared<B> {
                 }
             }
         }
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.health.busy_ns.fetch_add(busy, Ordering::Relaxed);
         drop(guard);
         match &result {
             Ok(()) => self.health.set_ok(),
             Err(err) => {
                 self.health.set_failed(err);
-                // The records are lost to the sink: keep them in the log at least, so
-                // that an operator can reconstruct what happened.
-                for record in batch {
-                    tracing::error!(
-                        sink = %self.name,
-                        error = %err,
-                        record = %B::describe(record),
-                        "audit record could not be written"
-                    );
-                }
+                self.lost(err, batch.iter());
             }
         }
         result
+    }
+
+    /// Records lost to the sink: kept in the error log at least, one line each, so that
+    /// an operator can reconstruct what happened.
+    fn lost<'a>(&self, err: &AuditError, records: impl Iterator<Item = &'a B::Item>) {
+        for record in records {
+            self.health.lost.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                sink = %self.name,
+                error = %err,
+                record = %B::describe(record),
+                "audit record could not be written"
+            );
+        }
     }
 
     /// The leading caller is done: give the log back, or to the writer thread when
@@ -404,10 +440,10 @@ impl<B: Backend> Worker<B> {
                     fn drop(&mut self) {
                         self.0.health.alive.store(false, Ordering::Release);
                         let stranded = std::mem::take(&mut lock(&self.0.queue).jobs);
+                        let err = AuditError::new("the audit writer thread has stopped");
+                        self.0.lost(&err, stranded.iter().map(|job| &job.record));
                         for job in stranded {
-                            let _ = job
-                                .reply
-                                .send(Err(AuditError::new("the audit writer thread has stopped")));
+                            let _ = job.reply.send(Err(err.clone()));
                         }
                     }
                 }
@@ -426,8 +462,7 @@ impl<B: Backend> Worker<B> {
     }
 
     pub(crate) fn stats(&self) -> SinkStats {
-        let (records, batches) = self.shared.health.written();
-        SinkStats { records, batches }
+        self.shared.health.stats()
     }
 
     /// Write `record`; the future resolves once it is durable.
@@ -602,13 +637,9 @@ mod tests {
             assert_eq!(records.len(), 1);
             assert_eq!(writer, caller, "{records:?} was written by another thread");
         }
-        assert_eq!(
-            sink.stats(),
-            SinkStats {
-                records: 20,
-                batches: 20
-            }
-        );
+        let stats = sink.stats();
+        assert_eq!((stats.records, stats.batches), (20, 20));
+        assert!(stats.busy > Duration::ZERO);
     }
 
     /// Callers that arrive while one writes wait for the writer thread, which writes
@@ -717,8 +748,25 @@ mod tests {
         assert_eq!(written(&seen), ["after"]);
     }
 
+    /// A record the backend panicked on is lost, but counted (and logged).
+    #[test]
+    fn a_panicking_write_counts_the_record_it_lost() {
+        let seen = Arc::new(Seen {
+            panic_on: Some("boom"),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(sink.record(record("boom")));
+        }));
+        assert!(caught.is_err());
+        assert_eq!(sink.stats().lost, 1);
+        assert_eq!(sink.stats().records, 0);
+    }
+
     /// If the writer thread dies, whoever waits for it is answered with an error rather
-    /// than left waiting, and later records are refused.
+    /// than left waiting, each lost record is counted (and logged), and later records are
+    /// refused.
     #[test]
     fn a_dead_writer_thread_answers_its_queue_and_refuses_the_rest() {
         let seen = Arc::new(Seen {
@@ -752,5 +800,8 @@ mod tests {
             assert!(sink.ready().is_err());
             assert!(sink.record(record("after")).await.is_err());
         });
+        // The batch it died on, and the record stranded in its queue; `after` was
+        // refused, never taken.
+        assert_eq!(sink.stats().lost, 2);
     }
 }
