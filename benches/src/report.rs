@@ -387,3 +387,126 @@ pub fn compile_table(out: &mut String, times: &[CompileTimes]) {
         );
     }
 }
+
+/// Where a lone client's audit time goes (stdio, one client, sequential calls): each
+/// server's p50 per round, what its SQLite sink spent writing one record inside the
+/// server ([`SinkStats::busy`](aac_tools::audit::SinkStats) per record), SQLite's own
+/// transaction of the same row in a loop, and the disk's `fdatasync`.
+#[derive(Debug, Default)]
+pub struct Attribution {
+    /// The p50 of each round, in nanoseconds, per server.
+    pub p50: BTreeMap<Variant, Vec<u64>>,
+    /// Nanoseconds the sink spent per record, per round, for the servers with a trail.
+    pub write: BTreeMap<Variant, Vec<f64>>,
+    /// The p50 of SQLite's own transaction of one record, per round, in nanoseconds.
+    pub sqlite: Vec<u64>,
+    /// The same with the CPU caches evicted before each transaction.
+    pub sqlite_cold: Vec<u64>,
+    /// `fdatasync` latencies of the same file system, in nanoseconds.
+    pub syncs: Vec<u64>,
+}
+
+impl Attribution {
+    fn p50(&self, v: Variant) -> Option<f64> {
+        let rounds: Vec<f64> = self.p50.get(&v)?.iter().map(|&n| n as f64).collect();
+        (!rounds.is_empty()).then(|| median(&rounds))
+    }
+
+    fn write(&self, v: Variant) -> Option<f64> {
+        let rounds = self.write.get(&v)?;
+        (!rounds.is_empty()).then(|| median(rounds))
+    }
+
+    fn sqlite(&self, cold: bool) -> Option<f64> {
+        let rounds = if cold {
+            &self.sqlite_cold
+        } else {
+            &self.sqlite
+        };
+        let rounds: Vec<f64> = rounds.iter().map(|&n| n as f64).collect();
+        (!rounds.is_empty()).then(|| median(&rounds))
+    }
+
+    /// The best (a-normal) / (b) that one SQLite transaction per call allows, were
+    /// everything else free: (b) / ((b) + SQLite's transaction in the server).
+    pub fn normal_ceiling(&self) -> Option<f64> {
+        let b = self.p50(Variant::AacNoAudit)?;
+        let write = self.write(Variant::AacDurableNormal)?;
+        Some(b / (b + write))
+    }
+}
+
+/// The attribution table: a lone stdio client's p50, part by part.
+pub fn attribution_table(out: &mut String, at: &Attribution) {
+    let (a, n, m, b) = (
+        Variant::AacDurable,
+        Variant::AacDurableNormal,
+        Variant::AacCounting,
+        Variant::AacNoAudit,
+    );
+    let us = |x: Option<f64>| x.map_or(String::from("–"), |x| format!("{:.1}", x / 1000.0));
+    let diff = |x: Variant, y: Variant| Some(at.p50(x)? - at.p50(y)?);
+    let mut syncs = at.syncs.clone();
+    syncs.sort_unstable();
+    let sync = (!syncs.is_empty()).then(|| percentile(&syncs, 50.0) as f64);
+    let _ = writeln!(
+        out,
+        "stdio, one client, sequential calls; {} rounds, each figure the median of the rounds' \
+         p50 (µs).\n",
+        at.p50.get(&b).map_or(0, Vec::len)
+    );
+    let _ = writeln!(out, "| part | µs | whose |");
+    let _ = writeln!(out, "| --- | ---: | --- |");
+    for (what, value, whose) in [
+        ("(b) p50, audit off", at.p50(b), "—"),
+        (
+            "(a-count) − (b): building each record and handing it to a sink that keeps nothing",
+            diff(m, b),
+            "ours",
+        ),
+        (
+            "(a-normal) − (a-count): the SQLite sink, `synchronous = NORMAL`",
+            diff(n, m),
+            "",
+        ),
+        (
+            "· its write of one record inside the server (`SinkStats::busy` ÷ records): \
+             transaction, chain hash, binding",
+            at.write(n),
+            "SQLite, but for one SHA-256 and the binding",
+        ),
+        (
+            "· SQLite's own transaction of the same row, in a loop in the bench process, \
+             caches warm",
+            at.sqlite(false),
+            "SQLite",
+        ),
+        (
+            "· the same, with the CPU caches evicted before each transaction (as the rest \
+             of a call does in a server)",
+            at.sqlite(true),
+            "SQLite",
+        ),
+        (
+            "(a) − (a-normal): making the record durable",
+            diff(a, n),
+            "",
+        ),
+        (
+            "· the sink's write and sync of one record inside the server",
+            at.write(a),
+            "SQLite and the disk",
+        ),
+        ("· one `fdatasync` of a 4 KiB write, p50", sync, "the disk"),
+    ] {
+        let _ = writeln!(out, "| {what} | {} | {whose} |", us(value));
+    }
+    if let Some(ceiling) = at.normal_ceiling() {
+        let _ = writeln!(
+            out,
+            "\nWith one SQLite transaction per call costing what it costs inside the server, \
+             (a-normal) / (b) could reach at most {ceiling:.2} for a lone client, were every \
+             other part of the record free.\n"
+        );
+    }
+}

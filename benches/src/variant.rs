@@ -4,13 +4,13 @@ use std::io;
 use std::path::Path;
 
 use aac_tools::Server;
-use aac_tools::audit::Synchronous;
+use aac_tools::audit::{SinkStats, SqliteSink, Synchronous};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::aac_flavour;
-use crate::pipeline::{BENCH_TOKEN, bench_verifier};
+use crate::pipeline::{BENCH_TOKEN, CountingSink, bench_verifier};
 use crate::rmcp_flavour::{PerCallRouter, StoredRouter};
 
 /// One of the four servers of the comparison, all with the same 150 tools.
@@ -23,6 +23,10 @@ pub enum Variant {
     AacDurableNormal,
     /// (b) aac-tools with every check on and the audit trail off.
     AacNoAudit,
+    /// (a-count) aac-tools handing every record to a sink that keeps nothing: what
+    /// building and handing over records costs, without storage. Not in [`Variant::ALL`]:
+    /// measured for the attribution of (a-normal) − (b) only.
+    AacCounting,
     /// (c) rmcp's `#[tool]` macros with a stored router.
     RmcpStored,
     /// (d) rmcp's default `#[tool_handler]`, which rebuilds the router on every call.
@@ -39,12 +43,13 @@ impl Variant {
         Variant::RmcpPerCall,
     ];
 
-    /// `a`, `n` (a-normal), `b`, `c` or `d`.
+    /// `a`, `n` (a-normal), `b`, `m` (a-count), `c` or `d`.
     pub const fn key(self) -> &'static str {
         match self {
             Variant::AacDurable => "a",
             Variant::AacDurableNormal => "n",
             Variant::AacNoAudit => "b",
+            Variant::AacCounting => "m",
             Variant::RmcpStored => "c",
             Variant::RmcpPerCall => "d",
         }
@@ -52,7 +57,10 @@ impl Variant {
 
     /// The variant of this key.
     pub fn from_key(key: &str) -> Option<Variant> {
-        Variant::ALL.into_iter().find(|v| v.key() == key)
+        Variant::ALL
+            .into_iter()
+            .chain([Variant::AacCounting])
+            .find(|v| v.key() == key)
     }
 
     /// A short description for tables.
@@ -61,6 +69,7 @@ impl Variant {
             Variant::AacDurable => "(a) aac-tools, durable SQLite audit",
             Variant::AacDurableNormal => "(a-normal) aac-tools, SQLite audit, synchronous NORMAL",
             Variant::AacNoAudit => "(b) aac-tools, audit off",
+            Variant::AacCounting => "(a-count) aac-tools, records to a sink that keeps nothing",
             Variant::RmcpStored => "(c) rmcp macros, stored router",
             Variant::RmcpPerCall => "(d) rmcp macros, default #[tool_handler]",
         }
@@ -70,7 +79,10 @@ impl Variant {
     pub const fn is_aac(self) -> bool {
         matches!(
             self,
-            Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit
+            Variant::AacDurable
+                | Variant::AacDurableNormal
+                | Variant::AacNoAudit
+                | Variant::AacCounting
         )
     }
 
@@ -83,6 +95,7 @@ impl Variant {
     pub const fn short(self) -> &'static str {
         match self {
             Variant::AacDurableNormal => "a-normal",
+            Variant::AacCounting => "a-count",
             other => other.key(),
         }
     }
@@ -117,13 +130,23 @@ impl TransportKind {
     }
 }
 
-/// The aac-tools server of variant (a), (a-normal) or (b). (a) and (a-normal) write their
-/// audit trail to the SQLite file `audit_db`.
+/// The aac-tools server of variant (a), (a-normal), (b) or (a-count). (a) and (a-normal)
+/// write their audit trail to the SQLite file `audit_db`.
 pub fn aac_server(variant: Variant, audit_db: Option<&Path>) -> io::Result<Server> {
+    aac_server_and_sink(variant, audit_db).map(|(server, _)| server)
+}
+
+/// [`aac_server`], and its SQLite sink if it has one (for its [`SinkStats`]).
+pub fn aac_server_and_sink(
+    variant: Variant,
+    audit_db: Option<&Path>,
+) -> io::Result<(Server, Option<SqliteSink>)> {
     let registry = aac_flavour::registry().map_err(io::Error::other)?;
     let builder = Server::builder(registry).verifier(bench_verifier());
+    let mut kept = None;
     let builder = match variant {
         Variant::AacNoAudit => builder.audit_disabled(),
+        Variant::AacCounting => builder.audit(CountingSink::default()),
         Variant::AacDurable | Variant::AacDurableNormal => {
             let path = audit_db.ok_or_else(|| {
                 io::Error::other("this variant needs the path of its audit database")
@@ -133,11 +156,35 @@ pub fn aac_server(variant: Variant, audit_db: Option<&Path>) -> io::Result<Serve
             } else {
                 Synchronous::Normal
             };
-            builder.audit(crate::durable::sink(path, synchronous)?)
+            let sink = crate::durable::sink(path, synchronous)?;
+            kept = Some(sink.clone());
+            builder.audit(sink)
         }
         _ => return Err(io::Error::other("not an aac-tools variant")),
     };
-    builder.build().map_err(io::Error::other)
+    Ok((builder.build().map_err(io::Error::other)?, kept))
+}
+
+/// Where a stdio server with a SQLite trail at `audit_db` writes its sink's
+/// [`SinkStats`] when its client leaves, as `records batches busy_ns`.
+pub fn stats_file(audit_db: &Path) -> std::path::PathBuf {
+    let mut path = audit_db.as_os_str().to_owned();
+    path.push(".stats");
+    path.into()
+}
+
+/// The [`SinkStats`] a stdio server left in [`stats_file`]: records, batches and the
+/// nanoseconds spent writing them.
+pub fn read_stats(audit_db: &Path) -> io::Result<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(stats_file(audit_db))?;
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    let mut next = || {
+        fields
+            .next()
+            .and_then(Result::ok)
+            .ok_or_else(|| io::Error::other(format!("bad stats file: {text:?}")))
+    };
+    Ok((next()?, next()?, next()?))
 }
 
 /// Serve `variant` on `transport` until the client goes away (stdio) or the process is
@@ -160,9 +207,25 @@ pub async fn serve(
 
 async fn serve_stdio(variant: Variant, audit_db: Option<&Path>) -> io::Result<()> {
     match variant {
-        Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit => {
-            let server = aac_server(variant, audit_db)?;
-            aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await
+        Variant::AacDurable
+        | Variant::AacDurableNormal
+        | Variant::AacNoAudit
+        | Variant::AacCounting => {
+            let (server, sink) = aac_server_and_sink(variant, audit_db)?;
+            aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await?;
+            if let (Some(sink), Some(db)) = (sink, audit_db) {
+                let stats: SinkStats = sink.stats();
+                std::fs::write(
+                    stats_file(db),
+                    format!(
+                        "{} {} {}\n",
+                        stats.records,
+                        stats.batches,
+                        stats.busy.as_nanos()
+                    ),
+                )?;
+            }
+            Ok(())
         }
         Variant::RmcpStored => rmcp_stdio(StoredRouter::new()).await,
         Variant::RmcpPerCall => rmcp_stdio(PerCallRouter).await,
@@ -186,7 +249,10 @@ async fn serve_http(
     audit_db: Option<&Path>,
 ) -> io::Result<()> {
     match variant {
-        Variant::AacDurable | Variant::AacDurableNormal | Variant::AacNoAudit => {
+        Variant::AacDurable
+        | Variant::AacDurableNormal
+        | Variant::AacNoAudit
+        | Variant::AacCounting => {
             let server = aac_server(variant, audit_db)?;
             aac_tools::http::serve(server, listener, aac_tools::http::HttpOptions::default()).await
         }

@@ -10,11 +10,13 @@
 //! `--postgres URL` (also the reference server on PostgreSQL against SQLite, 1→3 replicas;
 //! see `benches/src/postgres.rs`).
 //!
-//! `bench-all serve <a|n|b|c|d> <stdio|http> [audit-db]` is the benchmark server itself:
-//! the load generator starts this same binary so that one build serves both sides.
-//! `bench-all drive <a|n|b|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
-//! against one server (to profile that server), and `bench-all profile …` one in-process
-//! call path.
+//! `bench-all serve <a|n|b|m|c|d> <stdio|http> [audit-db]` is the benchmark server itself
+//! (m: a-count, records handed to a sink that keeps nothing): the load generator starts
+//! this same binary so that one build serves both sides.
+//! `bench-all drive <a|n|b|m|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
+//! against one server (to profile that server), `bench-all profile …` one in-process
+//! call path, and `bench-all attribute [--rounds N] [--secs S]` only the table of where a
+//! lone client's audit time goes (part of every full run).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -96,6 +98,15 @@ fn main() -> io::Result<()> {
         Some("serve") => return serve(&args[1..]),
         Some("profile") => return profile(&args[1..]),
         Some("drive") => return drive(&args[1..]),
+        Some("attribute") => {
+            // Only the attribution of a lone client's audit time, with the options of a
+            // full run (`--rounds`, `--secs`).
+            let options = parse_options(&args[1..]).map_err(io::Error::other)?;
+            let mut out = String::new();
+            report::attribution_table(&mut out, &attribution(&options)?);
+            println!("{out}");
+            return Ok(());
+        }
         _ => {}
     }
     let options = parse_options(&args).map_err(io::Error::other)?;
@@ -161,6 +172,11 @@ fn main() -> io::Result<()> {
         out.push('\n');
         out.push_str("## Memory (resident set)\n\n");
         report::memory_table(&mut out, &memory);
+        out.push('\n');
+        eprintln!("== where a lone client's audit time goes");
+        let attribution = attribution(&options)?;
+        out.push_str("## Where a lone client's audit time goes\n\n");
+        report::attribution_table(&mut out, &attribution);
         out.push('\n');
         goals.extend(report::end_to_end_goals(
             &e2e,
@@ -496,6 +512,82 @@ const SCENARIO_NAMES: [&str; 5] = [
     "HTTP, 16 clients",
     "HTTP, 64 clients",
 ];
+
+/// (b), (a-count), (a-normal) and (a) over stdio with one sequential client, in turn in
+/// every round; each SQLite server's time spent writing per record; SQLite's own
+/// transaction of one of its records; the disk's `fdatasync`.
+fn attribution(options: &Options) -> io::Result<report::Attribution> {
+    let exe = std::env::current_exe()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let dir = tempfile::tempdir()?;
+    let order = [
+        Variant::AacNoAudit,
+        Variant::AacCounting,
+        Variant::AacDurableNormal,
+        Variant::AacDurable,
+    ];
+    let plan = Plan {
+        warmup_calls: 300,
+        measure: Duration::from_secs_f64(options.secs),
+        max_calls: 10_000_000,
+    };
+    let mut at = report::Attribution::default();
+    for round in 0..options.rounds {
+        at.syncs
+            .extend(aac_bench::durable::fdatasync_latencies(dir.path(), 200)?);
+        for k in 0..order.len() {
+            let variant = order[(round + k) % order.len()];
+            let db = variant.has_audit_db().then(|| {
+                dir.path()
+                    .join(format!("attribution-{}-{round}.db", variant.key()))
+            });
+            let run = rt.block_on(async {
+                let mut server =
+                    ServerProcess::spawn(&exe, variant, TransportKind::Stdio, db.as_deref())
+                        .await?;
+                let mut client = server.stdio_client().await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let run = client.sequential(plan).await?;
+                // The server writes its sink's figures once its client is gone.
+                drop(client);
+                server.finish(Duration::from_secs(10)).await;
+                Ok::<_, io::Error>(run)
+            })?;
+            let mut latencies = run.latencies_ns;
+            latencies.sort_unstable();
+            let p50 = aac_bench::stats::percentile(&latencies, 50.0);
+            eprintln!("round {} · {}: p50 {p50} ns", round + 1, variant.label());
+            at.p50.entry(variant).or_default().push(p50);
+            if let Some(db) = &db {
+                let (records, _, busy_ns) = variant::read_stats(db)?;
+                at.write
+                    .entry(variant)
+                    .or_default()
+                    .push(busy_ns as f64 / records.max(1) as f64);
+                if variant == Variant::AacDurableNormal {
+                    for evict in [false, true] {
+                        let mut sqlite = aac_bench::durable::sqlite_commit_latencies(
+                            db,
+                            dir.path(),
+                            1000,
+                            evict,
+                        )?;
+                        sqlite.sort_unstable();
+                        let p50 = aac_bench::stats::percentile(&sqlite, 50.0);
+                        if evict {
+                            at.sqlite_cold.push(p50);
+                        } else {
+                            at.sqlite.push(p50);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(at)
+}
 
 fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memory>, Vec<u64>)> {
     let exe = std::env::current_exe()?;
