@@ -197,7 +197,6 @@ impl ServerProcess {
         self.stop().await;
     }
 
-    /// Stop the server and wait for it.
     /// Wait (up to `patience`) for the server to end by itself, as a stdio server does
     /// once its client is dropped; then stop it.
     pub async fn finish(mut self, patience: Duration) {
@@ -205,7 +204,7 @@ impl ServerProcess {
         self.stop().await;
     }
 
-    /// Kill the server and wait for it.
+    /// Stop the server and wait for it.
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;

@@ -366,7 +366,24 @@ fn drive(args: &[String]) -> io::Result<()> {
             result.calls,
             plan.warmup_calls,
         );
-        server.terminate(Duration::from_secs(60)).await;
+        if transport == TransportKind::Stdio {
+            // Its client is gone: it ends by itself (and writes its sink's figures).
+            server.finish(Duration::from_secs(60)).await;
+        } else {
+            server.terminate(Duration::from_secs(60)).await;
+        }
+        // A stdio server with a SQLite trail left its sink's figures when its client left.
+        if let Some(db) = audit_db.as_deref().filter(|_| transport == TransportKind::Stdio)
+            && let Ok((records, batches, busy_ns)) = variant::read_stats(db)
+        {
+            println!(
+                "audit sink: {records} records in {batches} batches ({:.1} per batch), \
+                 {:.1} µs writing per batch, {:.1} µs per record",
+                records as f64 / batches.max(1) as f64,
+                busy_ns as f64 / batches.max(1) as f64 / 1000.0,
+                busy_ns as f64 / records.max(1) as f64 / 1000.0,
+            );
+        }
         Ok(())
     })
 }
