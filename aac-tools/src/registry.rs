@@ -27,8 +27,17 @@ pub const META_CONFIRM: &str = "aac-tools.dev/confirm";
 /// One registered tool: its definition and everything computed from it at start-up.
 pub struct ToolEntry {
     def: &'static ToolDef,
-    json: Value,
-    validator: jsonschema::Validator,
+    /// The input schema: the one copy, shared with the MCP layer's tool objects.
+    input_schema: Arc<Map<String, Value>>,
+    output_schema: Option<Arc<Map<String, Value>>>,
+    title: String,
+    meta: Map<String, Value>,
+    /// The tool object of `tools/list`, built on first use (the MCP layer builds its own
+    /// from the parts above, sharing the schemas).
+    json: OnceLock<Value>,
+    /// Compiled at start-up to check that it compiles, then again on the tool's first
+    /// call: a server keeps the validators of the tools it is asked to run.
+    validator: OnceLock<jsonschema::Validator>,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
     policy: ConfirmPolicy,
@@ -47,17 +56,75 @@ impl ToolEntry {
 
     /// The tool object of `tools/list`, exactly as sent.
     pub fn json(&self) -> &Value {
-        &self.json
+        self.json.get_or_init(|| self.tool_object())
     }
 
-    /// The input schema as advertised and as validated (with `confirm` for destructive tools).
-    pub fn input_schema(&self) -> &Value {
-        // One copy: the tool object's own (always there, see `build_entry`).
-        &self.json["inputSchema"]
+    /// The tool object of `tools/list`, built anew (for a document that keeps its own
+    /// copy, such as the manifest or the listing's JSON).
+    pub(crate) fn tool_object(&self) -> Value {
+        let mut tool = Map::new();
+        tool.insert("name".to_owned(), json!(self.def.name()));
+        tool.insert("title".to_owned(), json!(self.title));
+        tool.insert("description".to_owned(), json!(self.def.description()));
+        tool.insert(
+            "inputSchema".to_owned(),
+            Value::Object(Map::clone(&self.input_schema)),
+        );
+        if let Some(output_schema) = &self.output_schema {
+            tool.insert(
+                "outputSchema".to_owned(),
+                Value::Object(Map::clone(output_schema)),
+            );
+        }
+        tool.insert("annotations".to_owned(), self.annotations());
+        tool.insert("_meta".to_owned(), Value::Object(self.meta.clone()));
+        Value::Object(tool)
+    }
+
+    /// The input schema as advertised and as validated (with `confirm` for destructive
+    /// tools): a JSON object.
+    pub fn input_schema(&self) -> &Map<String, Value> {
+        &self.input_schema
+    }
+
+    /// The input schema, shared (the MCP layer's tool object holds the same one).
+    pub(crate) fn input_schema_shared(&self) -> &Arc<Map<String, Value>> {
+        &self.input_schema
+    }
+
+    /// The output schema (an object: a schema of another type is wrapped in
+    /// `{"result": …}`), shared; `None` when the tool declares none.
+    pub(crate) fn output_schema_shared(&self) -> Option<&Arc<Map<String, Value>>> {
+        self.output_schema.as_ref()
+    }
+
+    /// The tool object without its schemas: `name`, `title`, `description`,
+    /// `annotations` and `_meta`.
+    pub(crate) fn json_without_schemas(&self) -> Value {
+        json!({
+            "name": self.def.name(),
+            "title": self.title,
+            "description": self.def.description(),
+            "annotations": self.annotations(),
+            "_meta": self.meta,
+        })
+    }
+
+    fn annotations(&self) -> Value {
+        json!({
+            "title": self.title,
+            "readOnlyHint": self.def.is_read_only(),
+            "destructiveHint": self.def.is_destructive(),
+            "idempotentHint": self.def.is_idempotent(),
+            "openWorldHint": self.def.is_open_world(),
+        })
     }
 
     pub(crate) fn validator(&self) -> &jsonschema::Validator {
-        &self.validator
+        self.validator.get_or_init(|| {
+            compile_input_schema(&self.input_schema)
+                .expect("the input schema compiled when the registry was built")
+        })
     }
 
     pub(crate) fn wrap_output(&self) -> bool {
@@ -616,15 +683,22 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         .unwrap_or_else(schema::empty_object);
     let input_schema =
         schema::finish_input_schema(raw_input, def.is_destructive()).map_err(invalid)?;
-    let validator = jsonschema::validator_for(&input_schema)
-        .map_err(|e| invalid(format!("the input schema does not compile: {e}")))?;
     check_audit_fields(def, &input_schema)?;
     check_confirm_fields(def, &input_schema)?;
+    let Value::Object(input_schema) = input_schema else {
+        return Err(invalid("the input schema is not a JSON object".to_owned()));
+    };
+    // Compiled once here so that a schema that does not compile stops the start-up; the
+    // validator itself is compiled again when the tool is first called.
+    compile_input_schema(&input_schema)
+        .map_err(|e| invalid(format!("the input schema does not compile: {e}")))?;
     let (output_schema, wrap_output) = match def.output_schema_value() {
-        Some(schema) => {
-            let (schema, wrap) = schema::finish_output_schema(schema);
-            (Some(schema), wrap)
-        }
+        Some(schema) => match schema::finish_output_schema(schema) {
+            (Value::Object(schema), wrap) => (Some(Arc::new(schema)), wrap),
+            (_, _) => {
+                return Err(invalid("the output schema is not a JSON object".to_owned()));
+            }
+        },
         None => (None, false),
     };
 
@@ -632,43 +706,38 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         .title()
         .map(str::to_owned)
         .unwrap_or_else(|| title_from_name(def.name()));
-    let mut tool = Map::new();
-    tool.insert("name".to_owned(), json!(def.name()));
-    tool.insert("title".to_owned(), json!(title));
-    tool.insert("description".to_owned(), json!(def.description()));
-    tool.insert("inputSchema".to_owned(), input_schema);
-    if let Some(output_schema) = output_schema {
-        tool.insert("outputSchema".to_owned(), output_schema);
-    }
-    tool.insert(
-        "annotations".to_owned(),
-        json!({
-            "title": title,
-            "readOnlyHint": def.is_read_only(),
-            "destructiveHint": def.is_destructive(),
-            "idempotentHint": def.is_idempotent(),
-            "openWorldHint": def.is_open_world(),
-        }),
-    );
-    let mut meta = json!({
-        META_SCOPES: def.scopes(),
-        META_ACCESS: def.access_level().as_str(),
-    });
+    let mut meta = Map::new();
+    meta.insert(META_SCOPES.to_owned(), json!(def.scopes()));
+    meta.insert(META_ACCESS.to_owned(), json!(def.access_level().as_str()));
     if let Some(rate) = def.rate() {
-        meta[META_RATE] = json!({"count": rate.count(), "per_seconds": rate.per().as_secs()});
+        meta.insert(
+            META_RATE.to_owned(),
+            json!({"count": rate.count(), "per_seconds": rate.per().as_secs()}),
+        );
     }
     let confirm = def.confirm_policy().unwrap_or(policy);
     if def.is_destructive() && confirm.asks_user() {
-        meta[META_CONFIRM] = json!(confirm.as_str());
+        meta.insert(META_CONFIRM.to_owned(), json!(confirm.as_str()));
     }
-    tool.insert("_meta".to_owned(), meta);
     Ok(ToolEntry {
         def,
-        json: Value::Object(tool),
-        validator,
+        input_schema: Arc::new(input_schema),
+        output_schema,
+        title,
+        meta,
+        json: OnceLock::new(),
+        validator: OnceLock::new(),
         wrap_output,
         policy,
     })
+}
+
+/// The validator of an input schema (a JSON object).
+fn compile_input_schema(
+    schema: &Map<String, Value>,
+) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+    // `jsonschema` takes a `Value`: the copy lives as long as the compilation.
+    jsonschema::validator_for(&Value::Object(schema.clone()))
 }
 
 /// Every `{placeholder}` of the confirm message must be an argument, when the schema
@@ -784,7 +853,7 @@ fn manifest_string(
     let tools: Vec<Value> = tools
         .iter()
         .map(|t| {
-            let mut tool = t.json.clone();
+            let mut tool = t.tool_object();
             if let Value::Object(map) = &mut tool {
                 map.insert("scopes".to_owned(), json!(t.def.scopes()));
             }

@@ -50,12 +50,18 @@ impl Shared {
         let mut tools = Vec::with_capacity(entries.len());
         let mut index = HashMap::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
-            let mut tool: Tool = serde_json::from_value(entry.json().clone()).map_err(|err| {
+            // The schemas are the registry's own, shared: one copy per server (an empty
+            // one stands in while the rest of the tool object is read).
+            let mut object = entry.json_without_schemas();
+            object["inputSchema"] = json!({});
+            let mut tool: Tool = serde_json::from_value(object).map_err(|err| {
                 io::Error::other(format!(
                     "tool `{}` cannot be expressed as an MCP tool: {err}",
                     entry.name()
                 ))
             })?;
+            tool.input_schema = Arc::clone(entry.input_schema_shared());
+            tool.output_schema = entry.output_schema_shared().cloned();
             // The same text, borrowed from the definition: every `tools/list` clones
             // these tools, and a borrowed name or description costs nothing to clone.
             if tool.name == entry.name() {

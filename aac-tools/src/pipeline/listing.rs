@@ -129,7 +129,7 @@ impl Listing {
 /// The `tools/list` result JSON of the tools at these positions.
 pub(crate) fn list_json(registry: &Registry, positions: &[usize]) -> Value {
     let tools = registry.tools();
-    json!({ "tools": positions.iter().map(|&i| tools[i].json().clone()).collect::<Vec<_>>() })
+    json!({ "tools": positions.iter().map(|&i| tools[i].tool_object()).collect::<Vec<_>>() })
 }
 
 /// The start and end of a pretty-printed manifest document around its tool objects.

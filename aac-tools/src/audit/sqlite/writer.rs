@@ -235,6 +235,9 @@ fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditE
     }
 }
 
+/// The writer connection's page cache, in KiB (a negative `cache_size`).
+const WRITER_CACHE_KIB: i64 = -256;
+
 fn open_connection(
     path: &Path,
     options: &SqliteSinkBuilder,
@@ -268,6 +271,10 @@ fn open_connection(
         )));
     }
     conn.pragma_update(None, "synchronous", synchronous.pragma())
+        .map_err(cannot)?;
+    // The writer appends: it reads the rightmost pages of the table and its index, and
+    // nothing else. SQLite's default cache (2 MiB) would fill with pages written once.
+    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
         .map_err(cannot)?;
     ensure_table(&conn).map_err(|e| AuditError::new(format!("audit database `{shown}`: {e}")))?;
     Ok(conn)
