@@ -37,7 +37,7 @@ pub struct ToolEntry {
     json: OnceLock<Value>,
     /// Compiled at start-up to check that it compiles, then again on the tool's first
     /// call: a server keeps the validators of the tools it is asked to run.
-    validator: OnceLock<jsonschema::Validator>,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
     policy: ConfirmPolicy,
@@ -120,11 +120,13 @@ impl ToolEntry {
         })
     }
 
-    pub(crate) fn validator(&self) -> &jsonschema::Validator {
-        self.validator.get_or_init(|| {
-            compile_input_schema(&self.input_schema)
-                .expect("the input schema compiled when the registry was built")
-        })
+    /// The argument validator, compiled on first use. It compiled when the registry was
+    /// built, so an error here is not expected; it is reported, never a panic.
+    pub(crate) fn validator(&self) -> Result<&jsonschema::Validator, &str> {
+        self.validator
+            .get_or_init(|| compile_input_schema(&self.input_schema).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     pub(crate) fn wrap_output(&self) -> bool {

@@ -387,8 +387,15 @@ impl Attempt {
         // boolean check is the fast path; the first error is looked for only on failure)
         let empty = Value::Object(Map::new());
         let instance = arguments.as_ref().unwrap_or(&empty);
-        if !entry.validator().is_valid(instance)
-            && let Err(err) = entry.validator().validate(instance)
+        let validator = entry.validator().map_err(|err| {
+            tracing::error!(tool = %entry.name(), error = %err, "the input schema does not compile");
+            (
+                Check::Validate,
+                ToolError::internal("the tool's input schema cannot be checked"),
+            )
+        })?;
+        if !validator.is_valid(instance)
+            && let Err(err) = validator.validate(instance)
         {
             let pointer = argument_pointer(&err);
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, err)));
