@@ -83,8 +83,9 @@ impl ToolEntry {
 
     /// The input schema as advertised and as validated (with `confirm` for destructive
     /// tools): a JSON object.
-    pub fn input_schema(&self) -> &Map<String, Value> {
-        &self.input_schema
+    pub fn input_schema(&self) -> &Value {
+        // The tool object's (built on first use); the server itself reads the shared copy.
+        &self.json()["inputSchema"]
     }
 
     /// The input schema, shared (the MCP layer's tool object holds the same one).
