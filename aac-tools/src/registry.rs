@@ -62,30 +62,13 @@ impl ToolEntry {
     /// The tool object of `tools/list`, built anew (for a document that keeps its own
     /// copy, such as the manifest or the listing's JSON).
     pub(crate) fn tool_object(&self) -> Value {
-        let mut tool = Map::new();
-        tool.insert("name".to_owned(), json!(self.def.name()));
-        tool.insert("title".to_owned(), json!(self.title));
-        tool.insert("description".to_owned(), json!(self.def.description()));
-        tool.insert(
-            "inputSchema".to_owned(),
-            Value::Object(Map::clone(&self.input_schema)),
-        );
-        if let Some(output_schema) = &self.output_schema {
-            tool.insert(
-                "outputSchema".to_owned(),
-                Value::Object(Map::clone(output_schema)),
-            );
-        }
-        tool.insert("annotations".to_owned(), self.annotations());
-        tool.insert("_meta".to_owned(), Value::Object(self.meta.clone()));
-        Value::Object(tool)
+        Value::Object(self.object(true))
     }
 
-    /// The input schema as advertised and as validated (with `confirm` for destructive
-    /// tools): a JSON object.
-    pub fn input_schema(&self) -> &Value {
-        // The tool object's (built on first use); the server itself reads the shared copy.
-        &self.json()["inputSchema"]
+    /// The tool object without its schemas: `name`, `title`, `description`,
+    /// `annotations` and `_meta`.
+    pub(crate) fn json_without_schemas(&self) -> Value {
+        Value::Object(self.object(false))
     }
 
     /// The input schema, shared (the MCP layer's tool object holds the same one).
@@ -99,16 +82,35 @@ impl ToolEntry {
         self.output_schema.as_ref()
     }
 
-    /// The tool object without its schemas: `name`, `title`, `description`,
-    /// `annotations` and `_meta`.
-    pub(crate) fn json_without_schemas(&self) -> Value {
-        json!({
-            "name": self.def.name(),
-            "title": self.title,
-            "description": self.def.description(),
-            "annotations": self.annotations(),
-            "_meta": self.meta,
-        })
+    /// The tool object, its keys in the order they have always been written, with or
+    /// without (copies of) its schemas.
+    fn object(&self, with_schemas: bool) -> Map<String, Value> {
+        let mut tool = Map::new();
+        tool.insert("name".to_owned(), json!(self.def.name()));
+        tool.insert("title".to_owned(), json!(self.title));
+        tool.insert("description".to_owned(), json!(self.def.description()));
+        if with_schemas {
+            tool.insert(
+                "inputSchema".to_owned(),
+                Value::Object(Map::clone(&self.input_schema)),
+            );
+            if let Some(output_schema) = &self.output_schema {
+                tool.insert(
+                    "outputSchema".to_owned(),
+                    Value::Object(Map::clone(output_schema)),
+                );
+            }
+        }
+        tool.insert("annotations".to_owned(), self.annotations());
+        tool.insert("_meta".to_owned(), Value::Object(self.meta.clone()));
+        tool
+    }
+
+    /// The input schema as advertised and as validated (with `confirm` for destructive
+    /// tools): a JSON object.
+    pub fn input_schema(&self) -> &Value {
+        // The tool object's (built on first use); the server itself reads the shared copy.
+        &self.json()["inputSchema"]
     }
 
     fn annotations(&self) -> Value {
