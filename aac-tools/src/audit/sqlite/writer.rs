@@ -342,6 +342,11 @@ impl Backend for SqliteBackend {
 /// transaction's own `BEGIN` and `COMMIT` included, as a lone caller's record is one
 /// transaction of its own and parsing SQL would be a fair share of its cost.
 fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
+    if !conn.is_autocommit() {
+        // A transaction left open by a write that panicked halfway: it never committed,
+        // so nothing of it was answered as written.
+        conn.execute_batch("ROLLBACK")?;
+    }
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     match append_rows(conn, batch) {
         Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
