@@ -758,7 +758,10 @@ mod tests {
         assert!(answer.is_err(), "{answer:?}");
         assert_eq!(sink.stats().lost, 1);
         assert_eq!(sink.stats().records, 0);
-        assert!(sink.ready().is_err(), "a sink whose last write failed is not ready");
+        assert!(
+            sink.ready().is_err(),
+            "a sink whose last write failed is not ready"
+        );
         let runtime = tokio::runtime::Builder::new_multi_thread().build().unwrap();
         runtime.block_on(sink.record(record("after"))).unwrap();
         assert!(sink.ready().is_ok());
@@ -806,7 +809,10 @@ mod tests {
             let waiting = sink.record(record("waiting"));
             let timeout = Duration::from_secs(10);
             let first = tokio::time::timeout(timeout, first).await;
-            assert!(first.expect("a caller was left waiting").is_ok(), "it was written");
+            assert!(
+                first.expect("a caller was left waiting").is_ok(),
+                "it was written"
+            );
             let waiting = tokio::time::timeout(timeout, waiting).await;
             assert!(waiting.expect("a caller was left waiting").is_err());
             let deadline = Instant::now() + Duration::from_secs(10);

@@ -10,7 +10,8 @@
 //! accepted.
 //!
 //! Two transports use it: [`serve_stdio`] here (and [`serve_io`], the same over any
-//! byte streams), and Streamable HTTP at `/mcp` in [`crate::http`].
+//! byte streams), whose line framing is ours so that a repeated `tools/list` is answered
+//! with the bytes of the first answer; and Streamable HTTP at `/mcp` in [`crate::http`].
 
 #[cfg(feature = "mcp")]
 mod handler;
@@ -18,6 +19,8 @@ mod handler;
 mod level;
 #[cfg(feature = "mcp")]
 mod peer;
+#[cfg(feature = "mcp")]
+mod stdio;
 #[cfg(feature = "http")]
 pub(crate) mod streamable;
 
@@ -26,82 +29,6 @@ pub mod client;
 
 #[cfg(feature = "mcp")]
 pub use self::stdio::{serve_io, serve_stdio};
-
-#[cfg(feature = "mcp")]
-mod stdio {
-    use std::io;
-
-    use rmcp::ServiceExt;
-    use tokio::io::{AsyncRead, AsyncWrite};
-
-    use super::handler::{McpHandler, Shared};
-    use crate::context::Transport;
-    use crate::server::Server;
-
-    /// Serve MCP over stdin and stdout until the client closes stdin.
-    ///
-    /// `token` is the caller's bearer token (read it from `AAC_TOKEN`). It is verified
-    /// on every `tools/call`, so a revoked or expired token stops working at once;
-    /// without one, calls are refused with 401 unless the server was built with
-    /// [`ServerBuilder::danger_allow_unauthenticated`](crate::ServerBuilder::danger_allow_unauthenticated).
-    /// Audit records say `stdio`.
-    ///
-    /// Nothing but MCP may be written to stdout while this runs: send logs to stderr.
-    ///
-    /// When stdin and stdout are pipes (the way MCP clients start servers), they are read
-    /// and written on the runtime's I/O reactor, without a hand-off to a blocking thread
-    /// per message (on Linux, through rmcp's `stdio_pipes`, which reopens them so that
-    /// the process's own standard streams stay blocking); otherwise they are used as
-    /// they are. The runtime needs I/O enabled (`#[tokio::main]` has it).
-    ///
-    /// ```no_run
-    /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
-    /// aac_tools::mcp::serve_stdio(server, std::env::var("AAC_TOKEN").ok()).await
-    /// # }
-    /// ```
-    pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
-        let (read, write) = rmcp::transport::stdio_pipes();
-        serve_io(server, token, read, write).await
-    }
-
-    /// Serve MCP with the stdio framing (one JSON-RPC message per line) over any byte
-    /// streams: a socket, a child's pipes, an in-memory [`tokio::io::duplex`] in tests.
-    /// Until `read` ends. Everything else is as [`serve_stdio`], whose records also say
-    /// `stdio`.
-    ///
-    /// ```
-    /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
-    /// let (client, server_end) = tokio::io::duplex(64 * 1024);
-    /// let (read, write) = tokio::io::split(server_end);
-    /// tokio::spawn(aac_tools::mcp::serve_io(server, Some("aac_…".to_owned()), read, write));
-    /// // write JSON-RPC lines to `client`, read the answers from it
-    /// # drop(client);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn serve_io<R, W>(
-        server: Server,
-        token: Option<String>,
-        read: R,
-        write: W,
-    ) -> io::Result<()>
-    where
-        R: AsyncRead + Send + Unpin + 'static,
-        W: AsyncWrite + Send + Unpin + 'static,
-    {
-        let shared = Shared::new(server)?;
-        let handler = McpHandler::new(shared, Transport::Stdio, token);
-        let running = handler
-            .serve((read, write))
-            .await
-            .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
-        running
-            .waiting()
-            .await
-            .map_err(|err| io::Error::other(format!("the MCP session failed: {err}")))?;
-        Ok(())
-    }
-}
 
 /// A principal the HTTP layer verified for this request, carried to the MCP handler in
 /// the request's extensions.

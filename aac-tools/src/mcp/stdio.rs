@@ -1,0 +1,401 @@
+//! MCP over stdio, and over any byte streams with the stdio framing: one JSON-RPC
+//! message per line.
+//!
+//! The framing is a small rmcp [`Transport`] of ours rather than rmcp's `AsyncRwTransport`
+//! for one reason: a `tools/list` answer is the same bytes every time (the list is fixed
+//! when the server is built), about 200 KB for 150 tools, and rmcp can only send it by
+//! cloning and serializing every tool again. So the first plain `tools/list` of a
+//! connection is answered by rmcp, as any request is, and its serialized result is kept;
+//! the later ones are answered with those bytes, without reaching rmcp. Only a request
+//! whose answer cannot differ is answered so: no parameters (no cursor, no `_meta`, which
+//! may carry a protocol version of its own), on a server whose list is the same for every
+//! principal. Everything else is rmcp's, exactly as its own transport does it: lines of
+//! at most 16 MiB (a longer one is dropped and logged), a byte-order mark and `\r`
+//! allowed, unparsable lines ignored, a well-formed request of the wrong shape answered
+//! with "Invalid request".
+
+use std::io;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use rmcp::ServiceExt;
+use rmcp::model::{ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerResult};
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio_util::bytes::Bytes;
+
+use super::handler::{McpHandler, Shared};
+use crate::context::Transport as Via;
+use crate::server::Server;
+
+/// Serve MCP over stdin and stdout until the client closes stdin.
+///
+/// `token` is the caller's bearer token (read it from `AAC_TOKEN`). It is verified
+/// on every `tools/call`, so a revoked or expired token stops working at once;
+/// without one, calls are refused with 401 unless the server was built with
+/// [`ServerBuilder::danger_allow_unauthenticated`](crate::ServerBuilder::danger_allow_unauthenticated).
+/// Audit records say `stdio`.
+///
+/// Nothing but MCP may be written to stdout while this runs: send logs to stderr.
+///
+/// When stdin and stdout are pipes (the way MCP clients start servers), they are read
+/// and written on the runtime's I/O reactor, without a hand-off to a blocking thread
+/// per message (on Linux, through rmcp's `stdio_pipes`, which reopens them so that
+/// the process's own standard streams stay blocking); otherwise they are used as
+/// they are. The runtime needs I/O enabled (`#[tokio::main]` has it).
+///
+/// ```no_run
+/// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
+/// aac_tools::mcp::serve_stdio(server, std::env::var("AAC_TOKEN").ok()).await
+/// # }
+/// ```
+pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
+    let (read, write) = rmcp::transport::stdio_pipes();
+    serve_io(server, token, read, write).await
+}
+
+/// Serve MCP with the stdio framing (one JSON-RPC message per line) over any byte
+/// streams: a socket, a child's pipes, an in-memory [`tokio::io::duplex`] in tests.
+/// Until `read` ends. Everything else is as [`serve_stdio`], whose records also say
+/// `stdio`.
+///
+/// ```
+/// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
+/// let (client, server_end) = tokio::io::duplex(64 * 1024);
+/// let (read, write) = tokio::io::split(server_end);
+/// tokio::spawn(aac_tools::mcp::serve_io(server, Some("aac_…".to_owned()), read, write));
+/// // write JSON-RPC lines to `client`, read the answers from it
+/// # drop(client);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve_io<R, W>(
+    server: Server,
+    token: Option<String>,
+    read: R,
+    write: W,
+) -> io::Result<()>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    // A list that depends on who asks is never replayed.
+    let replay = !server.listing().filters_by_scope();
+    let shared = Shared::new(server)?;
+    let handler = McpHandler::new(shared, Via::Stdio, token);
+    let running = handler
+        .serve(LineTransport::new(read, write, replay))
+        .await
+        .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
+    running
+        .waiting()
+        .await
+        .map_err(|err| io::Error::other(format!("the MCP session failed: {err}")))?;
+    Ok(())
+}
+
+/// The longest line read: a longer one is dropped (rmcp's limit, as over HTTP).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// The JSON-RPC lines of one connection.
+struct LineTransport<R, W> {
+    read: BufReader<R>,
+    /// The line being read; it survives a cancelled `receive` (rmcp polls it in a
+    /// `select!`), so the next call goes on with it.
+    line: Vec<u8>,
+    /// Dropping the rest of a line that was too long.
+    discarding: bool,
+    out: Arc<tokio::sync::Mutex<Out<W>>>,
+    /// An answer `receive` owes (a replayed list, "Invalid request"), written before the
+    /// next line is read, or what is left of it after a cancelled `receive`.
+    owed: Owed,
+    /// The kept `tools/list` answer, when this connection may replay one.
+    lists: Option<Arc<StdMutex<Lists>>>,
+}
+
+/// An answer `receive` writes itself.
+enum Owed {
+    Nothing,
+    /// Not yet handed to [`Out`].
+    Line(Vec<Bytes>),
+    /// Handed to [`Out`], whose write was cancelled: its rest is `Out::pending`.
+    Rest,
+}
+
+/// The plain `tools/list` requests rmcp is answering, and the answer once it did.
+#[derive(Default)]
+struct Lists {
+    asked: Vec<RequestId>,
+    answer: Option<Bytes>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
+    /// Write what `receive` owes. Cancellation safe: the parts move into [`Out`] once
+    /// its lock is held, and `Out` keeps whatever of them a cancelled write left.
+    async fn pay(&mut self) -> io::Result<()> {
+        if matches!(self.owed, Owed::Nothing) {
+            return Ok(());
+        }
+        let mut out = self.out.lock().await;
+        let parts = match std::mem::replace(&mut self.owed, Owed::Rest) {
+            Owed::Line(parts) => parts,
+            Owed::Nothing | Owed::Rest => Vec::new(),
+        };
+        out.line(parts).await?;
+        self.owed = Owed::Nothing;
+        Ok(())
+    }
+
+    fn new(read: R, write: W, replay: bool) -> Self {
+        LineTransport {
+            read: BufReader::new(read),
+            line: Vec::new(),
+            discarding: false,
+            out: Arc::new(tokio::sync::Mutex::new(Out {
+                write: Some(write),
+                pending: Vec::new(),
+            })),
+            owed: Owed::Nothing,
+            lists: replay.then(Arc::default),
+        }
+    }
+
+    /// Read up to the next `\n` into `self.line`, never past [`MAX_LINE`]. Cancellation
+    /// safe: bytes are moved from the buffer to `line` with no await in between.
+    async fn read_line(&mut self) -> io::Result<Line> {
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Line::Eof);
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let mut step = None;
+            if self.discarding {
+                if newline.is_some() {
+                    self.discarding = false;
+                }
+            } else if self.line.len().saturating_add(take) > MAX_LINE {
+                self.line.clear();
+                self.discarding = newline.is_none();
+                step = Some(Line::TooLong);
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    step = Some(Line::Whole);
+                }
+            }
+            self.read.consume(take);
+            if let Some(step) = step {
+                return Ok(step);
+            }
+        }
+    }
+}
+
+enum Line {
+    Whole,
+    TooLong,
+    Eof,
+}
+
+/// What one line holds.
+enum Parsed {
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    /// Not JSON, a notification we do not know, or an empty line: nothing to answer.
+    Ignored,
+    /// JSON, but no message of the protocol: answered with "Invalid request".
+    Invalid,
+}
+
+fn parse(line: &[u8]) -> Parsed {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Parsed::Ignored;
+    }
+    match serde_json::from_slice(line) {
+        Ok(message) => Parsed::Message(Box::new(message)),
+        Err(err) if err.is_data() => {
+            // A notification is never answered (JSON-RPC); rmcp ignores the ones it does
+            // not know. Anything with an id gets "Invalid request".
+            let has_id = serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|value| value.get("id").is_some());
+            tracing::debug!(error = %err, "a line that is not an MCP message");
+            if has_id {
+                Parsed::Invalid
+            } else {
+                Parsed::Ignored
+            }
+        }
+        Err(err) => {
+            // Not JSON: there is no id to answer to, and answering could start an error
+            // storm with a peer that echoes it (rmcp and the other SDKs ignore it too).
+            tracing::debug!(error = %err, "ignoring an unparsable line");
+            Parsed::Ignored
+        }
+    }
+}
+
+/// The id of a `tools/list` whose answer cannot differ from the last one: no cursor and
+/// no `_meta`.
+fn plain_list(message: &RxJsonRpcMessage<RoleServer>) -> Option<&RequestId> {
+    let JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::ListToolsRequest(list) = &request.request else {
+        return None;
+    };
+    match &list.params {
+        None => Some(&request.id),
+        Some(params) if params.cursor.is_none() && params.meta.is_none() => Some(&request.id),
+        Some(_) => None,
+    }
+}
+
+/// The writing side, shared by rmcp's concurrent sends and the replayed lists.
+struct Out<W> {
+    /// `None` once closed.
+    write: Option<W>,
+    /// What is left of a line whose write was cancelled: finished before anything else
+    /// is written, so that lines never mix.
+    pending: Vec<Bytes>,
+}
+
+impl<W: AsyncWrite + Unpin> Out<W> {
+    /// Write one line, given in parts, and flush it.
+    async fn line(&mut self, parts: impl IntoIterator<Item = Bytes>) -> io::Result<()> {
+        // Whatever a cancelled write left goes first; the new parts queue behind it.
+        self.pending.extend(parts);
+        let Some(write) = self.write.as_mut() else {
+            self.pending.clear();
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the transport is closed",
+            ));
+        };
+        while let Some(part) = self.pending.first_mut() {
+            if part.is_empty() {
+                self.pending.remove(0);
+                continue;
+            }
+            let n = write.write(part).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let _ = part.split_to(n);
+        }
+        write.flush().await
+    }
+}
+
+/// The envelope of a response whose result is already serialized.
+fn response(id: &RequestId, result: Bytes) -> io::Result<[Bytes; 3]> {
+    let mut head = br#"{"jsonrpc":"2.0","id":"#.to_vec();
+    serde_json::to_writer(&mut head, id)?;
+    head.extend_from_slice(br#","result":"#);
+    Ok([Bytes::from(head), result, Bytes::from_static(b"}\n")])
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
+        let out = Arc::clone(&self.out);
+        let lists = self.lists.clone();
+        async move {
+            let parts = match (&item, lists) {
+                (JsonRpcMessage::Response(answer), Some(lists))
+                    if matches!(answer.result, ServerResult::ListToolsResult(_)) =>
+                {
+                    let mut kept = lists.lock().unwrap_or_else(|e| e.into_inner());
+                    let asked = kept.asked.iter().position(|id| *id == answer.id);
+                    if let Some(i) = asked {
+                        kept.asked.swap_remove(i);
+                        let result = Bytes::from(serde_json::to_vec(&answer.result)?);
+                        kept.answer = Some(result.clone());
+                        drop(kept);
+                        response(&answer.id, result)?.to_vec()
+                    } else {
+                        drop(kept);
+                        vec![Bytes::from(serialize_line(&item)?)]
+                    }
+                }
+                _ => vec![Bytes::from(serialize_line(&item)?)],
+            };
+            out.lock().await.line(parts).await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            if let Err(err) = self.pay().await {
+                tracing::error!(error = %err, "cannot write to the MCP stream");
+                return None;
+            }
+            match self.read_line().await {
+                Ok(Line::Whole) => {}
+                Ok(Line::TooLong) => {
+                    tracing::error!(
+                        max_line_length = MAX_LINE,
+                        "an incoming MCP message was longer than the limit; dropped"
+                    );
+                    continue;
+                }
+                Ok(Line::Eof) => return None,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot read the MCP stream");
+                    return None;
+                }
+            }
+            let parsed = parse(&self.line);
+            self.line.clear();
+            let message = match parsed {
+                Parsed::Message(message) => message,
+                Parsed::Ignored => continue,
+                Parsed::Invalid => {
+                    let answer = TxJsonRpcMessage::<RoleServer>::error(
+                        ErrorData::invalid_request("Invalid request", None),
+                        None,
+                    );
+                    self.owed = Owed::Line(vec![Bytes::from(serialize_line(&answer).ok()?)]);
+                    continue;
+                }
+            };
+            if let Some(lists) = &self.lists
+                && let Some(id) = plain_list(&message)
+            {
+                let mut kept = lists.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(answer) = kept.answer.clone() {
+                    drop(kept);
+                    self.owed = Owed::Line(response(id, answer).ok()?.to_vec());
+                    continue;
+                }
+                kept.asked.push(id.clone());
+            }
+            return Some(*message);
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), io::Error> {
+        let mut out = self.out.lock().await;
+        if let Some(mut write) = out.write.take() {
+            write.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+fn serialize_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(item)?;
+    line.push(b'\n');
+    Ok(line)
+}

@@ -1,0 +1,277 @@
+//! The stdio framing (`serve_io`): one JSON-RPC message per line, whatever the pipe does.
+//! A repeated `tools/list` is answered with the bytes of the first answer, so these tests
+//! check that those answers are the first one exactly, under the request's own id, that
+//! no two lines ever mix (on a pipe small enough for every write to be partial), that a
+//! list whose answer could differ is never replayed, and that the framing treats odd
+//! lines as rmcp's own transport does.
+
+#![cfg(feature = "mcp")]
+
+use aac_tools::{Principal, Registry, Server, StaticTokens, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+mod framed {
+    use super::*;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub(crate) struct Echo {
+        /// What to say back.
+        pub(crate) text: String,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    pub(crate) struct Said {
+        pub(crate) text: String,
+    }
+
+    /// Says the text back.
+    #[mcp_tool(read_only, idempotent, scope = "echo:read")]
+    pub(crate) async fn echo_text(args: Echo) -> Result<Said, ToolError> {
+        Ok(Said { text: args.text })
+    }
+
+    /// Forgets a text.
+    #[mcp_tool(destructive, scope = "echo:delete")]
+    pub(crate) async fn forget_text(args: Echo) -> Result<Said, ToolError> {
+        Ok(Said { text: args.text })
+    }
+}
+
+fn server(filter_by_scope: bool) -> Server {
+    let registry = Registry::collect_module(&format!("{}::framed", module_path!())).unwrap();
+    Server::builder(registry)
+        .verifier(
+            StaticTokens::new()
+                .with("all", Principal::new("all", ["echo:read", "echo:delete"]))
+                .with("reader", Principal::new("reader", ["echo:read"])),
+        )
+        .filter_list_by_scope(filter_by_scope)
+        .audit_disabled()
+        .build()
+        .unwrap()
+}
+
+type Lines = tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
+
+/// The next line the server writes, which must be one JSON-RPC message.
+async fn next_message(lines: &mut Lines, secs: u64) -> Value {
+    let line = tokio::time::timeout(std::time::Duration::from_secs(secs), lines.next_line())
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .expect("an answer");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON message ({e}): {line}"))
+}
+
+/// A raw client over an in-memory pipe of `capacity` bytes.
+struct Raw {
+    lines: Lines,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+}
+
+impl Raw {
+    async fn start(server: Server, token: &str, capacity: usize) -> Raw {
+        let (client, server_end) = tokio::io::duplex(capacity);
+        let (read, write) = tokio::io::split(server_end);
+        let token = token.to_owned();
+        tokio::spawn(async move {
+            let _ = aac_tools::mcp::serve_io(server, Some(token), read, write).await;
+        });
+        let (read, write) = tokio::io::split(client);
+        let mut raw = Raw {
+            lines: BufReader::new(read).lines(),
+            write,
+        };
+        raw.line(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .await;
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], 0, "{answer}");
+        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        raw
+    }
+
+    async fn line(&mut self, line: &str) {
+        self.write.write_all(line.as_bytes()).await.unwrap();
+        self.write.write_all(b"\n").await.unwrap();
+    }
+
+    /// The next line the server writes, which must be one JSON-RPC message.
+    async fn next(&mut self) -> Value {
+        next_message(&mut self.lines, 20).await
+    }
+
+    async fn list(&mut self, id: Value, params: Option<Value>) -> Value {
+        let mut request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+        if let Some(params) = params {
+            request["params"] = params;
+        }
+        self.line(&request.to_string()).await;
+        let answer = self.next().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+}
+
+/// Every answer to a repeated plain `tools/list` is the first answer, under its own id
+/// (numbers and strings, escapes included), and a list with a cursor or `_meta` is
+/// answered as rmcp answers it.
+#[tokio::test]
+async fn a_repeated_tools_list_is_the_first_answer_under_its_own_id() {
+    let mut raw = Raw::start(server(false), "all", 1 << 20).await;
+    let first = raw.list(json!(1), None).await;
+    let names: Vec<&str> = first["result"]["tools"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo_text", "forget_text"], "{first}");
+    for id in [
+        json!(2),
+        json!("two"),
+        json!("a \"quoted\" id\n"),
+        json!(-7),
+    ] {
+        for params in [None, Some(json!({}))] {
+            let again = raw.list(id.clone(), params).await;
+            assert_eq!(again["jsonrpc"], "2.0");
+            assert_eq!(again["result"], first["result"], "{again}");
+            assert_eq!(again.as_object().unwrap().len(), 3, "{again}");
+        }
+    }
+    // Not plain: still the same tools (rmcp answers), each with its id.
+    let with_meta = raw
+        .list(json!(10), Some(json!({"_meta": {"progressToken": 5}})))
+        .await;
+    assert_eq!(with_meta["result"]["tools"], first["result"]["tools"]);
+    let with_cursor = raw.list(json!(11), Some(json!({"cursor": "x"}))).await;
+    assert!(
+        with_cursor.get("result").is_some() || with_cursor.get("error").is_some(),
+        "{with_cursor}"
+    );
+}
+
+/// Lists, calls and refusals sent all at once, on a pipe of 512 bytes (so that every
+/// write of a 1 KB list is partial and the server's writes must wait for the reader):
+/// every line that comes back is one whole message, every request is answered once.
+#[tokio::test]
+async fn pipelined_lists_and_calls_never_mix_on_a_small_pipe() {
+    let mut raw = Raw::start(server(false), "all", 512).await;
+    let first = raw.list(json!("first"), None).await;
+    let mut expected = std::collections::HashMap::new();
+    let mut batch = String::new();
+    for n in 0..60u64 {
+        let request = match n % 3 {
+            0 => json!({"jsonrpc": "2.0", "id": n, "method": "tools/list"}),
+            1 => json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "echo_text", "arguments": {"text": format!("t{n}")}}}),
+            _ => json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "forget_text", "arguments": {"text": "x"}}}),
+        };
+        batch.push_str(&request.to_string());
+        batch.push('\n');
+        expected.insert(n, n % 3);
+    }
+    // Written by another task while this one reads: neither side can fill the pipe.
+    let (mut lines, mut write) = (raw.lines, raw.write);
+    let writer = tokio::spawn(async move {
+        write.write_all(batch.as_bytes()).await.unwrap();
+        write
+    });
+    for _ in 0..60 {
+        let answer = next_message(&mut lines, 20).await;
+        let id = answer["id"].as_u64().unwrap_or_else(|| panic!("{answer}"));
+        let kind = expected.remove(&id).expect("each request answered once");
+        match kind {
+            0 => assert_eq!(answer["result"], first["result"], "{answer}"),
+            1 => assert_eq!(
+                answer["result"]["structuredContent"]["text"],
+                format!("t{id}"),
+                "{answer}"
+            ),
+            _ => {
+                assert_eq!(answer["result"]["isError"], true, "{answer}");
+                let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+                assert!(text.contains("confirm: true required"), "{answer}");
+            }
+        }
+    }
+    assert!(expected.is_empty());
+    drop(writer.await.unwrap());
+}
+
+/// A server whose list depends on the caller answers each list for that caller; here
+/// the reader's list lacks the destructive tool, every time.
+#[tokio::test]
+async fn a_list_filtered_by_scope_is_the_caller_s_every_time() {
+    let mut reader = Raw::start(server(true), "reader", 1 << 20).await;
+    for id in 1..4 {
+        let list = reader.list(json!(id), None).await;
+        let names: Vec<&str> = list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["echo_text"], "{list}");
+    }
+    let mut all = Raw::start(server(true), "all", 1 << 20).await;
+    for id in 1..3 {
+        let list = all.list(json!(id), None).await;
+        assert_eq!(
+            list["result"]["tools"].as_array().unwrap().len(),
+            2,
+            "{list}"
+        );
+    }
+}
+
+/// Odd lines, as rmcp's own transport treats them: not JSON is ignored, JSON that is no
+/// message gets "Invalid request" (-32600), an unknown notification is ignored, a
+/// byte-order mark and `\r\n` are accepted, and a line over 16 MiB is dropped, after
+/// which the session goes on.
+#[tokio::test]
+async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
+    let mut raw = Raw::start(server(false), "all", 1 << 20).await;
+    raw.line("this is not json").await;
+    raw.line("").await;
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":{}}"#)
+        .await;
+    raw.line(r#"{"jsonrpc":"2.0","id":5,"method":42}"#).await;
+    let invalid = raw.next().await;
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+    raw.line("\u{feff}{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}\r")
+        .await;
+    let pong = raw.next().await;
+    assert_eq!(
+        (pong["id"].clone(), pong["result"].clone()),
+        (json!(6), json!({}))
+    );
+    // 16 MiB and one byte of a string, then a newline.
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\",\"params\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(16 * 1024 * 1024)
+    );
+    let (mut lines, mut write) = (raw.lines, raw.write);
+    let writer = tokio::spawn(async move {
+        write.write_all(huge.as_bytes()).await.unwrap();
+        write.write_all(b"\n").await.unwrap();
+        write
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\n")
+            .await
+            .unwrap();
+        write
+    });
+    let answer = next_message(&mut lines, 60).await;
+    assert_eq!(answer["id"], 8, "the oversized line was dropped: {answer}");
+    drop(writer.await.unwrap());
+}
