@@ -122,6 +122,10 @@ enum Owed {
     Rest,
 }
 
+/// The most plain `tools/list` requests awaiting rmcp's answer that are kept track of;
+/// past it, the answer of a further one is not kept (it is still answered).
+const MAX_ASKED: usize = 16;
+
 /// The plain `tools/list` requests rmcp is answering, and the answer once it did.
 #[derive(Default)]
 struct Lists {
@@ -314,6 +318,13 @@ where
         async move {
             let parts = match (&item, lists) {
                 (JsonRpcMessage::Response(answer), Some(lists))
+                    if matches!(answer.result, ServerResult::InitializeResult(_)) =>
+                {
+                    // A list kept under another negotiation is not this one's.
+                    lists.lock().unwrap_or_else(|e| e.into_inner()).answer = None;
+                    vec![Bytes::from(serialize_line(&item)?)]
+                }
+                (JsonRpcMessage::Response(answer), Some(lists))
                     if matches!(answer.result, ServerResult::ListToolsResult(_)) =>
                 {
                     let mut kept = lists.lock().unwrap_or_else(|e| e.into_inner());
@@ -379,7 +390,11 @@ where
                     self.owed = Owed::Line(response(id, answer).ok()?.to_vec());
                     continue;
                 }
-                kept.asked.push(id.clone());
+                // Bounded: a list rmcp never answers (cancelled) stays here, and a
+                // hostile client could send a great many.
+                if kept.asked.len() < MAX_ASKED {
+                    kept.asked.push(id.clone());
+                }
             }
             return Some(*message);
         }
@@ -398,4 +413,96 @@ fn serialize_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(item)?;
     line.push(b'\n');
     Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// A writer that takes three bytes per write, and is not ready every other poll.
+    #[derive(Default)]
+    struct Trickle {
+        written: Vec<u8>,
+        ready: bool,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.ready = !self.ready;
+            if !self.ready {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let n = buf.len().min(3);
+            self.written.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A line whose write is cancelled halfway is finished before the next line: lines
+    /// never mix, and none is lost.
+    #[tokio::test]
+    async fn a_cancelled_write_is_finished_before_the_next_line() {
+        let mut out = Out {
+            write: Some(Trickle::default()),
+            pending: Vec::new(),
+        };
+        let first = [
+            Bytes::from_static(b"{\"id\":"),
+            Bytes::from_static(b"1,\"x\":\"abcdefgh\"}\n"),
+        ];
+        {
+            // Poll the write a few times, then drop it unfinished.
+            let write = out.line(first);
+            tokio::pin!(write);
+            for _ in 0..2 {
+                let polled = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+                assert!(
+                    polled.is_pending(),
+                    "a 24-byte line takes more than two polls"
+                );
+            }
+        }
+        let written = out.write.as_ref().unwrap().written.len();
+        assert!(
+            written > 0 && written < 24,
+            "{written} bytes written before the cancel"
+        );
+        out.line([Bytes::from_static(b"{\"id\":2}\n")])
+            .await
+            .unwrap();
+        let all = out.write.unwrap().written;
+        assert_eq!(all, b"{\"id\":1,\"x\":\"abcdefgh\"}\n{\"id\":2}\n");
+    }
+
+    #[test]
+    fn a_replayed_answer_has_the_request_s_id() {
+        for (id, head) in [
+            (RequestId::Number(7), r#"{"jsonrpc":"2.0","id":7,"result":"#),
+            (
+                RequestId::String("a\"b".into()),
+                r#"{"jsonrpc":"2.0","id":"a\"b","result":"#,
+            ),
+        ] {
+            let parts = response(&id, Bytes::from_static(b"{\"tools\":[]}")).unwrap();
+            let line: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            assert!(line.starts_with(head.as_bytes()));
+            let parsed: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(parsed["result"], serde_json::json!({"tools": []}));
+            assert_eq!(line.last(), Some(&b'\n'));
+        }
+    }
 }
