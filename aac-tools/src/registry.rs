@@ -36,8 +36,9 @@ pub struct ToolEntry {
     /// from the parts above, sharing the schemas).
     json: OnceLock<Value>,
     /// Compiled at start-up to check that it compiles, then again on the tool's first
-    /// call: a server keeps the validators of the tools it is asked to run.
-    validator: OnceLock<Result<jsonschema::Validator, String>>,
+    /// call: a server keeps the validators of the tools it is asked to run. Shared by
+    /// the tools with the same input schema ([`share_schemas`]).
+    validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
     policy: ConfirmPolicy,
@@ -350,7 +351,8 @@ impl Registry {
             .map(build_prompt)
             .collect::<Result<Vec<_>, _>>()?;
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            tools: shared.tools.iter().map(ToolEntry::rebuild).collect(),
+            tools: share_schemas(shared.tools.iter().map(|t| Ok(t.rebuild())))
+                .expect("the entries were built from these definitions before"),
             index: shared.index.clone(),
             resources: Vec::new(),
             prompts: Vec::new(),
@@ -456,10 +458,7 @@ impl Registry {
                 });
             }
         }
-        let tools = defs
-            .into_iter()
-            .map(|def| build_entry(def, policy))
-            .collect::<Result<Vec<_>, _>>()?;
+        let tools = share_schemas(defs.into_iter().map(|def| build_entry(def, policy)))?;
         let index = tools
             .iter()
             .enumerate()
@@ -489,6 +488,28 @@ impl Registry {
     /// The position of the tool of this name in [`Registry::tools`].
     pub fn index(&self, name: &str) -> Option<usize> {
         self.inner.index.get(name).copied()
+    }
+
+    /// How many distinct copies of input schemas, output schemas and validators the tools
+    /// hold ([`share_schemas`]), for the tests. Not public API.
+    #[doc(hidden)]
+    pub fn __distinct_schemas(&self) -> (usize, usize, usize) {
+        fn distinct<T>(items: impl Iterator<Item = *const T>) -> usize {
+            let mut seen: Vec<*const T> = items.collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen.len()
+        }
+        let tools = &self.inner.tools;
+        (
+            distinct(tools.iter().map(|t| Arc::as_ptr(&t.input_schema))),
+            distinct(
+                tools
+                    .iter()
+                    .filter_map(|t| t.output_schema.as_ref().map(Arc::as_ptr)),
+            ),
+            distinct(tools.iter().map(|t| Arc::as_ptr(&t.validator))),
+        )
     }
 
     /// The number of tools.
@@ -693,10 +714,6 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
     let Value::Object(input_schema) = input_schema else {
         return Err(invalid("the input schema is not a JSON object".to_owned()));
     };
-    // Compiled once here so that a schema that does not compile stops the start-up; the
-    // validator itself is compiled again when the tool is first called.
-    compile_input_schema(&input_schema)
-        .map_err(|e| invalid(format!("the input schema does not compile: {e}")))?;
     let (output_schema, wrap_output) = match def.output_schema_value() {
         Some(schema) => match schema::finish_output_schema(schema) {
             (Value::Object(schema), wrap) => (Some(Arc::new(schema)), wrap),
@@ -731,10 +748,82 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         title,
         meta,
         json: OnceLock::new(),
-        validator: OnceLock::new(),
+        validator: Arc::new(OnceLock::new()),
         wrap_output,
         policy,
     })
+}
+
+/// Tools whose schemas are the same share one copy of each, and one validator, as rmcp
+/// shares a schema per Rust type: a server whose tools take the same arguments (or give
+/// the same output) describes them once, however many tools there are. Each entry is
+/// shared as soon as it is built, so that its duplicate schemas are freed before the next
+/// entry allocates its own (the heap does not grow by the copies and keep the holes).
+///
+/// Each distinct input schema is compiled here once, so that one that does not compile
+/// stops the start-up; the validator itself is compiled again, and kept, at the first
+/// call of a tool that uses it.
+fn share_schemas(
+    entries: impl IntoIterator<Item = Result<ToolEntry, RegistryError>>,
+) -> Result<Vec<ToolEntry>, RegistryError> {
+    type Schema = Arc<Map<String, Value>>;
+    type Validator = Arc<OnceLock<Result<jsonschema::Validator, String>>>;
+    let mut inputs: HashMap<u64, Vec<(Schema, Validator)>> = HashMap::new();
+    let mut outputs: HashMap<u64, Vec<Schema>> = HashMap::new();
+    let mut tools = Vec::new();
+    for entry in entries {
+        let mut entry = entry?;
+        let same = inputs.entry(schema_hash(&entry.input_schema)).or_default();
+        match same
+            .iter()
+            .find(|(schema, _)| *schema == entry.input_schema)
+        {
+            Some((schema, validator)) => {
+                entry.input_schema = Arc::clone(schema);
+                entry.validator = Arc::clone(validator);
+            }
+            None => {
+                compile_input_schema(&entry.input_schema).map_err(|e| {
+                    RegistryError::InvalidSchema {
+                        tool: entry.name().to_owned(),
+                        why: format!("the input schema does not compile: {e}"),
+                    }
+                })?;
+                same.push((
+                    Arc::clone(&entry.input_schema),
+                    Arc::clone(&entry.validator),
+                ));
+            }
+        }
+        if let Some(output) = &mut entry.output_schema {
+            let same = outputs.entry(schema_hash(output)).or_default();
+            match same.iter().find(|schema| *schema == output) {
+                Some(schema) => *output = Arc::clone(schema),
+                None => same.push(Arc::clone(output)),
+            }
+        }
+        tools.push(entry);
+    }
+    Ok(tools)
+}
+
+/// A hash of a schema's JSON, written straight into the hasher.
+fn schema_hash(schema: &Map<String, Value>) -> u64 {
+    use std::hash::Hasher;
+    struct Feed(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Feed {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut feed = Feed(std::collections::hash_map::DefaultHasher::new());
+    // Writing to the hasher cannot fail, nor can a map of JSON values.
+    let _ = serde_json::to_writer(&mut feed, schema);
+    feed.0.finish()
 }
 
 /// The validator of an input schema (a JSON object).

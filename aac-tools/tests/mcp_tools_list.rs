@@ -210,3 +210,112 @@ fn a_schema_that_does_not_compile_stops_the_start_up() {
         other => panic!("{other:?}"),
     }
 }
+
+mod alike {
+    use super::*;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub(crate) struct Key {
+        /// Which one.
+        pub(crate) id: u32,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub(crate) struct Other {
+        /// Something else.
+        pub(crate) name: String,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    pub(crate) struct Done {
+        pub(crate) id: u32,
+    }
+
+    /// Reads one.
+    #[mcp_tool(read_only, scope = "alike:read")]
+    pub(crate) async fn read_one(args: Key) -> Result<Done, ToolError> {
+        Ok(Done { id: args.id })
+    }
+
+    /// Reads another, with the same arguments.
+    #[mcp_tool(read_only, scope = "alike:read")]
+    pub(crate) async fn read_two(args: Key) -> Result<Done, ToolError> {
+        Ok(Done { id: args.id })
+    }
+
+    /// Deletes one: the same arguments, and `confirm`.
+    #[mcp_tool(destructive, scope = "alike:delete")]
+    pub(crate) async fn delete_one(args: Key) -> Result<Done, ToolError> {
+        Ok(Done { id: args.id })
+    }
+
+    /// Takes other arguments.
+    #[mcp_tool(read_only, scope = "alike:read")]
+    pub(crate) async fn name_one(args: Other) -> Result<Done, ToolError> {
+        Ok(Done {
+            id: args.name.len() as u32,
+        })
+    }
+}
+
+/// Tools with the same schemas hold one copy of each, and one validator, as rmcp holds
+/// one schema per type; each still lists and validates as its own.
+#[tokio::test]
+async fn tools_with_the_same_schemas_share_them_and_their_validator() {
+    let registry = Registry::collect_module(&format!("{}::alike", module_path!())).unwrap();
+    assert_eq!(registry.len(), 4);
+    // Input: `Key` (twice), `Key` with `confirm`, `Other`; output: `Done` for all four.
+    assert_eq!(registry.__distinct_schemas(), (3, 1, 3));
+    let one = registry.get("read_one").unwrap().json();
+    let two = registry.get("read_two").unwrap().json();
+    assert_eq!(one["inputSchema"], two["inputSchema"]);
+    assert_eq!(one["name"], "read_one");
+    assert_eq!(two["name"], "read_two");
+    let delete = registry.get("delete_one").unwrap().json();
+    assert_eq!(
+        delete["inputSchema"]["properties"]["confirm"]["type"],
+        "boolean"
+    );
+    assert!(one["inputSchema"]["properties"].get("confirm").is_none());
+
+    let server = Server::builder(registry)
+        .verifier(
+            StaticTokens::new().with("all", Principal::new("all", ["alike:read", "alike:delete"])),
+        )
+        .audit_disabled()
+        .build()
+        .unwrap();
+    let mut session = Session::start(server).await;
+    // The shared validator refuses for each tool, and lets each tool's good call through.
+    for (n, tool) in ["read_one", "read_two"].into_iter().enumerate() {
+        let id = 10 + 2 * n as u64;
+        let refused = session
+            .request(
+                id,
+                "tools/call",
+                json!({"name": tool, "arguments": {"id": "x"}}),
+            )
+            .await;
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        let done = session
+            .request(
+                id + 1,
+                "tools/call",
+                json!({"name": tool, "arguments": {"id": 4}}),
+            )
+            .await;
+        assert_eq!(
+            done["result"]["structuredContent"],
+            json!({"id": 4}),
+            "{done}"
+        );
+    }
+    let refused = session
+        .request(
+            20,
+            "tools/call",
+            json!({"name": "name_one", "arguments": {"id": 4}}),
+        )
+        .await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+}
