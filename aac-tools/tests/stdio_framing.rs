@@ -7,6 +7,7 @@
 
 #![cfg(feature = "mcp")]
 
+use aac_tools::audit::{Check, MemorySink, Outcome};
 use aac_tools::{Principal, Registry, Server, StaticTokens, ToolError, mcp_tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,10 @@ mod framed {
 }
 
 fn server(filter_by_scope: bool) -> Server {
+    builder(filter_by_scope).audit_disabled().build().unwrap()
+}
+
+fn builder(filter_by_scope: bool) -> aac_tools::ServerBuilder {
     let registry = Registry::collect_module(&format!("{}::framed", module_path!())).unwrap();
     Server::builder(registry)
         .verifier(
@@ -49,9 +54,6 @@ fn server(filter_by_scope: bool) -> Server {
                 .with("reader", Principal::new("reader", ["echo:read"])),
         )
         .filter_list_by_scope(filter_by_scope)
-        .audit_disabled()
-        .build()
-        .unwrap()
 }
 
 type Lines = tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
@@ -272,4 +274,78 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     let answer = next_message(&mut lines, 60).await;
     assert_eq!(answer["id"], 8, "the oversized line was dropped: {answer}");
     drop(writer.await.unwrap());
+}
+
+/// A `tools/call` (or a resource read) in a line rmcp cannot read or dispatch (malformed
+/// params, in a batch, without an id, not JSON at all) is refused before any tool runs,
+/// and leaves exactly one record each (check `protocol`, `not_dispatched`, the
+/// connection's principal); lines that are no call leave none.
+#[tokio::test]
+async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    // rmcp reads this as a method it does not know, and refuses it without the handler.
+    raw.line(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":7}}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 5, "{refused}");
+    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    raw.line(r#"[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"hi"}}}]"#)
+        .await;
+    assert_eq!(raw.next().await["error"]["code"], -32600);
+    // Never answered (no id), recorded all the same.
+    raw.line(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x"}}}"#)
+        .await;
+    raw.line("{tools/call").await;
+    // A resource read rmcp cannot read: recorded as a read.
+    raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":3}}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 7);
+    // Not calls: nothing recorded.
+    raw.line("not json").await;
+    raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;
+    assert_eq!(raw.next().await["error"]["code"], -32600);
+    raw.line(r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 10);
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("(unknown)", Some("5")),
+            ("echo_text", Some("8")),
+            ("forget_text", None),
+            ("(unknown)", None),
+            ("(unknown)", Some("7")),
+        ],
+        "{records:?}"
+    );
+    assert_eq!(records[4].kind, aac_tools::audit::CallKind::Resource);
+    for record in &records {
+        assert_eq!(record.outcome, Outcome::Denied, "{record:?}");
+        assert_eq!(record.check, Some(Check::Protocol), "{record:?}");
+        assert_eq!(
+            record.reason.as_deref(),
+            Some("not_dispatched"),
+            "{record:?}"
+        );
+        assert_eq!(record.principal.as_deref(), Some("all"), "{record:?}");
+        assert_eq!(record.transport, "stdio", "{record:?}");
+    }
+    // A good call after them still runs, and is recorded as itself.
+    raw.line(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "ok",
+        "{answer}"
+    );
+    let records = sink.records();
+    assert_eq!(records.len(), 6);
+    assert_eq!(records[5].outcome, Outcome::Success);
 }

@@ -292,8 +292,7 @@ pub fn __fuzz_probe(
     Some((call.tool, call.id))
 }
 
-/// The tool of a record when the request did not say which (a malformed `tools/call`).
-const UNKNOWN_TOOL: &str = "(unknown)";
+use crate::pipeline::probe::{self, UNKNOWN_TOOL};
 
 /// A `tools/call` seen by the gate: the tool, the JSON-RPC id and the raw arguments.
 struct ToolsCall<'a> {
@@ -678,64 +677,7 @@ pub(crate) async fn list_prompts(State(app): State<App>, headers: HeaderMap) -> 
 /// refused here, so that it leaves its one record like any other refused read. One it
 /// lets through is begun by the MCP handler.
 fn item_request(body: &[u8], peer: Option<IpAddr>) -> Option<CallRequest> {
-    const ITEM_METHODS: [&str; 3] = ["resources/read", "prompts/get", "completion/complete"];
-    let is_item = |m: &Value| {
-        m.get("method")
-            .and_then(Value::as_str)
-            .is_some_and(|method| ITEM_METHODS.contains(&method))
-    };
-    // The common case first, without building a tree: one well-formed request of another
-    // method (`tools/list`, `initialize`…) is not a read.
-    #[derive(Deserialize)]
-    struct Method<'a> {
-        #[serde(default, borrow)]
-        method: Option<Cow<'a, str>>,
-    }
-    if let Ok(Method {
-        method: Some(method),
-    }) = serde_json::from_slice::<Method<'_>>(body)
-        && !ITEM_METHODS.contains(&method.as_ref())
-    {
-        return None;
-    }
-    // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
-    let message = match serde_json::from_slice::<Value>(body).ok()? {
-        Value::Array(batch) => batch.into_iter().find(is_item)?,
-        message => message,
-    };
-    let params = message.get("params");
-    let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-    // What the request does not say (a malformed one) is recorded as unknown.
-    let text = |v: Option<&Value>| field(v).unwrap_or_else(|| UNKNOWN_TOOL.to_owned());
-    let param = |name: &str| params.and_then(|p| p.get(name));
-    let mut request = match message.get("method")?.as_str()? {
-        "resources/read" => CallRequest::resource(text(param("uri"))),
-        "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
-        "completion/complete" => {
-            let reference = param("ref");
-            let resource = reference
-                .and_then(|r| r.get("type"))
-                .and_then(Value::as_str)
-                == Some("ref/resource");
-            let target = text(reference.and_then(|r| r.get(if resource { "uri" } else { "name" })));
-            let argument = param("argument");
-            CallRequest::completion(
-                target,
-                resource,
-                field(argument.and_then(|a| a.get("name"))).unwrap_or_default(),
-                field(argument.and_then(|a| a.get("value"))).unwrap_or_default(),
-                serde_json::Map::new(),
-            )
-        }
-        _ => return None,
-    };
-    request = request.transport(Transport::StreamableHttp);
-    if let Some(id) = message.get("id") {
-        request = request.request_id(match id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
+    let mut request = probe::item_request(body)?.transport(Transport::StreamableHttp);
     if let Some(peer) = peer {
         request = request.peer_addr(peer);
     }

@@ -18,15 +18,21 @@ use std::io;
 use std::sync::{Arc, Mutex as StdMutex};
 
 use rmcp::ServiceExt;
-use rmcp::model::{ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerResult};
+use rmcp::model::{
+    ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerResult,
+};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio_util::bytes::Bytes;
 
 use super::handler::{McpHandler, Shared};
+use crate::BoxFuture;
+use crate::audit::Check;
 use crate::context::Transport as Via;
-use crate::server::Server;
+use crate::error::ToolError;
+use crate::pipeline::probe;
+use crate::server::{Credentials, Server};
 
 /// Serve MCP over stdin and stdout until the client closes stdin.
 ///
@@ -81,10 +87,14 @@ where
 {
     // A list that depends on who asks is never replayed.
     let replay = !server.listing().filters_by_scope();
+    let refusals = Refusals {
+        server: server.clone(),
+        token: token.clone(),
+    };
     let shared = Shared::new(server)?;
     let handler = McpHandler::new(shared, Via::Stdio, token);
     let running = handler
-        .serve(LineTransport::new(read, write, replay))
+        .serve(LineTransport::new(read, write, replay, refusals))
         .await
         .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
     running
@@ -111,6 +121,61 @@ struct LineTransport<R, W> {
     owed: Owed,
     /// The kept `tools/list` answer, when this connection may replay one.
     lists: Option<Arc<StdMutex<Lists>>>,
+    /// Where a line that is no MCP message but a `tools/call` is recorded.
+    refusals: Refusals,
+    /// The record of such a line, being written: finished before the next line is read
+    /// (whatever cancels `receive`), so that a flood of them waits for the audit sink.
+    recording: Option<BoxFuture<'static, ()>>,
+}
+
+/// Records the calls that never reach the tools: a line rmcp cannot read, or reads only
+/// as a method it does not know (a `tools/call`, `resources/read`, `prompts/get` or
+/// `completion/complete` with malformed parameters, in a batch, without an id), which
+/// rmcp answers "Invalid request" or "Method not found" without the handler. One record
+/// each, as every refused call has (check `protocol`, reason `not_dispatched`), with the
+/// connection's principal when its token is valid.
+#[derive(Clone)]
+struct Refusals {
+    server: Server,
+    token: Option<String>,
+}
+
+impl Refusals {
+    /// The record of the call in `line`, if it holds one.
+    fn of(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
+        let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
+        let request = request
+            .transport(Via::Stdio)
+            .credentials(match &self.token {
+                Some(token) => Credentials::Bearer(token.clone()),
+                None => Credentials::None,
+            });
+        let mut attempt = self.server.begin(request);
+        Some(Box::pin(async move {
+            // For the record only: the refusal is the line's, whoever sent it.
+            let _ = attempt.authenticate().await;
+            let err = ToolError::bad_request(
+                "not_dispatched",
+                "the MCP layer could not read the request: nothing was called",
+            );
+            attempt.refuse(Check::Protocol, err).await;
+        }))
+    }
+}
+
+/// Whether rmcp reads `message` as a method it does not know: such a message is refused
+/// without reaching the handler.
+fn is_unknown_method(message: &RxJsonRpcMessage<RoleServer>) -> bool {
+    match message {
+        JsonRpcMessage::Request(request) => {
+            matches!(request.request, ClientRequest::CustomRequest(_))
+        }
+        JsonRpcMessage::Notification(notification) => matches!(
+            notification.notification,
+            ClientNotification::CustomNotification(_)
+        ),
+        _ => false,
+    }
 }
 
 /// An answer `receive` writes itself.
@@ -150,7 +215,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         Ok(())
     }
 
-    fn new(read: R, write: W, replay: bool) -> Self {
+    fn new(read: R, write: W, replay: bool, refusals: Refusals) -> Self {
         LineTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -161,6 +226,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             })),
             owed: Owed::Nothing,
             lists: replay.then(Arc::default),
+            refusals,
+            recording: None,
         }
     }
 
@@ -212,25 +279,31 @@ enum Parsed {
     Invalid,
 }
 
-fn parse(line: &[u8]) -> Parsed {
+/// A line without its `\n`, `\r` and byte-order mark.
+fn trim_line(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+}
+
+fn parse(line: &[u8]) -> Parsed {
+    let line = trim_line(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return Parsed::Ignored;
     }
     match serde_json::from_slice(line) {
         Ok(message) => Parsed::Message(Box::new(message)),
         Err(err) if err.is_data() => {
-            // A notification is never answered (JSON-RPC); rmcp ignores the ones it does
-            // not know. Anything with an id gets "Invalid request".
-            let has_id = serde_json::from_slice::<serde_json::Value>(line)
-                .is_ok_and(|value| value.get("id").is_some());
+            // A notification (an object without an id) is never answered (JSON-RPC);
+            // rmcp ignores the ones it does not know. Anything else (a request of the
+            // wrong shape, a batch, a bare value) gets "Invalid request", as from rmcp.
+            let notification = serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|value| value.is_object() && value.get("id").is_none());
             tracing::debug!(error = %err, "a line that is not an MCP message");
-            if has_id {
-                Parsed::Invalid
-            } else {
+            if notification {
                 Parsed::Ignored
+            } else {
+                Parsed::Invalid
             }
         }
         Err(err) => {
@@ -348,6 +421,10 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
+            if let Some(recording) = self.recording.as_mut() {
+                recording.await;
+                self.recording = None;
+            }
             if let Err(err) = self.pay().await {
                 tracing::error!(error = %err, "cannot write to the MCP stream");
                 return None;
@@ -368,6 +445,13 @@ where
                 }
             }
             let parsed = parse(&self.line);
+            let refused = match &parsed {
+                Parsed::Message(message) => is_unknown_method(message),
+                Parsed::Ignored | Parsed::Invalid => true,
+            };
+            if refused {
+                self.recording = self.refusals.of(trim_line(&self.line));
+            }
             self.line.clear();
             let message = match parsed {
                 Parsed::Message(message) => message,

@@ -16,6 +16,7 @@ pub(crate) mod limits;
 pub(crate) mod listing;
 mod record;
 
+pub(crate) mod probe;
 pub(crate) use listing::Listing;
 
 use std::fmt;

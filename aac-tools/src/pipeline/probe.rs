@@ -1,0 +1,110 @@
+//! What a request that could not be dispatched says it asked for, read leniently, so that
+//! its refusal is recorded as what it was: the `/mcp` gate and the stdio framing read
+//! bodies and lines with these before (or instead of) the MCP layer.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::server::CallRequest;
+
+/// The tool of a record when the request did not say which (a malformed `tools/call`).
+pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
+
+/// The `tools/call` in `body`, if any: the first of a batch, a call with malformed
+/// parameters, one without an id, or a body that is not JSON but names the method (a
+/// lenient reader could take it for a call). What it does not say is recorded as
+/// unknown.
+pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return body
+            .windows(10)
+            .any(|w| w == b"tools/call")
+            .then(|| CallRequest::new(UNKNOWN_TOOL, None));
+    };
+    let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
+    let call = match &value {
+        Value::Array(batch) => batch.iter().find(|m| is_call(m))?,
+        message if is_call(message) => message,
+        _ => return None,
+    };
+    let params = call.get("params");
+    let tool = params
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or(UNKNOWN_TOOL);
+    let request = CallRequest::new(tool, params.and_then(|p| p.get("arguments")).cloned());
+    Some(match call.get("id") {
+        Some(id) => request.request_id(id_text(id)),
+        None => request,
+    })
+}
+
+/// A JSON-RPC id as a record keeps it.
+fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `resources/read`, `prompts/get` or `completion/complete` in `body`, if any (the
+/// first of a batch), as the attempt that records its refusal.
+pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
+    const ITEM_METHODS: [&str; 3] = ["resources/read", "prompts/get", "completion/complete"];
+    let is_item = |m: &Value| {
+        m.get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|method| ITEM_METHODS.contains(&method))
+    };
+    // The common case first, without building a tree: one well-formed request of another
+    // method (`tools/list`, `initialize`…) is not a read.
+    #[derive(Deserialize)]
+    struct Method<'a> {
+        #[serde(default, borrow)]
+        method: Option<Cow<'a, str>>,
+    }
+    if let Ok(Method {
+        method: Some(method),
+    }) = serde_json::from_slice::<Method<'_>>(body)
+        && !ITEM_METHODS.contains(&method.as_ref())
+    {
+        return None;
+    }
+    // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
+    let message = match serde_json::from_slice::<Value>(body).ok()? {
+        Value::Array(batch) => batch.into_iter().find(is_item)?,
+        message => message,
+    };
+    let params = message.get("params");
+    let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    // What the request does not say (a malformed one) is recorded as unknown.
+    let text = |v: Option<&Value>| field(v).unwrap_or_else(|| UNKNOWN_TOOL.to_owned());
+    let param = |name: &str| params.and_then(|p| p.get(name));
+    let mut request = match message.get("method")?.as_str()? {
+        "resources/read" => CallRequest::resource(text(param("uri"))),
+        "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
+        "completion/complete" => {
+            let reference = param("ref");
+            let resource = reference
+                .and_then(|r| r.get("type"))
+                .and_then(Value::as_str)
+                == Some("ref/resource");
+            let target = text(reference.and_then(|r| r.get(if resource { "uri" } else { "name" })));
+            let argument = param("argument");
+            CallRequest::completion(
+                target,
+                resource,
+                field(argument.and_then(|a| a.get("name"))).unwrap_or_default(),
+                field(argument.and_then(|a| a.get("value"))).unwrap_or_default(),
+                serde_json::Map::new(),
+            )
+        }
+        _ => return None,
+    };
+    if let Some(id) = message.get("id") {
+        request = request.request_id(id_text(id));
+    }
+    Some(request)
+}
