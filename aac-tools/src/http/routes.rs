@@ -27,6 +27,7 @@ use crate::error::{Status, ToolError};
 use crate::mcp::streamable::McpService;
 use crate::mcp::{PendingAttempt, PendingItem, VerifiedPrincipal};
 use crate::pipeline::Attempt;
+use crate::pipeline::probe::{self, UNKNOWN_TOOL};
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
 
@@ -291,8 +292,6 @@ pub fn __fuzz_probe(
     let _ = ToolsCall::arguments_of(body);
     Some((call.tool, call.id))
 }
-
-use crate::pipeline::probe::{self, UNKNOWN_TOOL};
 
 /// A `tools/call` seen by the gate: the tool, the JSON-RPC id and the raw arguments.
 struct ToolsCall<'a> {
