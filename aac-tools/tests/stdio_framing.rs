@@ -238,10 +238,13 @@ async fn a_list_filtered_by_scope_is_the_caller_s_every_time() {
 /// Odd lines, as rmcp's own transport treats them: not JSON is ignored, JSON that is no
 /// message gets "Invalid request" (-32600), an unknown notification is ignored, a
 /// byte-order mark and `\r\n` are accepted, and a line over 16 MiB is dropped, after
-/// which the session goes on.
+/// which the session goes on. The dropped line, which may have hidden a call, leaves one
+/// record (413, check `protocol`); the others, which are no call, leave none.
 #[tokio::test]
 async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
-    let mut raw = Raw::start(server(false), "all", 1 << 20).await;
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
     raw.line("this is not json").await;
     raw.line("").await;
     raw.line(r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":{}}"#)
@@ -274,6 +277,13 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     let answer = next_message(&mut lines, 60).await;
     assert_eq!(answer["id"], 8, "the oversized line was dropped: {answer}");
     drop(writer.await.unwrap());
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "(unknown)");
+    assert_eq!(records[0].status, 413);
+    assert_eq!(records[0].reason.as_deref(), Some("body_too_large"));
+    assert_eq!(records[0].check, Some(Check::Protocol));
+    assert_eq!(records[0].principal.as_deref(), Some("all"));
 }
 
 /// A `tools/call` (or a resource read) in a line rmcp cannot read or dispatch (malformed

@@ -30,9 +30,9 @@ use super::handler::{McpHandler, Shared};
 use crate::BoxFuture;
 use crate::audit::Check;
 use crate::context::Transport as Via;
-use crate::error::ToolError;
-use crate::pipeline::probe;
-use crate::server::{Credentials, Server};
+use crate::error::{Status, ToolError};
+use crate::pipeline::probe::{self, UNKNOWN_TOOL};
+use crate::server::{CallRequest, Credentials, Server};
 
 /// Serve MCP over stdin and stdout until the client closes stdin.
 ///
@@ -144,6 +144,28 @@ impl Refusals {
     /// The record of the call in `line`, if it holds one.
     fn of(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
         let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
+        let err = ToolError::bad_request(
+            "not_dispatched",
+            "the MCP layer could not read the request: nothing was called",
+        );
+        Some(self.refuse(request, err))
+    }
+
+    /// The record of a line over [`MAX_LINE`], dropped unread: it may have carried a
+    /// `tools/call`, so it is recorded as one of a tool nobody can know, as the `/mcp`
+    /// gate records a body over its limit.
+    fn too_long(&self) -> BoxFuture<'static, ()> {
+        let err = ToolError::new(
+            Status::PayloadTooLarge,
+            "body_too_large",
+            format!(
+                "an MCP message over stdio is limited to {MAX_LINE} bytes; the line was dropped"
+            ),
+        );
+        self.refuse(CallRequest::new(UNKNOWN_TOOL, None), err)
+    }
+
+    fn refuse(&self, request: CallRequest, err: ToolError) -> BoxFuture<'static, ()> {
         let request = request
             .transport(Via::Stdio)
             .credentials(match &self.token {
@@ -151,15 +173,11 @@ impl Refusals {
                 None => Credentials::None,
             });
         let mut attempt = self.server.begin(request);
-        Some(Box::pin(async move {
+        Box::pin(async move {
             // For the record only: the refusal is the line's, whoever sent it.
             let _ = attempt.authenticate().await;
-            let err = ToolError::bad_request(
-                "not_dispatched",
-                "the MCP layer could not read the request: nothing was called",
-            );
             attempt.refuse(Check::Protocol, err).await;
-        }))
+        })
     }
 }
 
@@ -436,6 +454,7 @@ where
                         max_line_length = MAX_LINE,
                         "an incoming MCP message was longer than the limit; dropped"
                     );
+                    self.recording = Some(self.refusals.too_long());
                     continue;
                 }
                 Ok(Line::Eof) => return None,
