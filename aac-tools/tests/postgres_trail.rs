@@ -522,3 +522,82 @@ async fn a_request_state_redeemed_on_one_replica_is_refused_by_another() {
         );
     }
 }
+
+/// An append the database refuses halfway (a trigger on `aac_audit` refuses one tool's
+/// rows) fails the calls of its batch with 503 and leaves nothing behind: no row of it,
+/// and a connection whose next append commits and chains as if it had never been tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let token = a
+        .tokens
+        .create("w", None, &["notes:read", "notes:write"], None)
+        .await
+        .unwrap()
+        .token;
+    let owner = test.owner().await;
+    owner
+        .batch_execute(
+            "CREATE FUNCTION refuse_count() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.tool = 'pgt_count' THEN RAISE EXCEPTION 'no counts in this trail'; END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_count BEFORE INSERT ON aac_audit
+                 FOR EACH ROW EXECUTE FUNCTION refuse_count();",
+        )
+        .await
+        .unwrap();
+
+    let (status, body) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "one"})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(a.addr, "pgt_count", Some(&token), &json!({})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["reason"], "audit_unavailable", "{body}");
+    // The sink reports not ready until a write succeeds: a call or two may be refused
+    // before theirs does; then calls are answered again, on the same connection.
+    let mut answered = Vec::new();
+    for _ in 0..5 {
+        let (status, body) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "two"})).await;
+        answered.push(status);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(answered.last(), Some(&200), "{answered:?}");
+
+    let trail = a.sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    let records = AuditQuery::new().fetch(&trail).unwrap();
+    let tools: Vec<&str> = records.iter().map(|r| r.record.tool.as_str()).collect();
+    assert!(!tools.contains(&"pgt_count"), "{tools:?}");
+    assert_eq!(tools.first(), Some(&"pgt_add"), "{tools:?}");
+    assert_eq!(tools.last(), Some(&"pgt_add"), "{tools:?}");
+    assert!(records.last().unwrap().record.status == 200, "{records:?}");
+    let seqs: Vec<i64> = owner
+        .query("SELECT seq FROM aac_audit ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(seqs, expected, "no gap where the refused append was");
+    assert_eq!(
+        owner
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND state = 'idle in transaction (aborted)'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0,
+        "no connection left in the aborted transaction"
+    );
+}

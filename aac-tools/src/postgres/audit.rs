@@ -25,10 +25,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 
 use super::{CONNECT_TIMEOUT, Database, describe};
 use crate::BoxFuture;
@@ -94,26 +95,73 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
     Ok(())
 }
 
-/// The insert of one row, `$1` to `$n`.
-fn insert_sql() -> String {
+/// The insert of a whole batch in one statement: one array per column (`$1` to `$n`,
+/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows.
+fn insert_sql(integer: &[bool]) -> String {
     let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
-    let placeholders: Vec<String> = (1..=AUDIT_COLUMNS.len()).map(|i| format!("${i}")).collect();
+    let arrays: Vec<String> = integer
+        .iter()
+        .enumerate()
+        .map(|(i, integer)| {
+            let ty = if *integer { "bigint" } else { "text" };
+            format!("${}::{ty}[]", i + 1)
+        })
+        .collect();
     format!(
-        "INSERT INTO {AUDIT_TABLE} ({}) VALUES ({})",
+        "INSERT INTO {AUDIT_TABLE} ({}) SELECT * FROM unnest({})",
         columns.join(", "),
-        placeholders.join(", ")
+        arrays.join(", ")
     )
 }
 
-/// A value bound to a column of its declared type.
-fn bind(cell: &Cell, integer: bool) -> Box<dyn ToSql + Sync + Send> {
-    match (cell, integer) {
-        (Cell::Int(i), true) => Box::new(*i),
-        (Cell::Text(t), true) => Box::new(t.parse::<i64>().ok()),
-        (Cell::Null, true) => Box::new(None::<i64>),
-        (Cell::Int(i), false) => Box::new(i.to_string()),
-        (Cell::Text(t), false) => Box::new(t.clone()),
-        (Cell::Null, false) => Box::new(None::<String>),
+/// The opening of an append, in one simple query: the transaction, the chain's lock, and
+/// the chain's head as it is once the lock is held.
+fn open_sql() -> String {
+    format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
+         SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
+    )
+}
+
+/// The values of one column for every row of a batch, in its declared type.
+enum ColumnValues {
+    Int(Vec<Option<i64>>),
+    Text(Vec<Option<String>>),
+}
+
+impl ColumnValues {
+    fn new(integer: bool, rows: usize) -> ColumnValues {
+        if integer {
+            ColumnValues::Int(Vec::with_capacity(rows))
+        } else {
+            ColumnValues::Text(Vec::with_capacity(rows))
+        }
+    }
+
+    /// Append `cell`, converted to the column's type as SQLite's affinity would.
+    fn push(&mut self, cell: &Cell) {
+        match (self, cell) {
+            (ColumnValues::Int(v), Cell::Int(i)) => v.push(Some(*i)),
+            (ColumnValues::Int(v), Cell::Text(t)) => v.push(t.parse::<i64>().ok()),
+            (ColumnValues::Int(v), Cell::Null) => v.push(None),
+            (ColumnValues::Text(v), Cell::Int(i)) => v.push(Some(i.to_string())),
+            (ColumnValues::Text(v), Cell::Text(t)) => v.push(Some(t.clone())),
+            (ColumnValues::Text(v), Cell::Null) => v.push(None),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ColumnValues::Int(v) => v.len(),
+            ColumnValues::Text(v) => v.len(),
+        }
+    }
+
+    fn value(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            ColumnValues::Int(v) => v,
+            ColumnValues::Text(v) => v,
+        }
     }
 }
 
@@ -121,7 +169,10 @@ struct PgBackend {
     config: tokio_postgres::Config,
     runtime: tokio::runtime::Runtime,
     client: Option<Client>,
+    /// The batch insert, prepared once per connection (planned once, not per batch).
+    prepared: Option<Statement>,
     integer: Vec<bool>,
+    open: String,
     insert: String,
     last_attempt: Option<Instant>,
     retry_interval: Duration,
@@ -134,6 +185,7 @@ impl PgBackend {
             return Ok(());
         }
         self.client = None;
+        self.prepared = None;
         if let Some(at) = self.last_attempt
             && at.elapsed() < self.retry_interval
             && let Some(problem) = &self.problem
@@ -186,13 +238,18 @@ impl Backend for PgBackend {
         let Some(client) = self.client.as_mut() else {
             return Err(AuditError::new("the audit database is not connected"));
         };
-        let integer = &self.integer;
-        let insert = &self.insert;
-        let result = self
-            .runtime
-            .block_on(append(client, integer, insert, batch));
+        let (open, insert, prepared) = (&self.open, &self.insert, &mut self.prepared);
+        let result = self.runtime.block_on(async {
+            let statement = match prepared {
+                Some(statement) => statement.clone(),
+                None => prepared.insert(client.prepare(insert).await?).clone(),
+            };
+            append(client, &self.integer, open, &statement, batch).await
+        });
         if let Err(err) = &result {
-            // A broken connection is opened again at the next batch.
+            // The insert is prepared again (whatever made it fail), and a broken
+            // connection is opened again, at the next batch.
+            self.prepared = None;
             if client.is_closed() {
                 self.client = None;
             }
@@ -205,53 +262,91 @@ impl Backend for PgBackend {
     }
 }
 
-/// Append `batch` in one transaction, chained to the last record any replica committed.
+/// Append `batch` in one transaction, chained to the last record any replica committed,
+/// in two round trips whatever its size: the transaction, the lock and the chain's head in
+/// one simple query; then the whole batch in one statement, with the `COMMIT` pipelined
+/// behind it. Any failure rolls the transaction back (a `COMMIT` behind a failed insert
+/// is one already) before the error is returned.
 async fn append(
-    client: &mut Client,
+    client: &Client,
     integer: &[bool],
-    insert: &str,
+    open: &str,
+    insert: &Statement,
     batch: &[PortableRow],
 ) -> Result<(), tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    // The serialization point of the chain: held until the commit.
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])
-        .await?;
-    // Read committed: this statement's snapshot is taken after the lock, so it sees the
-    // batch of whoever held it before.
-    let head = tx
-        .query_opt(
-            &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
-            &[],
-        )
-        .await?;
-    let (mut seq, mut prev): (i64, String) = match head {
-        Some(row) => (
-            row.get(0),
-            row.get::<_, Option<String>>(1).unwrap_or_default(),
-        ),
+    let result = append_open(client, integer, open, insert, batch).await;
+    if result.is_err() && !client.is_closed() {
+        // Best effort: a connection that cannot roll back is closed, and opened again.
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    result
+}
+
+async fn append_open(
+    client: &Client,
+    integer: &[bool],
+    open: &str,
+    insert: &Statement,
+    batch: &[PortableRow],
+) -> Result<(), tokio_postgres::Error> {
+    // Read committed: the head's statement takes its snapshot after the lock, so it sees
+    // the batch of whoever held the lock before.
+    let head = client
+        .simple_query(open)
+        .await?
+        .into_iter()
+        .find_map(|message| match message {
+            SimpleQueryMessage::Row(row) if row.columns().len() == 2 => Some((
+                row.get(0).and_then(|seq| seq.parse::<i64>().ok()),
+                row.get(1).map(str::to_owned),
+            )),
+            _ => None,
+        });
+    let (mut seq, mut prev) = match head {
+        Some((seq, hash)) => (seq.unwrap_or_default(), hash.unwrap_or_default()),
         None => (0, GENESIS_HASH.to_owned()),
     };
-    let statement = tx.prepare(insert).await?;
+    let mut columns: Vec<ColumnValues> = integer
+        .iter()
+        .map(|integer| ColumnValues::new(*integer, batch.len()))
+        .collect();
     for row in batch {
         seq += 1;
         let hash = row.link(&prev, seq);
-        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(integer.len());
-        params.push(Box::new(seq));
-        for (cell, integer) in row.cells().iter().zip(&integer[1..]) {
-            params.push(bind(cell, *integer));
+        let mut cells = columns.iter_mut();
+        let mut next = || cells.next().expect("one column per declared column");
+        next().push(&Cell::Int(seq));
+        for cell in row.cells() {
+            next().push(cell);
         }
-        params.push(Box::new(prev.clone()));
-        params.push(Box::new(hash.clone()));
-        let after_hash = 1 + row.cells().len() + 2;
-        for (cell, integer) in row.trailing().iter().zip(&integer[after_hash..]) {
-            params.push(bind(cell, *integer));
+        next().push(&Cell::Text(std::mem::replace(&mut prev, hash.clone())));
+        next().push(&Cell::Text(hash));
+        for cell in row.trailing() {
+            next().push(cell);
         }
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
-        tx.execute(&statement, &refs).await?;
-        prev = hash;
     }
-    tx.commit().await
+    debug_assert!(columns.iter().all(|c| c.len() == batch.len()));
+    let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
+    let mut inserted = std::pin::pin!(client.execute(insert, &params));
+    // Its first poll sends the insert, so the `COMMIT` asked for next follows it on the
+    // connection: one round trip for both.
+    let first = std::future::poll_fn(|cx| Poll::Ready(inserted.as_mut().poll(cx))).await;
+    let rows = match first {
+        Poll::Ready(rows) => {
+            let rows = rows?;
+            client.batch_execute("COMMIT").await?;
+            rows
+        }
+        Poll::Pending => {
+            let (rows, committed) = tokio::join!(inserted, client.batch_execute("COMMIT"));
+            let rows = rows?;
+            committed?;
+            rows
+        }
+    };
+    // One row per element of the arrays, which are as long as the batch.
+    debug_assert_eq!(rows, batch.len() as u64);
+    Ok(())
 }
 
 /// Writes audit records to the PostgreSQL table `aac_audit`, append-only and
@@ -293,7 +388,7 @@ impl PgSink {
             .enable_all()
             .build()
             .map_err(|e| AuditError::new(format!("cannot start the audit runtime: {e}")))?;
-        let integer = integer_columns()?
+        let integer: Vec<bool> = integer_columns()?
             .into_iter()
             .map(|(_, integer)| integer)
             .collect();
@@ -301,8 +396,10 @@ impl PgSink {
             config: config.clone(),
             runtime,
             client: None,
+            prepared: None,
+            open: open_sql(),
+            insert: insert_sql(&integer),
             integer,
-            insert: insert_sql(),
             last_attempt: None,
             retry_interval: Duration::from_secs(1),
             problem: None,
