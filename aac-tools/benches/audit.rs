@@ -13,6 +13,12 @@
 //!    interleaved blocks so that both see the same machine.
 //! 3. For scale: the median latency of one `fdatasync` of a small append on the same
 //!    file system.
+//! 4. With the feature `postgres` and `AUDIT_BENCH_POSTGRES=postgres://user@host/db` (a
+//!    user that may create databases and roles): the same for [`PgSink`] on a fresh
+//!    database — a lone caller's trivial call against `audit_disabled`, beside the median
+//!    of one durable single-row `INSERT` (its own transaction, `synchronous_commit = on`:
+//!    the round trip and the WAL flush every durable record needs at least), and records
+//!    per second at 1, 8 and 64 callers. `AUDIT_BENCH_ONLY=postgres` runs this part only.
 //!
 //! Figures are printed as a table, then as one JSON line (`AUDIT_BENCH_JSON …`).
 
@@ -246,6 +252,13 @@ fn main() {
         .build()
         .unwrap();
     let duration = seconds();
+    #[cfg(feature = "postgres")]
+    if let Ok(url) = std::env::var("AUDIT_BENCH_POSTGRES") {
+        postgres::run(&rt, &url, duration);
+        if std::env::var("AUDIT_BENCH_ONLY").as_deref() == Ok("postgres") {
+            return;
+        }
+    }
     // For profiling: only the group commit at 64 callers, for the duration.
     // `AUDIT_BENCH_PROFILE=normal`: with `synchronous = NORMAL` (no flush: the CPU bound).
     if let Some(profile) = std::env::var_os("AUDIT_BENCH_PROFILE") {
@@ -377,4 +390,146 @@ fn main() {
             "fdatasync_overwrite_us": (sync_overwrite * 10.0).round() / 10.0,
         })
     );
+}
+
+/// Part 4: the PostgreSQL sink on a database of its own, created and dropped here.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use aac_tools::postgres::{Database, PgSink, Roles, tokio_postgres};
+
+    async fn admin(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
+        tokio::spawn(connection);
+        client
+    }
+
+    /// The URL of database `name` on the server of `url`.
+    fn url_of(url: &str, name: &str) -> String {
+        let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+        format!("{base}/{name}")
+    }
+
+    async fn drop_all(admin: &tokio_postgres::Client, name: &str) {
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
+        for role in ["read", "write", "delete", "tokens", "audit"] {
+            let _ = admin
+                .batch_execute(&format!("DROP ROLE IF EXISTS {name}_{role}"))
+                .await;
+        }
+    }
+
+    /// Median latency (µs) of one single-row `INSERT` in its own transaction.
+    async fn commit_latency(url: &str) -> f64 {
+        let client = admin(url).await;
+        client
+            .batch_execute("CREATE TABLE commit_probe (id BIGINT, body TEXT)")
+            .await
+            .unwrap();
+        let insert = client
+            .prepare("INSERT INTO commit_probe VALUES ($1, $2)")
+            .await
+            .unwrap();
+        let body = "x".repeat(300);
+        let mut samples = Vec::new();
+        for i in 0..300i64 {
+            let started = Instant::now();
+            client.execute(&insert, &[&i, &body]).await.unwrap();
+            samples.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        median(&mut samples[50..])
+    }
+
+    fn pg_throughput(
+        rt: &tokio::runtime::Runtime,
+        sink: &PgSink,
+        callers: usize,
+        duration: Duration,
+    ) -> (f64, f64) {
+        let before = sink.stats();
+        let started = Instant::now();
+        let deadline = started + duration;
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for c in 0..callers {
+                let sink = sink.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut i = c as u64 * 1_000_000;
+                    while Instant::now() < deadline {
+                        sink.record(sample_record(i)).await.unwrap();
+                        i += 1;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let elapsed = started.elapsed().as_secs_f64();
+        let after = sink.stats();
+        let records = after.records - before.records;
+        let batch = records as f64 / (after.batches - before.batches).max(1) as f64;
+        (records as f64 / elapsed, batch)
+    }
+
+    pub(super) fn run(rt: &tokio::runtime::Runtime, url: &str, duration: Duration) {
+        let name = format!("aac_audit_bench_{}", std::process::id());
+        let admin_client = rt.block_on(admin(url));
+        rt.block_on(async {
+            drop_all(&admin_client, &name).await;
+            admin_client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .unwrap();
+        });
+        let db_url = url_of(url, &name);
+        let db = Database::connect(&db_url, Roles::new(&name).unwrap()).unwrap();
+        rt.block_on(db.migrate("bench", &[])).unwrap();
+        let sink = PgSink::open(&db).unwrap();
+        let servers: Vec<(&str, Server)> = vec![
+            ("audit_disabled", server(None)),
+            ("postgres", server(Some(Box::new(sink.clone())))),
+        ];
+        let medians = latencies(rt, &servers, 20, 100);
+        let commit = rt.block_on(commit_latency(&db_url));
+        let bound = medians[0] + commit + 30.0;
+        println!("\nPostgreSQL sink (`PgSink`, synchronous_commit = on), database {name}");
+        println!(
+            "median latency of a trivial call, in process, 1 caller: audit_disabled {:.1} µs, \
+             postgres {:.1} µs",
+            medians[0], medians[1]
+        );
+        println!(
+            "median of one durable single-row INSERT: {commit:.1} µs; bound \
+             disabled + commit + 30 µs = {bound:.1} µs: {}",
+            if medians[1] <= bound { "met" } else { "missed" }
+        );
+        println!("{:>8}  {:>10}  {:>6}", "callers", "records/s", "batch");
+        let mut rows = Vec::new();
+        for callers in [1usize, 8, 64] {
+            let (per_s, batch) = pg_throughput(rt, &sink, callers, duration);
+            println!("{callers:>8}  {per_s:>10.0}  {batch:>6.1}");
+            rows.push(json!({"callers": callers, "per_s": per_s.round(), "mean_batch": (batch * 10.0).round() / 10.0}));
+        }
+        let report = rt.block_on(sink.verify()).unwrap();
+        assert!(report.is_intact(), "{report}");
+        println!("chain intact: {} records", report.checked);
+        println!(
+            "AUDIT_BENCH_PG_JSON {}",
+            json!({
+                "disabled_us": (medians[0] * 10.0).round() / 10.0,
+                "postgres_us": (medians[1] * 10.0).round() / 10.0,
+                "commit_us": (commit * 10.0).round() / 10.0,
+                "throughput": rows,
+            })
+        );
+        drop(servers);
+        drop(sink);
+        drop(db);
+        rt.block_on(drop_all(&admin_client, &name));
+    }
 }
