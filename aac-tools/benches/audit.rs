@@ -494,7 +494,11 @@ mod postgres {
             ("audit_disabled", server(None)),
             ("postgres", server(Some(Box::new(sink.clone())))),
         ];
+        let before = sink.stats();
         let medians = latencies(rt, &servers, 20, 100);
+        let after = sink.stats();
+        let busy_us = (after.busy - before.busy).as_secs_f64() * 1e6
+            / (after.batches - before.batches).max(1) as f64;
         let commit = rt.block_on(commit_latency(&db_url));
         let bound = medians[0] + commit + 30.0;
         println!("\nPostgreSQL sink (`PgSink`, synchronous_commit = on), database {name}");
@@ -502,6 +506,10 @@ mod postgres {
             "median latency of a trivial call, in process, 1 caller: audit_disabled {:.1} µs, \
              postgres {:.1} µs",
             medians[0], medians[1]
+        );
+        println!(
+            "mean time in the sink's backend per append (its round trip and the statements): \
+             {busy_us:.1} µs"
         );
         println!(
             "median of one durable single-row INSERT: {commit:.1} µs; bound \
@@ -524,6 +532,7 @@ mod postgres {
                 "disabled_us": (medians[0] * 10.0).round() / 10.0,
                 "postgres_us": (medians[1] * 10.0).round() / 10.0,
                 "commit_us": (commit * 10.0).round() / 10.0,
+                "backend_per_append_us": (busy_us * 10.0).round() / 10.0,
                 "throughput": rows,
             })
         );

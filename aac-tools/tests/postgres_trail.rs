@@ -601,3 +601,53 @@ async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
         "no connection left in the aborted transaction"
     );
 }
+
+/// Replicas taking turns on one chain: a replica that wrote the head appends in one round
+/// trip, guessing the head is still its own; when another replica appended in between,
+/// the guess inserts nothing and the batch is chained to the real head. Every record is
+/// there once, in one unbroken chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_taking_turns_keep_one_chain_whoever_wrote_last() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let b = replica(&test).await;
+    let token = a
+        .tokens
+        .create("w", None, &["notes:read", "notes:write"], None)
+        .await
+        .unwrap()
+        .token;
+    let turns = "AAABABBBAAB";
+    for (i, turn) in turns.chars().enumerate() {
+        let r = if turn == 'A' { &a } else { &b };
+        let text = format!("turn {i} on {turn}");
+        let (status, body) = post(r.addr, "pgt_add", Some(&token), &json!({ "text": text })).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let trail = a.sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked as usize, turns.len());
+    let owner = test.owner().await;
+    let seqs: Vec<i64> = owner
+        .query("SELECT seq FROM aac_audit ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(seqs, (1..=turns.len() as i64).collect::<Vec<_>>());
+    assert_eq!(
+        (a.sink.stats().records, b.sink.stats().records),
+        (6, 5),
+        "each record written once, by the replica that answered it"
+    );
+    let texts: Vec<String> = owner
+        .query("SELECT text FROM notes ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(texts.len(), turns.len());
+}

@@ -24,6 +24,7 @@
 //!   summaries run exactly as on SQLite's own trail.
 
 use std::fmt;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -96,8 +97,11 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
 }
 
 /// The insert of a whole batch in one statement: one array per column (`$1` to `$n`,
-/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows.
-fn insert_sql(integer: &[bool]) -> String {
+/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows. With
+/// `if_head`, only if the chain's head is still `$n+1` (its `seq`) and `$n+2` (its
+/// hash): the batch was chained to a head this connection wrote, and no other replica
+/// may have appended since.
+fn insert_sql(integer: &[bool], if_head: bool) -> String {
     let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
     let arrays: Vec<String> = integer
         .iter()
@@ -107,19 +111,33 @@ fn insert_sql(integer: &[bool]) -> String {
             format!("${}::{ty}[]", i + 1)
         })
         .collect();
+    let condition = if if_head {
+        format!(
+            " WHERE EXISTS (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} \
+             ORDER BY seq DESC LIMIT 1) head WHERE head.seq = ${}::bigint AND head.hash = ${}::text)",
+            integer.len() + 1,
+            integer.len() + 2
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "INSERT INTO {AUDIT_TABLE} ({}) SELECT * FROM unnest({})",
+        "INSERT INTO {AUDIT_TABLE} ({}) SELECT * FROM unnest({}){condition}",
         columns.join(", "),
         arrays.join(", ")
     )
 }
 
-/// The opening of an append, in one simple query: the transaction, the chain's lock, and
-/// the chain's head as it is once the lock is held.
+/// The transaction and the chain's lock, in one simple query.
+fn lock_sql() -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK})")
+}
+
+/// [`lock_sql`], then the chain's head as it is once the lock is held.
 fn open_sql() -> String {
     format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
-         SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
+        "{}; SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1",
+        lock_sql()
     )
 }
 
@@ -168,12 +186,10 @@ impl ColumnValues {
 struct PgBackend {
     config: tokio_postgres::Config,
     runtime: tokio::runtime::Runtime,
-    client: Option<Client>,
-    /// The batch insert, prepared once per connection (planned once, not per batch).
-    prepared: Option<Statement>,
+    /// The connection, once open.
+    conn: Option<Conn>,
     integer: Vec<bool>,
-    open: String,
-    insert: String,
+    sql: Sql,
     last_attempt: Option<Instant>,
     retry_interval: Duration,
     problem: Option<AuditError>,
@@ -181,11 +197,10 @@ struct PgBackend {
 
 impl PgBackend {
     fn connect(&mut self) -> Result<(), AuditError> {
-        if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+        if self.conn.as_ref().is_some_and(|c| !c.client.is_closed()) {
             return Ok(());
         }
-        self.client = None;
-        self.prepared = None;
+        self.conn = None;
         if let Some(at) = self.last_attempt
             && at.elapsed() < self.retry_interval
             && let Some(problem) = &self.problem
@@ -194,16 +209,28 @@ impl PgBackend {
         }
         self.last_attempt = Some(Instant::now());
         let config = self.config.clone();
+        let sql = &self.sql;
         let connected = self.runtime.block_on(async move {
             let (client, connection) = config.connect(NoTls).await?;
             tokio::spawn(async move {
                 let _ = connection.await;
             });
-            Ok::<_, tokio_postgres::Error>(client)
+            // Planned once per connection, not per batch.
+            let (insert, insert_if_head) = tokio::try_join!(
+                client.prepare(&sql.insert),
+                client.prepare(&sql.insert_if_head)
+            )?;
+            Ok::<_, tokio_postgres::Error>(Conn {
+                client,
+                insert,
+                insert_if_head,
+                head: None,
+                skip_guess: 0,
+            })
         });
         match connected {
-            Ok(client) => {
-                self.client = Some(client);
+            Ok(conn) => {
+                self.conn = Some(conn);
                 self.problem = None;
                 Ok(())
             }
@@ -235,24 +262,16 @@ impl Backend for PgBackend {
 
     fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
         self.connect()?;
-        let Some(client) = self.client.as_mut() else {
+        let Some(conn) = self.conn.as_mut() else {
             return Err(AuditError::new("the audit database is not connected"));
         };
-        let (open, insert, prepared) = (&self.open, &self.insert, &mut self.prepared);
-        let result = self.runtime.block_on(async {
-            let statement = match prepared {
-                Some(statement) => statement.clone(),
-                None => prepared.insert(client.prepare(insert).await?).clone(),
-            };
-            append(client, &self.integer, open, &statement, batch).await
-        });
+        let result = self
+            .runtime
+            .block_on(conn.append(&self.sql, &self.integer, batch));
         if let Err(err) = &result {
-            // The insert is prepared again (whatever made it fail), and a broken
-            // connection is opened again, at the next batch.
-            self.prepared = None;
-            if client.is_closed() {
-                self.client = None;
-            }
+            // Whatever failed, the connection is opened (and its statements prepared)
+            // again at the next batch.
+            self.conn = None;
             return Err(AuditError::new(format!(
                 "cannot write to the audit database: {}",
                 describe(err)
@@ -262,50 +281,36 @@ impl Backend for PgBackend {
     }
 }
 
-/// Append `batch` in one transaction, chained to the last record any replica committed,
-/// in two round trips whatever its size: the transaction, the lock and the chain's head in
-/// one simple query; then the whole batch in one statement, with the `COMMIT` pipelined
-/// behind it. Any failure rolls the transaction back (a `COMMIT` behind a failed insert
-/// is one already) before the error is returned.
-async fn append(
-    client: &Client,
-    integer: &[bool],
-    open: &str,
-    insert: &Statement,
-    batch: &[PortableRow],
-) -> Result<(), tokio_postgres::Error> {
-    let result = append_open(client, integer, open, insert, batch).await;
-    if result.is_err() && !client.is_closed() {
-        // Best effort: a connection that cannot roll back is closed, and opened again.
-        let _ = client.batch_execute("ROLLBACK").await;
-    }
-    result
+/// The SQL of an append.
+struct Sql {
+    lock: String,
+    open: String,
+    insert: String,
+    insert_if_head: String,
 }
 
-async fn append_open(
-    client: &Client,
+/// The sink's connection and what it knows.
+struct Conn {
+    client: Client,
+    insert: Statement,
+    insert_if_head: Statement,
+    /// The chain's head as this connection's last append left it.
+    head: Option<(i64, String)>,
+    /// Appends left before the head is guessed again, after another replica was found to
+    /// have appended in between.
+    skip_guess: u32,
+}
+
+/// How many appends read the head first after a wrong guess: another replica is writing.
+const SKIP_AFTER_MISS: u32 = 32;
+
+/// The batch's rows chained after `(seq, prev)`, as one array per column; and the head
+/// they leave.
+fn chained(
     integer: &[bool],
-    open: &str,
-    insert: &Statement,
     batch: &[PortableRow],
-) -> Result<(), tokio_postgres::Error> {
-    // Read committed: the head's statement takes its snapshot after the lock, so it sees
-    // the batch of whoever held the lock before.
-    let head = client
-        .simple_query(open)
-        .await?
-        .into_iter()
-        .find_map(|message| match message {
-            SimpleQueryMessage::Row(row) if row.columns().len() == 2 => Some((
-                row.get(0).and_then(|seq| seq.parse::<i64>().ok()),
-                row.get(1).map(str::to_owned),
-            )),
-            _ => None,
-        });
-    let (mut seq, mut prev) = match head {
-        Some((seq, hash)) => (seq.unwrap_or_default(), hash.unwrap_or_default()),
-        None => (0, GENESIS_HASH.to_owned()),
-    };
+    (mut seq, mut prev): (i64, String),
+) -> (Vec<ColumnValues>, (i64, String)) {
     let mut columns: Vec<ColumnValues> = integer
         .iter()
         .map(|integer| ColumnValues::new(*integer, batch.len()))
@@ -326,27 +331,112 @@ async fn append_open(
         }
     }
     debug_assert!(columns.iter().all(|c| c.len() == batch.len()));
-    let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
-    let mut inserted = std::pin::pin!(client.execute(insert, &params));
-    // Its first poll sends the insert, so the `COMMIT` asked for next follows it on the
-    // connection: one round trip for both.
-    let first = std::future::poll_fn(|cx| Poll::Ready(inserted.as_mut().poll(cx))).await;
-    let rows = match first {
-        Poll::Ready(rows) => {
-            let rows = rows?;
-            client.batch_execute("COMMIT").await?;
-            rows
+    (columns, (seq, prev))
+}
+
+/// Poll `future` once. A request of `tokio_postgres` is on the connection after its first
+/// poll, so the next one asked for follows it there: pipelined, one round trip for both.
+async fn sent<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
+}
+
+/// The output of a future [`sent`] already.
+async fn outcome<F: Future>(first: Poll<F::Output>, future: Pin<&mut F>) -> F::Output {
+    match first {
+        Poll::Ready(output) => output,
+        Poll::Pending => future.await,
+    }
+}
+
+impl Conn {
+    /// Append `batch` in one transaction, chained to the last record any replica
+    /// committed. When this connection wrote the head, one round trip: the lock, the
+    /// batch inserted only if the head is still its own, and the `COMMIT`, pipelined.
+    /// Otherwise (or when another replica appended in between), two: the lock and the
+    /// head in one query, then the batch with its `COMMIT`. Any failure rolls the
+    /// transaction back (a `COMMIT` behind a failed statement is one already) before the
+    /// error is returned.
+    async fn append(
+        &mut self,
+        sql: &Sql,
+        integer: &[bool],
+        batch: &[PortableRow],
+    ) -> Result<(), tokio_postgres::Error> {
+        let result = self.append_open(sql, integer, batch).await;
+        if result.is_err() {
+            self.head = None;
+            if !self.client.is_closed() {
+                // Best effort: the caller opens the connection again anyway.
+                let _ = self.client.batch_execute("ROLLBACK").await;
+            }
         }
-        Poll::Pending => {
-            let (rows, committed) = tokio::join!(inserted, client.batch_execute("COMMIT"));
-            let rows = rows?;
-            committed?;
-            rows
+        result
+    }
+
+    async fn append_open(
+        &mut self,
+        sql: &Sql,
+        integer: &[bool],
+        batch: &[PortableRow],
+    ) -> Result<(), tokio_postgres::Error> {
+        if self.skip_guess > 0 {
+            self.skip_guess -= 1;
+        } else if let Some(head) = self.head.clone() {
+            let (columns, after) = chained(integer, batch, head.clone());
+            let mut params: Vec<&(dyn ToSql + Sync)> =
+                columns.iter().map(ColumnValues::value).collect();
+            params.push(&head.0);
+            params.push(&head.1);
+            let client = &self.client;
+            let mut locked = pin!(client.batch_execute(&sql.lock));
+            let locked_first = sent(locked.as_mut()).await;
+            let mut inserted = pin!(client.execute(&self.insert_if_head, &params));
+            let inserted_first = sent(inserted.as_mut()).await;
+            let mut committed = pin!(client.batch_execute("COMMIT"));
+            let committed_first = sent(committed.as_mut()).await;
+            outcome(locked_first, locked).await?;
+            let rows = outcome(inserted_first, inserted).await?;
+            outcome(committed_first, committed).await?;
+            if rows == batch.len() as u64 {
+                self.head = Some(after);
+                return Ok(());
+            }
+            // Another replica appended since this connection's last batch: nothing was
+            // inserted (the empty transaction released the lock). Read the head.
+            self.skip_guess = SKIP_AFTER_MISS;
         }
-    };
-    // One row per element of the arrays, which are as long as the batch.
-    debug_assert_eq!(rows, batch.len() as u64);
-    Ok(())
+        // Read committed: the head's statement takes its snapshot after the lock, so it
+        // sees the batch of whoever held the lock before.
+        let head = self
+            .client
+            .simple_query(&sql.open)
+            .await?
+            .into_iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) if row.columns().len() == 2 => Some((
+                    row.get(0).and_then(|seq| seq.parse::<i64>().ok()),
+                    row.get(1).map(str::to_owned),
+                )),
+                _ => None,
+            });
+        let head = match head {
+            Some((seq, hash)) => (seq.unwrap_or_default(), hash.unwrap_or_default()),
+            None => (0, GENESIS_HASH.to_owned()),
+        };
+        let (columns, after) = chained(integer, batch, head);
+        let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
+        let client = &self.client;
+        let mut inserted = pin!(client.execute(&self.insert, &params));
+        let inserted_first = sent(inserted.as_mut()).await;
+        let mut committed = pin!(client.batch_execute("COMMIT"));
+        let committed_first = sent(committed.as_mut()).await;
+        let rows = outcome(inserted_first, inserted).await?;
+        outcome(committed_first, committed).await?;
+        // One row per element of the arrays, which are as long as the batch.
+        debug_assert_eq!(rows, batch.len() as u64);
+        self.head = Some(after);
+        Ok(())
+    }
 }
 
 /// Writes audit records to the PostgreSQL table `aac_audit`, append-only and
@@ -395,10 +485,13 @@ impl PgSink {
         let mut backend = PgBackend {
             config: config.clone(),
             runtime,
-            client: None,
-            prepared: None,
-            open: open_sql(),
-            insert: insert_sql(&integer),
+            conn: None,
+            sql: Sql {
+                lock: lock_sql(),
+                open: open_sql(),
+                insert: insert_sql(&integer, false),
+                insert_if_head: insert_sql(&integer, true),
+            },
             integer,
             last_attempt: None,
             retry_interval: Duration::from_secs(1),
