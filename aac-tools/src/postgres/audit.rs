@@ -128,16 +128,12 @@ fn insert_sql(integer: &[bool], if_head: bool) -> String {
     )
 }
 
-/// The transaction and the chain's lock, in one simple query.
-fn lock_sql() -> String {
-    format!("BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK})")
-}
-
-/// [`lock_sql`], then the chain's head as it is once the lock is held.
+/// The transaction, the chain's lock, then the chain's head as it is once the lock is
+/// held, in one simple query.
 fn open_sql() -> String {
     format!(
-        "{}; SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1",
-        lock_sql()
+        "BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
+         SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
     )
 }
 
@@ -216,12 +212,14 @@ impl PgBackend {
                 let _ = connection.await;
             });
             // Planned once per connection, not per batch.
-            let (insert, insert_if_head) = tokio::try_join!(
+            let (lock, insert, insert_if_head) = tokio::try_join!(
+                client.prepare("SELECT pg_advisory_xact_lock($1)"),
                 client.prepare(&sql.insert),
                 client.prepare(&sql.insert_if_head)
             )?;
             Ok::<_, tokio_postgres::Error>(Conn {
                 client,
+                lock,
                 insert,
                 insert_if_head,
                 head: None,
@@ -283,7 +281,6 @@ impl Backend for PgBackend {
 
 /// The SQL of an append.
 struct Sql {
-    lock: String,
     open: String,
     insert: String,
     insert_if_head: String,
@@ -292,6 +289,7 @@ struct Sql {
 /// The sink's connection and what it knows.
 struct Conn {
     client: Client,
+    lock: Statement,
     insert: Statement,
     insert_if_head: Statement,
     /// The chain's head as this connection's last append left it.
@@ -388,12 +386,15 @@ impl Conn {
             params.push(&head.0);
             params.push(&head.1);
             let client = &self.client;
-            let mut locked = pin!(client.batch_execute(&sql.lock));
+            let mut begun = pin!(client.batch_execute("BEGIN"));
+            let begun_first = sent(begun.as_mut()).await;
+            let mut locked = pin!(client.execute(&self.lock, &[&CHAIN_LOCK]));
             let locked_first = sent(locked.as_mut()).await;
             let mut inserted = pin!(client.execute(&self.insert_if_head, &params));
             let inserted_first = sent(inserted.as_mut()).await;
             let mut committed = pin!(client.batch_execute("COMMIT"));
             let committed_first = sent(committed.as_mut()).await;
+            outcome(begun_first, begun).await?;
             outcome(locked_first, locked).await?;
             let rows = outcome(inserted_first, inserted).await?;
             outcome(committed_first, committed).await?;
@@ -487,7 +488,6 @@ impl PgSink {
             runtime,
             conn: None,
             sql: Sql {
-                lock: lock_sql(),
                 open: open_sql(),
                 insert: insert_sql(&integer, false),
                 insert_if_head: insert_sql(&integer, true),
