@@ -12,7 +12,10 @@
 //!   lock [`CHAIN_LOCK`] before it reads the chain's head, so appends from all replicas
 //!   are serialized, and each batch links to the last record committed by any of them.
 //!   The lock is held from the head's read to the commit: that is the chain's
-//!   serialization point, one short transaction per batch.
+//!   serialization point, one short transaction per batch, pipelined: two round trips
+//!   (the lock and the head; the batch as one prepared insert of arrays, and the
+//!   commit), or one when this replica wrote the head itself (the batch is then inserted
+//!   only if the head is still its own; if not, nothing is, and it goes the two-trip way).
 //! - **Least privilege**: the sink logs in as `<prefix>_audit`, which may `INSERT` and
 //!   `SELECT` `aac_audit` and nothing else; no role of the application may `UPDATE` or
 //!   `DELETE` a record.
