@@ -13,6 +13,7 @@ pub mod durable;
 pub mod load;
 pub mod mem;
 pub mod pipeline;
+pub mod postgres_audit;
 pub mod report;
 pub mod rmcp_flavour;
 pub mod stats;

@@ -317,6 +317,44 @@ pub fn end_to_end_goals(
     goals
 }
 
+/// Issue 20's bounds for (p), the durable PostgreSQL audit, against (b): for a lone
+/// client, (p) p50 ≤ (b) p50 + one durable commit's p50 + 30 µs; with 16 and 64 clients,
+/// (p) / (b) ≥ 0.9. Nothing when (p) was not measured.
+pub fn postgres_goals(e2e: &EndToEnd, scenarios: &[&str], commits: &[u64]) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let mut sorted = commits.to_vec();
+    sorted.sort_unstable();
+    if sorted.is_empty() {
+        return goals;
+    }
+    let commit_p50 = percentile(&sorted, 50.0) as f64;
+    let (p, b) = (Variant::AacPostgres, Variant::AacNoAudit);
+    for (s, name) in scenarios.iter().enumerate() {
+        let lone = s == 0 || s == 2;
+        if lone {
+            if let (Some((pp, _)), Some((pb, _))) = (e2e.latency(s, p), e2e.latency(s, b)) {
+                goals.push(Goal {
+                    what: format!(
+                        "{name}: (p) p50 − (b) p50 − PostgreSQL commit p50 ({}), µs",
+                        format_ns(commit_p50)
+                    ),
+                    value: (pp as f64 - pb as f64 - commit_p50) / 1000.0,
+                    bound: 30.0,
+                    at_least: false,
+                });
+            }
+        } else if let Some(r) = e2e.ratio(s, p, b) {
+            goals.push(Goal {
+                what: format!("{name}: (p) / (b) throughput"),
+                value: r,
+                bound: 0.9,
+                at_least: true,
+            });
+        }
+    }
+    goals
+}
+
 /// The goals table.
 pub fn goals_table(out: &mut String, goals: &[Goal]) {
     let _ = writeln!(out, "| goal | measured | bound | met |");

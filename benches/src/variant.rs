@@ -4,7 +4,7 @@ use std::io;
 use std::path::Path;
 
 use aac_tools::Server;
-use aac_tools::audit::{SinkStats, SqliteSink, Synchronous};
+use aac_tools::audit::{SinkStats, Synchronous};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -31,6 +31,10 @@ pub enum Variant {
     RmcpStored,
     /// (d) rmcp's default `#[tool_handler]`, which rebuilds the router on every call.
     RmcpPerCall,
+    /// (p) aac-tools with every check on and the durable PostgreSQL audit trail
+    /// (`PgSink`, `synchronous_commit = on`) on a database of its own. Not in
+    /// [`Variant::ALL`]: measured when `bench-all` is given `--postgres URL`.
+    AacPostgres,
 }
 
 impl Variant {
@@ -52,6 +56,7 @@ impl Variant {
             Variant::AacCounting => "m",
             Variant::RmcpStored => "c",
             Variant::RmcpPerCall => "d",
+            Variant::AacPostgres => "p",
         }
     }
 
@@ -59,7 +64,7 @@ impl Variant {
     pub fn from_key(key: &str) -> Option<Variant> {
         Variant::ALL
             .into_iter()
-            .chain([Variant::AacCounting])
+            .chain([Variant::AacCounting, Variant::AacPostgres])
             .find(|v| v.key() == key)
     }
 
@@ -72,6 +77,7 @@ impl Variant {
             Variant::AacCounting => "(a-count) aac-tools, records to a sink that keeps nothing",
             Variant::RmcpStored => "(c) rmcp macros, stored router",
             Variant::RmcpPerCall => "(d) rmcp macros, default #[tool_handler]",
+            Variant::AacPostgres => "(p) aac-tools, durable PostgreSQL audit",
         }
     }
 
@@ -83,12 +89,17 @@ impl Variant {
                 | Variant::AacDurableNormal
                 | Variant::AacNoAudit
                 | Variant::AacCounting
+                | Variant::AacPostgres
         )
     }
 
-    /// Whether this server keeps a SQLite audit trail (and needs a file for it).
+    /// Whether this server keeps an audit trail of its own: a SQLite file, or for (p) a
+    /// PostgreSQL database (its URL in place of the file's path).
     pub const fn has_audit_db(self) -> bool {
-        matches!(self, Variant::AacDurable | Variant::AacDurableNormal)
+        matches!(
+            self,
+            Variant::AacDurable | Variant::AacDurableNormal | Variant::AacPostgres
+        )
     }
 
     /// The name in ratios: `a`, `a-normal`, `b`, `c` or `d`.
@@ -136,11 +147,14 @@ pub fn aac_server(variant: Variant, audit_db: Option<&Path>) -> io::Result<Serve
     aac_server_and_sink(variant, audit_db).map(|(server, _)| server)
 }
 
-/// [`aac_server`], and its SQLite sink if it has one (for its [`SinkStats`]).
+/// The [`SinkStats`] of a server's audit sink, read when asked.
+pub type Stats = Box<dyn Fn() -> SinkStats + Send + Sync>;
+
+/// [`aac_server`], and its audit sink's [`SinkStats`] if it keeps a trail.
 pub fn aac_server_and_sink(
     variant: Variant,
     audit_db: Option<&Path>,
-) -> io::Result<(Server, Option<SqliteSink>)> {
+) -> io::Result<(Server, Option<Stats>)> {
     let registry = aac_flavour::registry().map_err(io::Error::other)?;
     let builder = Server::builder(registry).verifier(bench_verifier());
     let mut kept = None;
@@ -157,7 +171,17 @@ pub fn aac_server_and_sink(
                 Synchronous::Normal
             };
             let sink = crate::durable::sink(path, synchronous)?;
-            kept = Some(sink.clone());
+            let stats = sink.clone();
+            kept = Some(Box::new(move || stats.stats()) as Stats);
+            builder.audit(sink)
+        }
+        Variant::AacPostgres => {
+            let url = audit_db
+                .and_then(Path::to_str)
+                .ok_or_else(|| io::Error::other("(p) needs the URL of its audit database"))?;
+            let sink = crate::postgres_audit::sink(url)?;
+            let stats = sink.clone();
+            kept = Some(Box::new(move || stats.stats()) as Stats);
             builder.audit(sink)
         }
         _ => return Err(io::Error::other("not an aac-tools variant")),
@@ -168,6 +192,11 @@ pub fn aac_server_and_sink(
 /// Where a stdio server with a SQLite trail at `audit_db` writes its sink's
 /// [`SinkStats`] when its client leaves, as `records batches busy_ns`.
 pub fn stats_file(audit_db: &Path) -> std::path::PathBuf {
+    // (p)'s is the URL of its database: its figures go to the temporary directory.
+    if let Some(url) = audit_db.to_str().filter(|u| u.starts_with("postgres")) {
+        let name = url.rsplit('/').next().unwrap_or("postgres");
+        return std::env::temp_dir().join(format!("{name}.stats"));
+    }
     let mut path = audit_db.as_os_str().to_owned();
     path.push(".stats");
     path.into()
@@ -210,11 +239,12 @@ async fn serve_stdio(variant: Variant, audit_db: Option<&Path>) -> io::Result<()
         Variant::AacDurable
         | Variant::AacDurableNormal
         | Variant::AacNoAudit
-        | Variant::AacCounting => {
+        | Variant::AacCounting
+        | Variant::AacPostgres => {
             let (server, sink) = aac_server_and_sink(variant, audit_db)?;
             aac_tools::mcp::serve_stdio(server, Some(BENCH_TOKEN.to_owned())).await?;
             if let (Some(sink), Some(db)) = (sink, audit_db) {
-                let stats: SinkStats = sink.stats();
+                let stats: SinkStats = sink();
                 std::fs::write(
                     stats_file(db),
                     format!(
@@ -252,7 +282,8 @@ async fn serve_http(
         Variant::AacDurable
         | Variant::AacDurableNormal
         | Variant::AacNoAudit
-        | Variant::AacCounting => {
+        | Variant::AacCounting
+        | Variant::AacPostgres => {
             let server = aac_server(variant, audit_db)?;
             aac_tools::http::serve(server, listener, aac_tools::http::HttpOptions::default()).await
         }

@@ -7,13 +7,16 @@
 //! Options: `--rounds N` (default 3), `--secs S` measured seconds per scenario (default
 //! 2), `--compile-rounds N` (default 2), `--skip-pipeline`, `--skip-e2e`,
 //! `--skip-compile`, `--variants anbcd` (n: a-normal), `--compile-dir DIR`, `--out FILE`,
-//! `--postgres URL` (also the reference server on PostgreSQL against SQLite, 1→3 replicas;
-//! see `benches/src/postgres.rs`).
+//! `--postgres URL` (a user that may create databases and roles: adds the variant (p), the
+//! durable PostgreSQL audit, to the end-to-end runs, each server on a fresh database, with
+//! one durable commit's latency measured every round; and the reference server on
+//! PostgreSQL against SQLite, 1→3 replicas, see `benches/src/postgres.rs`).
 //!
-//! `bench-all serve <a|n|b|m|c|d> <stdio|http> [audit-db]` is the benchmark server itself
-//! (m: a-count, records handed to a sink that keeps nothing): the load generator starts
-//! this same binary so that one build serves both sides.
-//! `bench-all drive <a|n|b|m|c|d> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
+//! `bench-all serve <a|n|b|m|c|d|p> <stdio|http> [audit-db]` is the benchmark server itself
+//! (m: a-count, records handed to a sink that keeps nothing; p: the audit-db is the URL of
+//! an empty PostgreSQL database): the load generator starts this same binary so that one
+//! build serves both sides.
+//! `bench-all drive <a|n|b|m|c|d|p> <stdio|stdio-pipelined|http-N> <secs>` runs one scenario
 //! against one server (to profile that server), `bench-all profile …` one in-process
 //! call path, and `bench-all attribute [--rounds N] [--secs S]` only the table of where a
 //! lone client's audit time goes (part of every full run).
@@ -27,6 +30,7 @@ use aac_bench::compile;
 use aac_bench::load::{Plan, ServerProcess, http_run};
 use aac_bench::mem::{RssSampler, rss_kib};
 use aac_bench::pipeline::{Fixture, McpSession};
+use aac_bench::postgres_audit;
 use aac_bench::report::{self, EndToEnd, Goal, Memory, PipelineLine};
 use aac_bench::rmcp_flavour::{PerCallRouter, StoredRouter};
 use aac_bench::stats::median;
@@ -157,7 +161,7 @@ fn main() -> io::Result<()> {
 
     if options.e2e {
         eprintln!("== end to end");
-        let (e2e, memory, syncs) = end_to_end(&options)?;
+        let (e2e, memory, syncs, pg_commits) = end_to_end(&options)?;
         out.push_str("## End to end: `tools/call` on a 150-tool server\n\n");
         out.push_str(&format!(
             "{} rounds of {:.1} s per scenario and server; throughput is the median over rounds, \
@@ -165,7 +169,11 @@ fn main() -> io::Result<()> {
              their median reported.\n\n",
             options.rounds, options.secs
         ));
-        report::end_to_end_table(&mut out, &e2e, &SCENARIO_NAMES, &options.variants);
+        let mut variants = options.variants.clone();
+        if options.postgres.is_some() && !variants.contains(&Variant::AacPostgres) {
+            variants.push(Variant::AacPostgres);
+        }
+        report::end_to_end_table(&mut out, &e2e, &SCENARIO_NAMES, &variants);
         out.push('\n');
         out.push_str("## Durability: what the disk costs\n\n");
         report::durability_table(&mut out, &e2e, &SCENARIO_NAMES, &syncs);
@@ -184,6 +192,7 @@ fn main() -> io::Result<()> {
             &memory,
             &syncs,
         ));
+        goals.extend(report::postgres_goals(&e2e, &SCENARIO_NAMES, &pg_commits));
     }
 
     if options.compile {
@@ -240,7 +249,8 @@ fn main() -> io::Result<()> {
 }
 
 fn serve(args: &[String]) -> io::Result<()> {
-    let usage = || io::Error::other("usage: bench-all serve <a|n|b|c|d> <stdio|http> [audit-db]");
+    let usage =
+        || io::Error::other("usage: bench-all serve <a|n|b|m|c|d|p> <stdio|http> [audit-db]");
     let variant = args
         .first()
         .and_then(|s| Variant::from_key(s))
@@ -304,7 +314,10 @@ fn profile(args: &[String]) -> io::Result<()> {
 /// print the throughput.
 fn drive(args: &[String]) -> io::Result<()> {
     let usage = || {
-        io::Error::other("usage: bench-all drive <a|n|b|c|d> <stdio|stdio-pipelined|http-N> <secs>")
+        io::Error::other(
+            "usage: bench-all drive <a|n|b|m|c|d|p> <stdio|stdio-pipelined|http-N> <secs> \
+             (p: AAC_BENCH_POSTGRES=postgres://user@host/db)",
+        )
     };
     let variant = args
         .first()
@@ -314,7 +327,10 @@ fn drive(args: &[String]) -> io::Result<()> {
     let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
     let exe = std::env::current_exe()?;
     let dir = tempfile::tempdir()?;
-    let audit_db = variant.has_audit_db().then(|| dir.path().join("audit.db"));
+    // (p): a fresh database on the server at `AAC_BENCH_POSTGRES`, dropped after.
+    let pg_admin = std::env::var("AAC_BENCH_POSTGRES").ok();
+    let pg_name = format!("aac_bench_drive_{}", std::process::id());
+    let mut audit_db = variant.has_audit_db().then(|| dir.path().join("audit.db"));
     let plan = Plan {
         warmup_calls: std::env::var("AAC_BENCH_WARMUP")
             .ok()
@@ -326,7 +342,15 @@ fn drive(args: &[String]) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    if variant == Variant::AacPostgres {
+        let admin = pg_admin.as_deref().ok_or_else(|| {
+            io::Error::other("(p) needs AAC_BENCH_POSTGRES=postgres://user@host/db")
+        })?;
+        audit_db = Some(PathBuf::from(
+            rt.block_on(postgres_audit::create(admin, &pg_name))?,
+        ));
+    }
+    let driven = rt.block_on(async {
         let transport = if scenario.starts_with("http") {
             TransportKind::Http
         } else {
@@ -385,7 +409,11 @@ fn drive(args: &[String]) -> io::Result<()> {
             );
         }
         Ok(())
-    })
+    });
+    if let (Variant::AacPostgres, Some(admin)) = (variant, &pg_admin) {
+        rt.block_on(postgres_audit::drop(admin, &pg_name))?;
+    }
+    driven
 }
 
 /// Median nanoseconds per call of `f` over 15 batches, each batch long enough to last
@@ -606,7 +634,11 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
     Ok(at)
 }
 
-fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memory>, Vec<u64>)> {
+/// What [`end_to_end`] measured: the runs, each server's memory, the file system's
+/// `fdatasync` latencies, and (with `--postgres`) PostgreSQL's durable single-row commits.
+type Measured = (EndToEnd, BTreeMap<Variant, Memory>, Vec<u64>, Vec<u64>);
+
+fn end_to_end(options: &Options) -> io::Result<Measured> {
     let exe = std::env::current_exe()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -618,17 +650,44 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
     // What one flush costs on the file system the audit databases are on, measured in
     // every round (the disk's latency drifts too).
     let mut syncs = Vec::new();
-    let n = options.variants.len();
+    // With `--postgres`, (p) too, and what one durable commit costs on that server.
+    let mut variants = options.variants.clone();
+    let mut pg_commits = Vec::new();
+    if options.postgres.is_some() && !variants.contains(&Variant::AacPostgres) {
+        variants.push(Variant::AacPostgres);
+    }
+    let n = variants.len();
     for round in 0..options.rounds {
         syncs.extend(aac_bench::durable::fdatasync_latencies(dir.path(), 200)?);
+        if let Some(admin) = &options.postgres {
+            let name = format!("aac_bench_commit_{}", std::process::id());
+            pg_commits.extend(rt.block_on(async {
+                let url = postgres_audit::create(admin, &name).await?;
+                let latencies = postgres_audit::commit_latencies(&url, 200).await;
+                postgres_audit::drop(admin, &name).await?;
+                latencies
+            })?);
+        }
         for k in 0..n {
-            let variant = options.variants[(round + k) % n];
+            let variant = variants[(round + k) % n];
             let mem = memory.entry(variant).or_default();
-            let db = |t: &str| {
-                dir.path()
-                    .join(format!("audit-{}-{round}-{t}.db", variant.key()))
+            // A SQLite file, or for (p) a fresh PostgreSQL database (its name and URL).
+            let pg_name = |t: &str| format!("aac_bench_{}_{round}_{t}", std::process::id());
+            let db = |t: &str| -> io::Result<PathBuf> {
+                match (variant, &options.postgres) {
+                    (Variant::AacPostgres, Some(admin)) => Ok(PathBuf::from(
+                        rt.block_on(postgres_audit::create(admin, &pg_name(t)))?,
+                    )),
+                    (Variant::AacPostgres, None) => {
+                        Err(io::Error::other("(p) needs `--postgres URL`"))
+                    }
+                    _ => Ok(dir
+                        .path()
+                        .join(format!("audit-{}-{round}-{t}.db", variant.key()))),
+                }
             };
-            let audit_db = variant.has_audit_db().then(|| db("stdio"));
+            let audit_db = variant.has_audit_db().then(|| db("stdio")).transpose()?;
+            let http_db = variant.has_audit_db().then(|| db("http")).transpose()?;
             eprintln!("round {} · {}", round + 1, variant.label());
             rt.block_on(async {
                 // stdio: one process, one client.
@@ -655,7 +714,7 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
                 server.stop().await;
 
                 // HTTP: one process, 1, 16 then 64 clients.
-                let audit_db = variant.has_audit_db().then(|| db("http"));
+                let audit_db = http_db;
                 let server =
                     ServerProcess::spawn(&exe, variant, TransportKind::Http, audit_db.as_deref())
                         .await?;
@@ -679,7 +738,12 @@ fn end_to_end(options: &Options) -> io::Result<(EndToEnd, BTreeMap<Variant, Memo
                 server.stop().await;
                 Ok::<_, io::Error>(())
             })?;
+            if let (Variant::AacPostgres, Some(admin)) = (variant, &options.postgres) {
+                for t in ["stdio", "http"] {
+                    rt.block_on(postgres_audit::drop(admin, &pg_name(t)))?;
+                }
+            }
         }
     }
-    Ok((e2e, memory, syncs))
+    Ok((e2e, memory, syncs, pg_commits))
 }

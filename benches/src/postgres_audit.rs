@@ -1,0 +1,111 @@
+//! The variant (p): the 150-tool server with the durable PostgreSQL audit trail, each
+//! server process on a database of its own, created and dropped by the driver; and the
+//! floor it is measured against, one durable single-row `INSERT`.
+
+use std::io;
+use std::time::Instant;
+
+use aac_tools::postgres::{Database, PgSink, Roles, tokio_postgres};
+
+fn failed(what: &str, err: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {err}"))
+}
+
+/// The sink of a (p) server on the empty database at `url`, its roles named after the
+/// database: the audit table is created (migrated) first. Runs its own runtime on a
+/// thread of its own, so it may be called from async code.
+pub fn sink(url: &str) -> io::Result<PgSink> {
+    let name = url
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| io::Error::other(format!("no database name in {url}")))?;
+    let roles = Roles::new(name).map_err(|e| failed("the roles' prefix", e))?;
+    let db = Database::connect(url, roles).map_err(|e| failed("the audit database", e))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(db.migrate("bench", &[]))
+                    .map_err(|e| failed("migrating the audit database", e))
+            })
+            .join()
+            .map_err(|_| io::Error::other("the migration panicked"))?
+    })?;
+    PgSink::open(&db).map_err(|e| failed("the PostgreSQL audit sink", e))
+}
+
+async fn connect(url: &str) -> io::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| failed(&format!("PostgreSQL at {url}"), e))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// The URL of database `name` on the server of `url`.
+pub fn url_of(url: &str, name: &str) -> String {
+    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+    format!("{base}/{name}")
+}
+
+/// A fresh database `name` on the server of `admin_url`: its URL.
+pub async fn create(admin_url: &str, name: &str) -> io::Result<String> {
+    let admin = connect(admin_url).await?;
+    drop_all(&admin, name).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(|e| failed("CREATE DATABASE", e))?;
+    Ok(url_of(admin_url, name))
+}
+
+/// Drop database `name` and the roles of its levels.
+pub async fn drop(admin_url: &str, name: &str) -> io::Result<()> {
+    let admin = connect(admin_url).await?;
+    drop_all(&admin, name).await;
+    Ok(())
+}
+
+async fn drop_all(admin: &tokio_postgres::Client, name: &str) {
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await;
+    for role in ["read", "write", "delete", "tokens", "audit"] {
+        let _ = admin
+            .batch_execute(&format!("DROP ROLE IF EXISTS {name}_{role}"))
+            .await;
+    }
+}
+
+/// `n` latencies (ns) of one single-row `INSERT` of 300 bytes in its own transaction, on
+/// the database at `url` (a scratch table, dropped after): the round trip and the WAL
+/// flush that every durable record needs at least.
+pub async fn commit_latencies(url: &str, n: usize) -> io::Result<Vec<u64>> {
+    let client = connect(url).await?;
+    let sql = |e| failed("the commit probe", e);
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS commit_probe (id BIGINT, body TEXT)")
+        .await
+        .map_err(sql)?;
+    let insert = client
+        .prepare("INSERT INTO commit_probe VALUES ($1, $2)")
+        .await
+        .map_err(sql)?;
+    let body = "x".repeat(300);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..(n + 20) as i64 {
+        let started = Instant::now();
+        client.execute(&insert, &[&i, &body]).await.map_err(sql)?;
+        if i >= 20 {
+            out.push(started.elapsed().as_nanos() as u64);
+        }
+    }
+    client
+        .batch_execute("DROP TABLE commit_probe")
+        .await
+        .map_err(sql)?;
+    Ok(out)
+}
