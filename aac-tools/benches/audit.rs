@@ -99,7 +99,21 @@ fn throughput(
             sink.record(sample_record(i)).await.unwrap();
         }
     });
-    let before = sink.stats();
+    let measured = records_per_second(rt, &sink, SqliteSink::stats, callers, duration);
+    assert!(sink.verify().unwrap().is_intact());
+    measured
+}
+
+/// Records per second through `sink` from `callers` concurrent callers for `duration`,
+/// and the mean batch (from the sink's own `stats`).
+fn records_per_second<S: AuditSink + Clone + 'static>(
+    rt: &tokio::runtime::Runtime,
+    sink: &S,
+    stats: fn(&S) -> aac_tools::audit::SinkStats,
+    callers: usize,
+    duration: Duration,
+) -> (f64, f64) {
+    let before = stats(sink);
     let started = Instant::now();
     let deadline = started + duration;
     rt.block_on(async {
@@ -119,10 +133,9 @@ fn throughput(
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let after = sink.stats();
+    let after = stats(sink);
     let records = after.records - before.records;
     let batch = records as f64 / (after.batches - before.batches).max(1) as f64;
-    assert!(sink.verify().unwrap().is_intact());
     (records as f64 / elapsed, batch)
 }
 
@@ -444,38 +457,6 @@ mod postgres {
         median(&mut samples[50..])
     }
 
-    fn pg_throughput(
-        rt: &tokio::runtime::Runtime,
-        sink: &PgSink,
-        callers: usize,
-        duration: Duration,
-    ) -> (f64, f64) {
-        let before = sink.stats();
-        let started = Instant::now();
-        let deadline = started + duration;
-        rt.block_on(async {
-            let mut tasks = Vec::new();
-            for c in 0..callers {
-                let sink = sink.clone();
-                tasks.push(tokio::spawn(async move {
-                    let mut i = c as u64 * 1_000_000;
-                    while Instant::now() < deadline {
-                        sink.record(sample_record(i)).await.unwrap();
-                        i += 1;
-                    }
-                }));
-            }
-            for t in tasks {
-                t.await.unwrap();
-            }
-        });
-        let elapsed = started.elapsed().as_secs_f64();
-        let after = sink.stats();
-        let records = after.records - before.records;
-        let batch = records as f64 / (after.batches - before.batches).max(1) as f64;
-        (records as f64 / elapsed, batch)
-    }
-
     pub(super) fn run(rt: &tokio::runtime::Runtime, url: &str, duration: Duration) {
         let name = format!("aac_audit_bench_{}", std::process::id());
         let admin_client = rt.block_on(admin(url));
@@ -519,7 +500,7 @@ mod postgres {
         println!("{:>8}  {:>10}  {:>6}", "callers", "records/s", "batch");
         let mut rows = Vec::new();
         for callers in [1usize, 8, 64] {
-            let (per_s, batch) = pg_throughput(rt, &sink, callers, duration);
+            let (per_s, batch) = records_per_second(rt, &sink, PgSink::stats, callers, duration);
             println!("{callers:>8}  {per_s:>10.0}  {batch:>6.1}");
             rows.push(json!({"callers": callers, "per_s": per_s.round(), "mean_batch": (batch * 10.0).round() / 10.0}));
         }
