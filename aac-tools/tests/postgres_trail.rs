@@ -385,12 +385,19 @@ impl Proxy {
                     continue; // dropped: the connection is closed at once
                 }
                 let mut cut = accept_cut.subscribe();
+                let open = Arc::clone(&accept_open);
                 tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                         return;
                     };
+                    let (client_read, client_write) = client.split();
+                    let (server_read, server_write) = server.into_split();
+                    // Each chunk is forwarded only while the proxy is open: once `cut`
+                    // returns, not one more byte goes either way (a cut that the
+                    // connection's task notices later could let a whole request through).
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        () = forward(client_read, server_write, &open) => {}
+                        () = forward(server_read, client_write, &open) => {}
                         _ = cut.changed() => {}
                     }
                 });
@@ -406,6 +413,25 @@ impl Proxy {
 
     fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copy `from` to `to` chunk by chunk while `open`; return at the end of either, or at the
+/// first chunk read once closed (dropped).
+async fn forward(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+    open: &std::sync::atomic::AtomicBool,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if !open.load(Ordering::SeqCst) || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 
