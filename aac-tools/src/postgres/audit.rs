@@ -295,7 +295,8 @@ struct Conn {
     lock: Statement,
     insert: Statement,
     insert_if_head: Statement,
-    /// The chain's head as this connection's last append left it.
+    /// The chain's head as this connection's last append left it (`None` after a failed
+    /// or wrongly guessed one: read it first).
     head: Option<(i64, String)>,
     /// Appends left before the head is guessed again, after another replica was found to
     /// have appended in between.
@@ -364,12 +365,11 @@ impl Conn {
         batch: &[PortableRow],
     ) -> Result<(), tokio_postgres::Error> {
         let result = self.append_open(sql, integer, batch).await;
-        if result.is_err() {
-            self.head = None;
-            if !self.client.is_closed() {
-                // Best effort: the caller opens the connection again anyway.
-                let _ = self.client.batch_execute("ROLLBACK").await;
-            }
+        if result.is_err() && !self.client.is_closed() {
+            // Though the caller drops this connection, its task runs only inside the
+            // sink's runtime: until the next batch, an aborted transaction would keep
+            // the chain's lock from every other replica. Best effort.
+            let _ = self.client.batch_execute("ROLLBACK").await;
         }
         result
     }
@@ -382,7 +382,7 @@ impl Conn {
     ) -> Result<(), tokio_postgres::Error> {
         if self.skip_guess > 0 {
             self.skip_guess -= 1;
-        } else if let Some(head) = self.head.clone() {
+        } else if let Some(head) = self.head.take() {
             let (columns, after) = chained(integer, batch, head.clone());
             let mut params: Vec<&(dyn ToSql + Sync)> =
                 columns.iter().map(ColumnValues::value).collect();
