@@ -14,8 +14,11 @@
 //!   The lock is held from the head's read to the commit: that is the chain's
 //!   serialization point, one short transaction per batch, pipelined: two round trips
 //!   (the lock and the head; the batch as one prepared insert of arrays, and the
-//!   commit), or one when this replica wrote the head itself (the batch is then inserted
-//!   only if the head is still its own; if not, nothing is, and it goes the two-trip way).
+//!   commit), or, when this replica wrote the head itself, one statement in its own
+//!   transaction (the lock, then the batch inserted only if the head is still its own;
+//!   if not, nothing is, and it goes the two-trip way). `seq` is the table's primary
+//!   key: whatever a statement's snapshot saw, two batches can never both follow one
+//!   head.
 //! - **Least privilege**: the sink logs in as `<prefix>_audit`, which may `INSERT` and
 //!   `SELECT` `aac_audit` and nothing else; no role of the application may `UPDATE` or
 //!   `DELETE` a record.
@@ -32,6 +35,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 
@@ -100,10 +104,17 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
 }
 
 /// The insert of a whole batch in one statement: one array per column (`$1` to `$n`,
-/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows. With
-/// `if_head`, only if the chain's head is still `$n+1` (its `seq`) and `$n+2` (its
-/// hash): the batch was chained to a head this connection wrote, and no other replica
-/// may have appended since.
+/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows.
+///
+/// With `if_head`, the statement is a transaction of its own (no `BEGIN`, no `COMMIT`:
+/// one round trip, as one durable single-row insert is): it takes the chain's lock
+/// before any row is inserted (the rows are joined to the lock's), and inserts only if
+/// the chain's head is still `$n+1` (its `seq`) and `$n+2` (its hash), the head this
+/// connection wrote. The head is read in the statement's snapshot, which may be older
+/// than the lock: if another replica appended in between, the first row's `seq` is
+/// then already taken, and the primary key refuses the batch (a unique violation,
+/// taken as a wrong guess), so a stale snapshot can fail the guess, never fork the
+/// chain.
 fn insert_sql(integer: &[bool], if_head: bool) -> String {
     let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
     let arrays: Vec<String> = integer
@@ -114,21 +125,19 @@ fn insert_sql(integer: &[bool], if_head: bool) -> String {
             format!("${}::{ty}[]", i + 1)
         })
         .collect();
-    let condition = if if_head {
+    let (columns, arrays) = (columns.join(", "), arrays.join(", "));
+    if if_head {
         format!(
-            " WHERE EXISTS (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} \
+            "WITH chain_lock AS MATERIALIZED (SELECT pg_advisory_xact_lock({CHAIN_LOCK})) \
+             INSERT INTO {AUDIT_TABLE} ({columns}) SELECT batch.* FROM unnest({arrays}) AS batch \
+             CROSS JOIN chain_lock WHERE EXISTS (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} \
              ORDER BY seq DESC LIMIT 1) head WHERE head.seq = ${}::bigint AND head.hash = ${}::text)",
             integer.len() + 1,
             integer.len() + 2
         )
     } else {
-        String::new()
-    };
-    format!(
-        "INSERT INTO {AUDIT_TABLE} ({}) SELECT * FROM unnest({}){condition}",
-        columns.join(", "),
-        arrays.join(", ")
-    )
+        format!("INSERT INTO {AUDIT_TABLE} ({columns}) SELECT * FROM unnest({arrays})")
+    }
 }
 
 /// The transaction, the chain's lock, then the chain's head as it is once the lock is
@@ -214,15 +223,14 @@ impl PgBackend {
             tokio::spawn(async move {
                 let _ = connection.await;
             });
-            // Planned once per connection, not per batch.
-            let (lock, insert, insert_if_head) = tokio::try_join!(
-                client.prepare("SELECT pg_advisory_xact_lock($1)"),
+            // Planned once per connection, not per batch. (A generic plan, forced, was
+            // slower: PostgreSQL's custom plans of the arrays are worth their planning.)
+            let (insert, insert_if_head) = tokio::try_join!(
                 client.prepare(&sql.insert),
                 client.prepare(&sql.insert_if_head)
             )?;
             Ok::<_, tokio_postgres::Error>(Conn {
                 client,
-                lock,
                 insert,
                 insert_if_head,
                 head: None,
@@ -292,7 +300,6 @@ struct Sql {
 /// The sink's connection and what it knows.
 struct Conn {
     client: Client,
-    lock: Statement,
     insert: Statement,
     insert_if_head: Statement,
     /// The chain's head as this connection's last append left it (`None` after a failed
@@ -352,12 +359,12 @@ async fn outcome<F: Future>(first: Poll<F::Output>, future: Pin<&mut F>) -> F::O
 
 impl Conn {
     /// Append `batch` in one transaction, chained to the last record any replica
-    /// committed. When this connection wrote the head, one round trip: the lock, the
-    /// batch inserted only if the head is still its own, and the `COMMIT`, pipelined.
-    /// Otherwise (or when another replica appended in between), two: the lock and the
-    /// head in one query, then the batch with its `COMMIT`. Any failure rolls the
-    /// transaction back (a `COMMIT` behind a failed statement is one already) before the
-    /// error is returned.
+    /// committed. When this connection wrote the head, one round trip: one statement, its
+    /// own transaction, that takes the lock and inserts the batch only if the head is
+    /// still its own. Otherwise (or when another replica appended in between), two: the
+    /// lock and the head in one query, then the batch with its `COMMIT`. Any failure
+    /// rolls the transaction back (a `COMMIT` behind a failed statement is one already)
+    /// before the error is returned.
     async fn append(
         &mut self,
         sql: &Sql,
@@ -388,25 +395,19 @@ impl Conn {
                 columns.iter().map(ColumnValues::value).collect();
             params.push(&head.0);
             params.push(&head.1);
-            let client = &self.client;
-            let mut begun = pin!(client.batch_execute("BEGIN"));
-            let begun_first = sent(begun.as_mut()).await;
-            let mut locked = pin!(client.execute(&self.lock, &[&CHAIN_LOCK]));
-            let locked_first = sent(locked.as_mut()).await;
-            let mut inserted = pin!(client.execute(&self.insert_if_head, &params));
-            let inserted_first = sent(inserted.as_mut()).await;
-            let mut committed = pin!(client.batch_execute("COMMIT"));
-            let committed_first = sent(committed.as_mut()).await;
-            outcome(begun_first, begun).await?;
-            outcome(locked_first, locked).await?;
-            let rows = outcome(inserted_first, inserted).await?;
-            outcome(committed_first, committed).await?;
+            let rows = match self.client.execute(&self.insert_if_head, &params).await {
+                Ok(rows) => rows,
+                // The statement's snapshot predates another replica's append: the batch's
+                // first `seq` is taken (see `insert_sql`). Nothing was inserted.
+                Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => 0,
+                Err(err) => return Err(err),
+            };
             if rows == batch.len() as u64 {
                 self.head = Some(after);
                 return Ok(());
             }
             // Another replica appended since this connection's last batch: nothing was
-            // inserted (the empty transaction released the lock). Read the head.
+            // inserted (the statement's transaction released the lock). Read the head.
             self.skip_guess = SKIP_AFTER_MISS;
         }
         // Read committed: the head's statement takes its snapshot after the lock, so it
