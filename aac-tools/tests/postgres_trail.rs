@@ -8,7 +8,7 @@ mod postgres_support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
 use aac_tools::audit::{AuditQuery, Outcome, verify_chain};
 use aac_tools::http::HttpOptions;
@@ -365,11 +365,18 @@ async fn pgt_echo() -> Result<Text, ToolError> {
     Ok(Text("echo".into()))
 }
 
-/// A TCP proxy to PostgreSQL that can cut every connection and refuse new ones.
+/// A TCP proxy to PostgreSQL that can cut every connection and refuse new ones, or cut
+/// one connection at the next chunk it carries one way (dropping that chunk).
 struct Proxy {
     port: u16,
     open: Arc<std::sync::atomic::AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
+    /// Chunks to the database let through before one is dropped and its connection cut
+    /// (negative: none is).
+    lose_request: Arc<AtomicI64>,
+    /// Chunks from the database let through before one is dropped and its connection
+    /// cut (negative: none is).
+    lose_answer: Arc<AtomicI64>,
 }
 
 impl Proxy {
@@ -379,6 +386,10 @@ impl Proxy {
         let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (cut, _) = tokio::sync::watch::channel(0u64);
         let (accept_open, accept_cut) = (Arc::clone(&open), cut.clone());
+        let lose_request = Arc::new(AtomicI64::new(-1));
+        let lose_answer = Arc::new(AtomicI64::new(-1));
+        let (accept_lose_request, accept_lose_answer) =
+            (Arc::clone(&lose_request), Arc::clone(&lose_answer));
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !accept_open.load(Ordering::SeqCst) {
@@ -386,6 +397,10 @@ impl Proxy {
                 }
                 let mut cut = accept_cut.subscribe();
                 let open = Arc::clone(&accept_open);
+                let (lose_request, lose_answer) = (
+                    Arc::clone(&accept_lose_request),
+                    Arc::clone(&accept_lose_answer),
+                );
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                         return;
@@ -396,14 +411,20 @@ impl Proxy {
                     // returns, not one more byte goes either way (a cut that the
                     // connection's task notices later could let a whole request through).
                     tokio::select! {
-                        () = forward(client_read, server_write, &open) => {}
-                        () = forward(server_read, client_write, &open) => {}
+                        () = forward(client_read, server_write, &open, &lose_request) => {}
+                        () = forward(server_read, client_write, &open, &lose_answer) => {}
                         _ = cut.changed() => {}
                     }
                 });
             }
         });
-        Proxy { port, open, cut }
+        Proxy {
+            port,
+            open,
+            cut,
+            lose_request,
+            lose_answer,
+        }
     }
 
     fn cut(&self) {
@@ -414,14 +435,26 @@ impl Proxy {
     fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
+
+    /// Let `n` chunks go to the database, then drop the next and cut its connection.
+    fn lose_request_after(&self, n: i64) {
+        self.lose_request.store(n, Ordering::SeqCst);
+    }
+
+    /// Let `n` chunks come from the database, then drop the next and cut its connection.
+    fn lose_answer_after(&self, n: i64) {
+        self.lose_answer.store(n, Ordering::SeqCst);
+    }
 }
 
 /// Copy `from` to `to` chunk by chunk while `open`; return at the end of either, or at the
-/// first chunk read once closed (dropped).
+/// first chunk read once closed or when `lose` counts down to it (that chunk is dropped,
+/// and `lose` turned off).
 async fn forward(
     mut from: impl tokio::io::AsyncRead + Unpin,
     mut to: impl tokio::io::AsyncWrite + Unpin,
     open: &std::sync::atomic::AtomicBool,
+    lose: &AtomicI64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -429,15 +462,19 @@ async fn forward(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if !open.load(Ordering::SeqCst) || to.write_all(&buf[..n]).await.is_err() {
+        if !open.load(Ordering::SeqCst)
+            || lose.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                (left >= 0).then_some(left - 1)
+            }) == Ok(0)
+            || to.write_all(&buf[..n]).await.is_err()
+        {
             return;
         }
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_lost_mid_run_fails_closed_and_recovers() {
-    let test = migrated().await;
+/// A server of `pgt_echo` whose audit sink reaches the database through a [`Proxy`].
+async fn behind_proxy(test: &TestDb) -> (Proxy, PgSink, Server) {
     let admin: tokio_postgres::Config = test.url.parse().unwrap();
     let target = SocketAddr::from(([127, 0, 0, 1], admin.get_ports()[0]));
     let proxy = Proxy::start(target).await;
@@ -453,6 +490,13 @@ async fn a_database_lost_mid_run_fails_closed_and_recovers() {
         .audit(sink.clone())
         .build()
         .unwrap();
+    (proxy, sink, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_lost_mid_run_fails_closed_and_recovers() {
+    let test = migrated().await;
+    let (proxy, sink, server) = behind_proxy(&test).await;
     let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
     let call = || {
         server.call(
@@ -499,6 +543,92 @@ async fn a_database_lost_mid_run_fails_closed_and_recovers() {
     let records = AuditQuery::new().fetch(&trail).unwrap();
     let answered_ok = records.iter().filter(|r| r.record.status == 200).count();
     assert_eq!(answered_ok, ok, "every 200 has its record, and only those");
+}
+
+/// A connection lost after an append's statement was sent leaves the append in doubt:
+/// the sink looks for the batch on a new connection before answering. Its answer lost,
+/// the batch is in the trail and the call is answered 200; the statement lost, nothing is
+/// in the trail and the call is refused 503. Every 200 has its record, and only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_whose_answer_is_lost_is_looked_for_before_the_call_is_answered() {
+    let test = migrated().await;
+    let (proxy, sink, server) = behind_proxy(&test).await;
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    let call = |id: &str| {
+        server.call(
+            CallRequest::new("pgt_echo", Some(json!({})))
+                .request_id(id)
+                .credentials(Credentials::Verified(principal.clone())),
+        )
+    };
+    for i in 0..3 {
+        let response = call(&format!("warm-{i}")).await;
+        assert!(response.error().is_none(), "{:?}", response.error());
+    }
+    // The database commits the batch; its answer never reaches the sink.
+    proxy.lose_answer_after(0);
+    let response = call("answer-lost").await;
+    assert!(
+        response.error().is_none(),
+        "a durable record whose answer was lost: {:?}",
+        response.error()
+    );
+    // The statement never reaches the database.
+    proxy.lose_request_after(0);
+    let response = call("request-lost").await;
+    let err = response.error().expect("nothing was written");
+    assert_eq!(
+        (err.status(), err.reason()),
+        (Status::Unavailable, "audit_unavailable")
+    );
+    // The sink writes again (after at most its retry interval).
+    let mut tries = 0;
+    while call(&format!("after-{tries}")).await.error().is_some() {
+        tries += 1;
+        assert!(tries < 200, "the sink never recovered");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Another replica appends: this one's guess misses, and its batch goes the two-trip
+    // way (the guess, then the lock and the head, then the insert and its `COMMIT`), whose
+    // last answer is lost.
+    use aac_tools::audit::AuditSink;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let other = PgSink::open(&db).unwrap();
+    other.record(record(9, 0)).await.unwrap();
+    proxy.lose_answer_after(2);
+    let response = call("commit-answer-lost").await;
+    assert!(
+        response.error().is_none(),
+        "a durable record whose COMMIT's answer was lost: {:?}",
+        response.error()
+    );
+    let trail = sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    let answered: Vec<String> = AuditQuery::new()
+        .fetch(&trail)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.record.status == 200)
+        .filter_map(|r| r.record.request_id)
+        .collect();
+    let tried = format!("after-{tries}");
+    assert_eq!(
+        answered,
+        [
+            "warm-0",
+            "warm-1",
+            "warm-2",
+            "answer-lost",
+            tried.as_str(),
+            "9-0",
+            "commit-answer-lost"
+        ],
+        "the records of the calls answered 200, in order"
+    );
+    // One batch lost: the one the database never received (the calls refused while the
+    // sink was not ready were refused before anything was written).
+    assert_eq!(sink.stats().lost, 1, "{:?}", sink.stats());
 }
 
 /// The single-use ledger of 2026-07-28 confirmations on PostgreSQL: a nonce redeemed

@@ -25,6 +25,10 @@
 //! - **Fail closed**: when the database cannot be reached, the batch fails, every call
 //!   in it is answered 503 `audit_unavailable`, and the sink reports not ready (so the
 //!   next calls are refused before their handler runs) until a write succeeds again.
+//!   A connection lost after the statement that commits a batch was sent leaves the
+//!   batch in doubt: before its calls are answered, the sink looks for the batch's last
+//!   record on a new connection, once the chain's lock is free (the lost session's
+//!   transaction holds it to its end), and answers them as written if it is there.
 //! - **Verify, queries, summaries**: [`PgSink::mirror`] copies the table into an
 //!   in-memory SQLite `aac_audit`, on which `verify_chain`, `AuditQuery` and the
 //!   summaries run exactly as on SQLite's own trail.
@@ -235,6 +239,7 @@ impl PgBackend {
                 insert_if_head,
                 head: None,
                 skip_guess: 0,
+                in_doubt: None,
             })
         });
         match connected {
@@ -277,18 +282,89 @@ impl Backend for PgBackend {
         let result = self
             .runtime
             .block_on(conn.append(&self.sql, &self.integer, batch));
-        if let Err(err) = &result {
-            // Whatever failed, the connection is opened (and its statements prepared)
-            // again at the next batch.
-            self.conn = None;
-            return Err(AuditError::new(format!(
-                "cannot write to the audit database: {}",
-                describe(err)
-            )));
+        let Err(err) = result else {
+            return Ok(());
+        };
+        // Whatever failed, the connection is opened (and its statements prepared) again.
+        let in_doubt = conn.in_doubt.take();
+        self.conn = None;
+        let err = AuditError::new(format!(
+            "cannot write to the audit database: {}",
+            describe(&err)
+        ));
+        match in_doubt {
+            Some(head) => self.settle(head, err),
+            None => Err(err),
         }
-        Ok(())
     }
 }
+
+impl PgBackend {
+    /// The connection was lost after the statement that commits a batch was sent, so the
+    /// batch may be durable though its answer never came: on a new connection, once the
+    /// chain's lock is free (the lost session's transaction, if it still runs, holds it to
+    /// its end), look for the batch's last record. There: the batch is answered as
+    /// written, and this connection knows the head. Not there, or not known (no
+    /// connection, the lock still held after [`SETTLE_LOCK_TIMEOUT`]): `err`, as for any
+    /// failed batch.
+    fn settle(&mut self, (seq, hash): (i64, String), err: AuditError) -> Result<(), AuditError> {
+        if self.connect().is_err() {
+            tracing::warn!(
+                seq,
+                "the audit database's answer to a commit was lost and it cannot be reached: the batch is refused, and may be in the trail"
+            );
+            return Err(err);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(err);
+        };
+        let timeout = SETTLE_LOCK_TIMEOUT.as_millis();
+        let query = format!(
+            "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
+             SELECT hash FROM {AUDIT_TABLE} WHERE seq = {seq}; COMMIT"
+        );
+        let found = self.runtime.block_on(async {
+            let messages = conn.client.simple_query(&query).await;
+            if messages.is_err() && !conn.client.is_closed() {
+                let _ = conn.client.batch_execute("ROLLBACK").await;
+            }
+            messages.map(|messages| {
+                // (The lock's row comes first: its one column is the lock function's.)
+                messages.into_iter().find_map(|message| match message {
+                    SimpleQueryMessage::Row(row)
+                        if row.columns().first().is_some_and(|c| c.name() == "hash") =>
+                    {
+                        row.get(0).map(str::to_owned)
+                    }
+                    _ => None,
+                })
+            })
+        });
+        match found {
+            Ok(Some(found)) if found == hash => {
+                tracing::warn!(
+                    seq,
+                    "the audit database's answer to a commit was lost; the batch was found in the trail and is answered as written"
+                );
+                conn.head = Some((seq, hash));
+                Ok(())
+            }
+            Ok(_) => Err(err),
+            Err(settle) => {
+                tracing::warn!(
+                    seq,
+                    "the audit database's answer to a commit was lost and the batch could not be looked for ({}): it is refused, and may be in the trail",
+                    describe(&settle)
+                );
+                self.conn = None;
+                Err(err)
+            }
+        }
+    }
+}
+
+/// How long [`PgBackend::settle`] waits for the chain's lock.
+const SETTLE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The SQL of an append.
 struct Sql {
@@ -308,6 +384,9 @@ struct Conn {
     /// Appends left before the head is guessed again, after another replica was found to
     /// have appended in between.
     skip_guess: u32,
+    /// After a failed append: the head it would have left, when the statement that
+    /// commits it was sent and the connection was lost before its answer came.
+    in_doubt: Option<(i64, String)>,
 }
 
 /// How many appends read the head first after a wrong guess: another replica is writing.
@@ -358,6 +437,15 @@ async fn outcome<F: Future>(first: Poll<F::Output>, future: Pin<&mut F>) -> F::O
 }
 
 impl Conn {
+    /// `err`, which ended an append whose committing statement was sent: when it is not
+    /// the database's answer (the connection was lost), the append is in doubt.
+    fn doubt(&mut self, err: tokio_postgres::Error, after: (i64, String)) -> tokio_postgres::Error {
+        if err.as_db_error().is_none() {
+            self.in_doubt = Some(after);
+        }
+        err
+    }
+
     /// Append `batch` in one transaction, chained to the last record any replica
     /// committed. When this connection wrote the head, one round trip: one statement, its
     /// own transaction, that takes the lock and inserts the batch only if the head is
@@ -400,7 +488,7 @@ impl Conn {
                 // The statement's snapshot predates another replica's append: the batch's
                 // first `seq` is taken (see `insert_sql`). Nothing was inserted.
                 Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => 0,
-                Err(err) => return Err(err),
+                Err(err) => return Err(self.doubt(err, after)),
             };
             if rows == batch.len() as u64 {
                 self.head = Some(after);
@@ -430,13 +518,23 @@ impl Conn {
         };
         let (columns, after) = chained(integer, batch, head);
         let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
-        let client = &self.client;
-        let mut inserted = pin!(client.execute(&self.insert, &params));
-        let inserted_first = sent(inserted.as_mut()).await;
-        let mut committed = pin!(client.batch_execute("COMMIT"));
-        let committed_first = sent(committed.as_mut()).await;
-        let rows = outcome(inserted_first, inserted).await?;
-        outcome(committed_first, committed).await?;
+        let (rows, committed) = {
+            let client = &self.client;
+            let mut inserted = pin!(client.execute(&self.insert, &params));
+            let inserted_first = sent(inserted.as_mut()).await;
+            let mut committed = pin!(client.batch_execute("COMMIT"));
+            let committed_first = sent(committed.as_mut()).await;
+            (
+                outcome(inserted_first, inserted).await,
+                outcome(committed_first, committed).await,
+            )
+        };
+        let rows = match (rows, committed) {
+            (Ok(rows), Ok(())) => rows,
+            // The database refused the insert: the `COMMIT` was a rollback.
+            (Err(err), _) if err.as_db_error().is_some() => return Err(err),
+            (Err(err), _) | (_, Err(err)) => return Err(self.doubt(err, after)),
+        };
         // One row per element of the arrays, which are as long as the batch.
         debug_assert_eq!(rows, batch.len() as u64);
         self.head = Some(after);
