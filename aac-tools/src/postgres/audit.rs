@@ -25,10 +25,11 @@
 //! - **Fail closed**: when the database cannot be reached, the batch fails, every call
 //!   in it is answered 503 `audit_unavailable`, and the sink reports not ready (so the
 //!   next calls are refused before their handler runs) until a write succeeds again.
-//!   A connection lost after the statement that commits a batch was sent leaves the
-//!   batch in doubt: before its calls are answered, the sink looks for the batch's last
-//!   record on a new connection, once the chain's lock is free (the lost session's
-//!   transaction holds it to its end), and answers them as written if it is there.
+//!   A connection lost around an append (its answer, or the session ended by the
+//!   server) leaves the batch in doubt: before its calls are answered, the sink looks for
+//!   the batch's last record on a new connection, once the chain's lock is free (the lost
+//!   session's transaction holds it to its end), answers them as written if it is there,
+//!   and appends the batch there, once, if it is not.
 //! - **Verify, queries, summaries**: [`PgSink::mirror`] copies the table into an
 //!   in-memory SQLite `aac_audit`, on which `verify_chain`, `AuditQuery` and the
 //!   summaries run exactly as on SQLite's own trail.
@@ -39,7 +40,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::error::SqlState;
+use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 
@@ -293,25 +294,35 @@ impl Backend for PgBackend {
             describe(&err)
         ));
         match in_doubt {
-            Some(head) => self.settle(head, err),
+            Some(head) => self.settle(head, batch, err),
             None => Err(err),
         }
     }
 }
 
 impl PgBackend {
-    /// The connection was lost after the statement that commits a batch was sent, so the
-    /// batch may be durable though its answer never came: on a new connection, once the
-    /// chain's lock is free (the lost session's transaction, if it still runs, holds it to
-    /// its end), look for the batch's last record. There: the batch is answered as
-    /// written, and this connection knows the head. Not there, or not known (no
-    /// connection, the lock still held after [`SETTLE_LOCK_TIMEOUT`]): `err`, as for any
-    /// failed batch.
-    fn settle(&mut self, (seq, hash): (i64, String), err: AuditError) -> Result<(), AuditError> {
+    /// The connection was lost after the statement that commits `batch` was sent (or
+    /// found lost as it was sent: a connection the server closed while it was idle), so
+    /// the batch may be durable though its answer never came. On a new connection, once
+    /// the chain's lock is free (the lost session's transaction, if it still runs, holds
+    /// it to its end), look for the batch's last record (`seq`, `hash`):
+    ///
+    /// - there: the batch is answered as written, and the connection knows the head;
+    /// - not there: the lost session can no longer append it (its transaction is over,
+    ///   and a guessed append that reached the database late finds the head moved), so
+    ///   it is appended once more, on the new connection;
+    /// - not known (no connection, the lock still held after [`SETTLE_LOCK_TIMEOUT`]):
+    ///   `err`, as for any failed batch.
+    fn settle(
+        &mut self,
+        (seq, hash): (i64, String),
+        batch: &[PortableRow],
+        err: AuditError,
+    ) -> Result<(), AuditError> {
         if self.connect().is_err() {
             tracing::warn!(
                 seq,
-                "the audit database's answer to a commit was lost and it cannot be reached: the batch is refused, and may be in the trail"
+                "the audit database's answer to an append was lost and it cannot be reached: the batch is refused, and may be in the trail"
             );
             return Err(err);
         }
@@ -323,37 +334,46 @@ impl PgBackend {
             "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
              SELECT hash FROM {AUDIT_TABLE} WHERE seq = {seq}; COMMIT"
         );
-        let found = self.runtime.block_on(async {
+        let (sql, integer) = (&self.sql, &self.integer);
+        let settled = self.runtime.block_on(async {
             let messages = conn.client.simple_query(&query).await;
             if messages.is_err() && !conn.client.is_closed() {
                 let _ = conn.client.batch_execute("ROLLBACK").await;
             }
-            messages.map(|messages| {
-                // (The lock's row comes first: its one column is the lock function's.)
-                messages.into_iter().find_map(|message| match message {
-                    SimpleQueryMessage::Row(row)
-                        if row.columns().first().is_some_and(|c| c.name() == "hash") =>
-                    {
-                        row.get(0).map(str::to_owned)
-                    }
-                    _ => None,
-                })
-            })
+            // (The lock's row comes first: its one column is the lock function's.)
+            let found = messages?.into_iter().find_map(|message| match message {
+                SimpleQueryMessage::Row(row)
+                    if row.columns().first().is_some_and(|c| c.name() == "hash") =>
+                {
+                    row.get(0).map(str::to_owned)
+                }
+                _ => None,
+            });
+            if found.as_deref() == Some(hash.as_str()) {
+                conn.head = Some((seq, hash));
+                return Ok(true);
+            }
+            conn.append(sql, integer, batch).await.map(|()| false)
         });
-        match found {
-            Ok(Some(found)) if found == hash => {
+        match settled {
+            Ok(true) => {
                 tracing::warn!(
                     seq,
-                    "the audit database's answer to a commit was lost; the batch was found in the trail and is answered as written"
+                    "the audit database's answer to an append was lost; the batch was found in the trail and is answered as written"
                 );
-                conn.head = Some((seq, hash));
                 Ok(())
             }
-            Ok(_) => Err(err),
+            Ok(false) => {
+                tracing::warn!(
+                    seq,
+                    "the audit database's connection was lost before it took a batch; the batch was appended on a new connection"
+                );
+                Ok(())
+            }
             Err(settle) => {
                 tracing::warn!(
                     seq,
-                    "the audit database's answer to a commit was lost and the batch could not be looked for ({}): it is refused, and may be in the trail",
+                    "the audit database's answer to an append was lost and the batch could not be settled ({}): it is refused, and may be in the trail",
                     describe(&settle)
                 );
                 self.conn = None;
@@ -437,10 +457,16 @@ async fn outcome<F: Future>(first: Poll<F::Output>, future: Pin<&mut F>) -> F::O
 }
 
 impl Conn {
-    /// `err`, which ended an append whose committing statement was sent: when it is not
-    /// the database's answer (the connection was lost), the append is in doubt.
+    /// `err`, which ended an append whose committing statement was sent. A statement's
+    /// error (severity `ERROR`) leaves the session going and nothing of the append
+    /// committed; anything else (the connection lost, or the session ended by a `FATAL`
+    /// error, as when an administrator or a timeout ends it) may have come after the
+    /// commit: the append is in doubt.
     fn doubt(&mut self, err: tokio_postgres::Error, after: (i64, String)) -> tokio_postgres::Error {
-        if err.as_db_error().is_none() {
+        let statement_error = err
+            .as_db_error()
+            .is_some_and(|db| db.parsed_severity() == Some(Severity::Error));
+        if !statement_error {
             self.in_doubt = Some(after);
         }
         err
@@ -531,8 +557,7 @@ impl Conn {
         };
         let rows = match (rows, committed) {
             (Ok(rows), Ok(())) => rows,
-            // The database refused the insert: the `COMMIT` was a rollback.
-            (Err(err), _) if err.as_db_error().is_some() => return Err(err),
+            // (The database refused the insert: the `COMMIT` was a rollback.)
             (Err(err), _) | (_, Err(err)) => return Err(self.doubt(err, after)),
         };
         // One row per element of the arrays, which are as long as the batch.
