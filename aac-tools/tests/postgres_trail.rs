@@ -377,6 +377,10 @@ struct Proxy {
     /// Chunks from the database let through before one is dropped and its connection
     /// cut (negative: none is).
     lose_answer: Arc<AtomicI64>,
+    /// Keep the next chunk to the database and close the client's side of its
+    /// connection; deliver the chunk when `release` is notified.
+    hold_request: Arc<std::sync::atomic::AtomicBool>,
+    release: Arc<tokio::sync::Notify>,
 }
 
 impl Proxy {
@@ -390,6 +394,9 @@ impl Proxy {
         let lose_answer = Arc::new(AtomicI64::new(-1));
         let (accept_lose_request, accept_lose_answer) =
             (Arc::clone(&lose_request), Arc::clone(&lose_answer));
+        let hold_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let (accept_hold, accept_release) = (Arc::clone(&hold_request), Arc::clone(&release));
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !accept_open.load(Ordering::SeqCst) {
@@ -401,19 +408,31 @@ impl Proxy {
                     Arc::clone(&accept_lose_request),
                     Arc::clone(&accept_lose_answer),
                 );
+                let (hold, release) = (Arc::clone(&accept_hold), Arc::clone(&accept_release));
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                         return;
                     };
-                    let (client_read, client_write) = client.split();
-                    let (server_read, server_write) = server.into_split();
-                    // Each chunk is forwarded only while the proxy is open: once `cut`
-                    // returns, not one more byte goes either way (a cut that the
-                    // connection's task notices later could let a whole request through).
-                    tokio::select! {
-                        () = forward(client_read, server_write, &open, &lose_request) => {}
-                        () = forward(server_read, client_write, &open, &lose_answer) => {}
-                        _ = cut.changed() => {}
+                    let (mut server_read, mut server_write) = server.into_split();
+                    let held = {
+                        let (mut client_read, mut client_write) = client.split();
+                        // Each chunk is forwarded only while the proxy is open: once `cut`
+                        // returns, not one more byte goes either way (a cut that the
+                        // connection's task notices later could let a whole request
+                        // through).
+                        tokio::select! {
+                            held = forward(&mut client_read, &mut server_write, &open, &lose_request, Some(&hold)) => held,
+                            held = forward(&mut server_read, &mut client_write, &open, &lose_answer, None) => held,
+                            _ = cut.changed() => None,
+                        }
+                    };
+                    drop(client);
+                    if let Some(chunk) = held {
+                        release.notified().await;
+                        if server_write.write_all(&chunk).await.is_ok() {
+                            let mut answer = vec![0u8; 16 * 1024];
+                            let _ = server_read.read(&mut answer).await;
+                        }
                     }
                 });
             }
@@ -424,6 +443,8 @@ impl Proxy {
             cut,
             lose_request,
             lose_answer,
+            hold_request,
+            release,
         }
     }
 
@@ -445,30 +466,45 @@ impl Proxy {
     fn lose_answer_after(&self, n: i64) {
         self.lose_answer.store(n, Ordering::SeqCst);
     }
+
+    /// Keep the next chunk to the database, and close the client's side of its connection
+    /// (the database's side stays open) until [`Proxy::deliver_held`].
+    fn hold_next_request(&self) {
+        self.hold_request.store(true, Ordering::SeqCst);
+    }
+
+    /// Deliver the chunk kept by [`Proxy::hold_next_request`] to the database, late.
+    fn deliver_held(&self) {
+        self.release.notify_one();
+    }
 }
 
 /// Copy `from` to `to` chunk by chunk while `open`; return at the end of either, or at the
 /// first chunk read once closed or when `lose` counts down to it (that chunk is dropped,
-/// and `lose` turned off).
+/// and `lose` turned off), or with the first chunk read once `hold` is set (cleared).
 async fn forward(
-    mut from: impl tokio::io::AsyncRead + Unpin,
-    mut to: impl tokio::io::AsyncWrite + Unpin,
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
     open: &std::sync::atomic::AtomicBool,
     lose: &AtomicI64,
-) {
+    hold: Option<&std::sync::atomic::AtomicBool>,
+) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => n,
         };
+        if hold.is_some_and(|hold| hold.swap(false, Ordering::SeqCst)) {
+            return Some(buf[..n].to_vec());
+        }
         if !open.load(Ordering::SeqCst)
             || lose.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
                 (left >= 0).then_some(left - 1)
             }) == Ok(0)
             || to.write_all(&buf[..n]).await.is_err()
         {
-            return;
+            return None;
         }
     }
 }
@@ -590,6 +626,13 @@ async fn an_append_on_a_lost_connection_is_settled_before_its_call_is_answered()
     // (The sessions of the connections lost above may still be on their way out.)
     assert!(ended >= 1, "the sink's connection");
     call("after-terminate").await;
+    // The statement is held on its way: the sink sees its connection closed, finds
+    // nothing and appends the batch on a new connection; the statement then reaches the
+    // lost session, late, and finds the head moved: nothing twice.
+    proxy.hold_next_request();
+    call("request-late").await;
+    proxy.deliver_held();
+    call("after-late").await;
     // Another replica appends: this one's guess misses, and its batch goes the two-trip
     // way (the guess; the lock and the head; the insert and its `COMMIT`), whose last
     // answer is lost: found.
@@ -617,6 +660,8 @@ async fn an_append_on_a_lost_connection_is_settled_before_its_call_is_answered()
             "answer-lost",
             "request-lost",
             "after-terminate",
+            "request-late",
+            "after-late",
             "9-0",
             "commit-answer-lost"
         ],

@@ -29,7 +29,7 @@
 //!   server) leaves the batch in doubt: before its calls are answered, the sink looks for
 //!   the batch's last record on a new connection, once the chain's lock is free (the lost
 //!   session's transaction holds it to its end), answers them as written if it is there,
-//!   and appends the batch there, once, if it is not.
+//!   and if it is not, appends the batch, once, in the same transaction.
 //! - **Verify, queries, summaries**: [`PgSink::mirror`] copies the table into an
 //!   in-memory SQLite `aac_audit`, on which `verify_chain`, `AuditQuery` and the
 //!   summaries run exactly as on SQLite's own trail.
@@ -303,14 +303,13 @@ impl Backend for PgBackend {
 impl PgBackend {
     /// The connection was lost after the statement that commits `batch` was sent (or
     /// found lost as it was sent: a connection the server closed while it was idle), so
-    /// the batch may be durable though its answer never came. On a new connection, once
-    /// the chain's lock is free (the lost session's transaction, if it still runs, holds
-    /// it to its end), look for the batch's last record (`seq`, `hash`):
+    /// the batch may be durable though its answer never came. On a new connection, in one
+    /// transaction that takes the chain's lock (the lost session's transaction, if it
+    /// still runs, holds it to its end), look for the batch's last record (`seq`, `hash`)
+    /// ([`Conn::settle`]):
     ///
     /// - there: the batch is answered as written, and the connection knows the head;
-    /// - not there: the lost session can no longer append it (its transaction is over,
-    ///   and a guessed append that reached the database late finds the head moved), so
-    ///   it is appended once more, on the new connection;
+    /// - not there: it is appended in that transaction, once;
     /// - not known (no connection, the lock still held after [`SETTLE_LOCK_TIMEOUT`]):
     ///   `err`, as for any failed batch.
     fn settle(
@@ -329,31 +328,12 @@ impl PgBackend {
         let Some(conn) = self.conn.as_mut() else {
             return Err(err);
         };
-        let timeout = SETTLE_LOCK_TIMEOUT.as_millis();
-        let query = format!(
-            "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
-             SELECT hash FROM {AUDIT_TABLE} WHERE seq = {seq}; COMMIT"
-        );
-        let (sql, integer) = (&self.sql, &self.integer);
         let settled = self.runtime.block_on(async {
-            let messages = conn.client.simple_query(&query).await;
-            if messages.is_err() && !conn.client.is_closed() {
+            let settled = conn.settle(&self.integer, batch, (seq, hash)).await;
+            if settled.is_err() && !conn.client.is_closed() {
                 let _ = conn.client.batch_execute("ROLLBACK").await;
             }
-            // (The lock's row comes first: its one column is the lock function's.)
-            let found = messages?.into_iter().find_map(|message| match message {
-                SimpleQueryMessage::Row(row)
-                    if row.columns().first().is_some_and(|c| c.name() == "hash") =>
-                {
-                    row.get(0).map(str::to_owned)
-                }
-                _ => None,
-            });
-            if found.as_deref() == Some(hash.as_str()) {
-                conn.head = Some((seq, hash));
-                return Ok(true);
-            }
-            conn.append(sql, integer, batch).await.map(|()| false)
+            settled
         });
         match settled {
             Ok(true) => {
@@ -526,22 +506,18 @@ impl Conn {
         }
         // Read committed: the head's statement takes its snapshot after the lock, so it
         // sees the batch of whoever held the lock before.
-        let head = self
-            .client
-            .simple_query(&sql.open)
-            .await?
-            .into_iter()
-            .find_map(|message| match message {
-                SimpleQueryMessage::Row(row) if row.columns().len() == 2 => Some((
-                    row.get(0).and_then(|seq| seq.parse::<i64>().ok()),
-                    row.get(1).map(str::to_owned),
-                )),
-                _ => None,
-            });
-        let head = match head {
-            Some((seq, hash)) => (seq.unwrap_or_default(), hash.unwrap_or_default()),
-            None => (0, GENESIS_HASH.to_owned()),
-        };
+        let head = head_of(&self.client.simple_query(&sql.open).await?);
+        self.insert_and_commit(integer, batch, head).await
+    }
+
+    /// In a transaction that holds the chain's lock, whose head is `head`: insert `batch`
+    /// after it, and commit.
+    async fn insert_and_commit(
+        &mut self,
+        integer: &[bool],
+        batch: &[PortableRow],
+        head: (i64, String),
+    ) -> Result<(), tokio_postgres::Error> {
         let (columns, after) = chained(integer, batch, head);
         let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
         let (rows, committed) = {
@@ -564,6 +540,59 @@ impl Conn {
         debug_assert_eq!(rows, batch.len() as u64);
         self.head = Some(after);
         Ok(())
+    }
+
+    /// Settle a batch in doubt whose last record would be `(seq, hash)`, in one
+    /// transaction that holds the chain's lock: `true` if that record is in the trail,
+    /// else the batch is appended after the head (`false`). Holding the lock from the
+    /// look to the append is what keeps the batch from being there twice: an append of
+    /// the lost session that reached the database late waits for the lock, and then
+    /// finds the head moved (or its first `seq` taken).
+    async fn settle(
+        &mut self,
+        integer: &[bool],
+        batch: &[PortableRow],
+        (seq, hash): (i64, String),
+    ) -> Result<bool, tokio_postgres::Error> {
+        let timeout = SETTLE_LOCK_TIMEOUT.as_millis();
+        let query = format!(
+            "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
+             SELECT hash AS settled FROM {AUDIT_TABLE} WHERE seq = {seq}; \
+             SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
+        );
+        let messages = self.client.simple_query(&query).await?;
+        let found = messages.iter().find_map(|message| match message {
+            SimpleQueryMessage::Row(row)
+                if row.columns().first().is_some_and(|c| c.name() == "settled") =>
+            {
+                row.get(0)
+            }
+            _ => None,
+        });
+        if found == Some(hash.as_str()) {
+            self.client.batch_execute("COMMIT").await?;
+            self.head = Some((seq, hash));
+            return Ok(true);
+        }
+        self.insert_and_commit(integer, batch, head_of(&messages))
+            .await
+            .map(|()| false)
+    }
+}
+
+/// The chain's head in the answer of a query that read it (its one row of two columns,
+/// `seq` and `hash`): the genesis when the trail is empty.
+fn head_of(messages: &[SimpleQueryMessage]) -> (i64, String) {
+    let head = messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) if row.columns().len() == 2 => Some((
+            row.get(0).and_then(|seq| seq.parse::<i64>().ok()),
+            row.get(1).map(str::to_owned),
+        )),
+        _ => None,
+    });
+    match head {
+        Some((seq, hash)) => (seq.unwrap_or_default(), hash.unwrap_or_default()),
+        None => (0, GENESIS_HASH.to_owned()),
     }
 }
 
