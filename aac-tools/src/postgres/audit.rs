@@ -346,7 +346,7 @@ impl PgBackend {
             Ok(false) => {
                 tracing::warn!(
                     seq,
-                    "the audit database's connection was lost before it took a batch; the batch was appended on a new connection"
+                    "the audit database's connection was lost during an append that did not commit; the batch was appended on a new connection"
                 );
                 Ok(())
             }
