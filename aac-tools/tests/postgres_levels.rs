@@ -346,14 +346,7 @@ async fn a_write_transaction_refuses_deletes_truncates_and_schema_changes() {
             .await
             .unwrap_or_else(|e| panic!("`{sql}`: {e:?}"));
     }
-    let owner = f.test.owner().await;
-    let texts: Vec<String> = owner
-        .query("SELECT text FROM notes ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let texts: Vec<String> = f.test.column("SELECT text FROM notes ORDER BY id").await;
     assert_eq!(texts, ["FIRST", "SECOND", "THIRD"]);
 }
 
@@ -489,14 +482,7 @@ async fn a_transaction_dropped_uncommitted_keeps_nothing_and_taints_no_connectio
             .await;
         assert!(response.error().is_none(), "{:?}", response.error());
     }
-    let owner = f.test.owner().await;
-    let texts: Vec<String> = owner
-        .query("SELECT text FROM notes ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let texts: Vec<String> = f.test.column("SELECT text FROM notes ORDER BY id").await;
     assert_eq!(
         texts,
         [

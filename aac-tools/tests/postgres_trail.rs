@@ -99,6 +99,15 @@ async fn replica(test: &TestDb) -> Replica {
     }
 }
 
+/// A token of `r`'s store that may read and write notes.
+async fn writer(r: &Replica) -> String {
+    r.tokens
+        .create("w", None, &["notes:read", "notes:write"], None)
+        .await
+        .unwrap()
+        .token
+}
+
 async fn migrated() -> TestDb {
     let test = TestDb::new().await;
     let db = Database::connect(&test.url, test.roles.clone()).unwrap();
@@ -207,12 +216,7 @@ async fn two_replicas_write_one_chain_that_verifies() {
     let test = migrated().await;
     let a = replica(&test).await;
     let b = replica(&test).await;
-    let writer = a
-        .tokens
-        .create("w", None, &["notes:read", "notes:write"], None)
-        .await
-        .unwrap()
-        .token;
+    let writer = writer(&a).await;
     let reader = b
         .tokens
         .create("r", None, &["notes:read"], None)
@@ -725,12 +729,7 @@ async fn a_request_state_redeemed_on_one_replica_is_refused_by_another() {
 async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
     let test = migrated().await;
     let a = replica(&test).await;
-    let token = a
-        .tokens
-        .create("w", None, &["notes:read", "notes:write"], None)
-        .await
-        .unwrap()
-        .token;
+    let token = writer(&a).await;
     let owner = test.owner().await;
     owner
         .batch_execute(
@@ -773,13 +772,7 @@ async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
     assert_eq!(tools.first(), Some(&"pgt_add"), "{tools:?}");
     assert_eq!(tools.last(), Some(&"pgt_add"), "{tools:?}");
     assert!(records.last().unwrap().record.status == 200, "{records:?}");
-    let seqs: Vec<i64> = owner
-        .query("SELECT seq FROM aac_audit ORDER BY seq", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let seqs: Vec<i64> = test.column("SELECT seq FROM aac_audit ORDER BY seq").await;
     let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
     assert_eq!(seqs, expected, "no gap where the refused append was");
     assert_eq!(
@@ -806,12 +799,7 @@ async fn replicas_taking_turns_keep_one_chain_whoever_wrote_last() {
     let test = migrated().await;
     let a = replica(&test).await;
     let b = replica(&test).await;
-    let token = a
-        .tokens
-        .create("w", None, &["notes:read", "notes:write"], None)
-        .await
-        .unwrap()
-        .token;
+    let token = writer(&a).await;
     let turns = "AAABABBBAAB";
     for (i, turn) in turns.chars().enumerate() {
         let r = if turn == 'A' { &a } else { &b };
@@ -823,27 +811,14 @@ async fn replicas_taking_turns_keep_one_chain_whoever_wrote_last() {
     let report = verify_chain(&trail).unwrap();
     assert!(report.is_intact(), "{report}");
     assert_eq!(report.checked as usize, turns.len());
-    let owner = test.owner().await;
-    let seqs: Vec<i64> = owner
-        .query("SELECT seq FROM aac_audit ORDER BY seq", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let seqs: Vec<i64> = test.column("SELECT seq FROM aac_audit ORDER BY seq").await;
     assert_eq!(seqs, (1..=turns.len() as i64).collect::<Vec<_>>());
     assert_eq!(
         (a.sink.stats().records, b.sink.stats().records),
         (6, 5),
         "each record written once, by the replica that answered it"
     );
-    let texts: Vec<String> = owner
-        .query("SELECT text FROM notes ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let texts: Vec<String> = test.column("SELECT text FROM notes ORDER BY id").await;
     assert_eq!(texts.len(), turns.len());
 }
 

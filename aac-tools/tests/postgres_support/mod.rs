@@ -72,6 +72,21 @@ impl TestDb {
         tokio::spawn(connection);
         client
     }
+
+    /// The first column of every row `sql` returns, read as the owner.
+    pub async fn column<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
+        self.owner()
+            .await
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }
 }
 
 fn getrandom_bytes(out: &mut [u8]) {
