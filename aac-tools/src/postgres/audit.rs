@@ -306,7 +306,7 @@ impl PgBackend {
     /// the batch may be durable though its answer never came. On a new connection, in one
     /// transaction that takes the chain's lock (the lost session's transaction, if it
     /// still runs, holds it to its end), look for the batch's last record (`seq`, `hash`)
-    /// ([`Conn::settle`]):
+    /// ([`Conn::find_or_append`]):
     ///
     /// - there: the batch is answered as written, and the connection knows the head;
     /// - not there: it is appended in that transaction, once;
@@ -329,11 +329,8 @@ impl PgBackend {
             return Err(err);
         };
         let settled = self.runtime.block_on(async {
-            let settled = conn.settle(&self.integer, batch, (seq, hash)).await;
-            if settled.is_err() && !conn.client.is_closed() {
-                let _ = conn.client.batch_execute("ROLLBACK").await;
-            }
-            settled
+            let settled = conn.find_or_append(&self.integer, batch, (seq, hash)).await;
+            conn.rolled_back_on_error(settled).await
         });
         match settled {
             Ok(true) => {
@@ -466,10 +463,18 @@ impl Conn {
         batch: &[PortableRow],
     ) -> Result<(), tokio_postgres::Error> {
         let result = self.append_open(sql, integer, batch).await;
+        self.rolled_back_on_error(result).await
+    }
+
+    /// `result`, after rolling the transaction back if it is an error. Though the caller
+    /// then drops this connection, its task runs only inside the sink's runtime: until the
+    /// next batch, an aborted transaction would keep the chain's lock from every other
+    /// replica. Best effort.
+    async fn rolled_back_on_error<T>(
+        &self,
+        result: Result<T, tokio_postgres::Error>,
+    ) -> Result<T, tokio_postgres::Error> {
         if result.is_err() && !self.client.is_closed() {
-            // Though the caller drops this connection, its task runs only inside the
-            // sink's runtime: until the next batch, an aborted transaction would keep
-            // the chain's lock from every other replica. Best effort.
             let _ = self.client.batch_execute("ROLLBACK").await;
         }
         result
@@ -548,7 +553,7 @@ impl Conn {
     /// look to the append is what keeps the batch from being there twice: an append of
     /// the lost session that reached the database late waits for the lock, and then
     /// finds the head moved (or its first `seq` taken).
-    async fn settle(
+    async fn find_or_append(
         &mut self,
         integer: &[bool],
         batch: &[PortableRow],
