@@ -165,28 +165,49 @@ async fn one_call(server: &Server) -> f64 {
     took
 }
 
-/// Median call latency (µs) of each server, measured in interleaved blocks.
+/// Median call latency (µs) of each server, measured in interleaved blocks, by a caller
+/// on the runtime's `block_on` thread.
 fn latencies(
     rt: &tokio::runtime::Runtime,
     servers: &[(&str, Server)],
     blocks: usize,
     per_block: usize,
 ) -> Vec<f64> {
+    rt.block_on(interleaved(servers, blocks, per_block))
+}
+
+/// The same, by a caller in a task on one of the runtime's workers, where a server's
+/// handlers run (a sink that must leave the runtime to block moves the worker's core to
+/// another thread there, and not on the `block_on` thread).
+#[cfg(feature = "postgres")]
+fn latencies_on_worker(
+    rt: &tokio::runtime::Runtime,
+    servers: &[(&'static str, Server)],
+    blocks: usize,
+    per_block: usize,
+) -> Vec<f64> {
+    let servers: Vec<(&'static str, Server)> = servers.to_vec();
+    rt.block_on(async move {
+        tokio::spawn(async move { interleaved(&servers, blocks, per_block).await })
+            .await
+            .unwrap()
+    })
+}
+
+async fn interleaved(servers: &[(&str, Server)], blocks: usize, per_block: usize) -> Vec<f64> {
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
-    rt.block_on(async {
-        for (_, s) in servers {
-            for _ in 0..50 {
-                one_call(s).await;
+    for (_, s) in servers {
+        for _ in 0..50 {
+            one_call(s).await;
+        }
+    }
+    for _ in 0..blocks {
+        for (i, (_, s)) in servers.iter().enumerate() {
+            for _ in 0..per_block {
+                samples[i].push(one_call(s).await);
             }
         }
-        for _ in 0..blocks {
-            for (i, (_, s)) in servers.iter().enumerate() {
-                for _ in 0..per_block {
-                    samples[i].push(one_call(s).await);
-                }
-            }
-        }
-    });
+    }
     samples.iter_mut().map(|v| median(v)).collect()
 }
 
@@ -478,6 +499,7 @@ mod postgres {
         let before = sink.stats();
         let medians = latencies(rt, &servers, 20, 100);
         let after = sink.stats();
+        let on_worker = latencies_on_worker(rt, &servers, 20, 100);
         let busy_us = (after.busy - before.busy).as_secs_f64() * 1e6
             / (after.batches - before.batches).max(1) as f64;
         let commit = rt.block_on(commit_latency(&db_url));
@@ -487,6 +509,11 @@ mod postgres {
             "median latency of a trivial call, in process, 1 caller: audit_disabled {:.1} µs, \
              postgres {:.1} µs",
             medians[0], medians[1]
+        );
+        println!(
+            "the same, called from a runtime worker (as a server's handlers are): \
+             audit_disabled {:.1} µs, postgres {:.1} µs",
+            on_worker[0], on_worker[1]
         );
         println!(
             "mean time in the sink's backend per append (its round trip and the statements): \
@@ -512,6 +539,8 @@ mod postgres {
             json!({
                 "disabled_us": (medians[0] * 10.0).round() / 10.0,
                 "postgres_us": (medians[1] * 10.0).round() / 10.0,
+                "disabled_on_worker_us": (on_worker[0] * 10.0).round() / 10.0,
+                "postgres_on_worker_us": (on_worker[1] * 10.0).round() / 10.0,
                 "commit_us": (commit * 10.0).round() / 10.0,
                 "backend_per_append_us": (busy_us * 10.0).round() / 10.0,
                 "throughput": rows,
