@@ -898,3 +898,70 @@ async fn replicas_appending_at_once_fail_no_record_and_keep_one_chain() {
     };
     assert_eq!((rows as usize, distinct as usize), (total, total));
 }
+
+/// The sink's connection tries each configured host in turn: the first refuses (nothing
+/// listens on its port), the second is the database, and the record is written there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_sink_tries_each_configured_host_in_turn() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let database: tokio_postgres::Config = test.url.parse().unwrap();
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(refused)
+        .host("127.0.0.1")
+        .port(database.get_ports()[0])
+        .user(test.roles.audit())
+        .dbname(&test.name)
+        .connect_timeout(std::time::Duration::from_secs(2));
+    let sink = PgSink::with_config(config).unwrap();
+    sink.ready().expect("the second host accepts");
+    sink.record(record(0, 1)).await.unwrap();
+    let ids: Vec<Option<String>> = test.column("SELECT request_id FROM aac_audit").await;
+    assert_eq!(ids, vec![Some("0-1".to_owned())]);
+}
+
+/// A server that accepts the connection and never answers (a stuck proxy, a half-dead
+/// host) holds the sink no longer than its `connect_timeout`, start-up exchange
+/// included: the sink opens not ready, and calls are refused with 503 instead of
+/// waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_connect_timeout() {
+    use aac_tools::audit::AuditSink;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts, reads nothing, answers nothing; keeps every connection open.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user("nobody")
+        .dbname("nothing")
+        .connect_timeout(std::time::Duration::from_millis(500));
+    // On a thread of its own, which a regression would leave hanging, not the test.
+    let (sender, opening) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(PgSink::with_config(config).unwrap()));
+    let opened = opening
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the sink gives up on a silent server instead of waiting for it");
+    let err = opened.ready().expect_err("not ready");
+    assert!(err.to_string().contains("did not answer in time"), "{err}");
+    let refused = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        opened.record(record(0, 1)),
+    )
+    .await
+    .expect("a record is refused, not held");
+    assert!(refused.is_err());
+}

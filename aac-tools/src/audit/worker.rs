@@ -29,12 +29,9 @@ use crate::BoxFuture;
 
 /// Writes a batch of records durably, all or nothing.
 pub(crate) trait Backend: Send + 'static {
-    /// A record as the writer takes it.
+    /// A record as the writer takes it. Writing blocks the thread, and must not enter an
+    /// async runtime: a leading caller writes on a worker of its own runtime.
     type Item: Send + 'static;
-
-    /// Whether writing enters a runtime of the backend's own (`block_on`), which a caller
-    /// on a runtime worker may do only after leaving its runtime (`block_in_place`).
-    const ENTERS_RUNTIME: bool = false;
 
     /// Turn a record into an item, on the caller's thread.
     fn prepare(record: AuditRecord) -> Self::Item;
@@ -353,14 +350,11 @@ fn may_lead_here() -> bool {
 /// queued tasks meanwhile, and handing the worker's core to another thread
 /// (`block_in_place`) would cost a lone caller more than the commit itself (it moves the
 /// runtime to another thread at every call: measured 30–40 µs more per call here). On a
-/// runtime with a single worker, whose tasks nobody could steal, and for a backend that
-/// enters a runtime of its own (`leave_runtime`), `block_in_place` moves them to another
-/// thread while this one writes, outside the runtime.
-fn blocking<R>(leave_runtime: bool, f: impl FnOnce() -> R) -> R {
+/// runtime with a single worker, whose tasks nobody could steal, `block_in_place` moves
+/// them to another thread while this one writes.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
     match tokio::runtime::Handle::try_current() {
-        Ok(handle) if leave_runtime || handle.metrics().num_workers() < 2 => {
-            tokio::task::block_in_place(f)
-        }
+        Ok(handle) if handle.metrics().num_workers() < 2 => tokio::task::block_in_place(f),
         _ => f(),
     }
 }
@@ -500,9 +494,7 @@ impl<B: Backend> Worker<B> {
         }
         let result = {
             let _release = Release(shared);
-            blocking(B::ENTERS_RUNTIME, || {
-                shared.commit(std::slice::from_ref(&item))
-            })
+            blocking(|| shared.commit(std::slice::from_ref(&item)))
         };
         drop(item);
         Box::pin(std::future::ready(result))

@@ -6,8 +6,9 @@
 //!   names, in the same order; integers as `BIGINT`, text as `TEXT`.
 //! - **Group commit**: one writer thread per process commits every record waiting for
 //!   it in one transaction, and a lone caller commits its own record on its own thread
-//!   (the leader/follower worker the SQLite sink uses; the connection's runtime is the
-//!   sink's own, entered from `block_in_place`).
+//!   (the leader/follower worker the SQLite sink uses). The connection is driven by the
+//!   thread that appends, with no runtime ([`link`](super::link)): a caller leading on a
+//!   worker of the server's runtime stays on it.
 //! - **One chain across replicas**: every append takes the transaction-level advisory
 //!   lock [`CHAIN_LOCK`] before it reads the chain's head, so appends from all replicas
 //!   are serialized, and each batch links to the last record committed by any of them.
@@ -44,6 +45,7 @@ use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 
+use super::link::{self, Link};
 use super::{CONNECT_TIMEOUT, Database, describe};
 use crate::BoxFuture;
 use crate::audit::sqlite::{Cell, Mirror, PortableRow, integer_columns};
@@ -108,8 +110,12 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
     Ok(())
 }
 
-/// The insert of a whole batch in one statement: one array per column (`$1` to `$n`,
-/// `BIGINT[]` or `TEXT[]` as the column is declared), unnested into rows.
+/// The insert of a batch in one statement. For any batch (`one` false): one array per
+/// column (`$1` to `$n`, `BIGINT[]` or `TEXT[]` as the column is declared), unnested into
+/// rows. For a batch of one record (`one`), what a lone caller appends: one value per
+/// column. (The same record as arrays costs PostgreSQL far more: `unnest` of `n` arrays
+/// fills `n` tuple stores, 60–80 µs of the server's time for one row, where the
+/// insert itself takes about 15.)
 ///
 /// With `if_head`, the statement is a transaction of its own (no `BEGIN`, no `COMMIT`:
 /// one round trip, as one durable single-row insert is): it takes the chain's lock
@@ -120,28 +126,69 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
 /// then already taken, and the primary key refuses the batch (a unique violation,
 /// taken as a wrong guess), so a stale snapshot can fail the guess, never fork the
 /// chain.
-fn insert_sql(integer: &[bool], if_head: bool) -> String {
+fn insert_sql(integer: &[bool], if_head: bool, one: bool) -> String {
     let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
-    let arrays: Vec<String> = integer
+    let values: Vec<String> = integer
         .iter()
         .enumerate()
         .map(|(i, integer)| {
             let ty = if *integer { "bigint" } else { "text" };
-            format!("${}::{ty}[]", i + 1)
+            let array = if one { "" } else { "[]" };
+            format!("${}::{ty}{array}", i + 1)
         })
         .collect();
-    let (columns, arrays) = (columns.join(", "), arrays.join(", "));
+    let (columns, values) = (columns.join(", "), values.join(", "));
+    let rows = if one {
+        format!("SELECT {values}")
+    } else {
+        format!("SELECT batch.* FROM unnest({values}) AS batch")
+    };
     if if_head {
+        let lock = if one { "FROM" } else { "CROSS JOIN" };
         format!(
             "WITH chain_lock AS MATERIALIZED (SELECT pg_advisory_xact_lock({CHAIN_LOCK})) \
-             INSERT INTO {AUDIT_TABLE} ({columns}) SELECT batch.* FROM unnest({arrays}) AS batch \
-             CROSS JOIN chain_lock WHERE EXISTS (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} \
-             ORDER BY seq DESC LIMIT 1) head WHERE head.seq = ${}::bigint AND head.hash = ${}::text)",
+             INSERT INTO {AUDIT_TABLE} ({columns}) {rows} {lock} chain_lock WHERE EXISTS \
+             (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1) head \
+             WHERE head.seq = ${}::bigint AND head.hash = ${}::text)",
             integer.len() + 1,
             integer.len() + 2
         )
     } else {
-        format!("INSERT INTO {AUDIT_TABLE} ({columns}) SELECT * FROM unnest({arrays})")
+        format!("INSERT INTO {AUDIT_TABLE} ({columns}) {rows}")
+    }
+}
+
+/// The two forms of an insert, as SQL ([`insert_sql`]) or prepared.
+struct Forms<T> {
+    /// A batch of one record: one value per column.
+    one: T,
+    /// Any batch: one array per column.
+    many: T,
+}
+
+impl Forms<String> {
+    fn new(integer: &[bool], if_head: bool) -> Forms<String> {
+        Forms {
+            one: insert_sql(integer, if_head, true),
+            many: insert_sql(integer, if_head, false),
+        }
+    }
+}
+
+impl Forms<Statement> {
+    /// The statement for `columns` (a batch as one array per column), and its parameters.
+    fn bind<'a>(
+        &'a self,
+        columns: &'a [ColumnValues],
+    ) -> (&'a Statement, Vec<&'a (dyn ToSql + Sync)>) {
+        if columns.first().is_some_and(|c| c.len() == 1) {
+            (&self.one, columns.iter().map(ColumnValues::only).collect())
+        } else {
+            (
+                &self.many,
+                columns.iter().map(ColumnValues::value).collect(),
+            )
+        }
     }
 }
 
@@ -194,13 +241,20 @@ impl ColumnValues {
             ColumnValues::Text(v) => v,
         }
     }
+
+    /// The value of a column of one row.
+    fn only(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            ColumnValues::Int(v) => &v[0],
+            ColumnValues::Text(v) => &v[0],
+        }
+    }
 }
 
 struct PgBackend {
     config: tokio_postgres::Config,
-    runtime: tokio::runtime::Runtime,
-    /// The connection, once open.
-    conn: Option<Conn>,
+    /// The connection, once open, and what drives it.
+    session: Option<Session>,
     integer: Vec<bool>,
     sql: Sql,
     last_attempt: Option<Instant>,
@@ -208,12 +262,22 @@ struct PgBackend {
     problem: Option<AuditError>,
 }
 
+/// An open connection: what the sink knows of it, and its socket's half.
+struct Session {
+    conn: Conn,
+    link: Link,
+}
+
 impl PgBackend {
     fn connect(&mut self) -> Result<(), AuditError> {
-        if self.conn.as_ref().is_some_and(|c| !c.client.is_closed()) {
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| !s.conn.client.is_closed())
+        {
             return Ok(());
         }
-        self.conn = None;
+        self.session = None;
         if let Some(at) = self.last_attempt
             && at.elapsed() < self.retry_interval
             && let Some(problem) = &self.problem
@@ -221,39 +285,53 @@ impl PgBackend {
             return Err(problem.clone());
         }
         self.last_attempt = Some(Instant::now());
-        let config = self.config.clone();
+        let deadline = self
+            .config
+            .get_connect_timeout()
+            .map(|timeout| Instant::now() + *timeout);
         let sql = &self.sql;
-        let connected = self.runtime.block_on(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
+        let connected = link::connect(&self.config).and_then(|(client, mut link)| {
             // Planned once per connection, not per batch. (A generic plan, forced, was
             // slower: PostgreSQL's custom plans of the arrays are worth their planning.)
-            let (insert, insert_if_head) = tokio::try_join!(
-                client.prepare(&sql.insert),
-                client.prepare(&sql.insert_if_head)
-            )?;
-            Ok::<_, tokio_postgres::Error>(Conn {
-                client,
-                insert,
-                insert_if_head,
-                head: None,
-                skip_guess: 0,
-                in_doubt: None,
-            })
+            let prepared = link.run(
+                async {
+                    tokio::try_join!(
+                        client.prepare(&sql.insert.one),
+                        client.prepare(&sql.insert.many),
+                        client.prepare(&sql.insert_if_head.one),
+                        client.prepare(&sql.insert_if_head.many),
+                    )
+                },
+                deadline,
+            );
+            match prepared {
+                Ok(Ok((one, many, one_if_head, many_if_head))) => Ok(Session {
+                    conn: Conn {
+                        client,
+                        insert: Forms { one, many },
+                        insert_if_head: Forms {
+                            one: one_if_head,
+                            many: many_if_head,
+                        },
+                        head: None,
+                        skip_guess: 0,
+                        in_doubt: None,
+                    },
+                    link,
+                }),
+                Ok(Err(err)) => Err(describe(&err)),
+                Err(err) => Err(err.to_string()),
+            }
         });
         match connected {
-            Ok(conn) => {
-                self.conn = Some(conn);
+            Ok(session) => {
+                self.session = Some(session);
                 self.problem = None;
                 Ok(())
             }
             Err(err) => {
-                let problem = AuditError::new(format!(
-                    "the audit database cannot be reached: {}",
-                    describe(&err)
-                ));
+                let problem =
+                    AuditError::new(format!("the audit database cannot be reached: {err}"));
                 self.problem = Some(problem.clone());
                 Err(problem)
             }
@@ -263,9 +341,6 @@ impl PgBackend {
 
 impl Backend for PgBackend {
     type Item = PortableRow;
-
-    /// The connection runs on the sink's own runtime (`block_on`).
-    const ENTERS_RUNTIME: bool = true;
 
     fn prepare(record: AuditRecord) -> PortableRow {
         PortableRow::from_record(record)
@@ -277,22 +352,20 @@ impl Backend for PgBackend {
 
     fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
         self.connect()?;
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(Session { conn, link }) = self.session.as_mut() else {
             return Err(AuditError::new("the audit database is not connected"));
         };
-        let result = self
-            .runtime
-            .block_on(conn.append(&self.sql, &self.integer, batch));
-        let Err(err) = result else {
-            return Ok(());
+        let err = match link.run(conn.append(&self.sql, &self.integer, batch), None) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(err)) => describe(&err),
+            // The socket could not be waited on (never seen): what the database did with
+            // the batch is not known, and it is refused.
+            Err(err) => format!("cannot wait for the audit database's answer: {err}"),
         };
         // Whatever failed, the connection is opened (and its statements prepared) again.
         let in_doubt = conn.in_doubt.take();
-        self.conn = None;
-        let err = AuditError::new(format!(
-            "cannot write to the audit database: {}",
-            describe(&err)
-        ));
+        self.session = None;
+        let err = AuditError::new(format!("cannot write to the audit database: {err}"));
         match in_doubt {
             Some(head) => self.settle(head, batch, err),
             None => Err(err),
@@ -325,13 +398,20 @@ impl PgBackend {
             );
             return Err(err);
         }
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(Session { conn, link }) = self.session.as_mut() else {
             return Err(err);
         };
-        let settled = self.runtime.block_on(async {
-            let settled = conn.find_or_append(&self.integer, batch, (seq, hash)).await;
-            conn.rolled_back_on_error(settled).await
-        });
+        let integer = &self.integer;
+        let settled = link
+            .run(
+                async {
+                    let settled = conn.find_or_append(integer, batch, (seq, hash)).await;
+                    conn.rolled_back_on_error(settled).await
+                },
+                None,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|settled| settled.map_err(|e| describe(&e)));
         match settled {
             Ok(true) => {
                 tracing::warn!(
@@ -350,10 +430,9 @@ impl PgBackend {
             Err(settle) => {
                 tracing::warn!(
                     seq,
-                    "the audit database's answer to an append was lost and the batch could not be settled ({}): it is refused, and may be in the trail",
-                    describe(&settle)
+                    "the audit database's answer to an append was lost and the batch could not be settled ({settle}): it is refused, and may be in the trail",
                 );
-                self.conn = None;
+                self.session = None;
                 Err(err)
             }
         }
@@ -366,15 +445,15 @@ const SETTLE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 /// The SQL of an append.
 struct Sql {
     open: String,
-    insert: String,
-    insert_if_head: String,
+    insert: Forms<String>,
+    insert_if_head: Forms<String>,
 }
 
 /// The sink's connection and what it knows.
 struct Conn {
     client: Client,
-    insert: Statement,
-    insert_if_head: Statement,
+    insert: Forms<Statement>,
+    insert_if_head: Forms<Statement>,
     /// The chain's head as this connection's last append left it (`None` after a failed
     /// or wrongly guessed one: read it first).
     head: Option<(i64, String)>,
@@ -467,9 +546,9 @@ impl Conn {
     }
 
     /// `result`, after rolling the transaction back if it is an error. Though the caller
-    /// then drops this connection, its task runs only inside the sink's runtime: until the
-    /// next batch, an aborted transaction would keep the chain's lock from every other
-    /// replica. Best effort.
+    /// then drops this connection, it is driven only while an append runs (and the
+    /// database may not see it closed at once): an aborted transaction would keep the
+    /// chain's lock from every other replica. Best effort.
     async fn rolled_back_on_error<T>(
         &self,
         result: Result<T, tokio_postgres::Error>,
@@ -490,11 +569,10 @@ impl Conn {
             self.skip_guess -= 1;
         } else if let Some(head) = self.head.take() {
             let (columns, after) = chained(integer, batch, head.clone());
-            let mut params: Vec<&(dyn ToSql + Sync)> =
-                columns.iter().map(ColumnValues::value).collect();
+            let (statement, mut params) = self.insert_if_head.bind(&columns);
             params.push(&head.0);
             params.push(&head.1);
-            let rows = match self.client.execute(&self.insert_if_head, &params).await {
+            let rows = match self.client.execute(statement, &params).await {
                 Ok(rows) => rows,
                 // The statement's snapshot predates another replica's append: the batch's
                 // first `seq` is taken (see `insert_sql`). Nothing was inserted.
@@ -524,10 +602,10 @@ impl Conn {
         head: (i64, String),
     ) -> Result<(), tokio_postgres::Error> {
         let (columns, after) = chained(integer, batch, head);
-        let params: Vec<&(dyn ToSql + Sync)> = columns.iter().map(ColumnValues::value).collect();
+        let (statement, params) = self.insert.bind(&columns);
         let (rows, committed) = {
             let client = &self.client;
-            let mut inserted = pin!(client.execute(&self.insert, &params));
+            let mut inserted = pin!(client.execute(statement, &params));
             let inserted_first = sent(inserted.as_mut()).await;
             let mut committed = pin!(client.batch_execute("COMMIT"));
             let committed_first = sent(committed.as_mut()).await;
@@ -636,22 +714,17 @@ impl PgSink {
     /// A sink logged in as `config` says (a role that may `INSERT` and `SELECT`
     /// `aac_audit`).
     pub fn with_config(config: tokio_postgres::Config) -> Result<PgSink, AuditError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| AuditError::new(format!("cannot start the audit runtime: {e}")))?;
         let integer: Vec<bool> = integer_columns()?
             .into_iter()
             .map(|(_, integer)| integer)
             .collect();
         let mut backend = PgBackend {
             config: config.clone(),
-            runtime,
-            conn: None,
+            session: None,
             sql: Sql {
                 open: open_sql(),
-                insert: insert_sql(&integer, false),
-                insert_if_head: insert_sql(&integer, true),
+                insert: Forms::new(&integer, false),
+                insert_if_head: Forms::new(&integer, true),
             },
             integer,
             last_attempt: None,
@@ -660,14 +733,7 @@ impl PgSink {
         };
         // Not ready from the start when the database cannot be reached: calls are refused
         // before their handler runs, rather than after.
-        // (On a thread of its own: the caller may be on an async runtime, where the
-        // backend's own runtime cannot block.)
-        let problem = std::thread::scope(|scope| {
-            scope
-                .spawn(|| backend.connect().err())
-                .join()
-                .unwrap_or_else(|_| Some(AuditError::new("the audit connection check panicked")))
-        });
+        let problem = backend.connect().err();
         let health = Arc::new(Health::new(problem));
         let worker = Worker::spawn(
             "aac-audit-postgres",

@@ -98,6 +98,7 @@
 
 mod audit;
 mod ledger;
+mod link;
 mod roles;
 mod tokens;
 
