@@ -331,13 +331,7 @@ async fn an_unreachable_audit_database_refuses_every_call() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host("127.0.0.1")
-        .port(port)
-        .user("nobody")
-        .dbname("nothing")
-        .connect_timeout(std::time::Duration::from_secs(2));
+    let config = on_loopback(port, "nobody", "nothing", std::time::Duration::from_secs(2));
     let sink = PgSink::with_config(config).unwrap();
     let server = Server::builder(Registry::collect_named(&["pgt_ping"]).unwrap())
         .audit(sink.clone())
@@ -361,6 +355,23 @@ async fn an_unreachable_audit_database_refuses_every_call() {
         "no handler ran without a place for its record"
     );
     assert_eq!(sink.stats().records, 0);
+}
+
+/// A sink's configuration: `user` on `dbname` at `127.0.0.1:port`.
+fn on_loopback(
+    port: u16,
+    user: &str,
+    dbname: &str,
+    connect_timeout: std::time::Duration,
+) -> tokio_postgres::Config {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user(user)
+        .dbname(dbname)
+        .connect_timeout(connect_timeout);
+    config
 }
 
 /// Counts its runs, touches no database (for the cut-connection test alone).
@@ -518,13 +529,12 @@ async fn behind_proxy(test: &TestDb) -> (Proxy, PgSink, Server) {
     let admin: tokio_postgres::Config = test.url.parse().unwrap();
     let target = SocketAddr::from(([127, 0, 0, 1], admin.get_ports()[0]));
     let proxy = Proxy::start(target).await;
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host("127.0.0.1")
-        .port(proxy.port)
-        .user(test.roles.audit())
-        .dbname(&test.name)
-        .connect_timeout(std::time::Duration::from_secs(2));
+    let config = on_loopback(
+        proxy.port,
+        &test.roles.audit(),
+        &test.name,
+        std::time::Duration::from_secs(2),
+    );
     let sink = PgSink::with_config(config).unwrap();
     let server = Server::builder(Registry::collect_named(&["pgt_echo"]).unwrap())
         .audit(sink.clone())
@@ -910,15 +920,13 @@ async fn the_audit_sink_tries_each_configured_host_in_turn() {
         listener.local_addr().unwrap().port()
     };
     let database: tokio_postgres::Config = test.url.parse().unwrap();
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host("127.0.0.1")
-        .port(refused)
-        .host("127.0.0.1")
-        .port(database.get_ports()[0])
-        .user(test.roles.audit())
-        .dbname(&test.name)
-        .connect_timeout(std::time::Duration::from_secs(2));
+    let mut config = on_loopback(
+        refused,
+        &test.roles.audit(),
+        &test.name,
+        std::time::Duration::from_secs(2),
+    );
+    config.host("127.0.0.1").port(database.get_ports()[0]);
     let sink = PgSink::with_config(config).unwrap();
     sink.ready().expect("the second host accepts");
     sink.record(record(0, 1)).await.unwrap();
@@ -942,13 +950,12 @@ async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_conn
             held.push(stream);
         }
     });
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host("127.0.0.1")
-        .port(port)
-        .user("nobody")
-        .dbname("nothing")
-        .connect_timeout(std::time::Duration::from_millis(500));
+    let config = on_loopback(
+        port,
+        "nobody",
+        "nothing",
+        std::time::Duration::from_millis(500),
+    );
     // On a thread of its own, which a regression would leave hanging, not the test.
     let (sender, opening) = std::sync::mpsc::channel();
     std::thread::spawn(move || sender.send(PgSink::with_config(config).unwrap()));
