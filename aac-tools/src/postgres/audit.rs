@@ -359,8 +359,10 @@ impl Backend for PgBackend {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(err)) => describe(&err),
             // The socket could not be waited on (never seen): what the database did with
-            // the batch is not known, and it is refused.
-            Err(err) => format!("cannot wait for the audit database's answer: {err}"),
+            // the batch is not known, and it is refused, saying so.
+            Err(err) => format!(
+                "cannot wait for the audit database's answer ({err}): the batch may be in the trail"
+            ),
         };
         // Whatever failed, the connection is opened (and its statements prepared) again.
         let in_doubt = conn.in_doubt.take();

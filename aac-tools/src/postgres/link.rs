@@ -138,6 +138,9 @@ pub(crate) struct Link {
     connection: Option<Connection<Socket, NoTlsStream>>,
     poll: mio::Poll,
     events: Events,
+    /// Set by the waker of every poll [`Link::run`] makes.
+    woken: Arc<Woken>,
+    waker: Waker,
 }
 
 impl std::fmt::Debug for Link {
@@ -156,10 +159,13 @@ impl Link {
             Token(0),
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        let woken = Arc::new(Woken::default());
         let link = Link {
             connection: None,
             poll,
             events: Events::with_capacity(4),
+            waker: Waker::from(Arc::clone(&woken)),
+            woken,
         };
         Ok((link, socket))
     }
@@ -173,11 +179,10 @@ impl Link {
         deadline: Option<Instant>,
     ) -> io::Result<F::Output> {
         let mut future = pin!(future);
-        let woken = Arc::new(Woken::default());
-        let waker = Waker::from(Arc::clone(&woken));
+        let waker = self.waker.clone();
         let mut cx = Context::from_waker(&waker);
         loop {
-            woken.0.store(false, Ordering::Release);
+            self.woken.0.store(false, Ordering::Release);
             if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
                 return Ok(output);
             }
@@ -191,7 +196,7 @@ impl Link {
                 self.connection = None;
                 continue;
             }
-            if woken.0.load(Ordering::Acquire) {
+            if self.woken.0.load(Ordering::Acquire) {
                 continue;
             }
             // Neither can go on until the socket can (the connection reads and writes
