@@ -3,7 +3,7 @@
 //! floor it is measured against, one durable single-row `INSERT`.
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aac_tools::postgres::{Database, PgSink, Roles, tokio_postgres};
 
@@ -83,7 +83,12 @@ async fn drop_all(admin: &tokio_postgres::Client, name: &str) {
 /// `n` latencies (ns) of one single-row `INSERT` of 300 bytes in its own transaction, on
 /// the database at `url` (a scratch table, dropped after): the round trip and the WAL
 /// flush that every durable record needs at least.
-pub async fn commit_latencies(url: &str, n: usize) -> io::Result<Vec<u64>> {
+///
+/// With a non-zero `gap`, this thread spins for `gap` between two commits (outside the
+/// timing), so that PostgreSQL's backend waits that long for each statement, as it does
+/// behind a server whose lone client's calls leave the rest of a call between two
+/// records; with none, the commits follow each other as fast as they can.
+pub async fn commit_latencies(url: &str, n: usize, gap: Duration) -> io::Result<Vec<u64>> {
     let client = connect(url).await?;
     let sql = |e| failed("the commit probe", e);
     client
@@ -97,6 +102,10 @@ pub async fn commit_latencies(url: &str, n: usize) -> io::Result<Vec<u64>> {
     let body = "x".repeat(300);
     let mut out = Vec::with_capacity(n);
     for i in 0..(n + 20) as i64 {
+        let until = Instant::now() + gap;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
         let started = Instant::now();
         client.execute(&insert, &[&i, &body]).await.map_err(sql)?;
         if i >= 20 {
@@ -107,5 +116,48 @@ pub async fn commit_latencies(url: &str, n: usize) -> io::Result<Vec<u64>> {
         .batch_execute("DROP TABLE commit_probe")
         .await
         .map_err(sql)?;
+    Ok(out)
+}
+
+/// `n` latencies (ns) of the sink's append of one record on the empty database at
+/// `url` (created by [`create`]), from this thread as a server's lone caller appends
+/// it, with this thread spinning for `gap` between two appends (as in
+/// [`commit_latencies`]).
+pub async fn append_latencies(url: &str, n: usize, gap: Duration) -> io::Result<Vec<u64>> {
+    use aac_tools::audit::{AuditRecord, AuditSink, CallKind, Outcome};
+    let sink = sink(url)?;
+    let record = |i: usize| AuditRecord {
+        tool: "tool_042".to_owned(),
+        outcome: Outcome::Success,
+        reason: None,
+        check: None,
+        status: 200,
+        scopes_provided: vec!["bench:read".to_owned(), "bench:write".to_owned()],
+        timestamp: "2026-12-02T07:30:00.123456Z".to_owned(),
+        principal: Some("bench".to_owned()),
+        workspace: None,
+        transport: "stdio".to_owned(),
+        request_id: Some(i.to_string()),
+        duration_us: 12,
+        access_level: Some(aac_tools::access::AccessLevel::Write),
+        arguments: serde_json::json!({"id": i, "text": "x".repeat(40), "tags": ["a", "b"], "limit": 10}),
+        confirmed_by: None,
+        kind: CallKind::Tool,
+    };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + 20 {
+        let until = Instant::now() + gap;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let record = record(i);
+        let started = Instant::now();
+        sink.record(record)
+            .await
+            .map_err(|e| failed("the sink's append", e))?;
+        if i >= 20 {
+            out.push(started.elapsed().as_nanos() as u64);
+        }
+    }
     Ok(out)
 }

@@ -442,6 +442,14 @@ pub struct Attribution {
     pub sqlite_cold: Vec<u64>,
     /// `fdatasync` latencies of the same file system, in nanoseconds.
     pub syncs: Vec<u64>,
+    /// With (p): the p50 of PostgreSQL's durable single-row commit from the bench
+    /// process, back to back, per round, in nanoseconds.
+    pub pg_floor: Vec<u64>,
+    /// The same with (b)'s p50 between two commits (the rest of a lone client's call).
+    pub pg_floor_spaced: Vec<u64>,
+    /// The p50 of the PostgreSQL sink's append of one record from the bench process, with
+    /// (b)'s p50 between two appends, per round, in nanoseconds.
+    pub pg_append_spaced: Vec<u64>,
 }
 
 impl Attribution {
@@ -456,11 +464,14 @@ impl Attribution {
     }
 
     fn sqlite(&self, cold: bool) -> Option<f64> {
-        let rounds = if cold {
+        Self::median_of(if cold {
             &self.sqlite_cold
         } else {
             &self.sqlite
-        };
+        })
+    }
+
+    fn median_of(rounds: &[u64]) -> Option<f64> {
         let rounds: Vec<f64> = rounds.iter().map(|&n| n as f64).collect();
         (!rounds.is_empty()).then(|| median(&rounds))
     }
@@ -538,6 +549,47 @@ pub fn attribution_table(out: &mut String, at: &Attribution) {
         ("· one `fdatasync` of a 4 KiB write, p50", sync, "the disk"),
     ] {
         let _ = writeln!(out, "| {what} | {} | {whose} |", us(value));
+    }
+    let p = Variant::AacPostgres;
+    if at.p50.contains_key(&p) {
+        for (what, value, whose) in [
+            (
+                "(p) − (a-count): the durable PostgreSQL sink",
+                diff(p, m),
+                "",
+            ),
+            (
+                "· its append of one record inside the server (`SinkStats::busy` ÷ records): \
+                 one statement, one round trip, one commit",
+                at.write(p),
+                "PostgreSQL, but for the binding",
+            ),
+            (
+                "· one durable single-row `INSERT` from the bench process, back to back, p50 \
+                 (the bound's floor)",
+                Attribution::median_of(&at.pg_floor),
+                "PostgreSQL and the disk",
+            ),
+            (
+                "· the same with (b)'s p50 spent between two commits, as a lone client's \
+                 calls leave PostgreSQL's backend waiting",
+                Attribution::median_of(&at.pg_floor_spaced),
+                "PostgreSQL, the disk and the machine",
+            ),
+            (
+                "· the sink's append of one record from the bench process, spaced the same \
+                 way, p50",
+                Attribution::median_of(&at.pg_append_spaced),
+                "PostgreSQL, but for the binding",
+            ),
+            (
+                "(p) − (a-count) − the sink's append inside the server: the rest",
+                diff(p, m).zip(at.write(p)).map(|(d, w)| d - w),
+                "",
+            ),
+        ] {
+            let _ = writeln!(out, "| {what} | {} | {whose} |", us(value));
+        }
     }
     if let Some(ceiling) = at.normal_ceiling() {
         let _ = writeln!(

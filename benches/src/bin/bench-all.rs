@@ -563,19 +563,24 @@ const SCENARIO_NAMES: [&str; 5] = [
 
 /// (b), (a-count), (a-normal) and (a) over stdio with one sequential client, in turn in
 /// every round; each SQLite server's time spent writing per record; SQLite's own
-/// transaction of one of its records; the disk's `fdatasync`.
+/// transaction of one of its records; the disk's `fdatasync`. With `--postgres`, (p) as
+/// well, its sink's append per record, and PostgreSQL's durable single-row commit from
+/// this process, back to back and with the rest of a call between two.
 fn attribution(options: &Options) -> io::Result<report::Attribution> {
     let exe = std::env::current_exe()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let dir = tempfile::tempdir()?;
-    let order = [
+    let mut order = vec![
         Variant::AacNoAudit,
         Variant::AacCounting,
         Variant::AacDurableNormal,
         Variant::AacDurable,
     ];
+    if options.postgres.is_some() {
+        order.push(Variant::AacPostgres);
+    }
     let plan = Plan {
         warmup_calls: 300,
         measure: Duration::from_secs_f64(options.secs),
@@ -585,12 +590,18 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
     for round in 0..options.rounds {
         at.syncs
             .extend(aac_bench::durable::fdatasync_latencies(dir.path(), 200)?);
+        let pg_name = format!("aac_bench_attribution_{}_{round}", std::process::id());
         for k in 0..order.len() {
             let variant = order[(round + k) % order.len()];
-            let db = variant.has_audit_db().then(|| {
-                dir.path()
-                    .join(format!("attribution-{}-{round}.db", variant.key()))
-            });
+            let db = match (variant, &options.postgres) {
+                (Variant::AacPostgres, Some(admin)) => Some(PathBuf::from(
+                    rt.block_on(postgres_audit::create(admin, &pg_name))?,
+                )),
+                _ => variant.has_audit_db().then(|| {
+                    dir.path()
+                        .join(format!("attribution-{}-{round}.db", variant.key()))
+                }),
+            };
             let run = rt.block_on(async {
                 let mut server =
                     ServerProcess::spawn(&exe, variant, TransportKind::Stdio, db.as_deref())
@@ -609,7 +620,14 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
             eprintln!("round {} · {}: p50 {p50} ns", round + 1, variant.label());
             at.p50.entry(variant).or_default().push(p50);
             if let Some(db) = &db {
-                let (records, _, busy_ns) = variant::read_stats(db)?;
+                let stats = variant::read_stats(db);
+                if variant == Variant::AacPostgres {
+                    let _ = std::fs::remove_file(variant::stats_file(db));
+                    if let Some(admin) = &options.postgres {
+                        rt.block_on(postgres_audit::drop(admin, &pg_name))?;
+                    }
+                }
+                let (records, _, busy_ns) = stats?;
                 at.write
                     .entry(variant)
                     .or_default()
@@ -631,6 +649,33 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
                         }
                     }
                 }
+            }
+        }
+        if let Some(admin) = &options.postgres {
+            // The floor, back to back, then with what the rest of a call takes between
+            // two commits (this round's (b) p50), then the sink's own append spaced the
+            // same way: the same work as inside the server, without the server around it.
+            let rest = at
+                .p50
+                .get(&Variant::AacNoAudit)
+                .and_then(|r| r.last())
+                .map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns));
+            let name = format!("aac_bench_attribution_floor_{}", std::process::id());
+            let (tight, spaced, appends) = rt.block_on(async {
+                let url = postgres_audit::create(admin, &name).await?;
+                let tight = postgres_audit::commit_latencies(&url, 500, Duration::ZERO).await;
+                let spaced = postgres_audit::commit_latencies(&url, 500, rest).await;
+                let appends = postgres_audit::append_latencies(&url, 500, rest).await;
+                postgres_audit::drop(admin, &name).await?;
+                Ok::<_, io::Error>((tight?, spaced?, appends?))
+            })?;
+            for (mut latencies, into) in [
+                (tight, &mut at.pg_floor),
+                (spaced, &mut at.pg_floor_spaced),
+                (appends, &mut at.pg_append_spaced),
+            ] {
+                latencies.sort_unstable();
+                into.push(aac_bench::stats::percentile(&latencies, 50.0));
             }
         }
     }
@@ -663,7 +708,7 @@ fn end_to_end(options: &Options) -> io::Result<Measured> {
             let name = format!("aac_bench_commit_{}", std::process::id());
             pg_commits.extend(rt.block_on(async {
                 let url = postgres_audit::create(admin, &name).await?;
-                let latencies = postgres_audit::commit_latencies(&url, 200).await;
+                let latencies = postgres_audit::commit_latencies(&url, 200, Duration::ZERO).await;
                 postgres_audit::drop(admin, &name).await?;
                 latencies
             })?);
