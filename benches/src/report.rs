@@ -447,6 +447,9 @@ pub struct Attribution {
     pub pg_floor: Vec<u64>,
     /// The same with (b)'s p50 between two commits (the rest of a lone client's call).
     pub pg_floor_spaced: Vec<u64>,
+    /// The p50 of the PostgreSQL sink's append of one record from the bench process, back
+    /// to back, per round, in nanoseconds.
+    pub pg_append: Vec<u64>,
     /// The p50 of the PostgreSQL sink's append of one record from the bench process, with
     /// (b)'s p50 between two appends, per round, in nanoseconds.
     pub pg_append_spaced: Vec<u64>,
@@ -575,6 +578,11 @@ pub fn attribution_table(out: &mut String, at: &Attribution) {
                  calls leave PostgreSQL's backend waiting",
                 Attribution::median_of(&at.pg_floor_spaced),
                 "PostgreSQL, the disk and the machine",
+            ),
+            (
+                "· the sink's append of one record from the bench process, back to back, p50",
+                Attribution::median_of(&at.pg_append),
+                "PostgreSQL, but for the binding",
             ),
             (
                 "· the sink's append of one record from the bench process, spaced the same \

@@ -661,18 +661,23 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
                 .and_then(|r| r.last())
                 .map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns));
             let name = format!("aac_bench_attribution_floor_{}", std::process::id());
-            let (tight, spaced, appends) = rt.block_on(async {
+            let (tight, spaced, appends, appends_tight) = rt.block_on(async {
                 let url = postgres_audit::create(admin, &name).await?;
                 let tight = postgres_audit::commit_latencies(&url, 500, Duration::ZERO).await;
                 let spaced = postgres_audit::commit_latencies(&url, 500, rest).await;
                 let appends = postgres_audit::append_latencies(&url, 500, rest).await;
                 postgres_audit::drop(admin, &name).await?;
-                Ok::<_, io::Error>((tight?, spaced?, appends?))
+                let url = postgres_audit::create(admin, &name).await?;
+                let appends_tight =
+                    postgres_audit::append_latencies(&url, 500, Duration::ZERO).await;
+                postgres_audit::drop(admin, &name).await?;
+                Ok::<_, io::Error>((tight?, spaced?, appends?, appends_tight?))
             })?;
             for (mut latencies, into) in [
                 (tight, &mut at.pg_floor),
                 (spaced, &mut at.pg_floor_spaced),
                 (appends, &mut at.pg_append_spaced),
+                (appends_tight, &mut at.pg_append),
             ] {
                 latencies.sort_unstable();
                 into.push(aac_bench::stats::percentile(&latencies, 50.0));
