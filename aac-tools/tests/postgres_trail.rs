@@ -396,6 +396,10 @@ struct Proxy {
     /// connection; deliver the chunk when `release` is notified.
     hold_request: Arc<std::sync::atomic::AtomicBool>,
     release: Arc<tokio::sync::Notify>,
+    /// Chunks to the database let through before the connection that carries the next
+    /// freezes: that chunk and every later one to the database are swallowed, and the
+    /// connection stays open (negative: none does).
+    freeze_request: Arc<AtomicI64>,
 }
 
 impl Proxy {
@@ -412,6 +416,8 @@ impl Proxy {
         let hold_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let release = Arc::new(tokio::sync::Notify::new());
         let (accept_hold, accept_release) = (Arc::clone(&hold_request), Arc::clone(&release));
+        let freeze_request = Arc::new(AtomicI64::new(-1));
+        let accept_freeze = Arc::clone(&freeze_request);
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !accept_open.load(Ordering::SeqCst) {
@@ -424,6 +430,7 @@ impl Proxy {
                     Arc::clone(&accept_lose_answer),
                 );
                 let (hold, release) = (Arc::clone(&accept_hold), Arc::clone(&accept_release));
+                let freeze = Arc::clone(&accept_freeze);
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                         return;
@@ -436,7 +443,7 @@ impl Proxy {
                         // connection's task notices later could let a whole request
                         // through).
                         tokio::select! {
-                            held = forward(&mut client_read, &mut server_write, &open, &lose_request, Some(&hold)) => held,
+                            held = forward(&mut client_read, &mut server_write, &open, &lose_request, Some((&hold, &freeze))) => held,
                             held = forward(&mut server_read, &mut client_write, &open, &lose_answer, None) => held,
                             _ = cut.changed() => None,
                         }
@@ -460,6 +467,7 @@ impl Proxy {
             lose_answer,
             hold_request,
             release,
+            freeze_request,
         }
     }
 
@@ -488,6 +496,13 @@ impl Proxy {
         self.hold_request.store(true, Ordering::SeqCst);
     }
 
+    /// Let `n` chunks go to the database, then freeze the connection that carries the
+    /// next: it stays open, and nothing more of it reaches the database, as from a
+    /// replica that stopped (a paused VM, a debugger, a partition).
+    fn freeze_request_after(&self, n: i64) {
+        self.freeze_request.store(n, Ordering::SeqCst);
+    }
+
     /// Deliver the chunk kept by [`Proxy::hold_next_request`] to the database, late.
     fn deliver_held(&self) {
         self.release.notify_one();
@@ -497,21 +512,33 @@ impl Proxy {
 /// Copy `from` to `to` chunk by chunk while `open`; return at the end of either, or at the
 /// first chunk read once closed or when `lose` counts down to it (that chunk is dropped,
 /// and `lose` turned off), or with the first chunk read once `hold` is set (cleared).
+/// When `freeze` counts down to a chunk (and is turned off), that chunk and every later
+/// one are swallowed until `from` ends.
 async fn forward(
     from: &mut (impl tokio::io::AsyncRead + Unpin),
     to: &mut (impl tokio::io::AsyncWrite + Unpin),
     open: &std::sync::atomic::AtomicBool,
     lose: &AtomicI64,
-    hold: Option<&std::sync::atomic::AtomicBool>,
+    hold: Option<(&std::sync::atomic::AtomicBool, &AtomicI64)>,
 ) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 16 * 1024];
+    let mut frozen = false;
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return None,
             Ok(n) => n,
         };
-        if hold.is_some_and(|hold| hold.swap(false, Ordering::SeqCst)) {
-            return Some(buf[..n].to_vec());
+        if let Some((hold, freeze)) = hold {
+            if hold.swap(false, Ordering::SeqCst) {
+                return Some(buf[..n].to_vec());
+            }
+            frozen = frozen
+                || freeze.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    (left >= 0).then_some(left - 1)
+                }) == Ok(0);
+            if frozen {
+                continue;
+            }
         }
         if !open.load(Ordering::SeqCst)
             || lose.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
@@ -682,6 +709,249 @@ async fn an_append_on_a_lost_connection_is_settled_before_its_call_is_answered()
         "each record once, in order"
     );
     assert_eq!(sink.stats().lost, 0, "{:?}", sink.stats());
+}
+
+/// Makes `sink`'s next appends read the chain's head first (the two-trip way, as a replica
+/// does when another one writes too): it appends, `other` appends after it, and its next
+/// append finds its guess of the head wrong. Returns the records' numbers used.
+async fn take_turns(sink: &PgSink, other: &PgSink) {
+    use aac_tools::audit::AuditSink;
+    sink.record(record(1, 0)).await.unwrap();
+    other.record(record(2, 0)).await.unwrap();
+    sink.record(record(1, 1)).await.unwrap();
+}
+
+/// `pg_terminate_backend` every session of the audit role: what a restart, an idle
+/// timeout (`idle_session_timeout`) or an administrator does to idle connections.
+async fn end_audit_sessions(test: &TestDb) -> i64 {
+    test.owner()
+        .await
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE usename = $1",
+            &[&test.roles.audit()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The request ids of the trail, in `seq` order, after checking its chain.
+async fn trail_ids(sink: &PgSink) -> Vec<String> {
+    let trail = sink.mirror().await.unwrap();
+    let report = verify_chain(&trail).unwrap();
+    assert!(report.is_intact(), "{report}");
+    AuditQuery::new()
+        .fetch(&trail)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.record.request_id)
+        .collect()
+}
+
+/// A replica whose appends read the head first (another replica writes too) finds its
+/// idle connection ended by the server at the first statement of its next append, before
+/// anything of the batch was sent: the batch is appended on a new connection, and
+/// answered as written, not refused (its call has run: a refusal there would leave a
+/// call served with no record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_ended_while_idle_before_a_two_trip_append_is_opened_again() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let (a, b) = (PgSink::open(&db).unwrap(), PgSink::open(&db).unwrap());
+    take_turns(&a, &b).await;
+    assert!(end_audit_sessions(&test).await >= 2, "both sinks' sessions");
+    a.record(record(1, 2))
+        .await
+        .expect("appended on a new connection");
+    b.record(record(2, 1))
+        .await
+        .expect("settled on a new connection");
+    a.record(record(1, 3)).await.unwrap();
+    assert_eq!(
+        trail_ids(&a).await,
+        ["1-0", "2-0", "1-1", "1-2", "2-1", "1-3"],
+        "each record once, in order"
+    );
+    assert_eq!((a.stats().lost, b.stats().lost), (0, 0));
+}
+
+/// A replica frozen while it holds the chain's lock (between the head's read and its
+/// insert: a paused VM, a debugger, a partition) holds up another replica's append for
+/// about 2 s, not for as long as it stays frozen: PostgreSQL ends the frozen session
+/// (`idle_in_transaction_session_timeout`), which releases the lock. The frozen replica's
+/// batch is then settled on a new connection, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_frozen_holding_the_chain_lock_holds_up_the_others_for_seconds_only() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let (proxy, frozen, _server) = behind_proxy(&test).await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let other = PgSink::open(&db).unwrap();
+    take_turns(&frozen, &other).await;
+    // Its next append: the lock and the head go through, its insert never does.
+    proxy.freeze_request_after(1);
+    let append = {
+        let frozen = frozen.clone();
+        tokio::spawn(async move { frozen.record(record(1, 2)).await })
+    };
+    let owner = test.owner().await;
+    let holding = async {
+        loop {
+            let idle: i64 = owner
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE usename = $1 AND state = 'idle in transaction'",
+                    &[&test.roles.audit()],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if idle > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), holding)
+        .await
+        .expect("the frozen replica holds the lock, idle in its transaction");
+    let started = std::time::Instant::now();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        other.record(record(2, 1)),
+    )
+    .await
+    .expect("held up for as long as the replica stays frozen")
+    .expect("appended once the frozen session is ended");
+    let held = started.elapsed();
+    assert!(
+        held < std::time::Duration::from_secs(5),
+        "held up {held:?}, longer than the session's idle timeout"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(15), append)
+        .await
+        .expect("the frozen replica's call is answered")
+        .unwrap()
+        .expect("its batch settled on a new connection");
+    assert_eq!(
+        trail_ids(&other).await,
+        ["1-0", "2-0", "1-1", "2-1", "1-2"],
+        "each record once"
+    );
+    assert_eq!((frozen.stats().lost, other.stats().lost), (0, 0));
+}
+
+/// Another session holding the chain's lock (an administrator, a stuck client of another
+/// version) makes an append give up after `lock_timeout` (5 s), refused rather than left
+/// waiting; once the lock is free, appends go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let sink = PgSink::open(&db).unwrap();
+    sink.record(record(1, 0)).await.unwrap();
+    let owner = test.owner().await;
+    owner
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({})",
+            aac_tools::postgres::CHAIN_LOCK
+        ))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        sink.record(record(1, 1)),
+    )
+    .await
+    .expect("an append waits for the lock for seconds, not for ever")
+    .expect_err("refused while another session holds the lock");
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(4),
+        "gave up after {waited:?}"
+    );
+    assert!(err.to_string().contains("lock timeout"), "{err}");
+    owner.batch_execute("COMMIT").await.unwrap();
+    let mut tries = 0;
+    while sink.record(record(1, 2)).await.is_err() {
+        tries += 1;
+        assert!(tries < 100, "the sink never recovered");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(trail_ids(&sink).await, ["1-0", "1-2"]);
+}
+
+/// Replicas started at once on a new database all migrate it: the framework's tables
+/// and the application's are created by one of them at a time, none fails on a
+/// concurrent `CREATE TABLE IF NOT EXISTS`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_migrating_a_new_database_at_once_all_start() {
+    let migrations = ["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL)"];
+    // A race shows only sometimes: a few new databases, each with replicas that migrate
+    // and others that first ask the schema's version (as `serve` does).
+    for _ in 0..4 {
+        let test = TestDb::new().await;
+        let runs: Vec<_> = (0..8)
+            .map(|i| {
+                let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+                tokio::spawn(async move {
+                    if i % 2 == 1 {
+                        db.schema_version("notes").await?;
+                    }
+                    db.migrate("notes", &migrations).await
+                })
+            })
+            .collect();
+        for run in runs {
+            run.await
+                .unwrap()
+                .expect("every replica migrates or finds the schema migrated");
+        }
+        let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+        assert_eq!(db.schema_version("notes").await.unwrap(), 1);
+    }
+}
+
+/// The table's declaration on PostgreSQL is SQLite's: `NOT NULL` columns and the `CHECK`
+/// of `outcome` refuse a row no record makes, even from the audit role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_table_refuses_rows_no_record_makes() {
+    let test = migrated().await;
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(test.roles.audit());
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let err = client
+        .batch_execute("INSERT INTO aac_audit (seq) VALUES (1)")
+        .await
+        .expect_err("a row of NULLs");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::NOT_NULL_VIOLATION),
+        "{err}"
+    );
+    let err = client
+        .batch_execute(
+            "INSERT INTO aac_audit (seq, timestamp, tool, outcome, status, scopes_provided, \
+             transport, duration_us, arguments, prev_hash, hash) \
+             VALUES (1, 't', 'x', 'maybe', 200, '', 'stdio', 0, '{}', 'p', 'h')",
+        )
+        .await
+        .expect_err("an outcome no record has");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+        "{err}"
+    );
+    let kind: String = test
+        .column("SELECT column_default FROM information_schema.columns WHERE table_name = 'aac_audit' AND column_name = 'kind'")
+        .await
+        .remove(0);
+    assert!(kind.starts_with("'tool'"), "{kind}");
 }
 
 /// The single-use ledger of 2026-07-28 confirmations on PostgreSQL: a nonce redeemed

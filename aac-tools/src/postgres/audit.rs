@@ -48,7 +48,9 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use super::link::{self, Link};
 use super::{CONNECT_TIMEOUT, Database, describe};
 use crate::BoxFuture;
-use crate::audit::sqlite::{Cell, Mirror, PortableRow, integer_columns};
+use crate::audit::sqlite::{
+    Cell, Mirror, OUTCOME_CHECK, PortableRow, declared_columns, integer_columns,
+};
 use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
 use crate::audit::{
     AUDIT_COLUMNS, AUDIT_TABLE, AuditError, AuditRecord, AuditSink, ChainReport, GENESIS_HASH,
@@ -61,17 +63,28 @@ pub const CHAIN_LOCK: i64 = 0x6161_635f_6175_6469; // "aac_audi"
 /// The largest batch one transaction appends.
 const MAX_BATCH: usize = 1024;
 
-/// The `CREATE TABLE` of `aac_audit` on PostgreSQL, from the SQLite declaration.
+/// The `CREATE TABLE` of `aac_audit` on PostgreSQL, from the SQLite declaration: the
+/// same columns, `NOT NULL` and defaults, and the same `CHECK` of `outcome`.
 pub(crate) fn create_table_sql() -> Result<String, AuditError> {
-    let columns: Vec<String> = integer_columns()?
+    let columns: Vec<String> = declared_columns()?
         .into_iter()
-        .map(|(name, integer)| {
-            let ty = if integer { "BIGINT" } else { "TEXT" };
+        .map(|column| {
+            let name = column.name;
             if name == "seq" {
-                format!("\"{name}\" BIGINT PRIMARY KEY")
-            } else {
-                format!("\"{name}\" {ty}")
+                return format!("\"{name}\" BIGINT PRIMARY KEY");
             }
+            let ty = if column.integer { "BIGINT" } else { "TEXT" };
+            let mut declaration = format!("\"{name}\" {ty}");
+            if column.not_null {
+                declaration.push_str(" NOT NULL");
+            }
+            if let Some(default) = &column.default {
+                declaration.push_str(&format!(" DEFAULT {default}"));
+            }
+            if name == "outcome" {
+                declaration.push_str(&format!(" CHECK ({OUTCOME_CHECK})"));
+            }
+            declaration
         })
         .collect();
     Ok(format!(
@@ -83,7 +96,7 @@ pub(crate) fn create_table_sql() -> Result<String, AuditError> {
 
 /// Create `aac_audit` if missing, and check an existing one has the expected columns.
 pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
-    let sql = create_table_sql()?;
+    let sql = super::migrating(&create_table_sql()?);
     client
         .batch_execute(&sql)
         .await
@@ -296,6 +309,7 @@ impl PgBackend {
             let prepared = link.run(
                 async {
                     tokio::try_join!(
+                        client.batch_execute(SESSION_LIMITS),
                         client.prepare(&sql.insert.one),
                         client.prepare(&sql.insert.many),
                         client.prepare(&sql.insert_if_head.one),
@@ -305,7 +319,7 @@ impl PgBackend {
                 deadline,
             );
             match prepared {
-                Ok(Ok((one, many, one_if_head, many_if_head))) => Ok(Session {
+                Ok(Ok(((), one, many, one_if_head, many_if_head))) => Ok(Session {
                     conn: Conn {
                         client,
                         insert: Forms { one, many },
@@ -351,26 +365,44 @@ impl Backend for PgBackend {
     }
 
     fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
-        self.connect()?;
-        let Some(Session { conn, link }) = self.session.as_mut() else {
-            return Err(AuditError::new("the audit database is not connected"));
-        };
-        let err = match link.run(conn.append(&self.sql, &self.integer, batch), None) {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(err)) => describe(&err),
-            // The socket could not be waited on (never seen): what the database did with
-            // the batch is not known, and it is refused, saying so.
-            Err(err) => format!(
-                "cannot wait for the audit database's answer ({err}): the batch may be in the trail"
-            ),
-        };
-        // Whatever failed, the connection is opened (and its statements prepared) again.
-        let in_doubt = conn.in_doubt.take();
-        self.session = None;
-        let err = AuditError::new(format!("cannot write to the audit database: {err}"));
-        match in_doubt {
-            Some(head) => self.settle(head, batch, err),
-            None => Err(err),
+        let mut reopened = false;
+        loop {
+            self.connect()?;
+            let Some(Session { conn, link }) = self.session.as_mut() else {
+                return Err(AuditError::new("the audit database is not connected"));
+            };
+            let (err, lost) = match link.run(conn.append(&self.sql, &self.integer, batch), None) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(err)) => (describe(&err), !statement_error(&err)),
+                // The socket could not be waited on (never seen): what the database did
+                // with the batch is not known, and it is refused, saying so.
+                Err(err) => (
+                    format!(
+                        "cannot wait for the audit database's answer ({err}): the batch may be in the trail"
+                    ),
+                    false,
+                ),
+            };
+            // Whatever failed, the connection is opened (and its statements prepared) again.
+            let in_doubt = conn.in_doubt.take();
+            self.session = None;
+            if in_doubt.is_none() && lost && !reopened {
+                // The connection was found lost (closed by the server while idle: a
+                // restart, an idle timeout, an administrator) before anything of the batch
+                // was sent to be committed: nothing of it can be in the trail. Once more,
+                // on a new connection.
+                tracing::info!(
+                    error = %err,
+                    "the audit database's connection was lost before an append; appending on a new connection"
+                );
+                reopened = true;
+                continue;
+            }
+            let err = AuditError::new(format!("cannot write to the audit database: {err}"));
+            return match in_doubt {
+                Some(head) => self.settle(head, batch, err),
+                None => Err(err),
+            };
         }
     }
 }
@@ -441,8 +473,23 @@ impl PgBackend {
     }
 }
 
-/// How long [`PgBackend::settle`] waits for the chain's lock.
-const SETTLE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// The sink's session bounds what a stalled replica can hold up, since every replica
+/// appends to one chain under one lock:
+///
+/// - `idle_in_transaction_session_timeout`: an append that reads the head first holds the
+///   chain's lock across a round trip. A replica frozen there (a paused VM, a debugger, a
+///   network partition) would keep it from every other replica until TCP noticed, hours
+///   later; PostgreSQL ends its session after 2 s instead, which releases the lock (and
+///   the frozen replica, once it runs again, settles its batch as in doubt).
+/// - `lock_timeout`: an append waits at most 5 s for the lock (or any other, such as an
+///   administrator's `LOCK TABLE`); past that its calls are answered 503
+///   `audit_unavailable` rather than left waiting.
+const SESSION_LIMITS: &str =
+    "SET idle_in_transaction_session_timeout = '2s'; SET lock_timeout = '5s'";
+
+/// How long [`PgBackend::settle`] waits for the chain's lock: longer than a lost session
+/// idle in its transaction can hold it ([`SESSION_LIMITS`]).
+const SETTLE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The SQL of an append.
 struct Sql {
@@ -500,6 +547,14 @@ fn chained(
     (columns, (seq, prev))
 }
 
+/// Whether `err` is a statement's error (severity `ERROR`): the session goes on, and the
+/// statement changed nothing. Anything else (the connection lost, or the session ended by
+/// a `FATAL` error) ended the session.
+fn statement_error(err: &tokio_postgres::Error) -> bool {
+    err.as_db_error()
+        .is_some_and(|db| db.parsed_severity() == Some(Severity::Error))
+}
+
 /// Poll `future` once. A request of `tokio_postgres` is on the connection after its first
 /// poll, so the next one asked for follows it there: pipelined, one round trip for both.
 async fn sent<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
@@ -521,10 +576,7 @@ impl Conn {
     /// error, as when an administrator or a timeout ends it) may have come after the
     /// commit: the append is in doubt.
     fn doubt(&mut self, err: tokio_postgres::Error, after: (i64, String)) -> tokio_postgres::Error {
-        let statement_error = err
-            .as_db_error()
-            .is_some_and(|db| db.parsed_severity() == Some(Severity::Error));
-        if !statement_error {
+        if !statement_error(&err) {
             self.in_doubt = Some(after);
         }
         err

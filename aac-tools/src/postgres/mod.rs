@@ -442,7 +442,7 @@ impl Database {
     /// The version of `component`'s schema in this database, `0` if never migrated.
     pub async fn schema_version(&self, component: &str) -> Result<u32, DbError> {
         let client = self.owner().await?;
-        client.batch_execute(SCHEMA_TABLE).await?;
+        client.batch_execute(&migrating(SCHEMA_TABLE)).await?;
         let row = client
             .query_opt(
                 "SELECT version FROM aac_schema WHERE component = $1",
@@ -470,6 +470,16 @@ impl Database {
     }
 }
 
+/// The key of the advisory lock every change of the schema takes: replicas that start
+/// at once on a new database take turns (two concurrent `CREATE TABLE IF NOT EXISTS` of
+/// one table can both try to create it, and one fails).
+pub(crate) const MIGRATION_LOCK: i64 = 7461627;
+
+/// `sql` in a transaction of its own that holds [`MIGRATION_LOCK`].
+pub(crate) fn migrating(sql: &str) -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK}); {sql} COMMIT;")
+}
+
 /// The versions of each component's schema.
 const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
     component TEXT PRIMARY KEY,
@@ -486,7 +496,7 @@ async fn migrate_one(
 ) -> Result<u32, DbError> {
     let tx = client.transaction().await?;
     // One migrator at a time across every replica.
-    tx.batch_execute("SELECT pg_advisory_xact_lock(7461627)")
+    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
         .await?;
     tx.batch_execute(SCHEMA_TABLE).await?;
     let current = tx

@@ -22,10 +22,10 @@ pub use checkpoint::{
     write_checkpoint,
 };
 #[cfg(feature = "postgres")]
-pub(crate) use portable::{Cell, Mirror, PortableRow, integer_columns};
+pub(crate) use portable::{Cell, Mirror, PortableRow, declared_columns, integer_columns};
 pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
-pub(crate) use table::SELECT_COLUMNS;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
+pub(crate) use table::{OUTCOME_CHECK, SELECT_COLUMNS};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

@@ -22,25 +22,54 @@ pub(crate) enum Cell {
     Text(String),
 }
 
-/// The declared type of a column: `true` for an integer column, `false` for text.
-pub(crate) fn integer_columns() -> Result<Vec<(&'static str, bool)>, AuditError> {
+/// A column of the one declaration, as another database declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Declared {
+    pub(crate) name: &'static str,
+    /// An integer column (else text).
+    pub(crate) integer: bool,
+    /// `NOT NULL`.
+    pub(crate) not_null: bool,
+    /// Its `DEFAULT`, as SQL.
+    pub(crate) default: Option<String>,
+}
+
+/// The columns of the one declaration, in table order.
+pub(crate) fn declared_columns() -> Result<Vec<Declared>, AuditError> {
     let conn = Connection::open_in_memory().map_err(sql_error)?;
     ensure_table(&conn)?;
     let mut stmt = conn
-        .prepare("SELECT name, type FROM pragma_table_info('aac_audit') ORDER BY cid")
+        .prepare(
+            "SELECT name, type, \"notnull\", dflt_value FROM pragma_table_info('aac_audit') \
+             ORDER BY cid",
+        )
         .map_err(sql_error)?;
-    let declared: Vec<(String, String)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+    let declared: Vec<(String, String, bool, Option<String>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .and_then(Iterator::collect)
         .map_err(sql_error)?;
-    Ok(AUDIT_COLUMNS
+    AUDIT_COLUMNS
         .iter()
         .map(|name| {
-            let integer = declared
+            let (_, ty, not_null, default) = declared
                 .iter()
-                .any(|(n, t)| n == name && t.eq_ignore_ascii_case("INTEGER"));
-            (*name, integer)
+                .find(|(n, ..)| n == name)
+                .ok_or_else(|| AuditError::new(format!("`aac_audit` declares no `{name}`")))?;
+            Ok(Declared {
+                name,
+                integer: ty.eq_ignore_ascii_case("INTEGER"),
+                not_null: *not_null,
+                default: default.clone(),
+            })
         })
+        .collect()
+}
+
+/// The declared type of a column: `true` for an integer column, `false` for text.
+pub(crate) fn integer_columns() -> Result<Vec<(&'static str, bool)>, AuditError> {
+    Ok(declared_columns()?
+        .into_iter()
+        .map(|c| (c.name, c.integer))
         .collect())
 }
 

@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS aac_audit (
 );
 "#;
 
+/// The `CHECK` of the `outcome` column, for another database's declaration of the table
+/// (a test holds it to the one in [`SCHEMA`]).
+pub(crate) const OUTCOME_CHECK: &str = "outcome IN ('success', 'denied', 'error')";
+
 /// The index and the append-only triggers, created once the table is known to be ours.
 const SCHEMA_EXTRAS: &str = r#"
 CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);
@@ -153,4 +157,16 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
 
 pub(crate) fn sql_error(err: rusqlite::Error) -> AuditError {
     AuditError::new(format!("audit database error: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outcome_check_is_the_one_the_table_declares() {
+        assert!(SCHEMA.contains(&format!(
+            "outcome         TEXT    NOT NULL CHECK ({OUTCOME_CHECK}),"
+        )));
+    }
 }
