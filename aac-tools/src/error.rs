@@ -95,8 +95,27 @@ pub struct ToolError {
     retry_after: Option<std::time::Duration>,
 }
 
+/// The longest message an error carries to the client, and from there into a model's
+/// context (bytes of UTF-8). A longer one can only be echoing what the caller sent (a
+/// 15 MB tool name, a value that failed validation): it is cut, marked with the hash and
+/// length of the whole, as audit records cut what they keep.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// The longest reason an error carries (a handler's own reason could be anything).
+const MAX_REASON_BYTES: usize = 128;
+
+/// `text`, cut to about `max` bytes if longer ([`crate::audit::bounded`]).
+fn capped(text: Cow<'static, str>, max: usize) -> Cow<'static, str> {
+    if text.len() <= max {
+        return text;
+    }
+    Cow::Owned(crate::audit::bounded(&text, max).into_owned())
+}
+
 impl ToolError {
-    /// An error with any status, reason and message.
+    /// An error with any status, reason and message. A message over 2 048 bytes (or a
+    /// reason over 128) can only be echoing what a caller sent: it is cut, and marked
+    /// with the hash and length of the whole.
     pub fn new(
         status: Status,
         reason: impl Into<Cow<'static, str>>,
@@ -104,8 +123,8 @@ impl ToolError {
     ) -> ToolError {
         ToolError {
             status,
-            reason: reason.into(),
-            message: message.into(),
+            reason: capped(reason.into(), MAX_REASON_BYTES),
+            message: capped(message.into(), MAX_MESSAGE_BYTES),
             retry_after: None,
         }
     }
@@ -271,5 +290,42 @@ impl serde::Serialize for ToolError {
 impl From<serde_json::Error> for ToolError {
     fn from(err: serde_json::Error) -> ToolError {
         ToolError::internal(format!("JSON error: {err}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_echoing_a_huge_input_is_cut_and_marked() {
+        let name = "x".repeat(15 * 1024 * 1024);
+        let err = ToolError::unknown_tool(&name);
+        assert!(
+            err.message().len() <= MAX_MESSAGE_BYTES,
+            "{}",
+            err.message().len()
+        );
+        assert!(err.message().starts_with("unknown tool `xxx"));
+        assert!(
+            err.message()
+                .ends_with(&format!("{} bytes]", name.len() + 15)),
+            "{}",
+            &err.message()[err.message().len() - 40..]
+        );
+        let err = ToolError::invalid_arguments(&format!("/{}", "k".repeat(1 << 20)), "unexpected");
+        assert!(err.message().len() <= MAX_MESSAGE_BYTES);
+        let err = ToolError::bad_request("r".repeat(1000), "short");
+        assert!(
+            err.reason().len() <= MAX_REASON_BYTES + 40,
+            "{}",
+            err.reason()
+        );
+        // What is short stays as it is.
+        assert_eq!(
+            ToolError::unknown_tool("get_issue").message(),
+            "unknown tool `get_issue`"
+        );
+        assert_eq!(ToolError::confirm_required().message(), CONFIRM_REQUIRED);
     }
 }

@@ -893,9 +893,13 @@ fn build_prompt(def: &'static PromptDef) -> Result<PromptEntry, RegistryError> {
         tool: def.name().to_owned(),
         why,
     };
-    let schema = def
-        .input_schema_value()
-        .unwrap_or_else(schema::empty_object);
+    // Strict as a tool's: an argument the prompt does not declare is refused.
+    let schema = schema::finish_input_schema(
+        def.input_schema_value()
+            .unwrap_or_else(schema::empty_object),
+        false,
+    )
+    .map_err(invalid)?;
     let validator = jsonschema::validator_for(&schema)
         .map_err(|e| invalid(format!("the arguments schema does not compile: {e}")))?;
     let required: Vec<&str> = schema

@@ -253,6 +253,15 @@ pub(crate) fn match_template(template: &str, uri: &str) -> Option<Map<String, Va
     rest.is_empty().then_some(vars)
 }
 
+/// Whether `name` is one of `template`'s variables (`{name}`).
+pub(crate) fn is_template_variable(template: &str, name: &str) -> bool {
+    template
+        .split('{')
+        .skip(1)
+        .filter_map(|part| part.split_once('}'))
+        .any(|(variable, _)| variable == name)
+}
+
 /// The contents of one resource read: text or binary (base64), with its MIME type and,
 /// when it differs from the URI read, its own URI.
 #[derive(Debug, Clone, PartialEq)]

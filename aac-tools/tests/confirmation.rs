@@ -48,6 +48,9 @@ enum Answer {
     Never,
     CannotAsk,
     InputRequired,
+    /// The client cancels the call (or goes away) while the question is open, as the
+    /// MCP peer reports it.
+    Cancelled,
 }
 
 struct FakeClient {
@@ -90,6 +93,10 @@ impl ClientPeer for FakeClient {
         Box::pin(async move {
             match answer {
                 Answer::Action(action) => Ok(json!({"action": action})),
+                Answer::Cancelled => Err(ToolError::bad_request(
+                    "cancelled",
+                    "the client cancelled the call while the server waited for its elicitation",
+                )),
                 _ => std::future::pending().await,
             }
         })
@@ -397,4 +404,30 @@ fn short_keys_are_refused() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+}
+
+/// A client that cancels the call (or goes away) while its user is being asked abandoned
+/// the call: one record, as for any abandoned call (`error`, no check, `cancelled`, 499),
+/// not a refusal by the user; the tool never ran.
+#[tokio::test]
+async fn a_call_cancelled_while_the_user_is_asked_is_recorded_as_abandoned() {
+    let sink = MemorySink::new();
+    let server = server(&sink, ConfirmPolicy::User, Duration::from_secs(60));
+    let client = FakeClient::new(Answer::Cancelled);
+    let response = server
+        .call(call("drop_note", "N-cancelled", &client, "alice"))
+        .await;
+    assert_eq!(reason(&response), Some("cancelled"));
+    assert!(!RAN.lock().unwrap().iter().any(|n| n == "N-cancelled"));
+    assert_eq!(sink.records().len(), 1);
+    let record = last(&sink);
+    assert_eq!(
+        (
+            record.outcome,
+            record.check,
+            record.reason.as_deref(),
+            record.status
+        ),
+        (Outcome::Error, None, Some("cancelled"), 499)
+    );
 }

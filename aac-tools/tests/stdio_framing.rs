@@ -76,6 +76,13 @@ struct Raw {
 
 impl Raw {
     async fn start(server: Server, token: &str, capacity: usize) -> Raw {
+        let mut raw = Raw::connect(server, token, capacity);
+        raw.initialize().await;
+        raw
+    }
+
+    /// Connected, not initialized.
+    fn connect(server: Server, token: &str, capacity: usize) -> Raw {
         let (client, server_end) = tokio::io::duplex(capacity);
         let (read, write) = tokio::io::split(server_end);
         let token = token.to_owned();
@@ -83,10 +90,14 @@ impl Raw {
             let _ = aac_tools::mcp::serve_io(server, Some(token), read, write).await;
         });
         let (read, write) = tokio::io::split(client);
-        let mut raw = Raw {
+        Raw {
             lines: BufReader::new(read).lines(),
             write,
-        };
+        }
+    }
+
+    async fn initialize(&mut self) {
+        let raw = self;
         raw.line(
             &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -98,7 +109,6 @@ impl Raw {
         assert_eq!(answer["id"], 0, "{answer}");
         raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
             .await;
-        raw
     }
 
     async fn line(&mut self, line: &str) {
@@ -358,4 +368,131 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     let records = sink.records();
     assert_eq!(records.len(), 6);
     assert_eq!(records[5].outcome, Outcome::Success);
+}
+
+/// A well-formed call that rmcp itself refuses before any handler sees it (sent before
+/// `initialize`, or naming a protocol version rmcp does not support) is recorded once,
+/// before its answer is written, with what rmcp said; a call rmcp hands on is recorded
+/// once, as itself.
+#[tokio::test]
+async fn a_call_rmcp_refuses_before_the_handler_is_recorded_once_before_its_answer() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::connect(server, "all", 1 << 20);
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"early","confirm":true}}}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 1, "{refused}");
+    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "recorded before the answer: {records:?}");
+    raw.initialize().await;
+    let unsupported = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "echo_text", "arguments": {"text": "future"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}});
+    raw.line(&unsupported.to_string()).await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 2, "{refused}");
+    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    raw.line(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "ok",
+        "{answer}"
+    );
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>, Outcome)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.outcome))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("forget_text", Some("1"), Outcome::Denied),
+            ("echo_text", Some("2"), Outcome::Denied),
+            ("echo_text", Some("3"), Outcome::Success),
+        ],
+        "{records:?}"
+    );
+    for record in &records[..2] {
+        assert_eq!(record.check, Some(Check::Protocol), "{record:?}");
+        assert_eq!(record.reason.as_deref(), Some("not_dispatched"));
+        assert_eq!(record.principal.as_deref(), Some("all"), "{record:?}");
+        assert_eq!(record.transport, "stdio");
+    }
+    assert!(
+        records[0].arguments["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("sha256:")),
+        "the arguments, read back from the line: {:?}",
+        records[0].arguments
+    );
+    assert_eq!(
+        records[0].arguments["confirm"], true,
+        "{:?}",
+        records[0].arguments
+    );
+}
+
+/// A batch (which rmcp refuses whole) leaves a record for each call, read, prompt or
+/// completion it held, not only for the first; past 32, the rest are counted in one more.
+#[tokio::test]
+async fn every_call_of_a_refused_batch_is_recorded() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let call = |id: u64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "forget_text", "arguments": {"text": text, "confirm": true}}})
+    };
+    let batch = json!([
+        call(1, "a"),
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        call(3, "b"),
+        {"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": {"uri": "x://y"}},
+        call(5, "c"),
+    ]);
+    raw.line(&batch.to_string()).await;
+    assert_eq!(raw.next().await["error"]["code"], -32600);
+    raw.line(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 6);
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("forget_text", Some("1")),
+            ("forget_text", Some("3")),
+            ("x://y", Some("4")),
+            ("forget_text", Some("5")),
+        ],
+        "{records:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.reason.as_deref() == Some("not_dispatched"))
+    );
+
+    let before = sink.records().len();
+    let many: Vec<Value> = (0..40).map(|i| call(100 + i, "m")).collect();
+    raw.line(&Value::Array(many).to_string()).await;
+    assert_eq!(raw.next().await["error"]["code"], -32600);
+    raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 7);
+    let records = sink.records();
+    assert_eq!(
+        records.len() - before,
+        33,
+        "32 one by one, and the count of the rest"
+    );
+    let last = records.last().unwrap();
+    assert_eq!(last.tool, "(unknown)");
+    assert!(last.reason.as_deref() == Some("not_dispatched"), "{last:?}");
 }

@@ -155,8 +155,11 @@ impl McpHandler {
         }
     }
 
-    /// The attempt the `/mcp` gate began for this request, if any.
+    /// The attempt the `/mcp` gate or the stdio framing began for this request, if any.
     fn pending_attempt(&self, context: &RequestContext<RoleServer>) -> Option<Attempt> {
+        if let Some(pending) = context.extensions.get::<super::PendingAttempt>() {
+            return pending.take();
+        }
         #[cfg(feature = "http")]
         if let Some(pending) = context
             .extensions
@@ -177,7 +180,10 @@ impl McpHandler {
         request: CallRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolOutput, ToolError> {
-        // The gate's attempt for this request, if any, gives way to this one.
+        // The transport's attempt for this request, if any, gives way to this one.
+        if let Some(pending) = context.extensions.get::<super::PendingItem>() {
+            pending.0.taken_up();
+        }
         #[cfg(feature = "http")]
         if let Some(pending) = context
             .extensions
@@ -487,7 +493,8 @@ impl ServerHandler for McpHandler {
             (state, responses)
         });
         let peer: Arc<dyn ClientPeer> = Arc::new(peer);
-        // Over Streamable HTTP the gate began the attempt; take it up, else begin it.
+        // The transport began the attempt (the `/mcp` gate, the stdio framing); take it
+        // up, else begin it.
         let mut attempt = match self.pending_attempt(&context) {
             Some(mut attempt) => {
                 attempt.dispatch(tool, arguments, Some(peer), context.ct.clone());

@@ -36,30 +36,31 @@ pub use self::stdio::{serve_io, serve_stdio};
 #[derive(Clone, Debug)]
 pub(crate) struct VerifiedPrincipal(pub(crate) std::sync::Arc<crate::Principal>);
 
-/// An attempt the `/mcp` gate began, carried to the MCP handler in the request's
-/// extensions, which takes it up ([`Attempt::dispatch`](crate::Attempt)). If the MCP layer
-/// answers without dispatching the call, the gate records it ([`PendingAttempt::abandoned`]);
-/// if the request is dropped later still untaken, the attempt records itself as not
-/// dispatched, with the arguments read back from the body.
 /// The attempt of a `resources/read`, `prompts/get` or `completion/complete` the `/mcp`
-/// gate let through: recorded as `not_dispatched` if the MCP layer refuses the request
-/// before the handler begins its own attempt.
-#[cfg(feature = "http")]
+/// gate let through (or the stdio framing read): recorded as `not_dispatched` if the MCP
+/// layer refuses the request before the handler begins its own attempt.
+#[cfg(feature = "mcp")]
 #[derive(Clone)]
 pub(crate) struct PendingItem(pub(crate) PendingAttempt);
 
-#[cfg(feature = "http")]
+/// An attempt the `/mcp` gate (or the stdio framing) began, carried to the MCP handler in
+/// the request's extensions, which takes it up ([`Attempt::dispatch`](crate::Attempt)). If
+/// the MCP layer answers without dispatching the call, the transport records it
+/// ([`PendingAttempt::abandoned`], [`PendingAttempt::refused`]); if the request is dropped
+/// later still untaken, the attempt records itself as not dispatched, with the arguments
+/// read back from the body.
+#[cfg(feature = "mcp")]
 #[derive(Clone)]
 pub(crate) struct PendingAttempt(std::sync::Arc<std::sync::Mutex<Pending>>);
 
-#[cfg(feature = "http")]
+#[cfg(feature = "mcp")]
 struct Pending {
     attempt: Option<crate::Attempt>,
-    body: axum::body::Bytes,
+    body: tokio_util::bytes::Bytes,
     arguments: fn(&[u8]) -> Option<serde_json::Value>,
 }
 
-#[cfg(feature = "http")]
+#[cfg(feature = "mcp")]
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mut attempt) = self.attempt.take() {
@@ -68,13 +69,13 @@ impl Drop for Pending {
     }
 }
 
-#[cfg(feature = "http")]
+#[cfg(feature = "mcp")]
 impl PendingAttempt {
     /// Carry `attempt`; `arguments` reads the call's arguments from `body` for the record
     /// of an attempt nobody took up.
     pub(crate) fn new(
         attempt: crate::Attempt,
-        body: axum::body::Bytes,
+        body: tokio_util::bytes::Bytes,
         arguments: fn(&[u8]) -> Option<serde_json::Value>,
     ) -> PendingAttempt {
         PendingAttempt(std::sync::Arc::new(std::sync::Mutex::new(Pending {
@@ -101,8 +102,23 @@ impl PendingAttempt {
         }
     }
 
+    /// The attempt, with its arguments read back from the body, if nobody took it up:
+    /// the MCP layer answered the request with an error of its own, so nobody will.
+    pub(crate) fn refused(&self) -> Option<crate::Attempt> {
+        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut attempt = pending.attempt.take()?;
+        attempt.set_arguments((pending.arguments)(&pending.body));
+        Some(attempt)
+    }
+
+    /// Whether the request is gone (nobody else holds it).
+    pub(crate) fn is_dropped(&self) -> bool {
+        std::sync::Arc::strong_count(&self.0) == 1
+    }
+
     /// The attempt, if nobody else holds the request any more and nobody took it up: the
     /// MCP layer answered without dispatching the call.
+    #[cfg(feature = "http")]
     pub(crate) fn abandoned(&self) -> Option<crate::Attempt> {
         if std::sync::Arc::strong_count(&self.0) == 1 {
             self.take()

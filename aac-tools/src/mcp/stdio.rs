@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 
 use rmcp::ServiceExt;
 use rmcp::model::{
-    ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, RequestId, ServerResult,
+    ClientNotification, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, JsonRpcRequest,
+    RequestId, ServerResult,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -27,6 +28,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio_util::bytes::Bytes;
 
 use super::handler::{McpHandler, Shared};
+use super::{PendingAttempt, PendingItem};
 use crate::BoxFuture;
 use crate::audit::Check;
 use crate::context::Transport as Via;
@@ -126,7 +128,24 @@ struct LineTransport<R, W> {
     /// The record of such a line, being written: finished before the next line is read
     /// (whatever cancels `receive`), so that a flood of them waits for the audit sink.
     recording: Option<BoxFuture<'static, ()>>,
+    /// The attempts of the calls (and reads, prompts, completions) handed to rmcp and not
+    /// yet answered, by request id: one rmcp answers with an error of its own before the
+    /// handler took it up (a request before `initialize`, a protocol version it does not
+    /// support) is recorded before that answer is written.
+    pending: Pendings,
 }
+
+/// The attempts of requests handed to rmcp, by id.
+type Pendings = Arc<StdMutex<std::collections::HashMap<RequestId, PendingAttempt>>>;
+
+/// From how many unanswered requests on, the framing looks for those rmcp dropped without
+/// an answer (cancelled before they were handled, say): recorded if nobody took them up,
+/// and forgotten.
+const SWEEP_PENDING: usize = 64;
+
+/// How many unanswered requests the framing keeps track of: a further one is not tracked
+/// (its attempt still records itself if it is dropped untaken).
+const MAX_PENDING: usize = 1024;
 
 /// Records the calls that never reach the tools: a line rmcp cannot read, or reads only
 /// as a method it does not know (a `tools/call`, `resources/read`, `prompts/get` or
@@ -144,11 +163,31 @@ impl Refusals {
     /// The record of the call in `line`, if it holds one.
     fn of(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
         let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
-        let err = ToolError::bad_request(
-            "not_dispatched",
-            "the MCP layer could not read the request: nothing was called",
-        );
-        Some(self.refuse(request, err))
+        let err = || {
+            ToolError::bad_request(
+                "not_dispatched",
+                "the MCP layer could not read the request: nothing was called",
+            )
+        };
+        // A batch (which rmcp refuses whole): each of its calls, not only the first.
+        let (rest, more) = probe::rest_of_batch(line);
+        let mut records = vec![self.refuse(request, err())];
+        records.extend(rest.into_iter().map(|request| self.refuse(request, err())));
+        if more > 0 {
+            let counted = ToolError::bad_request(
+                "not_dispatched",
+                format!(
+                    "the MCP layer could not read the request: nothing was called; the \
+                     batch held {more} more calls, not recorded one by one"
+                ),
+            );
+            records.push(self.refuse(CallRequest::new(UNKNOWN_TOOL, None), counted));
+        }
+        Some(Box::pin(async move {
+            for record in records {
+                record.await;
+            }
+        }))
     }
 
     /// The record of a line over [`MAX_LINE`], dropped unread: it may have carried a
@@ -166,19 +205,73 @@ impl Refusals {
     }
 
     fn refuse(&self, request: CallRequest, err: ToolError) -> BoxFuture<'static, ()> {
-        let request = request
-            .transport(Via::Stdio)
-            .credentials(match &self.token {
-                Some(token) => Credentials::Bearer(token.clone()),
-                None => Credentials::None,
-            });
-        let mut attempt = self.server.begin(request);
-        Box::pin(async move {
-            // For the record only: the refusal is the line's, whoever sent it.
-            let _ = attempt.authenticate().await;
-            attempt.refuse(Check::Protocol, err).await;
-        })
+        refuse(self.begin(request), err)
     }
+
+    /// The attempt of `request`, as this connection's caller makes it.
+    fn begin(&self, request: CallRequest) -> crate::Attempt {
+        self.server.begin(
+            request
+                .transport(Via::Stdio)
+                .credentials(match &self.token {
+                    Some(token) => Credentials::Bearer(token.clone()),
+                    None => Credentials::None,
+                }),
+        )
+    }
+
+    /// The attempt of a call, read, prompt or completion rmcp parsed from `line`, put in
+    /// the request's extensions for the handler to take up; `None` for other requests.
+    fn pend(
+        &self,
+        request: &mut JsonRpcRequest<ClientRequest>,
+        line: &[u8],
+    ) -> Option<PendingAttempt> {
+        let id = request.id.to_string();
+        let (call, arguments): (_, fn(&[u8]) -> Option<serde_json::Value>) = match &request.request
+        {
+            ClientRequest::CallToolRequest(call) => (
+                CallRequest::new(call.params.name.to_string(), None),
+                probe::tool_call_arguments,
+            ),
+            ClientRequest::ReadResourceRequest(_)
+            | ClientRequest::GetPromptRequest(_)
+            | ClientRequest::CompleteRequest(_) => {
+                (probe::item_request(line)?, probe::item_arguments)
+            }
+            _ => return None,
+        };
+        let attempt = self.begin(call.request_id(id));
+        let pending = PendingAttempt::new(attempt, Bytes::copy_from_slice(line), arguments);
+        let is_call = matches!(request.request, ClientRequest::CallToolRequest(_));
+        let extensions = request.request.extensions_mut();
+        if is_call {
+            extensions.insert(pending.clone());
+        } else {
+            extensions.insert(PendingItem(pending.clone()));
+        }
+        Some(pending)
+    }
+}
+
+/// Record `attempt` as refused by the MCP layer (`err`).
+fn refuse(mut attempt: crate::Attempt, err: ToolError) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        // For the record only: the refusal is the line's, whoever sent it.
+        let _ = attempt.authenticate().await;
+        attempt.refuse(Check::Protocol, err).await;
+    })
+}
+
+/// The refusal recorded for a request rmcp answered with `message` without handing it on.
+fn not_dispatched(message: &str) -> ToolError {
+    ToolError::bad_request(
+        "not_dispatched",
+        format!(
+            "the MCP layer refused the request before it was handled: {}",
+            crate::audit::bounded(message, 512)
+        ),
+    )
 }
 
 /// Whether rmcp reads `message` as a method it does not know: such a message is refused
@@ -233,6 +326,47 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         Ok(())
     }
 
+    /// Begin the attempt of `request` (read from `self.line`), if it is a call, read,
+    /// prompt or completion, and keep it until rmcp answers.
+    fn track(&mut self, request: &mut JsonRpcRequest<ClientRequest>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() >= SWEEP_PENDING {
+            let mut gone = Vec::new();
+            pending.retain(|_, p| {
+                if !p.is_dropped() {
+                    return true;
+                }
+                gone.extend(p.refused());
+                false
+            });
+            if !gone.is_empty() {
+                let before = self.recording.take();
+                self.recording = Some(Box::pin(async move {
+                    if let Some(before) = before {
+                        before.await;
+                    }
+                    for attempt in gone {
+                        refuse(
+                            attempt,
+                            not_dispatched("the request was dropped unanswered"),
+                        )
+                        .await;
+                    }
+                }));
+            }
+            if pending.len() >= MAX_PENDING {
+                drop(pending);
+                // Not tracked: its attempt records itself if it is dropped untaken.
+                let _ = self.refusals.pend(request, trim_line(&self.line));
+                return;
+            }
+        }
+        let id = request.id.clone();
+        if let Some(attempt) = self.refusals.pend(request, trim_line(&self.line)) {
+            pending.insert(id, attempt);
+        }
+    }
+
     fn new(read: R, write: W, replay: bool, refusals: Refusals) -> Self {
         LineTransport {
             read: BufReader::new(read),
@@ -246,6 +380,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             lists: replay.then(Arc::default),
             refusals,
             recording: None,
+            pending: Arc::default(),
         }
     }
 
@@ -406,7 +541,29 @@ where
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let out = Arc::clone(&self.out);
         let lists = self.lists.clone();
+        // The answer to a request the framing began an attempt for: if rmcp answers it
+        // with an error before the handler took it up, that refusal is recorded first.
+        let answered = match &item {
+            JsonRpcMessage::Response(answer) => Some((&answer.id, None)),
+            JsonRpcMessage::Error(answer) => answer
+                .id
+                .as_ref()
+                .map(|id| (id, Some(answer.error.message.as_ref()))),
+            _ => None,
+        };
+        let refused = answered.and_then(|(id, error)| {
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(id)?;
+            let attempt = error.and_then(|_| pending.refused())?;
+            Some(refuse(attempt, not_dispatched(error.unwrap_or_default())))
+        });
         async move {
+            if let Some(recording) = refused {
+                recording.await;
+            }
             let parts = match (&item, lists) {
                 (JsonRpcMessage::Response(answer), Some(lists))
                     if matches!(answer.result, ServerResult::InitializeResult(_)) =>
@@ -463,13 +620,18 @@ where
                     return None;
                 }
             }
-            let parsed = parse(&self.line);
+            let mut parsed = parse(&self.line);
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
                 Parsed::Ignored | Parsed::Invalid => true,
             };
             if refused {
                 self.recording = self.refusals.of(trim_line(&self.line));
+            }
+            if let Parsed::Message(message) = &mut parsed
+                && let JsonRpcMessage::Request(request) = message.as_mut()
+            {
+                self.track(request);
             }
             self.line.clear();
             let message = match parsed {

@@ -330,7 +330,18 @@ impl Attempt {
             self.recorded = true;
             return CallResponse::new(result, check);
         };
-        let written = sink.record(self.record(&result, check));
+        // A client that cancelled the call (or went away) while its user was being asked
+        // abandoned it: recorded as any abandoned call is, not as the user's refusal.
+        let abandoned = matches!(
+            (&result, check),
+            (Err(err), Some(Check::Confirm)) if err.reason() == "cancelled"
+        );
+        let mut record = self.record(&result, check.filter(|_| !abandoned));
+        if abandoned {
+            record.outcome = crate::audit::Outcome::Error;
+            record.status = 499;
+        }
+        let written = sink.record(record);
         self.recorded = true;
         match written.await {
             Ok(()) => CallResponse::new(result, check),
@@ -468,6 +479,23 @@ impl Attempt {
         } else {
             self.request.arguments.take()
         };
+        if target.undeclared {
+            let argument = arguments
+                .as_ref()
+                .and_then(|a| a.get("argument"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let err = ToolError::invalid_arguments(
+                "/argument",
+                format!(
+                    "`{}` is not an argument of `{}`",
+                    crate::audit::bounded(argument, 256),
+                    target.name
+                ),
+            );
+            self.request.arguments = arguments;
+            return Err((Check::Validate, err));
+        }
         if let Some(position) = target.prompt {
             let empty = Value::Object(Map::new());
             let instance = arguments.as_ref().unwrap_or(&empty);
@@ -724,7 +752,7 @@ impl Attempt {
     }
 
     /// A transport that began the attempt before it had read the arguments sets them.
-    #[cfg(feature = "http")]
+    #[cfg(feature = "mcp")]
     pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
         self.request.arguments = arguments;
     }
@@ -738,14 +766,14 @@ impl Attempt {
 
     /// Another attempt records this call (the MCP handler began its own): this one ends
     /// without a record.
-    #[cfg(feature = "http")]
+    #[cfg(feature = "mcp")]
     pub(crate) fn forget(mut self) {
         self.recorded = true;
     }
 
-    /// The `/mcp` gate began this attempt; the MCP layer takes it up with the call as
+    /// The `/mcp` gate (or the stdio framing) began this attempt; the MCP layer takes it up with the call as
     /// rmcp parsed it ([`Attempt::dispatch`]) or drops it.
-    #[cfg(feature = "http")]
+    #[cfg(feature = "mcp")]
     pub(crate) fn undispatched(mut self) -> Attempt {
         self.dispatched = false;
         self
@@ -849,7 +877,14 @@ struct Target {
     handler: Option<Handler>,
     /// The prompt's position, whose arguments are validated.
     prompt: Option<usize>,
+    /// A completion of an argument its prompt (or a variable its template) does not
+    /// declare: refused once the caller is known to be in scope.
+    undeclared: bool,
 }
+
+/// The longest resource URI read: a longer one is refused before it is matched against
+/// the templates (a template's variables are the handler's arguments).
+const MAX_URI_BYTES: usize = 4096;
 
 /// Step 2 for a resource read (the resource or template `request.tool` names, its
 /// variables becoming the call's arguments), a prompt, or a completion (of a prompt's
@@ -879,6 +914,15 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
     };
     match request.kind {
         CallKind::Resource => {
+            if name.len() > MAX_URI_BYTES {
+                return Err((
+                    Check::Validate,
+                    ToolError::invalid_arguments(
+                        "/uri",
+                        format!("a resource URI is limited to {MAX_URI_BYTES} bytes"),
+                    ),
+                ));
+            }
             let (i, _) = registry.find_resource(name).ok_or_else(unknown_resource)?;
             let def = registry.resources()[i];
             Ok(Target {
@@ -886,6 +930,7 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
                 scopes: def.scopes(),
                 handler: Some(def.handler()),
                 prompt: None,
+                undeclared: false,
             })
         }
         CallKind::Prompt => {
@@ -896,16 +941,19 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
                 scopes: def.scopes(),
                 handler: Some(def.handler()),
                 prompt: Some(i),
+                undeclared: false,
             })
         }
         CallKind::Completion => {
-            let of_resource = request
-                .arguments
-                .as_ref()
-                .and_then(|a| a.get("ref"))
-                .and_then(Value::as_str)
-                == Some("resource");
-            if of_resource {
+            let field = |key: &str| {
+                request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .and_then(Value::as_str)
+            };
+            let argument = field("argument").unwrap_or_default();
+            if field("ref") == Some("resource") {
                 let def = registry
                     .resources()
                     .iter()
@@ -916,15 +964,25 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
                     scopes: def.scopes(),
                     handler: def.completion(),
                     prompt: None,
+                    undeclared: !crate::resource::is_template_variable(def.uri(), argument),
                 })
             } else {
                 let i = registry.prompt_index(name).ok_or_else(unknown_prompt)?;
-                let def = registry.prompts()[i].def();
+                let prompt = &registry.prompts()[i];
+                let declared = prompt
+                    .json()
+                    .get("arguments")
+                    .and_then(Value::as_array)
+                    .is_some_and(|args| {
+                        args.iter()
+                            .any(|a| a.get("name").and_then(Value::as_str) == Some(argument))
+                    });
                 Ok(Target {
-                    name: def.name(),
-                    scopes: def.scopes(),
-                    handler: def.completion(),
+                    name: prompt.def().name(),
+                    scopes: prompt.def().scopes(),
+                    handler: prompt.def().completion(),
                     prompt: None,
+                    undeclared: !declared,
                 })
             }
         }

@@ -108,3 +108,39 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     }
     Some(request)
 }
+
+/// The arguments of the `tools/call` in `body`, for the record of an attempt the MCP
+/// layer never dispatched.
+pub(crate) fn tool_call_arguments(body: &[u8]) -> Option<Value> {
+    tool_call_request(body)?.arguments
+}
+
+/// The arguments of the read, prompt or completion in `body`, for the record of an
+/// attempt nobody took up.
+pub(crate) fn item_arguments(body: &[u8]) -> Option<Value> {
+    item_request(body)?.arguments
+}
+
+/// The most calls of one batch recorded one by one; the rest are counted in one more
+/// record, so that a batch of many small calls costs a bounded amount of disk.
+pub(crate) const MAX_BATCH_RECORDS: usize = 32;
+
+/// Every call, read, prompt and completion of the JSON-RPC batch `body` after its first
+/// (which [`tool_call_request`] or [`item_request`] reads), at most
+/// [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty when
+/// `body` is not a batch of several.
+pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
+    let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(body) else {
+        return (Vec::new(), 0);
+    };
+    let mut requests = batch.iter().filter_map(|message| {
+        let one = serde_json::to_vec(message).ok()?;
+        tool_call_request(&one).or_else(|| item_request(&one))
+    });
+    // The first is the one recorded already.
+    if requests.next().is_none() {
+        return (Vec::new(), 0);
+    }
+    let kept: Vec<CallRequest> = requests.by_ref().take(MAX_BATCH_RECORDS - 1).collect();
+    (kept, requests.count())
+}

@@ -55,6 +55,7 @@ pub async fn issue_resource(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct TriageArgs {
     /// The issue's key (`AAC-42`) or UUID.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
 }
 

@@ -101,12 +101,14 @@ pub struct ListIssuesArgs {
     /// Only issues with this status.
     pub status: Option<IssueStatus>,
     /// Only issues assigned to this user or agent.
+    #[schemars(length(max = 100))]
     pub assignee: Option<String>,
     /// How many issues per page.
     #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 100))]
     pub limit: u32,
     /// The `next_cursor` of the previous page, to get the next one.
+    #[schemars(length(max = 64))]
     pub cursor: Option<String>,
 }
 
@@ -160,6 +162,7 @@ pub async fn list_issues(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct IssueIdArgs {
     /// The issue's UUID or its key, such as `AAC-42`.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
 }
 
@@ -174,6 +177,7 @@ pub async fn get_issue(db: ReadStore, ctx: Ctx, args: IssueIdArgs) -> Result<Iss
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct CommentList {
     /// The issue's UUID.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
     /// The issue's key.
     pub issue_key: String,
@@ -292,6 +296,7 @@ pub async fn create_issue(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct UpdateIssueArgs {
     /// The issue's UUID or its key, such as `AAC-42`.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
     /// A new title.
     #[schemars(length(min = 1, max = 200))]
@@ -348,6 +353,7 @@ pub async fn update_issue(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CommentArgs {
     /// The issue's UUID or its key, such as `AAC-42`.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
     /// The comment.
     #[schemars(length(min = 1, max = 20000))]
@@ -373,6 +379,7 @@ pub async fn comment_issue(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AssignArgs {
     /// The issue's UUID or its key, such as `AAC-42`.
+    #[schemars(length(min = 1, max = 64))]
     pub issue_id: String,
     /// The name of an agent of your workspace, such as `autopilot`.
     #[schemars(length(min = 1, max = 100))]

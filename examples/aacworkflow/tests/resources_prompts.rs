@@ -114,6 +114,20 @@ async fn every_refusal_of_a_read_is_recorded_once_with_its_kind() {
         );
         assert_eq!(record.tool, uri);
     }
+    // A URI of megabytes: refused before it is matched, recorded with a bounded name.
+    let uri = format!("aacworkflow://issues/{}", "A".repeat(1 << 20));
+    let response = f
+        .server
+        .call(CallRequest::resource(&uri).bearer(&f.alice))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(
+        (err.status().code(), err.reason()),
+        (400, "invalid_arguments")
+    );
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.check, Some(Check::Validate));
+    assert!(record.tool.len() < 1024, "{}", record.tool.len());
 }
 
 #[tokio::test]
@@ -148,6 +162,27 @@ async fn the_triage_prompt_embeds_the_issue_and_its_refusals_are_recorded() {
         .call(CallRequest::prompt("triage_issue", Some(json!({}))).bearer(&f.alice))
         .await;
     assert_eq!(response.error().unwrap().reason(), "invalid_arguments");
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(
+        (record.kind, record.check),
+        (CallKind::Prompt, Some(Check::Validate))
+    );
+
+    // An argument the prompt does not declare: 400, as for a tool, recorded.
+    let response = f
+        .server
+        .call(
+            CallRequest::prompt(
+                "triage_issue",
+                Some(json!({"issue_id": "AAC-1", "note": "x".repeat(1 << 20)})),
+            )
+            .bearer(&f.alice),
+        )
+        .await;
+    let err = response.error().expect("an undeclared argument is refused");
+    assert_eq!(err.reason(), "invalid_arguments");
+    assert!(err.message().contains("note"), "{}", err.message());
+    assert!(err.message().len() <= 2048, "{}", err.message().len());
     let record = f.sink.records().pop().unwrap();
     assert_eq!(
         (record.kind, record.check),
@@ -224,6 +259,24 @@ async fn issue_keys_complete_within_the_callers_workspace() {
         .unwrap()
         .clone();
     assert_eq!(value["values"], json!([]));
+    // An argument the prompt does not declare, or a variable the template does not:
+    // refused before the completion function runs, recorded.
+    for (target, resource) in [("triage_issue", false), ("aacworkflow://issues/{id}", true)] {
+        let response = f
+            .server
+            .call(
+                CallRequest::completion(target, resource, "workspace", "", Map::new())
+                    .bearer(&f.alice),
+            )
+            .await;
+        let err = response.error().expect("an undeclared argument is refused");
+        assert_eq!(err.reason(), "invalid_arguments", "{target}");
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(
+            (record.kind, record.check),
+            (CallKind::Completion, Some(Check::Validate))
+        );
+    }
     // Unauthenticated: refused and recorded.
     let response = f
         .server

@@ -25,7 +25,9 @@ pub use checkpoint::{
 pub(crate) use portable::{Cell, Mirror, PortableRow, declared_columns, integer_columns};
 pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
+#[cfg(feature = "postgres")]
+pub(crate) use table::OUTCOME_CHECK;
+pub(crate) use table::SELECT_COLUMNS;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
-pub(crate) use table::{OUTCOME_CHECK, SELECT_COLUMNS};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

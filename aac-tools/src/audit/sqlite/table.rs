@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS aac_audit (
 
 /// The `CHECK` of the `outcome` column, for another database's declaration of the table
 /// (a test holds it to the one in [`SCHEMA`]).
+#[cfg(any(feature = "postgres", test))]
 pub(crate) const OUTCOME_CHECK: &str = "outcome IN ('success', 'denied', 'error')";
 
 /// The index and the append-only triggers, created once the table is known to be ours.
