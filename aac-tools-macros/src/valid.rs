@@ -87,13 +87,23 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
             }
             name.value.clone()
         }
-        None => func
-            .item
-            .sig
-            .ident
-            .to_string()
-            .trim_start_matches("r#")
-            .to_owned(),
+        None => {
+            let ident = &func.item.sig.ident;
+            let name = ident.to_string().trim_start_matches("r#").to_owned();
+            // A Rust identifier may hold what an MCP tool name may not (`é`, or more
+            // than 128 bytes): the default name is held to the same rule as `name = …`.
+            if !is_valid_tool_name(&name) {
+                errors.push(syn::Error::new(
+                    ident.span(),
+                    format!(
+                        "the function name `{name}` is not a valid MCP tool name \
+                         (1 to 128 of ASCII letters, digits, `_`, `-` and `.`): \
+                         give the tool one with `name = \"…\"`"
+                    ),
+                ));
+            }
+            name
+        }
     };
 
     let description = match &attr.description {

@@ -118,6 +118,26 @@ impl Drop for ExtractScope {
     }
 }
 
+/// The error of a data handle above the level of the tool running on this thread (its
+/// parameters being extracted, or its handler being polled), if there is one: `None`
+/// when `level` is at or below it, or when no tool is running here (code outside tools,
+/// or a task the handler spawned).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn above_running_tool(level: AccessLevel) -> Option<crate::ToolError> {
+    let tool = extracting_for()?;
+    (level > tool).then(|| {
+        crate::ToolError::new(
+            crate::Status::Internal,
+            "level_violation",
+            format!(
+                "a tool at the `{tool}` access level opened a `{level}` transaction (through a \
+                 handle it reached another way than as a parameter of its level, such as \
+                 shared state); a tool's handles are at or below its level"
+            ),
+        )
+    })
+}
+
 /// The level of the tool whose parameters are being extracted, if any.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn extracting_for() -> Option<AccessLevel> {

@@ -165,9 +165,18 @@ pub struct Call {
     pub(crate) state: StateMap,
     /// The URI of a resource read.
     pub(crate) resource_uri: Option<String>,
+    /// The access level of the tool called (`None` for a resource, prompt or completion).
+    pub(crate) level: Option<AccessLevel>,
 }
 
 impl Call {
+    /// The level of the tool whose parameters are being extracted: the call's own (on
+    /// whatever thread an extractor runs), else the extraction scope's.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn extracting_for(&self) -> Option<AccessLevel> {
+        self.level.or_else(crate::__private0::extracting_for)
+    }
+
     /// Take the arguments out (the first extractor that asks gets them).
     pub fn take_arguments(&mut self) -> Map<String, Value> {
         self.arguments.take().unwrap_or_default()

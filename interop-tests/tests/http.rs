@@ -1314,3 +1314,57 @@ async fn a_read_the_mcp_layer_refuses_is_recorded_once_and_a_read_it_takes_once(
         }
     }
 }
+
+/// A batch is refused whole (no call of it runs), and each call it holds leaves its
+/// record, not only the first: a confirmed delete hidden behind a harmless first call is
+/// in the trail. Without a token (401) and from an authenticated session (the MCP layer
+/// refuses the batch).
+#[tokio::test]
+async fn every_call_of_a_refused_batch_is_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let call = |id: u64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "add_note", "arguments": {"text": text}}})
+    };
+    let batch = json!([
+        call(41, "a"),
+        {"jsonrpc": "2.0", "id": 42, "method": "ping"},
+        call(43, "b"),
+        call(44, "c"),
+    ])
+    .to_string();
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    let response = anonymous.post().body(batch.clone()).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let records = server.sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.request_id.clone().unwrap_or_default(), r.check))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("41".to_owned(), Some(Check::Authenticate)),
+            ("43".to_owned(), Some(Check::Authenticate)),
+            ("44".to_owned(), Some(Check::Authenticate)),
+        ],
+        "{records:?}"
+    );
+
+    server.sink.clear();
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let _ = raw.send(batch).await;
+    let records = server.sink.records();
+    let mut ids: Vec<_> = records
+        .iter()
+        .map(|r| r.request_id.clone().unwrap_or_default())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["41", "43", "44"], "{records:?}");
+    for record in &records {
+        assert_eq!(record.check, Some(Check::Protocol), "{record:?}");
+        assert_eq!(record.reason.as_deref(), Some("not_dispatched"));
+        assert_eq!(record.principal.as_deref(), Some("alice"), "{record:?}");
+    }
+}

@@ -69,7 +69,20 @@ pub(crate) fn check(
             }
             name.value.clone()
         }
-        None => func.item.sig.ident.to_string(),
+        None => {
+            let ident = &func.item.sig.ident;
+            let name = ident.to_string().trim_start_matches("r#").to_owned();
+            if !is_valid_tool_name(&name) {
+                errors.push(syn::Error::new(
+                    ident.span(),
+                    format!(
+                        "the function name `{name}` is not a valid {attribute} name; expected \
+                         1 to 128 of `A-Z a-z 0-9 _ - .`: give it one with `name = \"…\"`"
+                    ),
+                ));
+            }
+            name
+        }
     };
     let description = match &attr.description {
         Some(d) => d.value.clone(),

@@ -469,6 +469,54 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
     json_error(&attempt.refuse(Check::Protocol, err).await)
 }
 
+/// The records of the calls of a batch after its first (whose attempt the gate began),
+/// refused with the request as a whole: by `check` and `err` (the gate's refusal), or as
+/// not dispatched (`None`: the MCP layer refused the batch). At most
+/// [`probe::MAX_BATCH_RECORDS`] in all, and one more that counts the rest.
+async fn refuse_rest_of_batch(
+    app: &App,
+    body: &[u8],
+    peer: Option<IpAddr>,
+    principal: Option<&Arc<Principal>>,
+    refusal: Option<(Check, &ToolError)>,
+) {
+    if !body.trim_ascii_start().starts_with(b"[") {
+        return;
+    }
+    let (rest, more) = probe::rest_of_batch(body);
+    let not_dispatched = |more: usize| {
+        let counted = if more > 0 {
+            format!("; the batch held {more} more calls, not recorded one by one")
+        } else {
+            String::new()
+        };
+        ToolError::bad_request(
+            "not_dispatched",
+            format!("the request was refused before the tool was called{counted}"),
+        )
+    };
+    let counted = (more > 0).then(|| (CallRequest::new(UNKNOWN_TOOL, None), not_dispatched(more)));
+    let each = rest.into_iter().map(|request| {
+        let (check, err) = match refusal {
+            Some((check, err)) => (check, err.clone()),
+            None => (Check::Protocol, not_dispatched(0)),
+        };
+        (request, Some(check), err)
+    });
+    let counted = counted.map(|(request, err)| (request, Some(Check::Protocol), err));
+    for (request, check, err) in each.chain(counted) {
+        let mut request = request.transport(Transport::StreamableHttp);
+        if let Some(peer) = peer {
+            request = request.peer_addr(peer);
+        }
+        let mut attempt = app.server().begin(request);
+        if let Some(principal) = principal {
+            attempt.authenticated(Arc::clone(principal));
+        }
+        attempt.refuse(check.unwrap_or(Check::Protocol), err).await;
+    }
+}
+
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
@@ -494,6 +542,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let principal = match app.authenticate(&parts.headers).await {
         Ok(principal) => principal,
         Err(err) => {
+            let refusal = err.clone();
             let err = match (&call, attempt, item()) {
                 (Some(call), Some(attempt), _) => {
                     call.refuse(attempt, Check::Authenticate, err).await
@@ -506,6 +555,14 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                 }
                 _ => err,
             };
+            refuse_rest_of_batch(
+                app,
+                &body,
+                peer,
+                None,
+                Some((Check::Authenticate, &refusal)),
+            )
+            .await;
             return app.refusal(&parts.headers, &err, None);
         }
     };
@@ -525,6 +582,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     {
         tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
         let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
+        let refusal = err.clone();
         let err = match (&call, attempt, item()) {
             (Some(call), Some(attempt), _) => call.refuse(attempt, Check::Session, err).await,
             (_, _, Some(item)) => {
@@ -534,6 +592,14 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             }
             _ => err,
         };
+        refuse_rest_of_batch(
+            app,
+            &body,
+            peer,
+            Some(&principal),
+            Some((Check::Session, &refusal)),
+        )
+        .await;
         return json_error(&err);
     }
 
@@ -545,6 +611,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             && let Err((Check::Scope, err)) = pending.authorize()
         {
             let err = call.refuse(pending, Check::Scope, err).await;
+            refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
             return app.refusal(&parts.headers, &err, Some(&call.tool));
         }
         attempt = Some(pending);
@@ -583,6 +650,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "the MCP layer refused the request before the tool was called",
         );
         let err = call.refuse(attempt, Check::Protocol, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -593,6 +661,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "the MCP layer refused the request before it was read",
         );
         let err = attempt.refuse(Check::Protocol, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }

@@ -135,6 +135,10 @@ struct LineTransport<R, W> {
     pending: Pendings,
 }
 
+/// Reads a request's arguments back from its line, for the record of an attempt nobody
+/// took up.
+type ReadArguments = fn(&[u8]) -> Option<serde_json::Value>;
+
 /// The attempts of requests handed to rmcp, by id.
 type Pendings = Arc<StdMutex<std::collections::HashMap<RequestId, PendingAttempt>>>;
 
@@ -228,8 +232,7 @@ impl Refusals {
         line: &[u8],
     ) -> Option<PendingAttempt> {
         let id = request.id.to_string();
-        let (call, arguments): (_, fn(&[u8]) -> Option<serde_json::Value>) = match &request.request
-        {
+        let (call, arguments): (_, ReadArguments) = match &request.request {
             ClientRequest::CallToolRequest(call) => (
                 CallRequest::new(call.params.name.to_string(), None),
                 probe::tool_call_arguments,

@@ -257,7 +257,8 @@ impl Attempt {
             return self.finish(Ok(output), None).await;
         };
         let kind = self.request.kind;
-        let mut handler = CatchUnwind(handler(call));
+        let level = call.level;
+        let mut handler = CatchUnwind(handler(call), level);
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn.
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
@@ -461,6 +462,7 @@ impl Attempt {
                 ctx,
                 state: server.state().clone(),
                 resource_uri: None,
+                level: Some(def.access_level()),
             },
         })
     }
@@ -541,6 +543,7 @@ impl Attempt {
                 ctx,
                 state: server.state().clone(),
                 resource_uri,
+                level: None,
             },
         })
     }
@@ -1032,11 +1035,15 @@ fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
 
 /// Polls a future, turning a panic into `None` so that a panicking handler still leaves
 /// its audit record and the server keeps serving.
-struct CatchUnwind<F>(F);
+/// While polled, the handler of a tool at this level runs on the polling thread
+/// (`__private0::ExtractScope`): a data transaction it opens above its level, through a
+/// handle of shared state, is refused.
+struct CatchUnwind<F>(F, Option<crate::access::AccessLevel>);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Option<F::Output>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _running = self.1.map(crate::__private0::ExtractScope::enter);
         let inner = &mut self.0;
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
             Ok(Poll::Ready(output)) => Poll::Ready(Some(output)),

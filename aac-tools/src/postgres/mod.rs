@@ -575,6 +575,9 @@ impl<L: Level> Db<L> {
     /// uncommitted, it rolls back and its connection is closed (never reused inside a
     /// transaction).
     pub async fn begin(&self) -> Result<Tx<L>, ToolError> {
+        if let Some(err) = crate::__private0::above_running_tool(L::LEVEL) {
+            return Err(err);
+        }
         let conn = get(self.db.pool_of(L::LEVEL))
             .await
             .map_err(|why| unavailable(&why))?;
@@ -619,7 +622,7 @@ impl<L: Level> ToolParam for Db<L> {
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         // The macro checks the handles a tool names; this refuses one built above the
         // tool's level by an extractor of the user's own.
-        if let Some(tool) = crate::__private0::extracting_for()
+        if let Some(tool) = call.extracting_for()
             && L::LEVEL > tool
         {
             return Err(ToolError::new(

@@ -45,12 +45,88 @@ pub(super) enum Rules {
     NoDelete,
 }
 
+/// What an authorizer refused, and (the `Write` level) a change of the schema table that
+/// may yet be the first step of a `DROP` or `CREATE` (refused under its own name) or may
+/// be a direct edit (with `writable_schema` turned on through the C API): refused at the
+/// end of the transaction unless a `DROP` or `CREATE` followed it.
+#[derive(Default)]
+struct Verdict {
+    refused: Option<String>,
+    schema_edit: Option<String>,
+}
+
+type Slot = Arc<Mutex<Verdict>>;
+
+fn take(slot: &Slot) -> Option<String> {
+    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let schema_edit = verdict.schema_edit.take();
+    verdict.refused.take().or(schema_edit)
+}
+
+/// A reader connection of the pool, with its authorizer's verdicts.
+pub(super) struct Reader {
+    pub(super) conn: Connection,
+    refused: Slot,
+}
+
+impl Reader {
+    /// `conn`, configured, with the `Read` level's authorizer: reads, and nothing else.
+    /// (The connection is opened read-only, with `query_only`, but both stop only writes
+    /// to the file: a tool could still turn `query_only` off and create a temporary view
+    /// that later calls on the same pooled connection would read, or change a setting
+    /// that changes what they read.)
+    pub(super) fn new(mut conn: Connection) -> Result<Reader, rusqlite::Error> {
+        let refused: Slot = Arc::default();
+        let slot = Arc::clone(&refused);
+        conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+            match read_refusal(&ctx.action) {
+                None => Authorization::Allow,
+                Some(what) => {
+                    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    verdict.refused.get_or_insert(what);
+                    Authorization::Deny
+                }
+            }
+        }))?;
+        Ok(Reader { conn, refused })
+    }
+
+    /// What the rules refused since the last call, if anything.
+    pub(super) fn take_refused(&self) -> Option<String> {
+        take(&self.refused)
+    }
+}
+
+/// What the `Read` level refuses, described, or `None` if it only reads.
+fn read_refusal(action: &AuthAction<'_>) -> Option<String> {
+    use AuthAction as A;
+    match *action {
+        A::Read { .. }
+        | A::Select
+        | A::Function { .. }
+        | A::Transaction { .. }
+        | A::Savepoint { .. }
+        | A::Recursive
+        | A::Pragma {
+            pragma_value: None, ..
+        } => None,
+        A::Pragma {
+            pragma_name,
+            pragma_value: Some(_),
+        } if READING_PRAGMAS.contains(&pragma_name.to_ascii_lowercase().as_str()) => None,
+        A::Insert { table_name } => Some(format!("INSERT INTO {table_name}")),
+        A::Update { table_name, .. } => Some(format!("UPDATE {table_name}")),
+        A::Delete { table_name } => Some(format!("DELETE FROM {table_name}")),
+        ref other => Some(refusal(other).unwrap_or_else(|| format!("{other:?}"))),
+    }
+}
+
 /// The writer connection, with the rules installed on it and what they last refused.
 pub(super) struct Writer {
     pub(super) conn: Connection,
     /// `None` when unknown (set-up code had the connection and may have changed it).
     installed: Option<Rules>,
-    refused: Arc<Mutex<Option<String>>>,
+    refused: Slot,
 }
 
 impl Writer {
@@ -58,7 +134,7 @@ impl Writer {
         Writer {
             conn,
             installed: None,
-            refused: Arc::new(Mutex::new(None)),
+            refused: Arc::default(),
         }
     }
 
@@ -74,11 +150,18 @@ impl Writer {
             Rules::NoDelete => {
                 let refused = Arc::clone(&self.refused);
                 self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+                    let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(edit) = schema_edit(&ctx.action) {
+                        // A `DROP` or `CREATE` asks this first; a direct edit, only this.
+                        verdict.schema_edit.get_or_insert(edit);
+                        return Authorization::Allow;
+                    }
                     match refusal(&ctx.action) {
                         None => Authorization::Allow,
                         Some(what) => {
-                            let mut slot = refused.lock().unwrap_or_else(|e| e.into_inner());
-                            slot.get_or_insert(what);
+                            // A `DROP` or `CREATE` is refused under its own name.
+                            verdict.schema_edit = None;
+                            verdict.refused.get_or_insert(what);
                             Authorization::Deny
                         }
                     }
@@ -98,10 +181,24 @@ impl Writer {
 
     /// What the rules refused since the last call, if anything.
     pub(super) fn take_refused(&self) -> Option<String> {
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        take(&self.refused)
+    }
+}
+
+/// An insert into, delete from or update of the schema table, described.
+fn schema_edit(action: &AuthAction<'_>) -> Option<String> {
+    use AuthAction as A;
+    match *action {
+        A::Insert { table_name } if SCHEMA_TABLES.contains(&table_name) => {
+            Some(format!("INSERT INTO {table_name}"))
+        }
+        A::Delete { table_name } if SCHEMA_TABLES.contains(&table_name) => {
+            Some(format!("DELETE FROM {table_name}"))
+        }
+        A::Update { table_name, .. } if SCHEMA_TABLES.contains(&table_name) => {
+            Some(format!("UPDATE {table_name}"))
+        }
+        _ => None,
     }
 }
 

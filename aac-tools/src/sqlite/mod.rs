@@ -52,7 +52,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::access::{Delete, Level, MayDelete, MayUpdate, Read, Write};
 use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
-use guard::{Rules, Writer};
+use guard::{Reader, Rules, Writer};
 
 pub use check::{
     NonDestructiveCheck, NonDestructiveViolation, ReadOnlyCheck, ReadOnlyViolation, content_hash,
@@ -153,7 +153,7 @@ pub struct Database {
 struct Inner {
     path: PathBuf,
     writer: Mutex<Writer>,
-    readers: Mutex<Vec<Connection>>,
+    readers: Mutex<Vec<Reader>>,
 }
 
 impl fmt::Debug for Database {
@@ -224,9 +224,10 @@ impl Database {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, DbError> {
-        let conn = self.take_reader()?;
-        let result = f(&conn);
-        self.put_reader(conn);
+        let reader = self.take_reader()?;
+        let result = f(&reader.conn);
+        reader.take_refused();
+        self.put_reader(reader);
         Ok(result?)
     }
 
@@ -239,7 +240,7 @@ impl Database {
         }
     }
 
-    fn take_reader(&self) -> Result<Connection, rusqlite::Error> {
+    fn take_reader(&self) -> Result<Reader, rusqlite::Error> {
         let idle = self
             .inner
             .readers
@@ -256,14 +257,15 @@ impl Database {
                         | OpenFlags::SQLITE_OPEN_URI,
                 )?;
                 configure(&conn)?;
-                // Belt and braces: a read-only connection, and `query_only` on it.
+                // Belt and braces: a read-only connection, `query_only` on it, and an
+                // authorizer that lets it read and nothing else.
                 conn.pragma_update(None, "query_only", true)?;
-                Ok(conn)
+                Reader::new(conn)
             }
         }
     }
 
-    fn put_reader(&self, conn: Connection) {
+    fn put_reader(&self, conn: Reader) {
         let mut readers = self.inner.readers.lock().unwrap_or_else(|e| e.into_inner());
         if readers.len() < MAX_IDLE_READERS {
             readers.push(conn);
@@ -276,12 +278,28 @@ impl Database {
         F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError> + Send + 'static,
         T: Send + 'static,
     {
+        if let Some(err) = crate::__private0::above_running_tool(L::LEVEL) {
+            return Err(err);
+        }
         let db = self.clone();
         let task = tokio::task::spawn_blocking(move || match L::LEVEL {
             crate::access::AccessLevel::Read => {
-                let conn = db.take_reader()?;
-                let result = run_in_transaction::<L, T, F>(&conn, "BEGIN DEFERRED", f);
-                db.put_reader(conn);
+                let reader = db.take_reader()?;
+                reader.take_refused();
+                let result = run_in_transaction::<L, T, _>(
+                    &reader.conn,
+                    "BEGIN DEFERRED",
+                    |tx: &Tx<'_, L>| {
+                        let result = f(tx);
+                        // As at the `Write` level: a refusal fails the call even when the
+                        // tool swallowed the error.
+                        match reader.take_refused() {
+                            Some(what) => Err(read_violation(&what)),
+                            None => result,
+                        }
+                    },
+                );
+                db.put_reader(reader);
                 result
             }
             level => {
@@ -311,6 +329,15 @@ impl Database {
             Err(_) => Err(ToolError::internal("the database task was cancelled")),
         }
     }
+}
+
+/// The error of an action the `Read` level's authorizer refused, naming the action.
+fn read_violation(what: &str) -> ToolError {
+    ToolError::new(
+        Status::Internal,
+        "read_only_violation",
+        format!("a read-only tool tried to write to the database, which refused: `{what}`"),
+    )
 }
 
 /// The error of an action the level's authorizer refused, naming the action.
@@ -419,7 +446,7 @@ impl<L: Level> ToolParam for Db<L> {
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         // The macro checks the handles a tool names; this refuses one built above the
         // tool's level by an extractor of the user's own.
-        if let Some(tool) = crate::__private0::extracting_for()
+        if let Some(tool) = call.extracting_for()
             && L::LEVEL > tool
         {
             return Err(ToolError::new(
