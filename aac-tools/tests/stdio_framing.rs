@@ -447,6 +447,7 @@ async fn every_call_of_a_refused_batch_is_recorded() {
                "params": {"name": "forget_text", "arguments": {"text": text, "confirm": true}}})
     };
     let batch = json!([
+        {"jsonrpc": "2.0", "id": 0, "method": "resources/read", "params": {"uri": "x://first"}},
         call(1, "a"),
         {"jsonrpc": "2.0", "id": 2, "method": "ping"},
         call(3, "b"),
@@ -467,6 +468,7 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         seen,
         [
             ("forget_text", Some("1")),
+            ("x://first", Some("0")),
             ("forget_text", Some("3")),
             ("x://y", Some("4")),
             ("forget_text", Some("5")),

@@ -125,22 +125,29 @@ pub(crate) fn item_arguments(body: &[u8]) -> Option<Value> {
 /// record, so that a batch of many small calls costs a bounded amount of disk.
 pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 
-/// Every call, read, prompt and completion of the JSON-RPC batch `body` after its first
-/// (which [`tool_call_request`] or [`item_request`] reads), at most
-/// [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty when
-/// `body` is not a batch of several.
+/// Every call, read, prompt and completion of the JSON-RPC batch `body` but the one
+/// recorded already (its first `tools/call`, which [`tool_call_request`] reads, else its
+/// first read, prompt or completion, which [`item_request`] reads), in the batch's order,
+/// at most [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty
+/// when `body` is not a batch of several.
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(body) else {
         return (Vec::new(), 0);
     };
-    let mut requests = batch.iter().filter_map(|message| {
-        let one = serde_json::to_vec(message).ok()?;
-        tool_call_request(&one).or_else(|| item_request(&one))
+    let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
+    let first = batch.iter().position(is_call).or_else(|| {
+        batch
+            .iter()
+            .position(|m| serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some()))
     });
-    // The first is the one recorded already.
-    if requests.next().is_none() {
-        return (Vec::new(), 0);
-    }
+    let mut requests = batch
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != first)
+        .filter_map(|(_, message)| {
+            let one = serde_json::to_vec(message).ok()?;
+            tool_call_request(&one).or_else(|| item_request(&one))
+        });
     let kept: Vec<CallRequest> = requests.by_ref().take(MAX_BATCH_RECORDS - 1).collect();
     (kept, requests.count())
 }
