@@ -305,12 +305,20 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     let sink = MemorySink::new();
     let server = builder(false).audit(sink.clone()).build().unwrap();
     let mut raw = Raw::start(server, "all", 1 << 20).await;
-    // rmcp reads this as a method it does not know, and refuses it without the handler.
+    // rmcp cannot read these params; they never reach a tool, and are answered "Invalid
+    // params" with what is wrong.
     raw.line(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":7}}"#)
         .await;
     let refused = raw.next().await;
     assert_eq!(refused["id"], 5, "{refused}");
-    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`params.name` must be a string"),
+        "{refused}"
+    );
     raw.line(r#"[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"hi"}}}]"#)
         .await;
     assert_eq!(raw.next().await["error"]["code"], -32600);
@@ -321,7 +329,9 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     // A resource read rmcp cannot read: recorded as a read.
     raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":3}}"#)
         .await;
-    assert_eq!(raw.next().await["id"], 7);
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 7);
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
     // Not calls: nothing recorded.
     raw.line("not json").await;
     raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;

@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    InputRequest, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, ResourceContents,
-    ResourceUpdatedNotificationParam, ResultType, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, InputRequest, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
+    ResourceContents, ResourceUpdatedNotificationParam, ResultType, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -460,6 +460,23 @@ impl ServerHandler for McpHandler {
         from_json(json!({ "completion": value }))
     }
 
+    /// rmcp hands over as "custom" every request it could not read as one of its own:
+    /// an unknown method (answered "Method not found"), but also a method of the protocol
+    /// whose params do not have the protocol's shape (a `tools/call` whose `arguments` is
+    /// an array), which is answered "Invalid params" with what is wrong. Such a request
+    /// never reaches a tool; its record (not dispatched) is the transport's.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let CustomRequest { method, params, .. } = request;
+        match invalid_params(&method, params.as_ref()) {
+            Some(message) => Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None)),
+            None => Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None)),
+        }
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -602,6 +619,58 @@ fn rpc_error(err: ToolError) -> ErrorData {
 /// The rmcp result of a call, built directly from the pipeline's (no JSON in between):
 /// the same `CallToolResult` JSON as [`CallResponse::to_mcp_json`](crate::CallResponse::to_mcp_json),
 /// with `resultType` (which 2026-07-28 requires; rmcp strips it again for older peers).
+/// The methods a client may send that rmcp reads itself: one of them that reaches the
+/// handler as a custom request had params of the wrong shape.
+const PROTOCOL_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/call",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+];
+
+/// What is wrong with the params of `method`, a method of the protocol that rmcp could
+/// not read; `None` for a method that is not the protocol's.
+fn invalid_params(method: &str, params: Option<&Value>) -> Option<String> {
+    if !PROTOCOL_METHODS.contains(&method) {
+        return None;
+    }
+    let shape =
+        |field: &str, what: &str| format!("invalid params of `{method}`: `{field}` must be {what}");
+    let message = match (method, params) {
+        (_, Some(params)) if !params.is_object() => {
+            format!("invalid params of `{method}`: `params` must be a JSON object")
+        }
+        ("tools/call" | "prompts/get", Some(params)) => {
+            if !params.get("name").is_some_and(Value::is_string) {
+                shape("params.name", "a string")
+            } else if params
+                .get("arguments")
+                .is_some_and(|a| !a.is_object() && !a.is_null())
+            {
+                shape("params.arguments", "a JSON object of named arguments")
+            } else {
+                format!("invalid params of `{method}`: they do not have the protocol's shape")
+            }
+        }
+        ("resources/read" | "resources/subscribe" | "resources/unsubscribe", Some(params))
+            if !params.get("uri").is_some_and(Value::is_string) =>
+        {
+            shape("params.uri", "a string")
+        }
+        _ => format!("invalid params of `{method}`: they do not have the protocol's shape"),
+    };
+    Some(message)
+}
+
 pub(crate) fn call_tool_result(result: Result<ToolOutput, ToolError>) -> CallToolResult {
     let mut result = match result {
         Ok(output) => {
