@@ -20,12 +20,20 @@ pub enum Status {
     Forbidden,
     /// 404: no such tool or no such object (in the caller's workspace).
     NotFound,
+    /// 405: the route does not take this HTTP method (as the MCP layer answers it).
+    MethodNotAllowed,
+    /// 406: the client does not accept what the route answers (as the MCP layer answers
+    /// a request without `Accept: application/json, text/event-stream`).
+    NotAcceptable,
     /// 408: the client did not send its request in time.
     RequestTimeout,
     /// 409: the request conflicts with the current state.
     Conflict,
     /// 413: the request body is larger than the server accepts.
     PayloadTooLarge,
+    /// 415: the body is not of a type the route reads (as the MCP layer answers a body
+    /// that is not `application/json`).
+    UnsupportedMediaType,
     /// 429: too many requests; retry later.
     TooManyRequests,
     /// 500: a fault of the server.
@@ -35,16 +43,19 @@ pub enum Status {
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 408, 409, 413, 429, 500 or 503.
+    /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 415, 429, 500 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
             Status::Unauthorized => 401,
             Status::Forbidden => 403,
             Status::NotFound => 404,
+            Status::MethodNotAllowed => 405,
+            Status::NotAcceptable => 406,
             Status::RequestTimeout => 408,
             Status::Conflict => 409,
             Status::PayloadTooLarge => 413,
+            Status::UnsupportedMediaType => 415,
             Status::TooManyRequests => 429,
             Status::Internal => 500,
             Status::Unavailable => 503,
@@ -58,9 +69,12 @@ impl Status {
             401 => Status::Unauthorized,
             403 => Status::Forbidden,
             404 => Status::NotFound,
+            405 => Status::MethodNotAllowed,
+            406 => Status::NotAcceptable,
             408 => Status::RequestTimeout,
             409 => Status::Conflict,
             413 => Status::PayloadTooLarge,
+            415 => Status::UnsupportedMediaType,
             429 => Status::TooManyRequests,
             500 => Status::Internal,
             503 => Status::Unavailable,

@@ -665,6 +665,278 @@ async fn host_and_origin_are_checked_on_every_route() {
     }
 }
 
+/// A refusal by the `Host`/`Origin` guard is a refusal like any other: every call it
+/// refuses leaves one record (over `/mcp`, its batch's other calls too; over REST, the
+/// path's tool), with the caller's principal when its token is valid. Requests that
+/// carry no call (a `GET`, an `initialize`) leave none.
+#[tokio::test]
+async fn a_call_the_host_or_origin_guard_refuses_is_recorded_once() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let local = format!("127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let call = r#"{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+    let second = r#"{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
+    let batch = format!("[{call},{second}]");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    let post = |url: String, host: &str, origin: Option<&str>, token: Option<&str>, body: &str| {
+        let mut request = client
+            .post(url)
+            .header("host", host.to_owned())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_owned());
+        if let Some(origin) = origin {
+            request = request.header("origin", origin.to_owned());
+        }
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let full = server.fixture.full.clone();
+    let cases = [
+        // (url, host, origin, token, body, answered reason)
+        (
+            server.mcp(),
+            "evil.example.com",
+            None,
+            None,
+            call,
+            "host_not_allowed",
+        ),
+        (
+            server.mcp(),
+            local.as_str(),
+            Some("https://evil.example.com"),
+            Some(full.as_str()),
+            call,
+            "origin_not_allowed",
+        ),
+        (
+            server.mcp(),
+            "evil.example.com",
+            None,
+            Some(full.as_str()),
+            batch.as_str(),
+            "host_not_allowed",
+        ),
+        (
+            server.mcp(),
+            "evil.example.com",
+            None,
+            Some(full.as_str()),
+            init,
+            "host_not_allowed",
+        ),
+        (
+            format!("{}/tools/add_note", server.base),
+            "evil.example.com",
+            None,
+            Some(full.as_str()),
+            r#"{"text":"x"}"#,
+            "host_not_allowed",
+        ),
+        (
+            format!("{}/tools/add%5Fnote", server.base),
+            local.as_str(),
+            Some("null"),
+            None,
+            r#"{"text":"x"}"#,
+            "origin_not_allowed",
+        ),
+    ];
+    for (url, host, origin, token, body, reason) in cases {
+        let response = post(url.clone(), host, origin, token, body).await.unwrap();
+        assert_eq!(response.status(), 403, "{url} {body}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["reason"], reason, "{url} {body}");
+    }
+    let response = client
+        .get(format!("{}/tools", server.base))
+        .header("host", "evil.example.com")
+        .bearer_auth(&full)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| {
+            (
+                r.tool,
+                r.check,
+                r.reason.unwrap_or_default(),
+                r.status,
+                r.principal.is_some(),
+                r.transport,
+                r.request_id,
+            )
+        })
+        .collect();
+    let mcp = "streamable_http".to_owned();
+    let rest = "http".to_owned();
+    let refused =
+        |tool: &str, reason: &str, principal: bool, transport: &String, id: Option<&str>| {
+            (
+                tool.to_owned(),
+                Some(Check::Protocol),
+                reason.to_owned(),
+                403,
+                principal,
+                transport.clone(),
+                id.map(str::to_owned),
+            )
+        };
+    assert_eq!(
+        records,
+        vec![
+            refused("add_note", "host_not_allowed", false, &mcp, Some("31")),
+            refused("add_note", "origin_not_allowed", true, &mcp, Some("31")),
+            refused("add_note", "host_not_allowed", true, &mcp, Some("31")),
+            refused("list_notes", "host_not_allowed", true, &mcp, Some("32")),
+            refused("add_note", "host_not_allowed", true, &rest, None),
+            refused("add_note", "origin_not_allowed", false, &rest, None),
+        ]
+    );
+}
+
+/// One valid token cannot hold unbounded memory in sessions: past its cap, a principal's
+/// least recently used session is closed (404 to its client, which may open another),
+/// and no other principal's sessions are touched.
+#[tokio::test]
+async fn a_principal_past_its_session_cap_loses_its_least_recently_used_session() {
+    let server = TestServer::start(
+        HttpOptions::default().max_sessions_per_principal(2),
+        Options::default(),
+    )
+    .await;
+    let mut other = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    other.initialize().await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+        raw.initialize().await;
+        sessions.push(raw);
+    }
+    // The first is used again: the second is now the least recently used.
+    let (status, result) = sessions[0].call(1, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result.unwrap()["result"]["isError"], false);
+    let mut third = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    third.initialize().await;
+    let (status, _) = sessions[1].call(2, "list_notes", json!({})).await;
+    assert_eq!(status, 404, "the least recently used session is closed");
+    for raw in [&sessions[0], &third, &other] {
+        let (status, result) = raw.call(3, "list_notes", json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(result.unwrap()["result"]["isError"], false);
+    }
+    // Its client opens a new one, as the protocol says; the cap holds.
+    sessions[1].session = None;
+    sessions[1].initialize().await;
+    let (status, _) = sessions[0].call(4, "list_notes", json!({})).await;
+    assert_eq!(status, 404);
+    let (status, _) = sessions[1].call(5, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+}
+
+/// A `tools/call` whose params do not have the protocol's shape is answered "Invalid
+/// params" with what is wrong (not "Method not found"), and recorded once.
+#[tokio::test]
+async fn a_tools_call_with_params_of_the_wrong_shape_is_invalid_params() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    server.sink.clear();
+    for (id, params, says) in [
+        (
+            41,
+            json!({"name": "add_note", "arguments": ["x"]}),
+            "`params.arguments` must be a JSON object",
+        ),
+        (
+            42,
+            json!({"name": 7, "arguments": {}}),
+            "`params.name` must be a string",
+        ),
+        (
+            43,
+            json!({"arguments": {}}),
+            "`params.name` must be a string",
+        ),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let (status, messages) = raw.send(body.to_string()).await;
+        assert_eq!(status, 200, "{body}");
+        let error = &messages.last().expect("an answer")["error"];
+        assert_eq!(error["code"], -32602, "{body}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(says),
+            "{body}: {error}"
+        );
+    }
+    // rmcp may drop a request just after its answer: wait for the records (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.sink.records().len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), 3, "{records:?}");
+    for record in &records {
+        assert_eq!(record.check, Some(Check::Protocol));
+        assert_eq!(record.reason.as_deref(), Some("not_dispatched"));
+        assert_eq!(record.status, 400);
+    }
+    // A refusal of rmcp's own HTTP layer is recorded with the status it answered.
+    server.sink.clear();
+    let call = json!({"jsonrpc": "2.0", "id": 45, "method": "tools/call",
+        "params": {"name": "list_notes", "arguments": {}}});
+    for (accept, content_type, status) in [
+        ("text/plain", "application/json", 406),
+        ("application/json, text/event-stream", "text/plain", 415),
+    ] {
+        let response = reqwest::Client::new()
+            .post(server.mcp())
+            .bearer_auth(&server.fixture.full)
+            .header("mcp-session-id", raw.session.clone().unwrap())
+            .header("accept", accept)
+            .header("content-type", content_type)
+            .body(call.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{accept} {content_type}");
+    }
+    let statuses: Vec<_> = server
+        .sink
+        .records()
+        .iter()
+        .map(|r| {
+            (
+                r.tool.clone(),
+                r.status,
+                r.reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("list_notes".to_owned(), 406, "not_dispatched".to_owned()),
+            ("list_notes".to_owned(), 415, "not_dispatched".to_owned()),
+        ]
+    );
+    let (status, messages) = raw
+        .send(r#"{"jsonrpc":"2.0","id":44,"method":"no/such/method"}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(messages.last().unwrap()["error"]["code"], -32601);
+}
+
 #[tokio::test]
 async fn get_tools_is_the_manifest_of_the_listed_tools() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;

@@ -108,9 +108,10 @@ impl fmt::Display for Outcome {
 pub enum Check {
     /// 1. No valid principal.
     Authenticate,
-    /// Streamable HTTP: the MCP layer refused the request the `/mcp` gate saw as a
-    ///    `tools/call` (malformed, or headers that contradict the body) before the tool
-    ///    was called.
+    /// The transport refused the request before the tool was called: over Streamable
+    ///    HTTP and stdio, the MCP layer (malformed, headers that contradict the body, a
+    ///    batch); over HTTP, also the `Host`/`Origin` guard (reason `host_not_allowed`,
+    ///    `origin_not_allowed` or `invalid_host`: DNS rebinding, a foreign page).
     Protocol,
     /// 1. Streamable HTTP: the request names an MCP session that another principal
     ///    opened (answered 404 `session_not_found`, as an unknown session).

@@ -8,7 +8,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::HttpOptions;
-use super::errors::json_error;
+use super::routes::{App, Refused, refused_by_guard};
 use crate::error::{Status, ToolError};
 
 /// A host and optional port, lowercased, without IPv6 brackets.
@@ -266,15 +266,16 @@ impl Guard {
     }
 }
 
-/// The middleware.
+/// The middleware of every route but `/mcp` (which applies the guard itself): a refusal
+/// that may carry a call is recorded ([`refused_by_guard`]).
 pub(crate) async fn check(
-    State(guard): State<Arc<Guard>>,
+    State((guard, app)): State<(Arc<Guard>, App)>,
     request: Request,
     next: Next,
 ) -> Response {
     match guard.check(request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
-        Err(err) => json_error(&err),
+        Err(err) => refused_by_guard(&app, request, Refused::Rest, err).await,
     }
 }
 

@@ -61,6 +61,7 @@ pub struct HttpOptions {
     header_read_timeout: Duration,
     body_read_timeout: Duration,
     max_connections: usize,
+    max_sessions_per_principal: usize,
 }
 
 /// The default request body limit: 1 MiB.
@@ -71,6 +72,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default cap on open connections: 8192.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+/// The default cap on the MCP sessions one principal keeps open: 128.
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 128;
 
 impl Default for HttpOptions {
     /// Sessions on; loopback hosts only (`localhost`, `127.0.0.1`, `::1`, any port);
@@ -88,6 +91,7 @@ impl Default for HttpOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
         }
     }
 }
@@ -104,6 +108,10 @@ impl fmt::Debug for HttpOptions {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_connections", &self.max_connections)
+            .field(
+                "max_sessions_per_principal",
+                &self.max_sessions_per_principal,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +203,20 @@ impl HttpOptions {
         self
     }
 
+    /// The most Streamable HTTP sessions one principal (a subject in a workspace) keeps
+    /// open at once. A session it opens past this closes its least recently used one:
+    /// that session's client is answered 404 at its next request and, as the protocol
+    /// says, opens a new one. Each session holds about 55 KB, so a valid token cannot
+    /// grow the server's memory without bound. Default
+    /// [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`]; raise it when many clients share one token
+    /// (every caller of a server built with
+    /// [`danger_allow_unauthenticated`](crate::ServerBuilder::danger_allow_unauthenticated)
+    /// is the same principal), or serve [`stateless`](Self::stateless).
+    pub fn max_sessions_per_principal(mut self, max: usize) -> Self {
+        self.max_sessions_per_principal = max.max(1);
+        self
+    }
+
     /// End every MCP session and stream when `token` is cancelled (with [`serve`],
     /// the server itself then stops too).
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
@@ -240,8 +262,11 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
             get(routes::resource_metadata),
         )
         .fallback(routes::not_found)
-        .with_state(app)
-        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
+        .with_state(app.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            (guard, app),
+            guard::check,
+        ))
         // Added after the guard layer, which it applies itself.
         .route_service("/mcp", mcp))
 }

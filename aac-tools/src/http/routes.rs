@@ -89,7 +89,7 @@ impl App {
                 server,
                 full_manifest: std::sync::OnceLock::new(),
                 resource,
-                sessions: SessionOwners::default(),
+                sessions: SessionOwners::new(options.max_sessions_per_principal),
                 every_scope,
             }),
             options: Arc::new(options),
@@ -376,6 +376,11 @@ impl<'a> ToolsCall<'a> {
 
     /// Begin the attempt of this call: from here on it leaves one audit record.
     fn begin(&self, server: &Server, peer: Option<IpAddr>) -> Attempt {
+        server.begin(self.request(peer))
+    }
+
+    /// The request of this call, as its attempt begins.
+    fn request(&self, peer: Option<IpAddr>) -> CallRequest {
         let mut request =
             CallRequest::new(self.tool.clone(), None).transport(Transport::StreamableHttp);
         if let Some(id) = &self.id {
@@ -384,7 +389,7 @@ impl<'a> ToolsCall<'a> {
         if let Some(peer) = peer {
             request = request.peer_addr(peer);
         }
-        server.begin(request)
+        request
     }
 
     /// End `attempt` with the gate's refusal; the arguments are read for its record.
@@ -435,7 +440,7 @@ impl tower_service::Service<Request> for McpEndpoint {
         let endpoint = Arc::clone(&self.0);
         Box::pin(async move {
             if let Err(err) = endpoint.guard.check(request.uri(), request.headers()) {
-                return Ok(json_error(&err));
+                return Ok(refused_by_guard(&endpoint.app, request, Refused::Mcp, err).await);
             }
             Ok(mcp_gate(&endpoint.app, request, &endpoint.mcp).await)
         })
@@ -467,6 +472,93 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
     // For the record only: the refusal is the body's, whoever sent it.
     let _ = attempt.authenticate().await;
     json_error(&attempt.refuse(Check::Protocol, err).await)
+}
+
+/// Where a request the `Host`/`Origin` guard refused was going.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `/mcp`.
+    Mcp,
+    /// Any other route (`POST /tools/{name}` is the one that calls).
+    Rest,
+}
+
+/// A request the `Host`/`Origin` guard refused (DNS rebinding, a foreign `Origin`): it
+/// is answered with the guard's refusal, and one that may carry a call leaves its record
+/// first (check `protocol`, the guard's reason), as a refusal by any other layer does: a
+/// `POST /mcp` read as the gate reads it (its body within the same limits; a call, a
+/// read, a prompt or a completion in it, every call of a batch), a `POST /tools/{name}`
+/// by its path. The caller's principal is in the record when its token is valid; a
+/// caller without one counts against its peer's rate of recorded refusals.
+pub(crate) async fn refused_by_guard(
+    app: &App,
+    request: Request,
+    route: Refused,
+    err: ToolError,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if parts.method != Method::POST {
+        return json_error(&err);
+    }
+    let peer = peer_addr(&parts.extensions);
+    let credentials = credentials(&parts.headers).ok();
+    let begin = |mut request: CallRequest| {
+        if let Some(credentials) = &credentials {
+            request = request.credentials(credentials.clone());
+        }
+        app.server().begin(request)
+    };
+    if route == Refused::Rest {
+        use axum::extract::{FromRequestParts, MatchedPath, RawPathParams};
+        let calls = parts
+            .extensions
+            .get::<MatchedPath>()
+            .is_some_and(|path| path.as_str() == "/tools/{name}");
+        let name = match RawPathParams::from_request_parts(&mut parts, &()).await {
+            Ok(params) if calls => params
+                .iter()
+                .find(|(key, _)| *key == "name")
+                .map(|(_, name)| name.to_owned()),
+            _ => None,
+        };
+        let Some(name) = name else {
+            return json_error(&err);
+        };
+        let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
+        if let Some(peer) = peer {
+            request = request.peer_addr(peer);
+        }
+        let mut attempt = begin(request);
+        // For the record only: the refusal is the guard's, whoever sent it.
+        let _ = attempt.authenticate().await;
+        return json_error(&attempt.refuse(Check::Protocol, err).await);
+    }
+    let body = match read_body(body, &app.options).await {
+        Ok(bytes) => bytes,
+        Err(_) => return unread_body(app, &parts, err).await,
+    };
+    let mut principal = None;
+    let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
+        let mut attempt = begin(call.request(peer));
+        principal = attempt.authenticate().await.ok();
+        call.refuse(attempt, Check::Protocol, err.clone()).await
+    } else if let Some(item) = item_request(&body, peer) {
+        let mut attempt = begin(item);
+        principal = attempt.authenticate().await.ok();
+        attempt.set_arguments(item_arguments(&body));
+        attempt.refuse(Check::Protocol, err.clone()).await
+    } else {
+        err.clone()
+    };
+    refuse_rest_of_batch(
+        app,
+        &body,
+        peer,
+        principal.as_ref(),
+        Some((Check::Protocol, &err)),
+    )
+    .await;
+    json_error(&answer)
 }
 
 /// The records of the calls of a batch after its first (whose attempt the gate began),
@@ -642,10 +734,16 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // The MCP layer answered without handing the call to the handler (a malformed
     // request, headers that contradict the body): the attempt ends here, recorded
     // before the answer leaves.
+    // Its record says the status the client gets: rmcp's own (406, 415, 404…), or 400
+    // for a JSON-RPC error in a 200 answer.
+    let refused_with = Status::from_code(response.status().as_u16())
+        .filter(|status| (400..500).contains(&status.code()))
+        .unwrap_or(Status::BadRequest);
     if let (Some(call), Some(attempt)) =
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
-        let err = ToolError::bad_request(
+        let err = ToolError::new(
+            refused_with,
             "not_dispatched",
             "the MCP layer refused the request before the tool was called",
         );
@@ -656,7 +754,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         }
     }
     if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
-        let err = ToolError::bad_request(
+        let err = ToolError::new(
+            refused_with,
             "not_dispatched",
             "the MCP layer refused the request before it was read",
         );
@@ -672,8 +771,14 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                 .headers()
                 .get(SESSION_ID)
                 .and_then(|v| v.to_str().ok())
+                && let Some(evicted) = app.inner.sessions.opened(opened, &principal)
             {
-                app.inner.sessions.opened(opened, &principal);
+                tracing::warn!(
+                    subject = %principal,
+                    cap = app.options.max_sessions_per_principal,
+                    "closed a principal's least recently used MCP session: it opened one past its cap"
+                );
+                mcp.close_session(&evicted).await;
             }
         }
         Some(id) => {

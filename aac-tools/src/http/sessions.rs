@@ -29,21 +29,62 @@ impl Owner {
     fn is(&self, principal: &Principal) -> bool {
         self.subject == principal.subject() && self.workspace.as_deref() == principal.workspace()
     }
+
+    fn key(&self) -> PrincipalKey {
+        (self.subject.clone(), self.workspace.clone())
+    }
 }
 
-/// The owner of every open session.
+/// A principal as sessions are bound to it: its subject and workspace.
+type PrincipalKey = (String, Option<String>);
+
 #[derive(Default)]
+struct Table {
+    owners: HashMap<String, Owner>,
+    /// The sessions of each principal, in the order they were opened.
+    by_principal: HashMap<PrincipalKey, Vec<String>>,
+}
+
+impl Table {
+    fn remove(&mut self, id: &str) {
+        let Some(owner) = self.owners.remove(id) else {
+            return;
+        };
+        let key = owner.key();
+        if let Some(ids) = self.by_principal.get_mut(&key) {
+            ids.retain(|other| other != id);
+            if ids.is_empty() {
+                self.by_principal.remove(&key);
+            }
+        }
+    }
+}
+
+/// The owner of every open session, and the cap on the sessions of one principal.
 pub(crate) struct SessionOwners {
-    owners: Mutex<HashMap<String, Owner>>,
+    table: Mutex<Table>,
     opened: AtomicUsize,
+    max_per_principal: usize,
 }
 
 impl SessionOwners {
+    /// At most `max_per_principal` sessions (at least one) per principal.
+    pub(crate) fn new(max_per_principal: usize) -> SessionOwners {
+        SessionOwners {
+            table: Mutex::default(),
+            opened: AtomicUsize::new(0),
+            max_per_principal: max_per_principal.max(1),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Whether `principal` may use session `id`. Unknown ids pass: the MCP layer
     /// answers them (404).
     pub(crate) fn allows(&self, id: &str, principal: &Principal) -> bool {
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        match owners.get_mut(id) {
+        match self.table().owners.get_mut(id) {
             Some(owner) if owner.is(principal) => {
                 owner.last_seen = Instant::now();
                 true
@@ -53,30 +94,57 @@ impl SessionOwners {
         }
     }
 
-    /// `principal` opened session `id`.
-    pub(crate) fn opened(&self, id: &str, principal: &Principal) {
+    /// `principal` opened session `id`. Past the cap, the principal's least recently
+    /// used session is forgotten here and returned, for the caller to close.
+    #[must_use = "a session past the cap must be closed"]
+    pub(crate) fn opened(&self, id: &str, principal: &Principal) -> Option<String> {
         let now = Instant::now();
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        owners.insert(
-            id.to_owned(),
-            Owner {
-                subject: principal.subject().to_owned(),
-                workspace: principal.workspace().map(str::to_owned),
-                last_seen: now,
-            },
-        );
+        let mut table = self.table();
+        let owner = Owner {
+            subject: principal.subject().to_owned(),
+            workspace: principal.workspace().map(str::to_owned),
+            last_seen: now,
+        };
+        let key = owner.key();
+        if table.owners.insert(id.to_owned(), owner).is_some() {
+            // The same id again (not expected of rmcp): its old entry goes.
+            for ids in table.by_principal.values_mut() {
+                ids.retain(|other| other != id);
+            }
+            table.by_principal.retain(|_, ids| !ids.is_empty());
+        }
+        let ids = table.by_principal.entry(key).or_default();
+        ids.push(id.to_owned());
+        let evicted = if ids.len() > self.max_per_principal {
+            let ids = ids.clone();
+            ids.iter()
+                .filter(|other| *other != id)
+                .min_by_key(|other| table.owners.get(*other).map(|o| o.last_seen))
+                .cloned()
+        } else {
+            None
+        };
+        if let Some(evicted) = &evicted {
+            table.remove(evicted);
+        }
         let opened = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
         if opened.is_multiple_of(SWEEP_EVERY) {
+            let Table {
+                owners,
+                by_principal,
+            } = &mut *table;
             owners.retain(|_, owner| now.duration_since(owner.last_seen) < IDLE);
+            by_principal.retain(|_, ids| {
+                ids.retain(|id| owners.contains_key(id));
+                !ids.is_empty()
+            });
         }
+        evicted
     }
 
     /// Session `id` is gone.
     pub(crate) fn closed(&self, id: &str) {
-        self.owners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        self.table().remove(id);
     }
 }
 
@@ -86,11 +154,11 @@ mod tests {
 
     #[test]
     fn a_session_belongs_to_its_principal() {
-        let owners = SessionOwners::default();
+        let owners = SessionOwners::new(8);
         let alice = Principal::new("alice", ["a:read"]).in_workspace("w1");
         let alice_elsewhere = Principal::new("alice", ["a:read"]).in_workspace("w2");
         let bob = Principal::new("bob", ["a:read"]).in_workspace("w1");
-        owners.opened("s1", &alice);
+        assert_eq!(owners.opened("s1", &alice), None);
         assert!(owners.allows("s1", &alice));
         assert!(owners.allows("s1", &Principal::new("alice", ["x:y"]).in_workspace("w1")));
         assert!(!owners.allows("s1", &bob));
@@ -98,5 +166,35 @@ mod tests {
         assert!(owners.allows("unknown", &bob));
         owners.closed("s1");
         assert!(owners.allows("s1", &bob));
+    }
+
+    #[test]
+    fn past_the_cap_a_principal_loses_its_least_recently_used_session() {
+        let owners = SessionOwners::new(3);
+        let alice = Principal::new("alice", ["a:read"]).in_workspace("w1");
+        let alice_elsewhere = Principal::new("alice", ["a:read"]).in_workspace("w2");
+        let bob = Principal::new("bob", ["a:read"]).in_workspace("w1");
+        for id in ["a1", "a2", "a3"] {
+            assert_eq!(owners.opened(id, &alice), None);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Others have caps of their own.
+        assert_eq!(owners.opened("b1", &bob), None);
+        assert_eq!(owners.opened("w1", &alice_elsewhere), None);
+        // a1 was used last: a2 is the least recently used.
+        assert!(owners.allows("a1", &alice));
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(owners.opened("a4", &alice).as_deref(), Some("a2"));
+        assert_eq!(owners.opened("a5", &alice).as_deref(), Some("a3"));
+        assert_eq!(owners.opened("a6", &alice).as_deref(), Some("a1"));
+        // A forgotten session is unknown here (rmcp, which closed it, answers 404).
+        assert!(owners.allows("a2", &bob));
+        assert!(!owners.allows("a6", &bob));
+        // A closed session frees its place.
+        owners.closed("a4");
+        assert_eq!(owners.opened("a7", &alice), None);
+        assert_eq!(owners.opened("a8", &alice).as_deref(), Some("a5"));
+        assert!(owners.allows("b1", &bob));
+        assert!(owners.allows("w1", &alice_elsewhere));
     }
 }

@@ -27,7 +27,10 @@ pub(crate) struct StreamableOptions {
 
 /// The `/mcp` endpoint: rmcp's Streamable HTTP service over our handler.
 #[derive(Clone)]
-pub(crate) struct McpService(StreamableHttpService<McpHandler, LocalSessionManager>);
+pub(crate) struct McpService {
+    service: StreamableHttpService<McpHandler, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+}
 
 impl McpService {
     pub(crate) fn new(server: Server, options: StreamableOptions) -> io::Result<McpService> {
@@ -40,7 +43,8 @@ impl McpService {
             .with_json_response(options.stateless)
             .with_max_request_body_bytes(options.max_body_bytes)
             .with_cancellation_token(options.shutdown);
-        Ok(McpService(StreamableHttpService::new(
+        let sessions = Arc::new(LocalSessionManager::default());
+        let service = StreamableHttpService::new(
             move || {
                 Ok(McpHandler::new(
                     Arc::clone(&shared),
@@ -48,13 +52,26 @@ impl McpService {
                     None,
                 ))
             },
-            Arc::new(LocalSessionManager::default()),
+            Arc::clone(&sessions),
             config,
-        )))
+        );
+        Ok(McpService { service, sessions })
     }
 
     /// Answer one request (called directly: no router or boxed service in between).
     pub(crate) async fn handle(&self, request: axum::extract::Request) -> axum::response::Response {
-        self.0.handle(request).await.map(axum::body::Body::new)
+        self.service
+            .handle(request)
+            .await
+            .map(axum::body::Body::new)
+    }
+
+    /// End session `id` and its streams, as a `DELETE` of it would (an unknown id is
+    /// ignored).
+    pub(crate) async fn close_session(&self, id: &str) {
+        use rmcp::transport::streamable_http_server::session::SessionManager;
+        if let Err(err) = self.sessions.close_session(&id.into()).await {
+            tracing::debug!(session = id, error = %err, "closing an MCP session failed");
+        }
     }
 }
