@@ -165,7 +165,8 @@ pub struct Call {
     pub(crate) state: StateMap,
     /// The URI of a resource read.
     pub(crate) resource_uri: Option<String>,
-    /// The access level of the tool called (`None` for a resource, prompt or completion).
+    /// The access level of the tool called (`Read` for a resource, prompt or completion;
+    /// `None` outside the pipeline).
     pub(crate) level: Option<AccessLevel>,
 }
 

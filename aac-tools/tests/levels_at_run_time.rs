@@ -634,3 +634,46 @@ async fn a_handle_in_shared_state_is_held_to_the_level_of_the_tool_that_runs() {
         .unwrap();
     assert_eq!(notes(&f.db), 1);
 }
+
+/// Resources, prompts and completions are read-only: a handle of the application's own
+/// state that opens a transaction above `Read` while their handler runs is refused too.
+mod items {
+    use super::*;
+    use aac_tools::mcp_resource;
+
+    /// A resource that deletes through a handle of its shared state.
+    #[mcp_resource(uri = "notes://purge", scope = "notes:read")]
+    async fn purge_through_state(app: State<App>) -> Result<String, ToolError> {
+        app.db
+            .run(|tx| Ok(tx.conn().execute("DELETE FROM notes", [])?))
+            .await?;
+        Ok("gone".into())
+    }
+
+    #[tokio::test]
+    async fn a_resource_handler_is_held_to_the_read_level_while_it_runs() {
+        let f = fixture();
+        let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+            .audit(f.sink.clone())
+            .state(f.db.clone())
+            .state(App {
+                db: f.db.handle::<aac_tools::access::Delete>(),
+            })
+            .build()
+            .unwrap();
+        let response = server
+            .call(CallRequest::resource("notes://purge").credentials(caller()))
+            .await;
+        let err = response.error().expect("refused");
+        assert_eq!(err.reason(), "level_violation", "{err}");
+        assert!(
+            err.message()
+                .contains("`read` access level opened a `delete` transaction"),
+            "{err}"
+        );
+        assert_eq!(notes(&f.db), 2);
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(record.reason.as_deref(), Some("level_violation"));
+        assert_eq!(record.kind, aac_tools::audit::CallKind::Resource);
+    }
+}

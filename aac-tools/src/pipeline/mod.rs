@@ -543,7 +543,10 @@ impl Attempt {
                 ctx,
                 state: server.state().clone(),
                 resource_uri,
-                level: None,
+                // Resources, prompts and completions are read-only: while their handler
+                // runs, a transaction above `Read` is refused as it is for a read-only
+                // tool, whatever handle it comes from.
+                level: Some(AccessLevel::Read),
             },
         })
     }
