@@ -162,6 +162,26 @@ async fn a_subscribed_session_hears_of_updates_to_its_resources_only() {
     assert_eq!(records[0].outcome, Outcome::Success);
 }
 
+/// A subscription refused for its token says why, as a read's refusal does.
+#[tokio::test]
+async fn a_subscription_with_a_bad_token_says_the_token_is_invalid() {
+    let sink = MemorySink::new();
+    let mut session = start(server(&sink), "not-a-token").await;
+    let mut seen = Vec::new();
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                     "params": {"uri": "test://watched"}}),
+        )
+        .await;
+    let refused = session.response(2, &mut seen).await;
+    assert_eq!(
+        refused["error"]["data"]["reason"], "invalid_token",
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["data"]["status"], 401, "{refused}");
+}
+
 #[tokio::test]
 async fn a_refused_read_is_a_json_rpc_error_recorded_once() {
     let sink = MemorySink::new();

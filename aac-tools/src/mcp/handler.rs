@@ -207,9 +207,13 @@ impl McpHandler {
         uri: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(principal) = self.principal(context).await else {
-            return Err(rpc_error(ToolError::missing_token()));
-        };
+        // The refusal says why (no token, a revoked or unknown one), as a read's does.
+        let principal = self
+            .shared
+            .server
+            .authenticate(&self.credentials(context))
+            .await
+            .map_err(rpc_error)?;
         let registry = self.shared.server.registry();
         let Some((i, _)) = registry.find_resource(uri) else {
             return Err(rpc_error(ToolError::new(
