@@ -41,7 +41,7 @@ impl AuditCommand {
         if self.verify {
             let report = verify_chain(conn)?;
             if self.json {
-                let json = serde_json::to_string(&report).unwrap_or_default();
+                let json = super::format::json_text(&report);
                 writeln!(out, "{json}").map_err(io)?;
             } else {
                 writeln!(out, "{report}").map_err(io)?;
@@ -56,7 +56,7 @@ impl AuditCommand {
         if self.stats {
             let summary = self.query.summary(conn)?;
             if self.json {
-                let json = serde_json::to_string(&summary).unwrap_or_default();
+                let json = super::format::json_text(&summary);
                 writeln!(out, "{json}").map_err(io)?;
             } else {
                 write!(out, "{summary}").map_err(io)?;

@@ -112,8 +112,35 @@ pub fn format_table(records: &[StoredRecord]) -> String {
 pub fn format_json_lines(records: &[StoredRecord]) -> String {
     let mut out = String::new();
     for record in records {
-        out.push_str(&serde_json::to_string(record).unwrap_or_default());
+        out.push_str(&json_text(record));
         out.push('\n');
+    }
+    out
+}
+
+/// `value` as one line of JSON in which every character a terminal or a line reader could
+/// take for something else is written as a `\uXXXX` escape: on top of what JSON escapes
+/// itself (the C0 controls, `"` and `\`), DEL, the C1 controls (`U+009B` is a CSI),
+/// the line and paragraph separators `U+2028`/`U+2029` and `U+0085` (which split a line
+/// for some readers), bidi controls and zero-width characters: what [`printable`]
+/// escapes in a table. The JSON means the same; the output is one record a line, and
+/// shows what the caller sent.
+pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let escaped = |c: char| c as u32 >= 0x7f && c.escape_debug().len() > 1;
+    if !json.chars().any(escaped) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if escaped(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
     }
     out
 }
@@ -175,6 +202,31 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_lines_escape_what_could_drive_a_terminal_or_split_a_line() {
+        let tool = "a\u{202e}b\u{2066}c\u{200b}d\u{9b}e\u{85}f\u{2028}g\u{7f}h\u{e9}\u{1F600}";
+        let record = stored(1, tool, "p\u{202e}");
+        let line = format_json_lines(std::slice::from_ref(&record));
+        assert_eq!(line.lines().count(), 1);
+        for raw in [
+            '\u{202e}', '\u{2066}', '\u{200b}', '\u{9b}', '\u{85}', '\u{2028}', '\u{7f}',
+        ] {
+            assert!(!line.contains(raw), "{raw:?} in {line}");
+        }
+        assert!(
+            line.contains(r"a\u202eb\u2066c\u200bd\u009be\u0085f\u2028g\u007fh"),
+            "{line}"
+        );
+        // Printable characters stay as they are, and the JSON means the same.
+        assert!(
+            line.contains('\u{e9}') && line.contains('\u{1F600}'),
+            "{line}"
+        );
+        let back: serde_json::Value = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(back["tool"], tool);
+        assert_eq!(back["principal"], "p\u{202e}");
+    }
     use crate::audit::AuditRecord;
     use crate::audit::{HourlyDenials, Outcome};
 

@@ -45,9 +45,9 @@ pub(crate) mod worker;
 pub use command::AuditCommand;
 pub use fanout::FanOut;
 #[cfg(feature = "sqlite")]
-pub(crate) use format::printable;
-#[cfg(feature = "sqlite")]
 pub use format::{format_json_lines, format_table};
+#[cfg(feature = "sqlite")]
+pub(crate) use format::{json_text, printable};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
 pub use query::{AuditQuery, AuditSummary, DayCount, HourlyDenials, ToolRefusals, parse_time};

@@ -86,7 +86,7 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
     if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {
         let report = verify_checkpoints(&conn, file, public).map_err(failed)?;
         if args.json {
-            let json = serde_json::to_string(&report).unwrap_or_default();
+            let json = crate::audit::json_text(&report);
             writeln!(out, "{json}")
         } else {
             writeln!(out, "{report}")
