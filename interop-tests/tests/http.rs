@@ -937,6 +937,73 @@ async fn a_tools_call_with_params_of_the_wrong_shape_is_invalid_params() {
     assert_eq!(messages.last().unwrap()["error"]["code"], -32601);
 }
 
+/// A REST path whose tool name is not UTF-8 once decoded names no tool, but is a call:
+/// answered 404 `unknown_tool` as JSON, and recorded (before, the router's own 400 in plain
+/// text, with no record).
+#[tokio::test]
+async fn a_rest_call_of_a_name_that_is_not_utf8_is_refused_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/tools/add_note%FF", server.base))
+        .bearer_auth(&server.fixture.full)
+        .body(r#"{"text":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "unknown_tool", "{body}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "add_note\u{fffd}");
+    assert_eq!(records[0].status, 404);
+    assert_eq!(records[0].principal.as_deref(), Some("alice"));
+    assert_eq!(records[0].transport, "http");
+}
+
+/// The records of a batch refused as a whole say the status the client got, the calls
+/// after the first included.
+#[tokio::test]
+async fn the_rest_of_a_refused_batch_is_recorded_with_the_status_answered() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    raw.initialize().await;
+    server.sink.clear();
+    let batch = r#"[{"jsonrpc":"2.0","id":51,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}},{"jsonrpc":"2.0","id":52,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"y"}}}]"#;
+    let (status, _) = raw.send(batch).await;
+    assert_eq!(status, 403);
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| {
+            (
+                r.request_id,
+                r.check,
+                r.reason.unwrap_or_default(),
+                r.status,
+            )
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [
+            (
+                Some("51".to_owned()),
+                Some(Check::Scope),
+                "insufficient_scope".to_owned(),
+                403
+            ),
+            (
+                Some("52".to_owned()),
+                Some(Check::Protocol),
+                "not_dispatched".to_owned(),
+                403
+            ),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn get_tools_is_the_manifest_of_the_listed_tools() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;

@@ -519,6 +519,7 @@ pub(crate) async fn refused_by_guard(
                 .iter()
                 .find(|(key, _)| *key == "name")
                 .map(|(_, name)| name.to_owned()),
+            Err(_) if calls => Some(path_tool(parts.uri.path())),
             _ => None,
         };
         let Some(name) = name else {
@@ -556,6 +557,7 @@ pub(crate) async fn refused_by_guard(
         peer,
         principal.as_ref(),
         Some((Check::Protocol, &err)),
+        err.status(),
     )
     .await;
     json_error(&answer)
@@ -571,6 +573,7 @@ async fn refuse_rest_of_batch(
     peer: Option<IpAddr>,
     principal: Option<&Arc<Principal>>,
     refusal: Option<(Check, &ToolError)>,
+    answered: Status,
 ) {
     if !body.trim_ascii_start().starts_with(b"[") {
         return;
@@ -582,7 +585,8 @@ async fn refuse_rest_of_batch(
         } else {
             String::new()
         };
-        ToolError::bad_request(
+        ToolError::new(
+            answered,
             "not_dispatched",
             format!("the request was refused before the tool was called{counted}"),
         )
@@ -653,6 +657,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                 peer,
                 None,
                 Some((Check::Authenticate, &refusal)),
+                refusal.status(),
             )
             .await;
             return app.refusal(&parts.headers, &err, None);
@@ -690,6 +695,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             peer,
             Some(&principal),
             Some((Check::Session, &refusal)),
+            refusal.status(),
         )
         .await;
         return json_error(&err);
@@ -703,7 +709,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             && let Err((Check::Scope, err)) = pending.authorize()
         {
             let err = call.refuse(pending, Check::Scope, err).await;
-            refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
+            refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
             return app.refusal(&parts.headers, &err, Some(&call.tool));
         }
         attempt = Some(pending);
@@ -748,7 +754,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "the MCP layer refused the request before the tool was called",
         );
         let err = call.refuse(attempt, Check::Protocol, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, refused_with).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -760,7 +766,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "the MCP layer refused the request before it was read",
         );
         let err = attempt.refuse(Check::Protocol, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, refused_with).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -868,11 +874,17 @@ fn item_arguments(body: &[u8]) -> Option<Value> {
 /// the tool, so the attempt begins before anything else is read.
 pub(crate) async fn call_tool(
     State(app): State<App>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    uri: axum::http::Uri,
     extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let name = match name {
+        Ok(Path(name)) => name,
+        // Not UTF-8 once decoded: no such tool, but a call all the same, recorded.
+        Err(_) => path_tool(uri.path()),
+    };
     let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);
@@ -946,6 +958,27 @@ pub(crate) async fn call_tool(
         }
         Err(err) => refused(err.clone()),
     }
+}
+
+/// The tool a `/tools/{name}` path names, percent-decoded, a byte that is not UTF-8
+/// replaced (U+FFFD): for a path the router's own decoding refuses.
+fn path_tool(path: &str) -> String {
+    let raw = path.rsplit('/').next().unwrap_or_default().as_bytes();
+    let mut bytes = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    let hex = |at: usize| raw.get(at).and_then(|&b| (b as char).to_digit(16));
+    while i < raw.len() {
+        if raw[i] == b'%'
+            && let (Some(high), Some(low)) = (hex(i + 1), hex(i + 2))
+        {
+            bytes.push((high * 16 + low) as u8);
+            i += 3;
+        } else {
+            bytes.push(raw[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// `GET /.well-known/oauth-protected-resource[/…]`: RFC 9728 metadata.
