@@ -192,7 +192,14 @@ struct Shared<B: Backend> {
     health: Arc<Health>,
     batching: Batching,
     name: String,
+    /// Set when the writer thread has ended (it wrote what it was given, or died).
+    finished: Mutex<bool>,
+    finished_cv: Condvar,
 }
+
+/// How long the last [`Worker`]'s drop waits for the writer thread to write what is
+/// queued (the records of calls dropped as a server shuts down, say) before it gives up.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -363,9 +370,34 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 struct Closer<B: Backend>(Arc<Shared<B>>);
 
 impl<B: Backend> Drop for Closer<B> {
+    /// Close the queue, then wait (at most [`CLOSE_WAIT`]) for the writer thread to write
+    /// what it holds and end: a process that exits once its server is dropped (the
+    /// runtime's tasks, their attempts' records with them) would otherwise end the thread
+    /// with those records still queued.
     fn drop(&mut self) {
-        lock(&self.0.queue).closed = true;
-        self.0.handover.notify_one();
+        let shared = &self.0;
+        lock(&shared.queue).closed = true;
+        shared.handover.notify_one();
+        let deadline = Instant::now() + CLOSE_WAIT;
+        let mut finished = lock(&shared.finished);
+        while !*finished {
+            let now = Instant::now();
+            if now >= deadline {
+                let queued = lock(&shared.queue).jobs.len();
+                tracing::error!(
+                    sink = %shared.name,
+                    queued,
+                    "the audit writer did not finish within {} s; the records it still holds may be lost",
+                    CLOSE_WAIT.as_secs()
+                );
+                return;
+            }
+            finished = shared
+                .finished_cv
+                .wait_timeout(finished, deadline - now)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
     }
 }
 
@@ -414,6 +446,8 @@ impl<B: Backend> Worker<B> {
             health,
             batching,
             name: name.to_owned(),
+            finished: Mutex::new(false),
+            finished_cv: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -431,6 +465,8 @@ impl<B: Backend> Worker<B> {
                         for job in stranded {
                             let _ = job.reply.send(Err(err.clone()));
                         }
+                        *lock(&self.0.finished) = true;
+                        self.0.finished_cv.notify_all();
                     }
                 }
                 let _alive = Alive(&*thread_shared);
@@ -601,6 +637,42 @@ mod tests {
             .iter()
             .flat_map(|(_, b)| b.clone())
             .collect()
+    }
+
+    /// Records queued when the last handle of the sink goes (a server dropped as its
+    /// process ends, the attempts of its runtime's tasks with it) are written before the
+    /// drop returns: a process that exits right after loses none.
+    #[test]
+    fn dropping_the_last_handle_waits_for_what_is_queued() {
+        let seen = Arc::new(Seen {
+            delay: Duration::from_millis(150),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        // One record is being written (150 ms); meanwhile two more are queued for the
+        // writer thread, their futures dropped (an abandoned call's record).
+        let leader = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                futures_block_on(sink.record(record("first"))).unwrap();
+            })
+        };
+        while seen.writes.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(sink.record(record("second")));
+        drop(sink.record(record("third")));
+        drop(sink);
+        leader.join().unwrap();
+        assert_eq!(written(&seen), ["first", "second", "third"]);
+    }
+
+    /// Poll `future` to its end on this thread (no runtime: the caller leads).
+    fn futures_block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
     }
 
     /// A lone caller on a runtime worker writes its own record on its own thread: no
