@@ -508,3 +508,52 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     assert_eq!(last.tool, "(unknown)");
     assert!(last.reason.as_deref() == Some("not_dispatched"), "{last:?}");
 }
+
+/// A client that goes away (it closes its stream) while its user is asked to confirm a
+/// destructive call abandoned the call: its one record says `cancelled` (499) every time,
+/// whichever the server notices first, the stream's end or the call's cancellation (a
+/// race that used to record some of them as `user_confirmation_unavailable`). Twelve
+/// sessions at once, each its own server: rmcp takes up to 5 s to end a closed session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
+    let mut sessions = Vec::new();
+    for _ in 0..12 {
+        let sink = MemorySink::new();
+        let server = builder(false)
+            .audit(sink.clone())
+            .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+            .build()
+            .unwrap();
+        let mut raw = Raw::connect(server, "all", 1 << 16);
+        raw.line(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .await;
+        assert_eq!(raw.next().await["id"], 0);
+        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+            .await;
+        let asked = raw.next().await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        sessions.push((sink, raw));
+    }
+    let sinks: Vec<MemorySink> = sessions.into_iter().map(|(sink, _raw)| sink).collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sinks.iter().any(|s| s.records().is_empty()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for (n, sink) in sinks.iter().enumerate() {
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "session {n}: {records:?}");
+        let record = &records[0];
+        assert_eq!(
+            (record.outcome, record.reason.as_deref(), record.status),
+            (Outcome::Error, Some("cancelled"), 499),
+            "session {n}: {record:?}"
+        );
+    }
+}

@@ -51,14 +51,28 @@ impl RmcpPeer {
         }
     }
 
+    /// Send `request` and wait for the client's answer. A client that goes away meanwhile
+    /// (it cancels the call, ends its session, closes its stream) has cancelled the call,
+    /// however its going is seen first: the session's end both cancels the call and fails
+    /// the request, and which of the two is noticed first is a race.
     async fn request(&self, request: ServerRequest, what: &str) -> Result<ClientResult, ToolError> {
-        tokio::select! {
-            result = self.peer.send_request(request) => result.map_err(|err| client_error(what, err)),
-            () = self.cancel.cancelled() => Err(ToolError::new(
+        let cancelled = || {
+            ToolError::new(
                 Status::BadRequest,
                 "cancelled",
                 format!("the client cancelled the call while the server waited for its {what}"),
-            )),
+            )
+        };
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => Err(cancelled()),
+            result = self.peer.send_request(request) => result.map_err(|err| match err {
+                ServiceError::TransportClosed
+                | ServiceError::TransportSend(_)
+                | ServiceError::Cancelled { .. } => cancelled(),
+                _ if self.cancel.is_cancelled() => cancelled(),
+                err => client_error(what, err),
+            }),
         }
     }
 }
