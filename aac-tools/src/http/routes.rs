@@ -251,6 +251,19 @@ struct Probe<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     params: Option<ProbeParams<'a>>,
+    /// Present in a JSON-RPC response (the client's answer to a request of the server).
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+impl Probe<'_> {
+    /// A message without a method that is not a response: a request with its method left
+    /// out (which the `Mcp-Method` header may call a `tools/call`).
+    fn methodless_request(&self) -> bool {
+        self.method.is_none() && self.result.is_none() && self.error.is_none()
+    }
 }
 
 #[derive(Deserialize)]
@@ -313,19 +326,19 @@ impl<'a> ToolsCall<'a> {
     fn probe(headers: &HeaderMap, body: &'a [u8]) -> Option<ToolsCall<'a>> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let is_call = |p: &Probe<'_>| p.method.as_deref() == Some("tools/call");
-        // Whether the body has a message without a method (a response, or a request
-        // with its method left out).
+        // Whether the body has a request without a method (a response, the client's
+        // answer to the server, is not one: rmcp takes it as an answer, never a call).
         let mut methodless = false;
         let parsed = if body.trim_ascii_start().starts_with(b"[") {
             serde_json::from_slice::<Vec<Probe<'a>>>(body)
                 .ok()
                 .map(|batch| {
-                    methodless = batch.is_empty() || batch.iter().any(|p| p.method.is_none());
+                    methodless = batch.is_empty() || batch.iter().any(Probe::methodless_request);
                     batch.into_iter().find(is_call)
                 })
         } else {
             serde_json::from_slice::<Probe<'a>>(body).ok().map(|probe| {
-                methodless = probe.method.is_none();
+                methodless = probe.methodless_request();
                 is_call(&probe).then_some(probe)
             })
         };
@@ -1084,6 +1097,12 @@ mod tests {
         assert!(ToolsCall::probe(&none, b"[]").is_none());
         let response = br#"{"jsonrpc":"2.0","id":4,"result":{"text":"tools/call"}}"#;
         assert!(ToolsCall::probe(&none, response).is_none());
+        // Nor with the header: rmcp takes a response (an elicitation's answer, say) as
+        // the answer it is, whatever the headers say, and never as a call.
+        assert!(ToolsCall::probe(&h, response).is_none());
+        let failed = br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#;
+        assert!(ToolsCall::probe(&h, failed).is_none());
+        assert!(ToolsCall::probe(&h, &[b"[".as_slice(), response, b"]"].concat()).is_none());
         for body in [
             br#"{"jsonrpc":"2.0","id":4,"method":"tools/list","method":"tools\u002fcall","params":{"name":"e"}}"#.as_slice(),
             br#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":"e"}"#,
