@@ -125,11 +125,31 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
 }
 
 /// The request-state keys from `AAC_REQUEST_STATE_KEYS`: comma-separated hex, each at
-/// least 32 bytes; none when unset (a random key per process).
+/// least 32 bytes; none when unset or empty (a random key per process).
 pub(super) fn request_state_keys() -> Result<Vec<Vec<u8>>, CliError> {
-    let Ok(text) = std::env::var("AAC_REQUEST_STATE_KEYS") else {
+    match std::env::var("AAC_REQUEST_STATE_KEYS") {
+        Ok(text) => parse_request_state_keys(&text),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// [`request_state_keys`] of `text`. A value that names no key but is not empty (`,`) is
+/// refused: whoever set it meant keys shared by every replica, and a random key would
+/// make each replica refuse the others' states.
+fn parse_request_state_keys(text: &str) -> Result<Vec<Vec<u8>>, CliError> {
+    if text.trim().is_empty() {
         return Ok(Vec::new());
-    };
+    }
+    let keys = parse_keys(text)?;
+    if keys.is_empty() {
+        return Err(CliError::new(
+            "AAC_REQUEST_STATE_KEYS names no key: give comma-separated keys of 64 or more hex digits, or unset it",
+        ));
+    }
+    Ok(keys)
+}
+
+fn parse_keys(text: &str) -> Result<Vec<Vec<u8>>, CliError> {
     text.split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
@@ -259,5 +279,28 @@ async fn stop_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_request_state_keys;
+
+    #[test]
+    fn request_state_keys_that_name_nothing_are_refused_unless_empty() {
+        assert!(parse_request_state_keys("").unwrap().is_empty());
+        assert!(parse_request_state_keys("  ").unwrap().is_empty());
+        for nothing in [",", " , ,"] {
+            let err = parse_request_state_keys(nothing).unwrap_err();
+            assert!(
+                err.message().contains("names no key"),
+                "{nothing:?}: {err:?}"
+            );
+        }
+        let key = "ab".repeat(32);
+        let keys = parse_request_state_keys(&format!("{key}, ,{key}")).unwrap();
+        assert_eq!(keys, vec![vec![0xab; 32], vec![0xab; 32]]);
+        let err = parse_request_state_keys("abcd").unwrap_err();
+        assert!(err.message().contains("key 1"), "{err:?}");
     }
 }
