@@ -5,7 +5,7 @@
 //! lenient JSON reader (the last of repeated keys wins) takes as a `tools/call`, or that
 //! comes with `Mcp-Method: tools/call`, is seen as a call, so that its refusal is
 //! recorded (a body without any method that the `Mcp-Method` header calls a `tools/call`
-//! too); and a call named by a valid `Mcp-Name` header is recorded under that name.
+//! too, unless it is a JSON-RPC response); and a call named by a valid `Mcp-Name` header is recorded under that name.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -38,9 +38,18 @@ fuzz_target!(|data: &[u8]| {
         None => false,
     };
     // A request of another method is not a call, whatever its headers say; a body with
-    // no method at all that the header calls a `tools/call` is one.
+    // no method at all that the header calls a `tools/call` is one, unless it is a
+    // JSON-RPC response (an answer to the server, which rmcp never dispatches).
     let names_a_method = body.windows(8).any(|w| w == b"\"method\"");
-    if lenient_call || (method == Some("tools/call") && !names_a_method) {
+    let is_response = |m: &Value| {
+        m.get("method").is_none() && (m.get("result").is_some() || m.get("error").is_some())
+    };
+    let only_responses = match &lenient {
+        Some(Value::Array(batch)) => !batch.is_empty() && batch.iter().all(is_response),
+        Some(message) => is_response(message),
+        None => false,
+    };
+    if lenient_call || (method == Some("tools/call") && !names_a_method && !only_responses) {
         assert!(
             seen.is_some(),
             "a tools/call the gate does not see: {:?}",
