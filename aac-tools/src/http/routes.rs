@@ -259,10 +259,9 @@ struct Probe<'a> {
 }
 
 impl Probe<'_> {
-    /// A message without a method that is not a response: a request with its method left
-    /// out (which the `Mcp-Method` header may call a `tools/call`).
-    fn methodless_request(&self) -> bool {
-        self.method.is_none() && self.result.is_none() && self.error.is_none()
+    /// A message without a method, with a result or an error: a JSON-RPC response.
+    fn is_response(&self) -> bool {
+        self.method.is_none() && (self.result.is_some() || self.error.is_some())
     }
 }
 
@@ -326,22 +325,31 @@ impl<'a> ToolsCall<'a> {
     fn probe(headers: &HeaderMap, body: &'a [u8]) -> Option<ToolsCall<'a>> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let is_call = |p: &Probe<'_>| p.method.as_deref() == Some("tools/call");
-        // Whether the body has a request without a method (a response, the client's
-        // answer to the server, is not one: rmcp takes it as an answer, never a call).
+        // Whether the body has a message without a method (a response, or a request
+        // with its method left out), and whether it is only responses.
         let mut methodless = false;
+        let mut responses = false;
         let parsed = if body.trim_ascii_start().starts_with(b"[") {
             serde_json::from_slice::<Vec<Probe<'a>>>(body)
                 .ok()
                 .map(|batch| {
-                    methodless = batch.is_empty() || batch.iter().any(Probe::methodless_request);
+                    methodless = batch.is_empty() || batch.iter().any(|p| p.method.is_none());
+                    responses = !batch.is_empty() && batch.iter().all(Probe::is_response);
                     batch.into_iter().find(is_call)
                 })
         } else {
             serde_json::from_slice::<Probe<'a>>(body).ok().map(|probe| {
-                methodless = probe.methodless_request();
+                methodless = probe.method.is_none();
+                responses = probe.is_response();
                 is_call(&probe).then_some(probe)
             })
         };
+        // Responses (the client's answers to the server, an elicitation's say) are taken
+        // by rmcp as answers, never as calls, whatever the headers say; but only a body
+        // that is JSON throughout (the probe skips what it does not read, a string that is
+        // not UTF-8 among it) is one rmcp can read at all.
+        let methodless =
+            methodless && !(responses && serde_json::from_slice::<Value>(body).is_ok());
         let probe = match parsed {
             Some(Some(probe)) => probe,
             // A message without a method that the `Mcp-Method` header calls a
@@ -1103,6 +1111,14 @@ mod tests {
         let failed = br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#;
         assert!(ToolsCall::probe(&h, failed).is_none());
         assert!(ToolsCall::probe(&h, &[b"[".as_slice(), response, b"]"].concat()).is_none());
+        // Found by `fuzz/` (gate_probe): a "response" that is not UTF-8 throughout (in
+        // its result, or in a key the probe skips) is no response rmcp can read.
+        for unreadable in [
+            b"{\"js\":\"_no\",\"result\":\"res\xff\xff\"}".as_slice(),
+            b"{\"js\":\"\xff\xff_no\",\"result\":\"res\"}",
+        ] {
+            assert!(ToolsCall::probe(&h, unreadable).is_some());
+        }
         for body in [
             br#"{"jsonrpc":"2.0","id":4,"method":"tools/list","method":"tools\u002fcall","params":{"name":"e"}}"#.as_slice(),
             br#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":"e"}"#,
