@@ -667,7 +667,8 @@ mod tests {
         assert_eq!(written(&seen), ["first", "second", "third"]);
     }
 
-    /// Poll `future` to its end on this thread (no runtime: the caller leads).
+    /// Poll `future` to its end on a current-thread runtime of this thread's (where a
+    /// caller cannot block, so its record goes to the writer thread).
     fn futures_block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()

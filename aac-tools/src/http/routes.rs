@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -517,7 +517,7 @@ pub(crate) async fn refused_by_guard(
     route: Refused,
     err: ToolError,
 ) -> Response {
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     if parts.method != Method::POST {
         return json_error(&err);
     }
@@ -530,22 +530,15 @@ pub(crate) async fn refused_by_guard(
         app.server().begin(request)
     };
     if route == Refused::Rest {
-        use axum::extract::{FromRequestParts, MatchedPath, RawPathParams};
+        // Under a router of the application's, the matched path has its prefix.
         let calls = parts
             .extensions
-            .get::<MatchedPath>()
-            .is_some_and(|path| path.as_str() == "/tools/{name}");
-        let name = match RawPathParams::from_request_parts(&mut parts, &()).await {
-            Ok(params) if calls => params
-                .iter()
-                .find(|(key, _)| *key == "name")
-                .map(|(_, name)| name.to_owned()),
-            Err(_) if calls => Some(path_tool(parts.uri.path())),
-            _ => None,
-        };
-        let Some(name) = name else {
+            .get::<axum::extract::MatchedPath>()
+            .is_some_and(|path| path.as_str().ends_with("/tools/{name}"));
+        if !calls {
             return json_error(&err);
-        };
+        }
+        let name = path_tool(parts.uri.path());
         let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
         if let Some(peer) = peer {
             request = request.peer_addr(peer);
@@ -567,7 +560,6 @@ pub(crate) async fn refused_by_guard(
     } else if let Some(item) = item_request(&body, peer) {
         let mut attempt = begin(item);
         principal = attempt.authenticate().await.ok();
-        attempt.set_arguments(item_arguments(&body));
         attempt.refuse(Check::Protocol, err.clone()).await
     } else {
         err.clone()
@@ -895,18 +887,12 @@ fn item_arguments(body: &[u8]) -> Option<Value> {
 /// the tool, so the attempt begins before anything else is read.
 pub(crate) async fn call_tool(
     State(app): State<App>,
-    name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     uri: axum::http::Uri,
     extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let name = match name {
-        Ok(Path(name)) => name,
-        // Not UTF-8 once decoded: no such tool, but a call all the same, recorded.
-        Err(_) => path_tool(uri.path()),
-    };
-    let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
+    let mut request = CallRequest::new(path_tool(uri.path()), None).transport(Transport::PlainHttp);
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);
     }
@@ -981,25 +967,14 @@ pub(crate) async fn call_tool(
     }
 }
 
-/// The tool a `/tools/{name}` path names, percent-decoded, a byte that is not UTF-8
-/// replaced (U+FFFD): for a path the router's own decoding refuses.
+/// The tool a `/tools/{name}` path names (its last segment), percent-decoded; a name
+/// that is not UTF-8 once decoded keeps U+FFFD for each bad byte: no such tool, but a
+/// call all the same, answered and recorded as one.
 fn path_tool(path: &str) -> String {
-    let raw = path.rsplit('/').next().unwrap_or_default().as_bytes();
-    let mut bytes = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    let hex = |at: usize| raw.get(at).and_then(|&b| (b as char).to_digit(16));
-    while i < raw.len() {
-        if raw[i] == b'%'
-            && let (Some(high), Some(low)) = (hex(i + 1), hex(i + 2))
-        {
-            bytes.push((high * 16 + low) as u8);
-            i += 3;
-        } else {
-            bytes.push(raw[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    let segment = path.rsplit('/').next().unwrap_or_default();
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// `GET /.well-known/oauth-protected-resource[/…]`: RFC 9728 metadata.

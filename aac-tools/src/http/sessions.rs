@@ -106,13 +106,9 @@ impl SessionOwners {
             last_seen: now,
         };
         let key = owner.key();
-        if table.owners.insert(id.to_owned(), owner).is_some() {
-            // The same id again (not expected of rmcp): its old entry goes.
-            for ids in table.by_principal.values_mut() {
-                ids.retain(|other| other != id);
-            }
-            table.by_principal.retain(|_, ids| !ids.is_empty());
-        }
+        // The same id again (not expected of rmcp): its old entry goes.
+        table.remove(id);
+        table.owners.insert(id.to_owned(), owner);
         let ids = table.by_principal.entry(key).or_default();
         ids.push(id.to_owned());
         let evicted = if ids.len() > self.max_per_principal {
