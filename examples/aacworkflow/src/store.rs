@@ -82,8 +82,9 @@ pub const POSTGRES_COMPONENT: &str = "aacworkflow";
 /// tables and columns as the SQLite schema, plus `comments.seq` (the order comments
 /// were written in, SQLite's `rowid`) and the view `aacworkflow_usage`, through which the
 /// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
-/// (they may not read `aac_audit` itself).
-pub const POSTGRES_MIGRATIONS: [&str; 1] = ["
+/// (they may not read `aac_audit` itself); version 2 keeps tool calls only in that view.
+pub const POSTGRES_MIGRATIONS: [&str; 2] = [
+    "
 CREATE TABLE workspaces (
     id          TEXT PRIMARY KEY,
     key_prefix  TEXT NOT NULL UNIQUE,
@@ -135,7 +136,15 @@ CREATE TABLE autopilot_runs (
 CREATE INDEX runs_by_issue ON autopilot_runs (issue_id);
 CREATE VIEW aacworkflow_usage AS
     SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome FROM aac_audit;
-"];
+",
+    "
+-- Version 2: the dashboard counts tool calls, not resource reads, prompts or completions,
+-- which the trail records beside them (column `kind`). Same columns, so the grants stay.
+CREATE OR REPLACE VIEW aacworkflow_usage AS
+    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome FROM aac_audit
+    WHERE kind = 'tool';
+",
+];
 
 /// A failure of the command line, as one line that says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,6 +52,14 @@ async fn dashboard_counts_calls_per_day_and_tool_in_the_callers_workspace_only()
     for _ in 0..5 {
         call(&server, &oscar, "list_issues", json!({})).await; // another workspace
     }
+    // A resource read and a prompt are in the trail, but they are not tool calls.
+    for request in [
+        CallRequest::resource("aacworkflow://issues/AAC-1"),
+        CallRequest::prompt("triage_issue", Some(json!({"issue_id": "AAC-1"}))),
+    ] {
+        let answer = server.call(request.bearer(&alice)).await.to_mcp_json();
+        assert_ne!(answer["isError"], true, "{answer}");
+    }
 
     // Two days, so that a run across midnight (UTC) counts the same.
     let usage = call(&server, &alice, "dashboard_usage_daily", json!({"days": 2})).await;
@@ -97,7 +105,7 @@ async fn dashboard_counts_calls_per_day_and_tool_in_the_callers_workspace_only()
     // The trail itself: one record per attempt, chained.
     let conn = seeded.trail();
     let all = AuditQuery::new().fetch(&conn).unwrap();
-    assert_eq!(all.len(), 14);
+    assert_eq!(all.len(), 16);
     let denied = AuditQuery::new()
         .outcome(Outcome::Denied)
         .fetch(&conn)

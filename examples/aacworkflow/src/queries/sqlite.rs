@@ -159,7 +159,7 @@ impl<L: Level> ReadUsage for Tx<'_, L> {
             "SELECT substr(timestamp, 1, 10) AS day, tool, count(*),
                     sum(outcome = 'success'), sum(outcome = 'denied'), sum(outcome = 'error')
              FROM aac_audit
-             WHERE workspace = ?1 AND timestamp >= ?2
+             WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
              GROUP BY day, tool
              ORDER BY day, tool",
         )?;
