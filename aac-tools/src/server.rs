@@ -61,6 +61,8 @@ pub struct CallRequest {
     /// A 2026-07-28 retry: the echoed `requestState` and the client's `inputResponses`.
     pub(crate) resume: Option<(String, Value)>,
     pub(crate) kind: CallKind,
+    /// A `resources/subscribe`: the read it performs says so in its record.
+    pub(crate) subscription: bool,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -84,6 +86,7 @@ impl CallRequest {
             peer_addr: None,
             resume: None,
             kind: CallKind::Tool,
+            subscription: false,
         }
     }
 
@@ -93,6 +96,13 @@ impl CallRequest {
             kind: CallKind::Resource,
             ..CallRequest::new(uri, None)
         }
+    }
+
+    /// The read a `resources/subscribe` performs: the subscription is granted only if it
+    /// succeeds, and its record's arguments say `"$subscribe": true`.
+    pub(crate) fn subscription(mut self) -> CallRequest {
+        self.subscription = true;
+        self
     }
 
     /// A `prompts/get` of `name` with its arguments (strings).
@@ -632,6 +642,19 @@ impl Server {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.inner.resource_updates.subscribe()
+    }
+
+    /// Whether `credentials` still name a principal with the scopes of the resource `uri`
+    /// (a subscription's check before each update: the token may have been revoked or
+    /// have expired since the read that granted it).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) async fn may_still_read(&self, credentials: &Credentials, uri: &str) -> bool {
+        let Ok(principal) = self.authenticate(credentials).await else {
+            return false;
+        };
+        self.registry()
+            .find_resource(uri)
+            .is_some_and(|(i, _)| principal.has_scopes(self.registry().resources()[i].scopes()))
     }
 
     pub(crate) fn listing(&self) -> &Listing {

@@ -6,8 +6,12 @@
 #![cfg(feature = "mcp")]
 
 use aac_tools::audit::{CallKind, Check, MemorySink, Outcome};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use aac_tools::{
-    Principal, Registry, ResourceContents, Server, StaticTokens, ToolError, mcp_resource,
+    BoxFuture, Ctx, Principal, Registry, ResourceContents, Server, StaticTokens, TokenVerifier,
+    ToolError, mcp_resource,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -155,11 +159,149 @@ async fn a_subscribed_session_hears_of_updates_to_its_resources_only() {
             .all(|m| m["method"] != "notifications/resources/updated"),
         "{seen:?}"
     );
-    // Subscribing reads nothing and is not recorded; the read is.
+    // Subscribing is a read, recorded as one that says so; the refused one too.
     let records = sink.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].kind, CallKind::Resource);
-    assert_eq!(records[0].outcome, Outcome::Success);
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.kind,
+                r.tool.as_str(),
+                r.outcome,
+                r.arguments.get("$subscribe").cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                CallKind::Resource,
+                "test://watched",
+                Outcome::Success,
+                Some(json!(true))
+            ),
+            (
+                CallKind::Resource,
+                "test://secret",
+                Outcome::Denied,
+                Some(json!(true))
+            ),
+            (CallKind::Resource, "test://watched", Outcome::Success, None),
+        ],
+        "{records:?}"
+    );
+}
+
+/// One feed per workspace: its handler lets only that workspace's members read it.
+#[mcp_resource(uri = "test://workspaces/{name}/feed", scope = "watch:read")]
+async fn workspace_feed(ctx: Ctx, uri: FeedUri) -> Result<String, ToolError> {
+    if ctx.principal().workspace() != Some(uri.name.as_str()) {
+        return Err(ToolError::not_found("no such feed"));
+    }
+    Ok(format!("the feed of {}", uri.name))
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct FeedUri {
+    name: String,
+}
+
+/// A token the test revokes while its session is subscribed.
+#[derive(Clone, Default)]
+struct Revocable(Arc<AtomicBool>);
+
+impl TokenVerifier for Revocable {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        Box::pin(async move {
+            match token {
+                _ if self.0.load(Ordering::SeqCst) => {
+                    Err(ToolError::invalid_token("this token was revoked"))
+                }
+                "alice" => Ok(Principal::new("alice", ["watch:read"]).in_workspace("a")),
+                "bob" => Ok(Principal::new("bob", ["watch:read"]).in_workspace("b")),
+                _ => Err(ToolError::invalid_token("unknown token")),
+            }
+        })
+    }
+}
+
+/// Whether `session` is sent an update of `uri` before the answer to a `ping` sent after
+/// the server announced it (updates are forwarded in the order they are announced).
+async fn hears(session: &mut Session, server: &Server, uri: &str, id: u64) -> bool {
+    // What earlier updates left in the session's stream first, then this update: the
+    // forwarder sends it within a moment, before the answer to a ping sent after that.
+    let mut earlier = Vec::new();
+    session
+        .send(json!({"jsonrpc": "2.0", "id": id + 1000, "method": "ping"}))
+        .await;
+    session.response(id + 1000, &mut earlier).await;
+    server.notify_resource_updated(uri);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    session
+        .send(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+        .await;
+    let mut seen = Vec::new();
+    session.response(id, &mut seen).await;
+    seen.iter()
+        .any(|m| m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri)
+}
+
+#[tokio::test]
+async fn only_a_caller_who_may_read_a_resource_subscribes_to_it() {
+    let sink = MemorySink::new();
+    let revoked = Revocable::default();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(revoked.clone())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let mut alice = start(server.clone(), "alice").await;
+    let mut bob = start(server.clone(), "bob").await;
+    let mut seen = Vec::new();
+    let feed_a = "test://workspaces/a/feed";
+    for (session, id) in [(&mut alice, 2), (&mut bob, 3)] {
+        session
+            .send(
+                json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe",
+                         "params": {"uri": feed_a}}),
+            )
+            .await;
+    }
+    assert_eq!(alice.response(2, &mut seen).await["result"], json!({}));
+    // Bob has the scope, but the resource's handler refuses him: no subscription.
+    let refused = bob.response(3, &mut seen).await;
+    assert_eq!(refused["error"]["data"]["reason"], "not_found", "{refused}");
+
+    assert!(hears(&mut alice, &server, feed_a, 10).await);
+    assert!(!hears(&mut bob, &server, feed_a, 11).await);
+
+    // Revoked: the next update is not sent, and the subscription is gone for good.
+    revoked.0.store(true, Ordering::SeqCst);
+    assert!(!hears(&mut alice, &server, feed_a, 12).await);
+    revoked.0.store(false, Ordering::SeqCst);
+    assert!(!hears(&mut alice, &server, feed_a, 13).await);
+
+    let records = sink.records();
+    let mut got: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.principal.as_deref(),
+                r.outcome,
+                r.arguments.get("$subscribe").cloned(),
+            )
+        })
+        .collect();
+    got.sort_by_key(|r| r.0);
+    assert_eq!(
+        got,
+        [
+            (Some("alice"), Outcome::Success, Some(json!(true))),
+            (Some("bob"), Outcome::Error, Some(json!(true))),
+        ],
+        "{records:?}"
+    );
 }
 
 /// A subscription refused for its token says why, as a read's refusal does.

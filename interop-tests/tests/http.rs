@@ -1614,6 +1614,113 @@ async fn token_less_reads_are_recorded_in_a_batch_and_when_malformed() {
     }
 }
 
+/// A `resources/subscribe` is granted by reading the resource, so it is recorded as that
+/// read (`"$subscribe": true`) once: refused by the gate without a token, refused by the
+/// MCP layer for params of the wrong shape, or performed by the handler.
+#[tokio::test]
+async fn a_subscription_over_http_is_recorded_once_as_the_read_it_performs() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let subscribe = |id: u32, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{params}}}"#)
+    };
+    server.sink.clear();
+    let response = anonymous
+        .post()
+        .body(subscribe(41, r#"{"uri":"notes://all"}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    for (body, principal, check, outcome) in [
+        (
+            subscribe(41, r#"{"uri":"notes://all"}"#),
+            None,
+            Some(Check::Authenticate),
+            Outcome::Denied,
+        ),
+        (
+            subscribe(42, r#"{"uri":7}"#),
+            Some("alice"),
+            Some(Check::Protocol),
+            Outcome::Denied,
+        ),
+        (
+            subscribe(43, r#"{"uri":"notes://all"}"#),
+            Some("alice"),
+            None,
+            Outcome::Success,
+        ),
+    ] {
+        if principal.is_some() {
+            server.sink.clear();
+            let (status, answer) = raw.send(body.clone()).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                answer[0].get("error").is_none(),
+                outcome == Outcome::Success,
+                "{body}: {answer:?}"
+            );
+        }
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{body}: {records:?}");
+        let r = &records[0];
+        assert_eq!(r.kind, CallKind::Resource, "{body}");
+        assert_eq!(r.principal.as_deref(), principal, "{body}");
+        assert_eq!((r.check, r.outcome), (check, outcome), "{body}: {r:?}");
+        assert_eq!(r.arguments["$subscribe"], true, "{body}: {r:?}");
+    }
+}
+
+/// The URI of the next resource update on a standalone stream, if one comes within
+/// `wait_ms`.
+async fn next_update(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    wait_ms: u64,
+) -> Option<Value> {
+    let wait = std::time::Duration::from_millis(wait_ms);
+    loop {
+        match tokio::time::timeout(wait, rx.recv()).await {
+            Ok(Some(m)) if m["method"] == "notifications/resources/updated" => {
+                return Some(m["params"]["uri"].clone());
+            }
+            Ok(Some(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// A subscription over HTTP was granted to the token that subscribed: once that token is
+/// revoked, the session's standalone stream hears of no more updates.
+#[tokio::test]
+async fn a_subscription_over_http_ends_when_its_token_is_revoked() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let mut stream = standalone_stream(&alice).await;
+    let (status, answer) = alice
+        .send(r#"{"jsonrpc":"2.0","id":51,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer[0]["result"], json!({}), "{answer:?}");
+    server.server.notify_resource_updated("notes://all");
+    assert_eq!(
+        next_update(&mut stream, 30_000).await,
+        Some(json!("notes://all"))
+    );
+
+    aac_tools::sqlite::TokenStore::open(&server.fixture.db)
+        .unwrap()
+        .revoke(&server.fixture.full)
+        .unwrap();
+    server.server.notify_resource_updated("notes://all");
+    // Absence can only be waited for: a second is many times what the update above took.
+    assert_eq!(next_update(&mut stream, 1_000).await, None);
+}
+
 /// An authenticated `resources/read` the MCP layer refuses before the handler (params of
 /// the wrong shape, a batch) is recorded once, as the gate's attempt; one the handler
 /// reads is recorded once too, by the handler alone.

@@ -729,9 +729,11 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     }
 
     let is_delete = parts.method == Method::DELETE;
-    parts
-        .extensions
-        .insert(VerifiedPrincipal(Arc::clone(&principal)));
+    parts.extensions.insert(VerifiedPrincipal(
+        Arc::clone(&principal),
+        // Verified from them a moment ago.
+        credentials(&parts.headers).unwrap_or_default(),
+    ));
     let pending = attempt.map(|a| PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of));
     if let Some(pending) = &pending {
         parts.extensions.insert(pending.clone());

@@ -112,8 +112,9 @@ pub(crate) struct McpHandler {
     token: Option<Arc<str>>,
     /// The minimum level of log notifications, set by `logging/setLevel`.
     log_level: Arc<AtomicU8>,
-    /// The resource URIs this session subscribed to.
-    subscriptions: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The resource URIs this session subscribed to, each with the credentials of the
+    /// request that subscribed (checked again before every update).
+    subscriptions: Arc<std::sync::Mutex<std::collections::HashMap<String, Credentials>>>,
     /// Whether this session forwards resource updates yet (from its first subscription).
     forwarding: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -200,33 +201,19 @@ impl McpHandler {
         self.shared.server.begin(request).run().await.into_result()
     }
 
-    /// A subscription's checks (no record: subscribing reads nothing): a principal, a
-    /// resource the URI names, and its scopes.
-    async fn may_subscribe(
-        &self,
-        uri: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        // The refusal says why (no token, a revoked or unknown one), as a read's does.
-        let principal = self
-            .shared
-            .server
-            .authenticate(&self.credentials(context))
-            .await
-            .map_err(rpc_error)?;
-        let registry = self.shared.server.registry();
-        let Some((i, _)) = registry.find_resource(uri) else {
-            return Err(rpc_error(ToolError::new(
-                Status::NotFound,
-                "unknown_resource",
-                "unknown resource",
-            )));
-        };
-        let scopes = registry.resources()[i].scopes();
-        if !principal.has_scopes(scopes) {
-            return Err(rpc_error(ToolError::insufficient_scope(scopes)));
+    /// The credentials to check a subscription with again before each update: over HTTP
+    /// the token the subscribing request presented (the gate verified it once, for that
+    /// request), over stdio the connection's token.
+    fn subscriber_credentials(&self, context: &RequestContext<RoleServer>) -> Credentials {
+        #[cfg(feature = "http")]
+        if let Some(verified) = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::VerifiedPrincipal>())
+        {
+            return verified.1.clone();
         }
-        Ok(())
+        self.credentials(context)
     }
 
     /// From the session's first subscription on: every update of a resource it is
@@ -234,6 +221,7 @@ impl McpHandler {
     /// is gone (its handler dropped, or the client no longer takes notifications).
     fn forward_updates(&self, peer: rmcp::Peer<RoleServer>) {
         let mut updates = self.shared.server.resource_updates();
+        let server = self.shared.server.clone();
         let subscriptions = Arc::downgrade(&self.subscriptions);
         tokio::spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
@@ -249,15 +237,28 @@ impl McpHandler {
                 let Some(subscriptions) = subscriptions.upgrade() else {
                     break;
                 };
-                let subscribed = subscriptions
+                let credentials = subscriptions
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .contains(&uri);
-                if subscribed
-                    && peer
-                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                        .await
-                        .is_err()
+                    .get(&uri)
+                    .cloned();
+                let Some(credentials) = credentials else {
+                    continue;
+                };
+                // A token revoked or expired since, or that lost the scope, ends the
+                // subscription: it was granted to that token, not to the session.
+                if !server.may_still_read(&credentials, &uri).await {
+                    tracing::info!(uri = %uri, "a subscription ended: its token no longer reads the resource");
+                    subscriptions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&uri);
+                    continue;
+                }
+                if peer
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+                    .is_err()
                 {
                     break;
                 }
@@ -377,11 +378,21 @@ impl ServerHandler for McpHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.may_subscribe(&request.uri, &context).await?;
+        // Subscribing is reading: the read runs through the pipeline (checks, the handler,
+        // one record saying `"$subscribe": true`), its contents dropped. A caller the
+        // resource's own handler refuses (another workspace's URI) is not subscribed,
+        // and learns nothing of its updates.
+        self.run_item(
+            CallRequest::resource(request.uri.clone()).subscription(),
+            &context,
+        )
+        .await
+        .map_err(rpc_error)?;
+        let credentials = self.subscriber_credentials(&context);
         self.subscriptions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(request.uri);
+            .insert(request.uri, credentials);
         if !self.forwarding.swap(true, Ordering::AcqRel) {
             self.forward_updates(context.peer.clone());
         }

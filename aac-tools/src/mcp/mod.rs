@@ -31,10 +31,14 @@ pub mod client;
 pub use self::stdio::{serve_io, serve_stdio};
 
 /// A principal the HTTP layer verified for this request, carried to the MCP handler in
-/// the request's extensions.
+/// the request's extensions, with the credentials it was verified from (a subscription
+/// checks them again before each update it is sent).
 #[cfg(feature = "http")]
 #[derive(Clone, Debug)]
-pub(crate) struct VerifiedPrincipal(pub(crate) std::sync::Arc<crate::Principal>);
+pub(crate) struct VerifiedPrincipal(
+    pub(crate) std::sync::Arc<crate::Principal>,
+    pub(crate) crate::server::Credentials,
+);
 
 /// The attempt of a `resources/read`, `prompts/get` or `completion/complete` the `/mcp`
 /// gate let through (or the stdio framing read): recorded as `not_dispatched` if the MCP

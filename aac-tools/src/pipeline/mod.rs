@@ -568,10 +568,16 @@ impl Attempt {
             Some(entry) => Some(entry),
             None => server.registry().get(&self.request.tool),
         };
-        let arguments = match self.redacted.take() {
+        let mut arguments = match self.redacted.take() {
             Some(redacted) => redacted,
             None => record::redacted_arguments(entry, self.request.arguments.as_ref()),
         };
+        if self.request.subscription
+            && let Value::Object(map) = &mut arguments
+        {
+            // No URI template variable can be named so (RFC 6570 names have no `$`).
+            map.insert(SUBSCRIBE_KEY.to_owned(), Value::Bool(true));
+        }
         let kind = self.request.kind;
         let level = if kind == CallKind::Tool {
             entry.map(|e| e.def().access_level())
@@ -891,6 +897,10 @@ struct Target {
 /// The longest resource URI read: a longer one is refused before it is matched against
 /// the templates (a template's variables are the handler's arguments).
 const MAX_URI_BYTES: usize = 4096;
+
+/// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
+/// a `resources/subscribe` performs, told apart from a `resources/read`.
+pub(crate) const SUBSCRIBE_KEY: &str = "$subscribe";
 
 /// Step 2 for a resource read (the resource or template `request.tool` names, its
 /// variables becoming the call's arguments), a prompt, or a completion (of a prompt's

@@ -49,10 +49,15 @@ fn id_text(id: &Value) -> String {
     }
 }
 
-/// The `resources/read`, `prompts/get` or `completion/complete` in `body`, if any (the
-/// first of a batch), as the attempt that records its refusal.
+/// The `resources/read` (or `resources/subscribe`), `prompts/get` or `completion/complete`
+/// in `body`, if any (the first of a batch), as the attempt that records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
-    const ITEM_METHODS: [&str; 3] = ["resources/read", "prompts/get", "completion/complete"];
+    const ITEM_METHODS: [&str; 4] = [
+        "resources/read",
+        "resources/subscribe",
+        "prompts/get",
+        "completion/complete",
+    ];
     let is_item = |m: &Value| {
         m.get("method")
             .and_then(Value::as_str)
@@ -84,6 +89,8 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     let param = |name: &str| params.and_then(|p| p.get(name));
     let mut request = match message.get("method")?.as_str()? {
         "resources/read" => CallRequest::resource(text(param("uri"))),
+        // A subscription is granted by reading the resource (`McpHandler::subscribe`).
+        "resources/subscribe" => CallRequest::resource(text(param("uri"))).subscription(),
         "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
         "completion/complete" => {
             let reference = param("ref");

@@ -56,6 +56,9 @@ pub struct TestServer {
     pub base: String,
     pub sink: MemorySink,
     pub fixture: Fixture,
+    /// The server it serves (to announce resource updates).
+    #[allow(dead_code)]
+    pub server: aac_tools::Server,
     shutdown: CancellationToken,
     serving: Option<tokio::task::JoinHandle<()>>,
 }
@@ -72,8 +75,9 @@ impl TestServer {
         let base = format!("http://{}", listener.local_addr().expect("an address"));
         let shutdown = CancellationToken::new();
         let options = options.shutdown(shutdown.clone());
+        let served = server.clone();
         let serving = tokio::spawn(async move {
-            aac_tools::http::serve(server, listener, options)
+            aac_tools::http::serve(served, listener, options)
                 .await
                 .expect("the server serves");
         });
@@ -81,6 +85,7 @@ impl TestServer {
             base,
             sink,
             fixture,
+            server,
             shutdown,
             serving: Some(serving),
         }
