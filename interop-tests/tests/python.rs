@@ -636,8 +636,13 @@ fn check_items(report: &Value, mode: &str) {
 }
 
 /// The records of an `--items` run with a valid token, in order: the kind, the name or
-/// URI, the outcome and the reason.
-fn items_records(note: &str, full: bool) -> Vec<(CallKind, String, Outcome, Option<&'static str>)> {
+/// URI, the outcome and the reason. The full token's session in the `legacy` mode
+/// subscribes to `notes://all` last, which reads it (a record of its own).
+fn items_records(
+    note: &str,
+    full: bool,
+    mode: &str,
+) -> Vec<(CallKind, String, Outcome, Option<&'static str>)> {
     use CallKind::{Completion, Prompt, Resource, Tool};
     use Outcome::{Denied, Error, Success};
     let r = |kind, name: &str, outcome, reason| (kind, name.to_owned(), outcome, reason);
@@ -686,18 +691,30 @@ fn items_records(note: &str, full: bool) -> Vec<(CallKind, String, Outcome, Opti
         r(Completion, "review_note", Success, None),
         r(Completion, "notes://notes/{id}", Success, None),
     ]);
+    if full && mode == "legacy" {
+        records.push(r(Resource, "notes://all", Success, None));
+    }
     records
 }
 
 fn check_items_audit(
     records: &[AuditRecord],
     expected: &[(CallKind, String, Outcome, Option<&str>)],
+    mode: &str,
 ) {
     let got: Vec<(CallKind, String, Outcome, Option<&str>)> = records
         .iter()
         .map(|r| (r.kind, r.tool.clone(), r.outcome, r.reason.as_deref()))
         .collect();
     assert_eq!(got, expected);
+    // The subscription's read says so; no other record does.
+    let subscribed: Vec<&str> = records
+        .iter()
+        .filter(|r| r.arguments.get("$subscribe") == Some(&json!(true)))
+        .map(|r| r.tool.as_str())
+        .collect();
+    let expected: &[&str] = if mode == "legacy" { &["notes://all"] } else { &[] };
+    assert_eq!(subscribed, expected, "{records:?}");
 }
 
 #[test]
@@ -745,14 +762,14 @@ fn items_over_stdio(mode: &str) {
     assert_eq!(anonymous["get_review_error"]["data"]["status"], 401);
 
     let note = report["full"]["note_id"].as_i64().unwrap().to_string();
-    let mut expected = items_records(&note, true);
-    expected.extend(items_records("None", false));
-    let anonymous_records: Vec<_> = items_records("None", false)
+    let mut expected = items_records(&note, true, mode);
+    expected.extend(items_records("None", false, mode));
+    let anonymous_records: Vec<_> = items_records("None", false, mode)
         .into_iter()
         .map(|(kind, tool, _, _)| (kind, tool, Outcome::Denied, Some("missing_token")))
         .collect();
     expected.extend(anonymous_records);
-    check_items_audit(&read_audit(&fixture.audit_path), &expected);
+    check_items_audit(&read_audit(&fixture.audit_path), &expected, mode);
 }
 
 #[test]
@@ -784,8 +801,8 @@ fn items_over_http(mode: &str) {
     // Over HTTP no token means no session at all.
     assert_eq!(report["no_token"]["connected"], false);
     let note = report["full"]["note_id"].as_i64().unwrap().to_string();
-    let mut expected = items_records(&note, true);
-    expected.extend(items_records("None", false));
+    let mut expected = items_records(&note, true, mode);
+    expected.extend(items_records("None", false, mode));
 
     // A raw `resources/read` and `prompts/get` without a token: 401 from the gate, and
     // each recorded once, with its kind.
@@ -812,5 +829,5 @@ fn items_over_http(mode: &str) {
         Outcome::Denied,
         Some("missing_token"),
     ));
-    check_items_audit(&read_audit(&fixture.audit_path), &expected);
+    check_items_audit(&read_audit(&fixture.audit_path), &expected, mode);
 }
