@@ -124,6 +124,8 @@ struct CtxInner {
     request_id: Option<String>,
     peer: Option<Arc<dyn ClientPeer>>,
     cancel: CancellationToken,
+    /// Where [`Ctx::notify_resource_updated`] announces a change (the server's).
+    updates: Option<tokio::sync::broadcast::Sender<String>>,
 }
 
 impl Ctx {
@@ -143,8 +145,17 @@ impl Ctx {
                 request_id,
                 peer,
                 cancel,
+                updates: None,
             }),
         }
+    }
+
+    /// The same context, announcing resource changes to the subscribers of `updates`.
+    pub(crate) fn announcing(mut self, updates: tokio::sync::broadcast::Sender<String>) -> Ctx {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.updates = Some(updates);
+        }
+        self
     }
 
     /// The name of the tool being called.
@@ -206,6 +217,19 @@ impl Ctx {
     /// Ask the user for input through the client (`elicitation/create`).
     pub async fn elicit(&self, params: Value) -> Result<Value, ToolError> {
         self.peer()?.elicit(params).await
+    }
+
+    /// Tell every MCP session subscribed to the resource `uri` (`resources/subscribe`)
+    /// that it changed, as [`Server::notify_resource_updated`](crate::Server::notify_resource_updated)
+    /// does: call it once the change is committed (a subscriber reads the resource again,
+    /// through the pipeline). A resource reachable by several URIs (a key and an id, say)
+    /// is announced under each. Sessions not subscribed to `uri` get nothing; without a
+    /// server behind the call (a handler called directly) it does nothing.
+    pub fn notify_resource_updated(&self, uri: impl Into<String>) {
+        if let Some(updates) = &self.inner.updates {
+            // No receiver (no session subscribed to anything) is not an error.
+            let _ = updates.send(uri.into());
+        }
     }
 
     fn peer(&self) -> Result<&Arc<dyn ClientPeer>, ToolError> {

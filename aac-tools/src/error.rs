@@ -168,10 +168,15 @@ impl ToolError {
 
     /// 403 `insufficient_scope`, naming every scope the tool needs.
     pub fn insufficient_scope(required: &[&str]) -> ToolError {
+        ToolError::insufficient_scope_of("tool", required)
+    }
+
+    /// 403 `insufficient_scope` for a `tool`, `resource`, `prompt` or `completion`.
+    pub(crate) fn insufficient_scope_of(what: &str, required: &[&str]) -> ToolError {
         ToolError::new(
             Status::Forbidden,
             "insufficient_scope",
-            format!("this tool requires the scopes: {}", required.join(" ")),
+            format!("this {what} requires the scopes: {}", required.join(" ")),
         )
     }
 

@@ -638,6 +638,11 @@ impl Server {
         let _ = self.inner.resource_updates.send(uri.into());
     }
 
+    /// Where [`Server::notify_resource_updated`] announces a change, for a call's `Ctx`.
+    pub(crate) fn resource_update_sender(&self) -> tokio::sync::broadcast::Sender<String> {
+        self.inner.resource_updates.clone()
+    }
+
     /// The changed resources, as [`Server::notify_resource_updated`] announces them.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<String> {

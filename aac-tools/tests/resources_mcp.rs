@@ -272,6 +272,8 @@ async fn only_a_caller_who_may_read_a_resource_subscribes_to_it() {
     // Bob has the scope, but the resource's handler refuses him: no subscription.
     let refused = bob.response(3, &mut seen).await;
     assert_eq!(refused["error"]["data"]["reason"], "not_found", "{refused}");
+    // A resource its handler does not find is "resource not found", as an unknown one.
+    assert_eq!(refused["error"]["code"], -32002, "{refused}");
 
     assert!(hears(&mut alice, &server, feed_a, 10).await);
     assert!(!hears(&mut bob, &server, feed_a, 11).await);
@@ -342,6 +344,13 @@ async fn a_refused_read_is_a_json_rpc_error_recorded_once() {
         let answer = session.response(id, &mut seen).await;
         assert_eq!(answer["error"]["code"], code, "{answer}");
         assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
+        if reason == "insufficient_scope" {
+            // It names what was refused: a resource, not a tool.
+            assert_eq!(
+                answer["error"]["message"],
+                "this resource requires the scopes: secret:read"
+            );
+        }
     }
     let records = sink.records();
     let got: Vec<_> = records

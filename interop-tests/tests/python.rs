@@ -594,10 +594,10 @@ fn check_items(report: &Value, mode: &str) {
         assert_eq!(err["code"], code, "{label}: {session}");
         assert_eq!(err["data"]["reason"], reason, "{label}: {session}");
     };
-    error(full, "read_missing_note", -32602, "not_found");
-    // 2026-07-28 answers an unknown resource with invalid params (rmcp upgrades the
+    // 2026-07-28 answers a resource not found with invalid params (rmcp upgrades the
     // older "resource not found" code for those peers).
     let not_found = if mode == "legacy" { -32002 } else { -32602 };
+    error(full, "read_missing_note", not_found, "not_found");
     error(full, "read_unknown", not_found, "unknown_resource");
     error(full, "get_review_no_args", -32602, "invalid_arguments");
     error(full, "get_unknown", -32602, "unknown_prompt");

@@ -360,7 +360,7 @@ impl ServerHandler for McpHandler {
         let output = self
             .run_item(CallRequest::resource(request.uri), &context)
             .await
-            .map_err(rpc_error)?;
+            .map_err(read_error)?;
         let (content, _) = output.into_parts();
         let contents: Vec<Value> = content
             .iter()
@@ -387,7 +387,7 @@ impl ServerHandler for McpHandler {
             &context,
         )
         .await
-        .map_err(rpc_error)?;
+        .map_err(read_error)?;
         let credentials = self.subscriber_credentials(&context);
         self.subscriptions
             .lock()
@@ -618,8 +618,20 @@ fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, Erro
 /// for a refusal of the caller (401, 403, 429), `-32603` else; `data` is
 /// `{"error", "reason", "status"}`.
 fn rpc_error(err: ToolError) -> ErrorData {
+    rpc_error_of(false, err)
+}
+
+/// The JSON-RPC error of a refused `resources/read` (or the read a subscription makes):
+/// a resource the handler does not find (`not_found`: missing, or another workspace's)
+/// is "resource not found" as much as a URI that names no resource.
+fn read_error(err: ToolError) -> ErrorData {
+    rpc_error_of(true, err)
+}
+
+fn rpc_error_of(read: bool, err: ToolError) -> ErrorData {
     let code = match (err.status(), err.reason()) {
         (Status::NotFound, "unknown_resource") => -32002,
+        (Status::NotFound, _) if read => -32002,
         (Status::NotFound | Status::BadRequest, _) => -32602,
         (Status::Unauthorized | Status::Forbidden | Status::TooManyRequests, _) => -32001,
         _ => -32603,

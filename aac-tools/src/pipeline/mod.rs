@@ -186,7 +186,10 @@ impl Attempt {
             let target = find_target(&self.server, &self.request)?;
             self.target = Some(target);
             if !principal.has_scopes(target.scopes) {
-                return Err((Check::Scope, ToolError::insufficient_scope(target.scopes)));
+                return Err((
+                    Check::Scope,
+                    ToolError::insufficient_scope_of(self.request.kind.as_str(), target.scopes),
+                ));
             }
             self.authorized = true;
             return Ok(());
@@ -452,7 +455,8 @@ impl Attempt {
             self.request.request_id.clone(),
             self.request.peer.take(),
             self.request.cancel.take().unwrap_or_default(),
-        );
+        )
+        .announcing(server.resource_update_sender());
         Ok(Prepared {
             name: def.name(),
             handler: Some(def.handler()),
@@ -498,6 +502,20 @@ impl Attempt {
             self.request.arguments = arguments;
             return Err((Check::Validate, err));
         }
+        if self.request.kind == CallKind::Completion
+            && let Some(value) = arguments
+                .as_ref()
+                .and_then(|a| a.get("value"))
+                .and_then(Value::as_str)
+            && value.len() > MAX_COMPLETION_VALUE_BYTES
+        {
+            let err = ToolError::invalid_arguments(
+                "/argument/value",
+                format!("the value to complete is limited to {MAX_COMPLETION_VALUE_BYTES} bytes"),
+            );
+            self.request.arguments = arguments;
+            return Err((Check::Validate, err));
+        }
         if let Some(position) = target.prompt {
             let empty = Value::Object(Map::new());
             let instance = arguments.as_ref().unwrap_or(&empty);
@@ -530,7 +548,8 @@ impl Attempt {
             self.request.request_id.clone(),
             self.request.peer.take(),
             self.request.cancel.take().unwrap_or_default(),
-        );
+        )
+        .announcing(server.resource_update_sender());
         Ok(Prepared {
             name: target.name,
             handler: target.handler,
@@ -897,6 +916,10 @@ struct Target {
 /// The longest resource URI read: a longer one is refused before it is matched against
 /// the templates (a template's variables are the handler's arguments).
 const MAX_URI_BYTES: usize = 4096;
+
+/// The longest value a completion completes (what the user typed so far): a longer one
+/// is refused before the handler sees it.
+const MAX_COMPLETION_VALUE_BYTES: usize = 1024;
 
 /// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
 /// a `resources/subscribe` performs, told apart from a `resources/read`.

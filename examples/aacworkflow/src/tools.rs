@@ -29,6 +29,7 @@ use crate::queries::{
     DeleteIssues, IssueChanges, IssueFilter, ReadComments, ReadIssues, ReadMembers, ReadUsage,
     UpdateAutopilot, UpdateComments, UpdateIssues,
 };
+use crate::items::issue_uri;
 use crate::transact;
 
 /// The caller's workspace and user name, from the token.
@@ -347,6 +348,7 @@ pub async fn update_issue(
             issue: tx.find_issue(&workspace, &issue.id).await?,
         })
     })
+    .inspect(|updated| announce_change(&ctx, updated))
 }
 
 /// Arguments of `comment_issue`.
@@ -415,6 +417,7 @@ pub async fn assign_issue_to_agent(
             issue: tx.find_issue(&workspace, &issue.id).await?,
         })
     })
+    .inspect(|updated| announce_change(&ctx, updated))
 }
 
 /// Start the autopilot on an issue: its assigned agent works on it.
@@ -503,6 +506,21 @@ pub async fn delete_issue(
             runs_deleted: removed.runs,
         })
     })
+    .inspect(|deleted| announce(&ctx, &deleted.id, &deleted.key))
+}
+
+/// Tell the sessions subscribed to an issue's resource (by its key or by its UUID) that
+/// it changed, once the change is committed.
+fn announce(ctx: &Ctx, id: &str, key: &str) {
+    ctx.notify_resource_updated(issue_uri(key));
+    ctx.notify_resource_updated(issue_uri(id));
+}
+
+/// [`announce`] an update that changed something.
+fn announce_change(ctx: &Ctx, updated: &Updated) {
+    if updated.changed {
+        announce(ctx, &updated.issue.id, &updated.issue.key);
+    }
 }
 
 #[cfg(test)]

@@ -277,6 +277,35 @@ async fn issue_keys_complete_within_the_callers_workspace() {
             (CallKind::Completion, Some(Check::Validate))
         );
     }
+    // A value to complete past 1 KiB: refused before the completion function runs.
+    for (target, resource, argument) in [
+        ("triage_issue", false, "issue_id"),
+        ("aacworkflow://issues/{id}", true, "id"),
+    ] {
+        let before = f.sink.records().len();
+        let long = "A".repeat(1025);
+        let response = f
+            .server
+            .call(
+                CallRequest::completion(target, resource, argument, long, Map::new())
+                    .bearer(&f.alice),
+            )
+            .await;
+        let err = response.error().expect("a long value is refused");
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::BadRequest, "invalid_arguments"),
+            "{target}: {err:?}"
+        );
+        assert!(err.message().contains("/argument/value"), "{err:?}");
+        let records = f.sink.records();
+        assert_eq!(records.len(), before + 1, "{target}");
+        let record = records.last().unwrap();
+        assert_eq!(
+            (record.kind, record.outcome, record.check),
+            (CallKind::Completion, Outcome::Denied, Some(Check::Validate))
+        );
+    }
     // Unauthenticated: refused and recorded.
     let response = f
         .server
@@ -340,4 +369,137 @@ async fn the_audit_command_filters_by_kind() {
             ("resource", "aacworkflow://issues/AAC-2")
         ]
     );
+}
+
+/// An MCP session over an in-memory stream, its token verified by the server.
+struct McpSession {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    next_id: u64,
+}
+
+impl McpSession {
+    async fn start(server: &Server, token: &str) -> McpSession {
+        use tokio::io::AsyncBufReadExt;
+        let (client, server_end) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(server_end);
+        let (server, token) = (server.clone(), token.to_owned());
+        tokio::spawn(async move {
+            let _ = aac_tools::mcp::serve_io(server, Some(token), read, write).await;
+        });
+        let (read, write) = tokio::io::split(client);
+        let mut session = McpSession {
+            lines: tokio::io::BufReader::new(read).lines(),
+            write,
+            next_id: 1,
+        };
+        session
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}),
+            )
+            .await;
+        session
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        session
+    }
+
+    async fn send(&mut self, message: serde_json::Value) {
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{message}\n");
+        self.write.write_all(line.as_bytes()).await.unwrap();
+    }
+
+    /// Send a request; its answer, and the notifications that came before it.
+    async fn request_seeing(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> (serde_json::Value, Vec<serde_json::Value>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let mut seen = Vec::new();
+        loop {
+            let line = self.lines.next_line().await.unwrap().expect("a message");
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return (message, seen);
+            }
+            seen.push(message);
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.request_seeing(method, params).await.0
+    }
+
+    /// The URIs of the resource updates this session was sent since the last request
+    /// (updates are forwarded within a moment: a ping after a pause collects them).
+    async fn updates(&mut self) -> Vec<String> {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let (_, seen) = self.request_seeing("ping", json!({})).await;
+        seen.iter()
+            .filter(|m| m["method"] == "notifications/resources/updated")
+            .map(|m| m["params"]["uri"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// What changes an issue tells the sessions subscribed to its resource, by key or by
+/// UUID, once committed: an update that changes something, an assignment, a delete.
+/// Nothing else is sent: not an update that changes nothing, not a comment (the
+/// resource does not hold comments), not to another workspace's subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_to_an_issue_is_announced_to_its_subscribers() {
+    let f = fixture().await;
+    let oscar = f.seeded.token("oscar", "other", ALL_SCOPES);
+    let bob = f.seeded.token("bob", "demo", ALL_SCOPES);
+    let aac2 = f.seeded.issue_uuid("demo", 2);
+    let by_key = "aacworkflow://issues/AAC-1".to_owned();
+    let by_uuid = format!("aacworkflow://issues/{aac2}");
+
+    let mut alice = McpSession::start(&f.server, &f.alice).await;
+    for uri in [&by_key, &by_uuid] {
+        let answer = alice
+            .request("resources/subscribe", json!({"uri": uri}))
+            .await;
+        assert_eq!(answer["result"], json!({}), "{answer}");
+    }
+    let mut theirs = McpSession::start(&f.server, &oscar).await;
+    let answer = theirs
+        .request(
+            "resources/subscribe",
+            json!({"uri": "aacworkflow://issues/OTH-1"}),
+        )
+        .await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+
+    let call = |tool: &str, arguments: serde_json::Value| {
+        let request = CallRequest::new(tool, Some(arguments)).bearer(&bob);
+        let server = f.server.clone();
+        async move {
+            let answer = server.call(request).await.to_mcp_json();
+            assert_ne!(answer["isError"], true, "{answer}");
+        }
+    };
+    call("update_issue", json!({"issue_id": "AAC-1", "title": "Renamed"})).await;
+    assert_eq!(alice.updates().await, [by_key.clone()]);
+    // The same title again changes nothing; a comment is not part of the resource.
+    call("update_issue", json!({"issue_id": "AAC-1", "title": "Renamed"})).await;
+    call("comment_issue", json!({"issue_id": "AAC-1", "body": "hello"})).await;
+    assert_eq!(alice.updates().await, Vec::<String>::new());
+    // Named by its key, announced under its UUID as well.
+    call(
+        "assign_issue_to_agent",
+        json!({"issue_id": "AAC-2", "agent": "autopilot"}),
+    )
+    .await;
+    assert_eq!(alice.updates().await, [by_uuid.clone()]);
+    call("delete_issue", json!({"issue_id": aac2, "confirm": true})).await;
+    assert_eq!(alice.updates().await, [by_uuid]);
+    assert_eq!(theirs.updates().await, Vec::<String>::new());
 }
