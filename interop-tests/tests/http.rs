@@ -1814,3 +1814,67 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         assert_eq!(record.principal.as_deref(), Some("alice"), "{record:?}");
     }
 }
+
+/// A client that sends a whole call and leaves at once (shuts its side down, then closes)
+/// has that call processed and recorded once, with its principal, however quickly it
+/// left: over REST and over `/mcp` in a session. Before, the server could drop the request
+/// before its attempt began (no record at all) or before its token was checked (a
+/// `cancelled` record without a principal), depending on the moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_leaves_at_once_is_processed_and_recorded_once() {
+    use std::io::Write;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let token = server.fixture.full.clone();
+    let mut mcp = RawMcp::new(&server.mcp(), Some(&token));
+    mcp.initialize().await;
+    let session = mcp.session.clone().expect("a session");
+    let address = server.base.trim_start_matches("http://").to_owned();
+    for round in 0..12 {
+        let text = format!("left at once {round}");
+        let (path, body, extra) = if round % 2 == 0 {
+            (
+                "/tools/add_note".to_owned(),
+                json!({ "text": text }).to_string(),
+                String::new(),
+            )
+        } else {
+            (
+                "/mcp".to_owned(),
+                json!({"jsonrpc": "2.0", "id": 100 + round, "method": "tools/call",
+                       "params": {"name": "add_note", "arguments": {"text": text}}})
+                .to_string(),
+                format!("Mcp-Session-Id: {session}\r\n"),
+            )
+        };
+        server.sink.clear();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\n{extra}\r\n{body}",
+            body.len()
+        );
+        let address = address.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(&address).expect("connects");
+            stream.write_all(request.as_bytes()).expect("sends");
+            stream.shutdown(std::net::Shutdown::Write).expect("shuts down");
+        })
+        .await
+        .unwrap();
+        // The record comes when the call is done: wait for it (a guard against a hang,
+        // not a timing assertion), then a moment for a second one that must not come.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while server.sink.records().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{path} round {round}: {records:?}");
+        let r = &records[0];
+        assert_eq!(
+            (r.tool.as_str(), r.outcome, r.principal.as_deref()),
+            ("add_note", Outcome::Success, Some("alice")),
+            "{path} round {round}: {r:?}"
+        );
+    }
+}

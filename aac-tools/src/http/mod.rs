@@ -268,7 +268,27 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
             guard::check,
         ))
         // Added after the guard layer, which it applies itself.
-        .route_service("/mcp", mcp))
+        .route_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(detach)))
+}
+
+/// Take each request to its answer on a task of its own. A client that closes its
+/// connection mid-request makes the server drop the future serving it; without this, a
+/// call whose body had arrived could be dropped before its attempt began, leaving no
+/// record, or abandoned before its token was checked, leaving a record without its
+/// principal. Detached, the request is processed as if the client had stayed (its answer
+/// goes nowhere), and its record says what happened. A panic is answered 500.
+async fn detach(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::error!(error = %err, "a request's task ended without an answer");
+            errors::json_error(&crate::ToolError::internal("the request failed"))
+        }
+    }
 }
 
 /// Serve [`router`] on `listener` until the listener fails or
@@ -359,6 +379,10 @@ pub async fn serve(
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Some(header_timeout))
+                // A client that shuts its side down after sending a request (or closes it)
+                // still has that request processed to the end and recorded, rather than
+                // dropped when the read side sees the end of the stream.
+                .half_close(true)
                 .keep_alive(true);
             let connection = builder
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
