@@ -507,6 +507,30 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     let last = records.last().unwrap();
     assert_eq!(last.tool, "(unknown)");
     assert!(last.reason.as_deref() == Some("not_dispatched"), "{last:?}");
+
+    // Batches nested in a batch (not JSON-RPC either): each call recorded once, as the
+    // `/mcp` gate records them.
+    let before = sink.records().len();
+    let nested = json!([[call(8, "n")], [call(9, "o"), [call(10, "p")]]]);
+    raw.line(&nested.to_string()).await;
+    assert!(raw.next().await["error"]["code"].is_i64());
+    raw.line(r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 11);
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records[before..]
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("forget_text", Some("8")),
+            ("forget_text", Some("9")),
+            ("forget_text", Some("10")),
+        ],
+        "{records:?}"
+    );
 }
 
 /// A client that goes away (it closes its stream) while its user is asked to confirm a

@@ -555,6 +555,8 @@ async fn every_refused_tools_call_is_recorded_once() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let call = r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
     let batch = format!("[{call}]");
+    // A batch in a batch is not JSON-RPC; the call in it is recorded once all the same.
+    let nested = format!("[[{call}]]");
     let repeated = r#"{"jsonrpc":"2.0","id":22,"method":"tools/list","method":"tools/call","params":{"name":"add_note"}}"#;
     let anonymous = RawMcp::new(&server.mcp(), None);
     let forged = RawMcp::new(&server.mcp(), Some("aac_000000000000_0000"));
@@ -563,7 +565,10 @@ async fn every_refused_tools_call_is_recorded_once() {
         for (body, header, tool) in [
             (call, Some("tools/list"), "add_note"),
             (batch.as_str(), None, "add_note"),
-            (repeated, None, "(unknown)"),
+            (nested.as_str(), None, "add_note"),
+            (nested.as_str(), Some("tools/call"), "add_note"),
+            // What a lenient reader sees (the last key wins), as the stdio framing reads it.
+            (repeated, None, "add_note"),
             // found by fuzz/ (gate_probe): no method, but the header says tools/call
             (
                 r#"{"jsonrpc":"2.0","id":23,"params":{"name":"add_note"}}"#,
@@ -617,6 +622,26 @@ async fn every_refused_tools_call_is_recorded_once() {
     assert_eq!(records[0].check, Some(Check::Protocol));
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
     assert_eq!(records[0].outcome, Outcome::Denied);
+
+    // Authenticated, batches nested in a batch: refused by rmcp, each call recorded once.
+    server.sink.clear();
+    let second = call.replace("\"id\":21", "\"id\":24").replace("add_note", "list_notes");
+    let (status, _) = raw.send(format!("[[{call}],[{second}]]")).await;
+    assert!((400..500).contains(&status), "{status}");
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.tool, r.request_id, r.check, r.principal))
+        .collect();
+    let alice = Some("alice".to_owned());
+    assert_eq!(
+        records,
+        [
+            ("add_note".into(), Some("21".into()), Some(Check::Protocol), alice.clone()),
+            ("list_notes".into(), Some("24".into()), Some(Check::Protocol), alice),
+        ]
+    );
 }
 
 #[tokio::test]

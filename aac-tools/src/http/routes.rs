@@ -273,15 +273,12 @@ struct ProbeParams<'a> {
     arguments: Option<&'a RawValue>,
 }
 
-/// Whether a JSON-RPC message, or any message of a batch, has the method `tools/call`.
+/// Whether a JSON-RPC message, or any message of a batch (nested ones included), has the
+/// method `tools/call`.
 fn mentions_call(message: &Value) -> bool {
-    match message {
-        Value::Object(map) => map.get("method").and_then(Value::as_str) == Some("tools/call"),
-        Value::Array(batch) => batch
-            .iter()
-            .any(|m| m.get("method").and_then(Value::as_str) == Some("tools/call")),
-        _ => false,
-    }
+    probe::messages(message)
+        .into_iter()
+        .any(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))
 }
 
 /// The gate's reading of a POST body, for the fuzz targets (`fuzz/`): whether the body
@@ -310,6 +307,8 @@ struct ToolsCall<'a> {
     tool: String,
     id: Option<String>,
     arguments: Option<&'a RawValue>,
+    /// The whole body, for the arguments of a call the strict reading could not parse.
+    body: &'a [u8],
 }
 
 impl<'a> ToolsCall<'a> {
@@ -330,8 +329,16 @@ impl<'a> ToolsCall<'a> {
         let mut methodless = false;
         let mut responses = false;
         let parsed = if body.trim_ascii_start().starts_with(b"[") {
-            serde_json::from_slice::<Vec<Probe<'a>>>(body)
-                .ok()
+            // A batch nested in a batch is not JSON-RPC: read leniently, below.
+            let nested = serde_json::from_slice::<Vec<&RawValue>>(body)
+                .map_or(true, |batch| {
+                    batch
+                        .iter()
+                        .any(|m| m.get().trim_ascii_start().starts_with('['))
+                });
+            (!nested)
+                .then(|| serde_json::from_slice::<Vec<Probe<'a>>>(body).ok())
+                .flatten()
                 .map(|batch| {
                     methodless = batch.is_empty() || batch.iter().any(|p| p.method.is_none());
                     responses = !batch.is_empty() && batch.iter().all(Probe::is_response);
@@ -359,20 +366,29 @@ impl<'a> ToolsCall<'a> {
                     tool: header("mcp-name").unwrap_or(UNKNOWN_TOOL).to_owned(),
                     id: None,
                     arguments: None,
+                    body,
                 });
             }
             Some(None) => return None,
             None => {
                 // What a lenient reader sees (the last of repeated keys wins, any shape
-                // of params), the header, or the bytes: an ambiguous body that any of
-                // them reads as a `tools/call` is one, of a tool the record cannot know.
-                let says_call = header("mcp-method") == Some("tools/call")
+                // of params, batches nested), the header, or the bytes: an ambiguous body
+                // that any of them reads as a `tools/call` is one. Its tool and id are
+                // what the lenient reading says (as the stdio framing records them),
+                // else unknown.
+                let lenient = probe::tool_call_request(body);
+                let says_call = lenient.is_some()
+                    || header("mcp-method") == Some("tools/call")
                     || body.windows(10).any(|w| w == b"tools/call")
                     || serde_json::from_slice::<Value>(body).is_ok_and(|v| mentions_call(&v));
                 return says_call.then(|| ToolsCall {
-                    tool: header("mcp-name").unwrap_or(UNKNOWN_TOOL).to_owned(),
-                    id: None,
+                    tool: header("mcp-name")
+                        .map(str::to_owned)
+                        .or_else(|| lenient.as_ref().map(|r| r.tool.clone()))
+                        .unwrap_or_else(|| UNKNOWN_TOOL.to_owned()),
+                    id: lenient.and_then(|r| r.request_id),
                     arguments: None,
+                    body,
                 });
             }
         };
@@ -392,6 +408,7 @@ impl<'a> ToolsCall<'a> {
             tool,
             id,
             arguments: params.and_then(|p| p.arguments),
+            body,
         })
     }
 
@@ -415,19 +432,21 @@ impl<'a> ToolsCall<'a> {
 
     /// End `attempt` with the gate's refusal; the arguments are read for its record.
     async fn refuse(&self, mut attempt: Attempt, check: Check, err: ToolError) -> ToolError {
-        attempt.set_arguments(
-            self.arguments
-                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()),
-        );
+        attempt.set_arguments(match self.arguments {
+            Some(raw) => serde_json::from_str::<Value>(raw.get()).ok(),
+            None => probe::tool_call_arguments(self.body),
+        });
         attempt.refuse(check, err).await
     }
 
     /// The arguments of the `tools/call` in `body`, for the record of an attempt the
-    /// MCP layer never dispatched.
+    /// MCP layer never dispatched: read strictly (borrowed), else leniently.
     fn arguments_of(body: &[u8]) -> Option<Value> {
-        let probe: Probe<'_> = serde_json::from_slice(body).ok()?;
-        let raw = probe.params?.arguments?;
-        serde_json::from_str(raw.get()).ok()
+        let strict = serde_json::from_slice::<Probe<'_>>(body)
+            .ok()
+            .and_then(|probe| probe.params?.arguments)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        strict.or_else(|| probe::tool_call_arguments(body))
     }
 }
 
@@ -1056,12 +1075,18 @@ mod tests {
         let call = ToolsCall::probe(&none, batch).unwrap();
         assert_eq!((call.tool.as_str(), call.id.as_deref()), ("c", Some("2")));
         assert!(ToolsCall::probe(&none, br#"[{"method":"tools/list","id":1}]"#).is_none());
-        // A repeated key, or a body that is not JSON-RPC but says tools/call: unknown tool.
+        // A repeated key: the call a lenient reader sees (the last key wins), named as
+        // the stdio framing names it; a body that is not JSON-RPC but says tools/call:
+        // unknown tool.
         let repeated = br#"{"jsonrpc":"2.0","id":3,"method":"tools/list","method":"tools/call","params":{"name":"d"}}"#;
-        assert_eq!(
-            ToolsCall::probe(&none, repeated).unwrap().tool,
-            UNKNOWN_TOOL
-        );
+        let call = ToolsCall::probe(&none, repeated).unwrap();
+        assert_eq!((call.tool.as_str(), call.id.as_deref()), ("d", Some("3")));
+        // A batch nested in a batch (not JSON-RPC): its first call, however deep.
+        let nested = br#"[[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"f","arguments":{"y":2}}}]]"#;
+        let call = ToolsCall::probe(&none, nested).unwrap();
+        assert_eq!((call.tool.as_str(), call.id.as_deref()), ("f", Some("8")));
+        assert_eq!(ToolsCall::arguments_of(nested), Some(json!({"y": 2})));
+        assert!(ToolsCall::probe(&none, br#"[[{"jsonrpc":"2.0","id":8,"method":"ping"}]]"#).is_none());
         assert_eq!(
             ToolsCall::probe(&none, b"{tools/call").unwrap().tool,
             UNKNOWN_TOOL
@@ -1096,15 +1121,15 @@ mod tests {
         ] {
             assert!(ToolsCall::probe(&h, unreadable).is_some());
         }
-        for body in [
-            br#"{"jsonrpc":"2.0","id":4,"method":"tools/list","method":"tools\u002fcall","params":{"name":"e"}}"#.as_slice(),
-            br#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":"e"}"#,
-            br#"[{"jsonrpc":"2.0","id":6,"method":"tools\/call","params":7}]"#,
+        for (body, tool) in [
+            (br#"{"jsonrpc":"2.0","id":4,"method":"tools/list","method":"tools\u002fcall","params":{"name":"e"}}"#.as_slice(), "e"),
+            (br#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":"e"}"#, UNKNOWN_TOOL),
+            (br#"[{"jsonrpc":"2.0","id":6,"method":"tools\/call","params":7}]"#, UNKNOWN_TOOL),
         ] {
             let call = ToolsCall::probe(&none, body);
             assert_eq!(
                 call.map(|c| c.tool).as_deref(),
-                Some(UNKNOWN_TOOL),
+                Some(tool),
                 "{}",
                 String::from_utf8_lossy(body)
             );

@@ -23,12 +23,7 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
             .any(|w| w == b"tools/call")
             .then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
-    let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
-    let call = match &value {
-        Value::Array(batch) => batch.iter().find(|m| is_call(m))?,
-        message if is_call(message) => message,
-        _ => return None,
-    };
+    let call = messages(&value).into_iter().find(|m| is_call(m))?;
     let params = call.get("params");
     let tool = params
         .and_then(|p| p.get("name"))
@@ -39,6 +34,26 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
         Some(id) => request.request_id(id_text(id)),
         None => request,
     })
+}
+
+fn is_call(message: &Value) -> bool {
+    message.get("method").and_then(Value::as_str) == Some("tools/call")
+}
+
+/// The messages of a JSON-RPC body: the message itself, or each message of a batch, a
+/// batch nested in it flattened (that is not JSON-RPC, and is refused whole, but each
+/// call it holds is recorded as a batch's would be).
+pub(crate) fn messages(value: &Value) -> Vec<&Value> {
+    fn walk<'v>(value: &'v Value, out: &mut Vec<&'v Value>) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
+            message => out.push(message),
+        }
+    }
+    // (serde_json's recursion limit bounds the nesting.)
+    let mut out = Vec::new();
+    walk(value, &mut out);
+    out
 }
 
 /// A JSON-RPC id as a record keeps it.
@@ -78,10 +93,8 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
         return None;
     }
     // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
-    let message = match serde_json::from_slice::<Value>(body).ok()? {
-        Value::Array(batch) => batch.into_iter().find(is_item)?,
-        message => message,
-    };
+    let value = serde_json::from_slice::<Value>(body).ok()?;
+    let message = messages(&value).into_iter().find(|m| is_item(m))?;
     let params = message.get("params");
     let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
     // What the request does not say (a malformed one) is recorded as unknown.
@@ -138,11 +151,11 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// at most [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty
 /// when `body` is not a batch of several.
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
-    let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body) else {
         return (Vec::new(), 0);
     };
-    let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
-    let first = batch.iter().position(is_call).or_else(|| {
+    let batch = messages(&value);
+    let first = batch.iter().position(|m| is_call(m)).or_else(|| {
         batch
             .iter()
             .position(|m| serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some()))
