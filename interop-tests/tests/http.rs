@@ -288,48 +288,49 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     alice.initialize().await;
-    let mut bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
-    bob.session = alice.session.clone();
-
-    let response = bob
-        .post()
-        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    let get = bob
-        .http
-        .get(server.mcp())
-        .bearer_auth(&server.fixture.reader)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", alice.session.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        get.status(),
-        404,
-        "bob cannot read alice's standalone stream"
-    );
-    let delete = bob
-        .http
-        .delete(server.mcp())
-        .bearer_auth(&server.fixture.reader)
-        .header("mcp-session-id", alice.session.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(delete.status(), 404, "nor end alice's session");
-
+    let bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    // What bob gets for a POST, a GET and a DELETE naming a session: status, type, body.
+    let (bob, server) = (&bob, &server);
+    let answers = |session: String| {
+        async move {
+            let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
+            let mut answers = Vec::new();
+            for request in [
+                bob.post().header("mcp-session-id", &session).body(call),
+                bob.http
+                    .get(server.mcp())
+                    .bearer_auth(&server.fixture.reader)
+                    .header("accept", "text/event-stream")
+                    .header("mcp-session-id", &session),
+                bob.http
+                    .delete(server.mcp())
+                    .bearer_auth(&server.fixture.reader)
+                    .header("mcp-session-id", &session),
+            ] {
+                let response = request.send().await.unwrap();
+                let kind = response.headers().get("content-type").cloned();
+                answers.push((response.status().as_u16(), kind, response.text().await.unwrap()));
+            }
+            answers
+        }
+    };
+    let theirs = answers(alice.session.clone().unwrap()).await;
+    assert_eq!(theirs[0].0, 404, "{theirs:?}");
+    assert_eq!(theirs[1].0, 404, "bob cannot read alice's standalone stream");
+    // Alice's session is, to bob, exactly a session that does not exist.
+    let none = answers("6f1d2c3b-0a9e-4d8c-b7a6-f5e4d3c2b1a0".to_owned()).await;
+    assert_eq!(theirs, none);
     let (status, result) = alice.call(2, "list_notes", json!({})).await;
     assert_eq!(status, 200);
     assert_eq!(result.unwrap()["result"]["isError"], false);
 
-    // bob's `tools/call` was an attempt, refused and recorded; his GET and DELETE were not
-    // tool calls
+    // bob's `tools/call` on alice's session was an attempt, refused and recorded (the
+    // one on a session that never was, refused by rmcp, too); his GETs and DELETEs
+    // were not tool calls
     let records = server.sink.records();
-    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records[1].check, Some(Check::Protocol), "{:?}", records[1]);
+    let records = [records[0].clone(), records[2].clone()];
     let refused = &records[0];
     assert_eq!(refused.tool, "list_notes");
     assert_eq!(refused.outcome, Outcome::Denied);

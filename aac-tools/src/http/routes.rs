@@ -273,6 +273,25 @@ struct ProbeParams<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// A session id no session has: a fresh random one, in the form rmcp gives its own.
+fn unknown_session_id() -> HeaderValue {
+    let mut bytes = [0u8; 16];
+    // (Were the system without randomness, all zeros: no random id of rmcp's.)
+    let _ = getrandom::fill(&mut bytes);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex = crate::hex::encode(&bytes);
+    let id = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    );
+    HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("unknown-session"))
+}
+
 /// Whether a JSON-RPC message, or any message of a batch (nested ones included), has the
 /// method `tools/call`.
 fn mentions_call(message: &Value) -> bool {
@@ -730,7 +749,17 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             refusal.status(),
         )
         .await;
-        return json_error(&err);
+        drop(err);
+        // To this caller the session does not exist, and nothing tells it apart from one
+        // that never did: rmcp answers the request as it answers a session it never
+        // opened (the same status and body, to a POST, a GET or a DELETE), and the real
+        // session is never touched.
+        let is_delete = parts.method == Method::DELETE;
+        parts.headers.insert(SESSION_ID, unknown_session_id());
+        let response = mcp
+            .handle(Request::from_parts(parts, Body::from(body)))
+            .await;
+        return as_answered(is_delete, response);
     }
 
     // The scope check, to answer a real 403 that makes clients step up. A principal
@@ -768,7 +797,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         parts.extensions.insert(PendingItem(pending.clone()));
     }
     // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
-    let mut response = mcp
+    let response = mcp
         .handle(Request::from_parts(parts, Body::from(body.clone())))
         .await;
     // The MCP layer answered without handing the call to the handler (a malformed
@@ -828,7 +857,12 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             }
         }
     }
-    // rmcp answers a session's DELETE with 202; the Python SDK expects 200 or 204.
+    as_answered(is_delete, response)
+}
+
+/// rmcp's answer as the gate gives it: rmcp answers a session's DELETE with 202, where
+/// the Python SDK expects 200 or 204.
+fn as_answered(is_delete: bool, mut response: Response) -> Response {
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
