@@ -416,9 +416,25 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     raw.initialize().await;
 
-    // malformed JSON
-    let response = raw.post().body("{not json").send().await.unwrap();
-    assert!(response.status().is_client_error(), "{}", response.status());
+    // Not JSON, or JSON that is not one JSON-RPC message: 400 with the JSON-RPC error
+    // (no id), not rmcp's 415 "fail to deserialize request body".
+    for (body, code) in [
+        ("{not json", -32700),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600),
+        (r#"[[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]]"#, -32600),
+        (r#""tools/list""#, -32600),
+        (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
+    ] {
+        let response = raw.post().body(body).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+        assert_eq!(answer["id"], Value::Null, "{body}: {answer}");
+        assert!(
+            !answer.to_string().contains("deserialize"),
+            "{body}: {answer}"
+        );
+    }
     // wrong JSON-RPC shapes
     for body in [
         r#"{"jsonrpc":"2.0","id":1}"#,

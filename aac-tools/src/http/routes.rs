@@ -797,9 +797,11 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         parts.extensions.insert(PendingItem(pending.clone()));
     }
     // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
+    let json_body = is_json_content(&parts.headers);
     let response = mcp
         .handle(Request::from_parts(parts, Body::from(body.clone())))
         .await;
+    let response = unreadable_body(json_body, &body, response);
     // The MCP layer answered without handing the call to the handler (a malformed
     // request, headers that contradict the body): the attempt ends here, recorded
     // before the answer leaves.
@@ -858,6 +860,45 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         }
     }
     as_answered(is_delete, response)
+}
+
+/// Whether the request says its body is JSON (`Content-Type: application/json`, with any
+/// parameters), as rmcp checks it.
+fn is_json_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// rmcp answers a JSON body it cannot read as one JSON-RPC message with 415 and a message
+/// of its own ("fail to deserialize request body …"), though the media type was right.
+/// The protocol's answer is 400 with a JSON-RPC error without an id: a parse error for a
+/// body that is not JSON, an invalid request for JSON that is not one message (a batch,
+/// which the protocol dropped in 2025-06-18, or anything else).
+fn unreadable_body(json_body: bool, body: &[u8], response: Response) -> Response {
+    if !json_body || response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(_) => (-32700, "Parse error: the body is not JSON"),
+        Ok(_) if body.trim_ascii_start().starts_with(b"[") => (
+            -32600,
+            "Invalid Request: send one JSON-RPC message per request (batches are not supported)",
+        ),
+        Ok(_) => (
+            -32600,
+            "Invalid Request: the body is not a JSON-RPC request, notification or response",
+        ),
+    };
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
 }
 
 /// rmcp's answer as the gate gives it: rmcp answers a session's DELETE with 202, where
