@@ -1253,6 +1253,36 @@ async fn post_tools_name_is_a_plain_json_call() {
         server.sink.records()[0].request_id.as_deref(),
         Some("req-1")
     );
+
+    // An `X-Request-Id` of any length is kept, a long one cut with its hash and length
+    // (it used to be dropped past 200 bytes), and one that is not ASCII kept as text.
+    for (id, kept) in [
+        ("r".repeat(5000), None),
+        ("é-id".to_owned(), Some("é-id")),
+    ] {
+        server.sink.clear();
+        let response = client
+            .post(url("list_notes"))
+            .bearer_auth(full)
+            .header(
+                "x-request-id",
+                reqwest::header::HeaderValue::from_bytes(id.as_bytes()).unwrap(),
+            )
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let recorded = server.sink.records()[0].request_id.clone().unwrap();
+        match kept {
+            Some(kept) => assert_eq!(recorded, kept),
+            None => {
+                assert!(recorded.starts_with("rrrr"), "{recorded}");
+                assert!(recorded.ends_with(", 5000 bytes]"), "{recorded}");
+                assert!(recorded.len() <= 200, "{recorded}");
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -992,12 +992,14 @@ pub(crate) async fn call_tool(
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);
     }
+    // Any value, as text (bytes that are not UTF-8 replaced), a long one cut as its
+    // record would cut it (marked with its hash and length).
     if let Some(id) = headers
         .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 200)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
     {
-        request = request.request_id(id);
+        request = request.request_id(crate::audit::bounded(&id, crate::audit::MAX_NAME_BYTES));
     }
     let credentials = credentials(&headers);
     if let Ok(credentials) = &credentials {
