@@ -236,8 +236,55 @@ impl<T: DeserializeOwned + JsonSchema> ToolParam for T {
         Some(crate::schema::root_schema_for::<T>())
     }
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
-        serde_json::from_value(Value::Object(call.take_arguments()))
-            .map_err(|err| ToolError::invalid_arguments("", err))
+        let arguments = Value::Object(call.take_arguments());
+        match T::deserialize(&arguments) {
+            Ok(value) => Ok(value),
+            Err(_) => arguments_again(arguments),
+        }
+    }
+}
+
+/// Arguments that passed the schema but not the type, read again: JSON Schema counts a
+/// number with a zero fraction (`5.0`) as an integer, where serde wants `5`, so those are
+/// made integers; what still fails is refused with the pointer of the value at fault.
+#[cold]
+fn arguments_again<T: DeserializeOwned>(mut arguments: Value) -> Result<T, ToolError> {
+    integral_floats_as_integers(&mut arguments);
+    serde_path_to_error::deserialize(&arguments).map_err(|err| {
+        let pointer: String = err
+            .path()
+            .iter()
+            .filter_map(|segment| match segment {
+                serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
+                serde_path_to_error::Segment::Unknown => None,
+            })
+            .map(|segment| format!("/{}", segment.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        ToolError::invalid_arguments(&pointer, err.into_inner())
+    })
+}
+
+/// Every number of `value` that is a float with a zero fraction, within the range of a
+/// 64-bit integer, made that integer.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+            {
+                // `as` saturates: a value out of range is kept as it was.
+                if f >= 0.0 && f < u64::MAX as f64 {
+                    *value = Value::from(f as u64);
+                } else if f < 0.0 && f >= i64::MIN as f64 {
+                    *value = Value::from(f as i64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
     }
 }
 

@@ -291,32 +291,37 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
     // What bob gets for a POST, a GET and a DELETE naming a session: status, type, body.
     let (bob, server) = (&bob, &server);
-    let answers = |session: String| {
-        async move {
-            let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
-            let mut answers = Vec::new();
-            for request in [
-                bob.post().header("mcp-session-id", &session).body(call),
-                bob.http
-                    .get(server.mcp())
-                    .bearer_auth(&server.fixture.reader)
-                    .header("accept", "text/event-stream")
-                    .header("mcp-session-id", &session),
-                bob.http
-                    .delete(server.mcp())
-                    .bearer_auth(&server.fixture.reader)
-                    .header("mcp-session-id", &session),
-            ] {
-                let response = request.send().await.unwrap();
-                let kind = response.headers().get("content-type").cloned();
-                answers.push((response.status().as_u16(), kind, response.text().await.unwrap()));
-            }
-            answers
+    let answers = |session: String| async move {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
+        let mut answers = Vec::new();
+        for request in [
+            bob.post().header("mcp-session-id", &session).body(call),
+            bob.http
+                .get(server.mcp())
+                .bearer_auth(&server.fixture.reader)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", &session),
+            bob.http
+                .delete(server.mcp())
+                .bearer_auth(&server.fixture.reader)
+                .header("mcp-session-id", &session),
+        ] {
+            let response = request.send().await.unwrap();
+            let kind = response.headers().get("content-type").cloned();
+            answers.push((
+                response.status().as_u16(),
+                kind,
+                response.text().await.unwrap(),
+            ));
         }
+        answers
     };
     let theirs = answers(alice.session.clone().unwrap()).await;
     assert_eq!(theirs[0].0, 404, "{theirs:?}");
-    assert_eq!(theirs[1].0, 404, "bob cannot read alice's standalone stream");
+    assert_eq!(
+        theirs[1].0, 404,
+        "bob cannot read alice's standalone stream"
+    );
     // Alice's session is, to bob, exactly a session that does not exist.
     let none = answers("6f1d2c3b-0a9e-4d8c-b7a6-f5e4d3c2b1a0".to_owned()).await;
     assert_eq!(theirs, none);
@@ -420,8 +425,14 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     // (no id), not rmcp's 415 "fail to deserialize request body".
     for (body, code) in [
         ("{not json", -32700),
-        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600),
-        (r#"[[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]]"#, -32600),
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+            -32600,
+        ),
+        (
+            r#"[[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]]"#,
+            -32600,
+        ),
         (r#""tools/list""#, -32600),
         (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
     ] {
@@ -642,7 +653,9 @@ async fn every_refused_tools_call_is_recorded_once() {
 
     // Authenticated, batches nested in a batch: refused by rmcp, each call recorded once.
     server.sink.clear();
-    let second = call.replace("\"id\":21", "\"id\":24").replace("add_note", "list_notes");
+    let second = call
+        .replace("\"id\":21", "\"id\":24")
+        .replace("add_note", "list_notes");
     let (status, _) = raw.send(format!("[[{call}],[{second}]]")).await;
     assert!((400..500).contains(&status), "{status}");
     let records: Vec<_> = server
@@ -655,8 +668,18 @@ async fn every_refused_tools_call_is_recorded_once() {
     assert_eq!(
         records,
         [
-            ("add_note".into(), Some("21".into()), Some(Check::Protocol), alice.clone()),
-            ("list_notes".into(), Some("24".into()), Some(Check::Protocol), alice),
+            (
+                "add_note".into(),
+                Some("21".into()),
+                Some(Check::Protocol),
+                alice.clone()
+            ),
+            (
+                "list_notes".into(),
+                Some("24".into()),
+                Some(Check::Protocol),
+                alice
+            ),
         ]
     );
 }
@@ -1256,10 +1279,7 @@ async fn post_tools_name_is_a_plain_json_call() {
 
     // An `X-Request-Id` of any length is kept, a long one cut with its hash and length
     // (it used to be dropped past 200 bytes), and one that is not ASCII kept as text.
-    for (id, kept) in [
-        ("r".repeat(5000), None),
-        ("é-id".to_owned(), Some("é-id")),
-    ] {
+    for (id, kept) in [("r".repeat(5000), None), ("é-id".to_owned(), Some("é-id"))] {
         server.sink.clear();
         let response = client
             .post(url("list_notes"))
@@ -1929,7 +1949,9 @@ async fn a_call_whose_client_leaves_at_once_is_processed_and_recorded_once() {
         tokio::task::spawn_blocking(move || {
             let mut stream = std::net::TcpStream::connect(&address).expect("connects");
             stream.write_all(request.as_bytes()).expect("sends");
-            stream.shutdown(std::net::Shutdown::Write).expect("shuts down");
+            stream
+                .shutdown(std::net::Shutdown::Write)
+                .expect("shuts down");
         })
         .await
         .unwrap();

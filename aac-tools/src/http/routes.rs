@@ -349,12 +349,11 @@ impl<'a> ToolsCall<'a> {
         let mut responses = false;
         let parsed = if body.trim_ascii_start().starts_with(b"[") {
             // A batch nested in a batch is not JSON-RPC: read leniently, below.
-            let nested = serde_json::from_slice::<Vec<&RawValue>>(body)
-                .map_or(true, |batch| {
-                    batch
-                        .iter()
-                        .any(|m| m.get().trim_ascii_start().starts_with('['))
-                });
+            let nested = serde_json::from_slice::<Vec<&RawValue>>(body).map_or(true, |batch| {
+                batch
+                    .iter()
+                    .any(|m| m.get().trim_ascii_start().starts_with('['))
+            });
             (!nested)
                 .then(|| serde_json::from_slice::<Vec<Probe<'a>>>(body).ok())
                 .flatten()
@@ -1163,7 +1162,9 @@ mod tests {
         let call = ToolsCall::probe(&none, nested).unwrap();
         assert_eq!((call.tool.as_str(), call.id.as_deref()), ("f", Some("8")));
         assert_eq!(ToolsCall::arguments_of(nested), Some(json!({"y": 2})));
-        assert!(ToolsCall::probe(&none, br#"[[{"jsonrpc":"2.0","id":8,"method":"ping"}]]"#).is_none());
+        assert!(
+            ToolsCall::probe(&none, br#"[[{"jsonrpc":"2.0","id":8,"method":"ping"}]]"#).is_none()
+        );
         assert_eq!(
             ToolsCall::probe(&none, b"{tools/call").unwrap().tool,
             UNKNOWN_TOOL

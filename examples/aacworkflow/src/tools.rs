@@ -22,6 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{DeleteStore, ReadStore, WriteStore};
+use crate::items::issue_uri;
 use crate::model::{
     Assignee, AssigneeKind, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, timestamp,
 };
@@ -29,7 +30,6 @@ use crate::queries::{
     DeleteIssues, IssueChanges, IssueFilter, ReadComments, ReadIssues, ReadMembers, ReadUsage,
     UpdateAutopilot, UpdateComments, UpdateIssues,
 };
-use crate::items::issue_uri;
 use crate::transact;
 
 /// The caller's workspace and user name, from the token.

@@ -486,11 +486,23 @@ async fn a_change_to_an_issue_is_announced_to_its_subscribers() {
             assert_ne!(answer["isError"], true, "{answer}");
         }
     };
-    call("update_issue", json!({"issue_id": "AAC-1", "title": "Renamed"})).await;
+    call(
+        "update_issue",
+        json!({"issue_id": "AAC-1", "title": "Renamed"}),
+    )
+    .await;
     assert_eq!(alice.updates().await, [by_key.clone()]);
     // The same title again changes nothing; a comment is not part of the resource.
-    call("update_issue", json!({"issue_id": "AAC-1", "title": "Renamed"})).await;
-    call("comment_issue", json!({"issue_id": "AAC-1", "body": "hello"})).await;
+    call(
+        "update_issue",
+        json!({"issue_id": "AAC-1", "title": "Renamed"}),
+    )
+    .await;
+    call(
+        "comment_issue",
+        json!({"issue_id": "AAC-1", "body": "hello"}),
+    )
+    .await;
     assert_eq!(alice.updates().await, Vec::<String>::new());
     // Named by its key, announced under its UUID as well.
     call(

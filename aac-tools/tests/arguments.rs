@@ -1,0 +1,92 @@
+//! Arguments that pass the input schema reach the handler as its type: JSON Schema counts
+//! `5.0` as an integer, and so does the extraction; what the type still refuses is a 400
+//! that points at the value, in our words.
+
+use aac_tools::audit::{MemorySink, Outcome};
+use aac_tools::{
+    CallRequest, Principal, Registry, Server, StaticTokens, Status, Text, ToolError, mcp_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct Sized {
+    /// How many.
+    n: u32,
+    /// Where.
+    #[serde(default)]
+    at: Option<Place>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Place {
+    /// Rows.
+    rows: Vec<u32>,
+}
+
+/// Echo the numbers.
+#[mcp_tool(read_only, scope = "t:read")]
+async fn sized(args: Sized) -> Result<Text, ToolError> {
+    let rows = args.at.map(|p| p.rows).unwrap_or_default();
+    Ok(Text(format!("{} {rows:?}", args.n)))
+}
+
+fn server(sink: &MemorySink) -> Server {
+    Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(StaticTokens::new().with("t", Principal::new("t", ["t:read"])))
+        .audit(sink.clone())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_integer_written_as_a_float_is_an_integer() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let call = |arguments| server.call(CallRequest::new("sized", Some(arguments)).bearer("t"));
+    let answer = call(json!({"n": 5.0, "at": {"rows": [1.0, 2, 3e0]}})).await;
+    assert!(
+        answer.result().is_ok(),
+        "5.0 is an integer, as the schema says"
+    );
+    assert_eq!(answer.to_mcp_json()["content"][0]["text"], "5 [1, 2, 3]");
+    assert_eq!(sink.records().pop().unwrap().outcome, Outcome::Success);
+
+    // Not an integer: refused by the schema, at its pointer.
+    let answer = call(json!({"n": 5.5})).await;
+    let err = answer.error().expect("refused");
+    assert_eq!(
+        (err.status(), err.reason()),
+        (Status::BadRequest, "invalid_arguments")
+    );
+    assert!(err.message().contains("`/n`"), "{err:?}");
+}
+
+#[tokio::test]
+async fn what_the_type_refuses_after_the_schema_points_at_the_value() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    // Past `u32`, which the schema does not bound above.
+    for (arguments, pointer) in [
+        (json!({"n": 5_000_000_000_u64}), "/n"),
+        (
+            json!({"n": 1, "at": {"rows": [1, 5_000_000_000_u64]}}),
+            "/at/rows/1",
+        ),
+    ] {
+        let answer = server
+            .call(CallRequest::new("sized", Some(arguments.clone())).bearer("t"))
+            .await;
+        let err = answer.error().expect("refused");
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::BadRequest, "invalid_arguments"),
+            "{arguments}"
+        );
+        assert!(
+            err.message().contains(&format!("`{pointer}`")),
+            "{arguments}: {err:?}"
+        );
+    }
+}
