@@ -936,7 +936,11 @@ async fn record_of_the_abandoned_delete(server: &TestServer) -> std::time::Durat
         "{record:?}"
     );
     assert_eq!(record.confirmed_by, None);
-    // The handler never ran: the note is still there.
+    waited
+}
+
+/// The handler of the abandoned delete never ran: the note is still there.
+async fn assert_the_note_is_kept(server: &TestServer) {
     let notes: Value = reqwest::Client::new()
         .post(format!("{}/tools/list_notes", server.base))
         .bearer_auth(&server.fixture.full)
@@ -947,7 +951,6 @@ async fn record_of_the_abandoned_delete(server: &TestServer) -> std::time::Durat
         .await
         .unwrap();
     assert_eq!(notes["notes"][0]["id"], 1, "{notes}");
-    waited
 }
 
 /// How long a call may take to notice that its session ended (it is prompt; the margin is
@@ -970,7 +973,11 @@ async fn a_call_whose_session_is_deleted_while_the_user_is_asked_is_cancelled_at
         .unwrap();
     assert_eq!(deleted.status(), 204);
     let waited = record_of_the_abandoned_delete(&server).await;
-    assert!(waited < PROMPTLY, "the call ended {waited:?} after its session");
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after its session"
+    );
+    assert_the_note_is_kept(&server).await;
 }
 
 /// The same when the server closes the session: past the principal's session cap, its
@@ -983,9 +990,29 @@ async fn a_call_whose_session_is_evicted_while_the_user_is_asked_is_cancelled_at
     let mut newer = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     newer.initialize().await;
     let waited = record_of_the_abandoned_delete(&server).await;
-    assert!(waited < PROMPTLY, "the call ended {waited:?} after its session");
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after its session"
+    );
+    assert_the_note_is_kept(&server).await;
     let (status, _) = raw.call(8, "list_notes", json!({})).await;
     assert_eq!(status, 404, "the session is closed");
+}
+
+/// And when the server shuts down under it.
+#[tokio::test]
+async fn a_call_whose_user_is_asked_when_the_server_shuts_down_is_cancelled_at_once() {
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let _stream = delete_until_asked(&raw).await;
+    let since = std::time::Instant::now();
+    let server = server.stop().await;
+    let stopped = since.elapsed();
+    let waited = record_of_the_abandoned_delete(&server).await + stopped;
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after the shutdown"
+    );
 }
 
 /// A `tools/call` whose params do not have the protocol's shape is answered "Invalid
