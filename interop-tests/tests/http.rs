@@ -1015,6 +1015,97 @@ async fn a_call_whose_user_is_asked_when_the_server_shuts_down_is_cancelled_at_o
     );
 }
 
+/// A closed POST stream is not a client that left: Streamable HTTP lets a client resume
+/// the stream (`GET` with `Last-Event-ID`), and the spec says a disconnection is not a
+/// cancellation. The person's answer, sent on the same session, still decides the call,
+/// and the resumed stream carries its result.
+#[tokio::test]
+async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sent_later() {
+    use futures_util::StreamExt;
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}},
+    });
+    let response = raw.post().body(body.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Read up to the question, keeping the id of the last event; then leave the stream.
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    let question = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            text.push_str(&String::from_utf8_lossy(
+                &stream.next().await.unwrap().unwrap(),
+            ));
+            if let Some(asked) = messages(&text)
+                .into_iter()
+                .find(|m| m["method"] == "elicitation/create")
+            {
+                return asked;
+            }
+        }
+    })
+    .await
+    .expect("the question within 30 s");
+    drop(stream);
+    let last_event = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("id:"))
+        .last()
+        .expect("events with ids")
+        .trim()
+        .to_owned();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        server
+            .sink
+            .records()
+            .iter()
+            .all(|r| r.tool != "delete_note"),
+        "the call still waits for the answer"
+    );
+
+    // The client comes back to the stream, then sends the person's answer.
+    let resumed = raw
+        .http
+        .get(&raw.url)
+        .bearer_auth(raw.token.as_deref().unwrap())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", raw.session.as_deref().unwrap())
+        .header("last-event-id", &last_event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = forward_events(resumed);
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}});
+    let (status, _) = raw.send(answer.to_string()).await;
+    assert_eq!(status, 202);
+    let result = loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), resumed.recv())
+            .await
+            .expect("the result within 30 s")
+            .expect("the resumed stream is open");
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    assert_eq!(result["result"]["structuredContent"]["deleted"], true);
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.tool == "delete_note")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].confirmed_by.as_deref()),
+        (Outcome::Success, Some("user"))
+    );
+}
+
 /// A `tools/call` whose params do not have the protocol's shape is answered "Invalid
 /// params" with what is wrong (not "Method not found"), and recorded once.
 #[tokio::test]
