@@ -1052,7 +1052,7 @@ async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sen
     let last_event = text
         .lines()
         .filter_map(|line| line.strip_prefix("id:"))
-        .last()
+        .next_back()
         .expect("events with ids")
         .trim()
         .to_owned();
