@@ -57,12 +57,17 @@ impl McpService {
             inner: LocalSessionManager::default(),
             ends: Arc::clone(&ends),
         });
+        // Stateless, a request has no session to end (a session id it sends names none).
+        let stateful = !options.stateless;
         let service = StreamableHttpService::new(
             move || {
-                Ok(
-                    McpHandler::new(Arc::clone(&shared), CallTransport::StreamableHttp, None)
-                        .with_session_ends(Arc::clone(&ends)),
-                )
+                let handler =
+                    McpHandler::new(Arc::clone(&shared), CallTransport::StreamableHttp, None);
+                Ok(if stateful {
+                    handler.with_session_ends(Arc::clone(&ends))
+                } else {
+                    handler
+                })
             },
             Arc::clone(&sessions),
             config,
