@@ -239,7 +239,6 @@ async fn sessions_start_with_initialize_and_end_with_delete() {
 
 /// The session's standalone stream (`GET /mcp`), its messages forwarded to a channel.
 async fn standalone_stream(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
-    use futures_util::StreamExt;
     let response = raw
         .http
         .get(&raw.url)
@@ -250,11 +249,25 @@ async fn standalone_stream(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    forward_events(response)
+}
+
+/// The JSON-RPC messages of an SSE response, forwarded to a channel as they arrive.
+/// Dropping the channel closes the response (the client leaves the stream).
+fn forward_events(response: reqwest::Response) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    use futures_util::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut stream = response.bytes_stream();
         let mut buffer = String::new();
-        while let Some(Ok(chunk)) = stream.next().await {
+        loop {
+            let chunk = tokio::select! {
+                chunk = stream.next() => chunk,
+                () = tx.closed() => return,
+            };
+            let Some(Ok(chunk)) = chunk else {
+                return;
+            };
             buffer.push_str(&String::from_utf8_lossy(&chunk));
             while let Some(end) = buffer.find("\n\n") {
                 let event: String = buffer.drain(..end + 2).collect();
@@ -907,6 +920,255 @@ async fn a_principal_past_its_session_cap_loses_its_least_recently_used_session(
     assert_eq!(status, 404);
     let (status, _) = sessions[1].call(5, "list_notes", json!({})).await;
     assert_eq!(status, 200);
+}
+
+/// A server that asks a person before a destructive call (`--confirm user`), with a note
+/// to delete (id 1).
+async fn confirming_server(options: HttpOptions) -> TestServer {
+    let server = TestServer::start(
+        options,
+        Options {
+            confirmation: aac_tools::confirm::ConfirmPolicy::User,
+            ..Options::default()
+        },
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/tools/add_note", server.base))
+        .bearer_auth(&server.fixture.full)
+        .body(r#"{"text": "keep me"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.json::<Value>().await.unwrap(), json!({"id": 1}));
+    server
+}
+
+/// A session of alice's whose client can be asked (it declared elicitation).
+async fn asking_session(server: &TestServer) -> RawMcp {
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize_with(json!({"elicitation": {}})).await;
+    raw
+}
+
+/// `delete_note` of note 1 on `raw`'s session, its stream read until the server asks
+/// the person (`elicitation/create`); the rest of the stream.
+async fn delete_until_asked(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}},
+    });
+    let response = raw.post().body(body.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = forward_events(response);
+    loop {
+        // A guard against a hang, not a timing assertion.
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), stream.recv())
+            .await
+            .expect("the question within 30 s")
+            .expect("the call's stream is open");
+        if message["method"] == "elicitation/create" {
+            return stream;
+        }
+    }
+}
+
+/// The one record of the `delete_note` call and how long it took to come: the call that
+/// was left waiting for the person must end when its session does, not when the
+/// confirmation times out (120 s here).
+async fn record_of_the_abandoned_delete(server: &TestServer) -> std::time::Duration {
+    let since = std::time::Instant::now();
+    let deletes = || {
+        server
+            .sink
+            .records()
+            .into_iter()
+            .filter(|r| r.tool == "delete_note")
+            .collect::<Vec<_>>()
+    };
+    while deletes().is_empty() && since.elapsed() < std::time::Duration::from_secs(30) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let waited = since.elapsed();
+    // Nothing more comes.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let records = deletes();
+    assert_eq!(records.len(), 1, "one record of the call: {records:?}");
+    let record = &records[0];
+    assert_eq!(
+        (record.outcome, record.reason.as_deref(), record.status),
+        (Outcome::Error, Some("cancelled"), 499),
+        "{record:?}"
+    );
+    assert_eq!(record.confirmed_by, None);
+    waited
+}
+
+/// The handler of the abandoned delete never ran: the note is still there.
+async fn assert_the_note_is_kept(server: &TestServer) {
+    let notes: Value = reqwest::Client::new()
+        .post(format!("{}/tools/list_notes", server.base))
+        .bearer_auth(&server.fixture.full)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(notes["notes"][0]["id"], 1, "{notes}");
+}
+
+/// How long a call may take to notice that its session ended (it is prompt; the margin is
+/// for a loaded machine).
+const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A client that ends its session (`DELETE /mcp`) while its user is asked has left: the
+/// call is abandoned at once (`cancelled`, 499), not left to time out, and nothing runs.
+#[tokio::test]
+async fn a_call_whose_session_is_deleted_while_the_user_is_asked_is_cancelled_at_once() {
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let _stream = delete_until_asked(&raw).await;
+    let deleted = reqwest::Client::new()
+        .delete(server.mcp())
+        .bearer_auth(&server.fixture.full)
+        .header("mcp-session-id", raw.session.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let waited = record_of_the_abandoned_delete(&server).await;
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after its session"
+    );
+    assert_the_note_is_kept(&server).await;
+}
+
+/// The same when the server closes the session: past the principal's session cap, its
+/// least recently used session (the one whose user is asked) is closed.
+#[tokio::test]
+async fn a_call_whose_session_is_evicted_while_the_user_is_asked_is_cancelled_at_once() {
+    let server = confirming_server(HttpOptions::default().max_sessions_per_principal(1)).await;
+    let raw = asking_session(&server).await;
+    let _stream = delete_until_asked(&raw).await;
+    let mut newer = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    newer.initialize().await;
+    let waited = record_of_the_abandoned_delete(&server).await;
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after its session"
+    );
+    assert_the_note_is_kept(&server).await;
+    let (status, _) = raw.call(8, "list_notes", json!({})).await;
+    assert_eq!(status, 404, "the session is closed");
+}
+
+/// And when the server shuts down under it.
+#[tokio::test]
+async fn a_call_whose_user_is_asked_when_the_server_shuts_down_is_cancelled_at_once() {
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let _stream = delete_until_asked(&raw).await;
+    let since = std::time::Instant::now();
+    let server = server.stop().await;
+    let stopped = since.elapsed();
+    let waited = record_of_the_abandoned_delete(&server).await + stopped;
+    assert!(
+        waited < PROMPTLY,
+        "the call ended {waited:?} after the shutdown"
+    );
+}
+
+/// A closed POST stream is not a client that left: Streamable HTTP lets a client resume
+/// the stream (`GET` with `Last-Event-ID`), and the spec says a disconnection is not a
+/// cancellation. The person's answer, sent on the same session, still decides the call,
+/// and the resumed stream carries its result.
+#[tokio::test]
+async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sent_later() {
+    use futures_util::StreamExt;
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}},
+    });
+    let response = raw.post().body(body.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Read up to the question, keeping the id of the last event; then leave the stream.
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    let question = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            text.push_str(&String::from_utf8_lossy(
+                &stream.next().await.unwrap().unwrap(),
+            ));
+            if let Some(asked) = messages(&text)
+                .into_iter()
+                .find(|m| m["method"] == "elicitation/create")
+            {
+                return asked;
+            }
+        }
+    })
+    .await
+    .expect("the question within 30 s");
+    drop(stream);
+    let last_event = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("id:"))
+        .next_back()
+        .expect("events with ids")
+        .trim()
+        .to_owned();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        server
+            .sink
+            .records()
+            .iter()
+            .all(|r| r.tool != "delete_note"),
+        "the call still waits for the answer"
+    );
+
+    // The client comes back to the stream, then sends the person's answer.
+    let resumed = raw
+        .http
+        .get(&raw.url)
+        .bearer_auth(raw.token.as_deref().unwrap())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", raw.session.as_deref().unwrap())
+        .header("last-event-id", &last_event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = forward_events(resumed);
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}});
+    let (status, _) = raw.send(answer.to_string()).await;
+    assert_eq!(status, 202);
+    let result = loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), resumed.recv())
+            .await
+            .expect("the result within 30 s")
+            .expect("the resumed stream is open");
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    assert_eq!(result["result"]["structuredContent"]["deleted"], true);
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.tool == "delete_note")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].confirmed_by.as_deref()),
+        (Outcome::Success, Some("user"))
+    );
 }
 
 /// A `tools/call` whose params do not have the protocol's shape is answered "Invalid

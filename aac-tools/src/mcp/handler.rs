@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::level::{from_rmcp_level, level_rank};
 use super::peer::RmcpPeer;
@@ -117,6 +118,9 @@ pub(crate) struct McpHandler {
     subscriptions: Arc<std::sync::Mutex<std::collections::HashMap<String, Credentials>>>,
     /// Whether this session forwards resource updates yet (from its first subscription).
     forwarding: Arc<std::sync::atomic::AtomicBool>,
+    /// Streamable HTTP with sessions: the end of each, which ends the calls it carries.
+    #[cfg(feature = "http")]
+    session_ends: Option<Arc<super::streamable::SessionEnds>>,
 }
 
 /// Log messages below `info` are dropped until the client asks for them.
@@ -134,7 +138,36 @@ impl McpHandler {
             log_level: Arc::new(AtomicU8::new(level_rank(DEFAULT_LOG_LEVEL))),
             subscriptions: Arc::default(),
             forwarding: Arc::default(),
+            #[cfg(feature = "http")]
+            session_ends: None,
         }
+    }
+
+    /// A handler of Streamable HTTP sessions, whose ends are in `ends`.
+    #[cfg(feature = "http")]
+    pub(crate) fn with_session_ends(
+        mut self,
+        ends: Arc<super::streamable::SessionEnds>,
+    ) -> McpHandler {
+        self.session_ends = Some(ends);
+        self
+    }
+
+    /// What cancels a request: the client's `notifications/cancelled` (rmcp's token),
+    /// or the end of the Streamable HTTP session that carries it, at once (rmcp cancels
+    /// its token only after it waited up to 5 s for the session's calls to answer).
+    fn cancellation(&self, context: &RequestContext<RoleServer>) -> CancellationToken {
+        #[cfg(feature = "http")]
+        if let Some(ends) = &self.session_ends
+            && let Some(id) = context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+                .and_then(|id| id.to_str().ok())
+        {
+            return either(&context.ct, &ends.of(id));
+        }
+        context.ct.clone()
     }
 
     /// The credentials of a request: the principal the HTTP layer verified, or the
@@ -197,7 +230,7 @@ impl McpHandler {
             .credentials(self.credentials(context))
             .transport(self.transport)
             .request_id(context.id.to_string())
-            .cancellation(context.ct.clone());
+            .cancellation(self.cancellation(context));
         self.shared.server.begin(request).run().await.into_result()
     }
 
@@ -508,11 +541,12 @@ impl ServerHandler for McpHandler {
             None if modern => Arc::new(AtomicU8::new(NO_LOGS)),
             None => Arc::clone(&self.log_level),
         };
+        let cancel = self.cancellation(&context);
         let peer = RmcpPeer::new(
             context.peer.clone(),
             context.meta.get_progress_token(),
             level,
-            context.ct.clone(),
+            cancel.clone(),
             asking(&context, modern),
         );
         let tool = request.name.into_owned();
@@ -529,7 +563,7 @@ impl ServerHandler for McpHandler {
         // up, else begin it.
         let mut attempt = match self.pending_attempt(&context) {
             Some(mut attempt) => {
-                attempt.dispatch(tool, arguments, Some(peer), context.ct.clone());
+                attempt.dispatch(tool, arguments, Some(peer), cancel);
                 attempt
             }
             None => self.shared.server.begin(
@@ -538,7 +572,7 @@ impl ServerHandler for McpHandler {
                     .transport(self.transport)
                     .request_id(context.id.to_string())
                     .peer(peer)
-                    .cancellation(context.ct.clone()),
+                    .cancellation(cancel),
             ),
         };
         if let Some((state, responses)) = resume {
@@ -554,6 +588,25 @@ impl ServerHandler for McpHandler {
             response.into_result(),
         )))
     }
+}
+
+/// A token cancelled when `request` or `session` is: a child of `request`, and a task
+/// that ends with it (rmcp cancels a request's token once it is answered).
+#[cfg(feature = "http")]
+fn either(request: &CancellationToken, session: &CancellationToken) -> CancellationToken {
+    let call = request.child_token();
+    if session.is_cancelled() {
+        call.cancel();
+        return call;
+    }
+    let (session, ended) = (session.clone(), call.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            () = session.cancelled() => ended.cancel(),
+            () = ended.cancelled() => {}
+        }
+    });
+    call
 }
 
 /// How the person behind this request's client can be asked: by an elicitation on a

@@ -27,7 +27,7 @@ pub(crate) struct RmcpPeer {
     progress_token: Option<ProgressToken>,
     /// The minimum level of log notifications (the session's, or this request's).
     log_level: Arc<AtomicU8>,
-    /// The client cancelled the call: stop waiting for its answers.
+    /// The client cancelled the call, or its session ended: stop waiting for its answers.
     cancel: CancellationToken,
     /// How the person behind the client can be asked (the protocol era and the client's
     /// capabilities).
@@ -52,9 +52,11 @@ impl RmcpPeer {
     }
 
     /// Send `request` and wait for the client's answer. A client that goes away meanwhile
-    /// (it cancels the call, ends its session, closes its stream) has cancelled the call,
-    /// however its going is seen first: the session's end both cancels the call and fails
-    /// the request, and which of the two is noticed first is a race.
+    /// (it cancels the call, its stdio connection or its HTTP session ends) has cancelled
+    /// the call, however its going is seen first: the end both cancels the call (`cancel`,
+    /// which over Streamable HTTP also watches the session) and fails the request, and
+    /// which of the two is noticed first is a race. A closed HTTP stream alone is not an
+    /// end: the client may resume it.
     async fn request(&self, request: ServerRequest, what: &str) -> Result<ClientResult, ToolError> {
         let cancelled = || {
             ToolError::new(

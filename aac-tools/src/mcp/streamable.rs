@@ -4,15 +4,24 @@
 //! before a request reaches this service; the verified principal arrives in the
 //! request's extensions.
 
+use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use futures_core::Stream;
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{McpHandler, Shared};
-use crate::context::Transport;
+use crate::context::Transport as CallTransport;
 use crate::server::Server;
 
 /// How `/mcp` is served.
@@ -28,8 +37,8 @@ pub(crate) struct StreamableOptions {
 /// The `/mcp` endpoint: rmcp's Streamable HTTP service over our handler.
 #[derive(Clone)]
 pub(crate) struct McpService {
-    service: StreamableHttpService<McpHandler, LocalSessionManager>,
-    sessions: Arc<LocalSessionManager>,
+    service: StreamableHttpService<McpHandler, Sessions>,
+    sessions: Arc<Sessions>,
 }
 
 impl McpService {
@@ -43,14 +52,22 @@ impl McpService {
             .with_json_response(options.stateless)
             .with_max_request_body_bytes(options.max_body_bytes)
             .with_cancellation_token(options.shutdown);
-        let sessions = Arc::new(LocalSessionManager::default());
+        let ends = Arc::new(SessionEnds::default());
+        let sessions = Arc::new(Sessions {
+            inner: LocalSessionManager::default(),
+            ends: Arc::clone(&ends),
+        });
+        // Stateless, a request has no session to end (a session id it sends names none).
+        let stateful = !options.stateless;
         let service = StreamableHttpService::new(
             move || {
-                Ok(McpHandler::new(
-                    Arc::clone(&shared),
-                    Transport::StreamableHttp,
-                    None,
-                ))
+                let handler =
+                    McpHandler::new(Arc::clone(&shared), CallTransport::StreamableHttp, None);
+                Ok(if stateful {
+                    handler.with_session_ends(Arc::clone(&ends))
+                } else {
+                    handler
+                })
             },
             Arc::clone(&sessions),
             config,
@@ -69,9 +86,184 @@ impl McpService {
     /// End session `id` and its streams, as a `DELETE` of it would (an unknown id is
     /// ignored).
     pub(crate) async fn close_session(&self, id: &str) {
-        use rmcp::transport::streamable_http_server::session::SessionManager;
         if let Err(err) = self.sessions.close_session(&id.into()).await {
             tracing::debug!(session = id, error = %err, "closing an MCP session failed");
         }
+    }
+}
+
+/// The end of every open session, by id: cancelled the moment the session ends, however
+/// it ends (a `DELETE`, closed by the server past its principal's cap, idle, its worker
+/// failing, the server shutting down).
+///
+/// rmcp tells a call of its session's end only late: when a session's transport closes,
+/// its service stops reading, waits up to 5 s for the calls in flight to answer, and only
+/// then cancels them and fails their pending requests to the client. A call waiting for
+/// the client (a person asked to confirm) would wait out those 5 s, or its own timeout if
+/// shorter, for an answer that can no longer arrive. The handler looks its session up
+/// here instead ([`McpHandler`]'s cancellation of a call).
+#[derive(Default)]
+pub(crate) struct SessionEnds(Mutex<HashMap<SessionId, CancellationToken>>);
+
+impl SessionEnds {
+    fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, CancellationToken>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Session `id` is open.
+    fn begin(&self, id: &SessionId) {
+        self.ends().insert(id.clone(), CancellationToken::new());
+    }
+
+    /// Session `id` is gone: whatever waits on it stops.
+    fn end(&self, id: &SessionId) {
+        if let Some(ended) = self.ends().remove(id) {
+            ended.cancel();
+        }
+    }
+
+    /// Cancelled when session `id` ends: at once for a session that is not open (it ended
+    /// before its call got here).
+    pub(crate) fn of(&self, id: &str) -> CancellationToken {
+        match self.ends().get(id) {
+            Some(ended) => ended.clone(),
+            None => {
+                let ended = CancellationToken::new();
+                ended.cancel();
+                ended
+            }
+        }
+    }
+}
+
+/// rmcp's in-memory sessions, each with its end in [`SessionEnds`].
+pub(crate) struct Sessions {
+    inner: LocalSessionManager,
+    ends: Arc<SessionEnds>,
+}
+
+impl Sessions {
+    fn watched<T>(&self, id: &SessionId, transport: T) -> EndingTransport<T> {
+        self.ends.begin(id);
+        EndingTransport {
+            inner: transport,
+            id: id.clone(),
+            ends: Arc::clone(&self.ends),
+        }
+    }
+}
+
+impl SessionManager for Sessions {
+    type Error = <LocalSessionManager as SessionManager>::Error;
+    type Transport = EndingTransport<<LocalSessionManager as SessionManager>::Transport>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let (id, transport) = self.inner.create_session().await?;
+        let transport = self.watched(&id, transport);
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    /// A `DELETE` of the session, or the server closing it: its calls stop waiting now,
+    /// before its worker has even seen the close.
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.ends.end(id);
+        self.inner.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_stream(id, message).await
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(match self.inner.restore_session(id.clone()).await? {
+            RestoreOutcome::Restored(transport) => {
+                RestoreOutcome::Restored(self.watched(&id, transport))
+            }
+            RestoreOutcome::AlreadyPresent => RestoreOutcome::AlreadyPresent,
+            _ => RestoreOutcome::NotSupported,
+        })
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
+
+/// A session's transport that ends the session in [`SessionEnds`] when its worker stops
+/// (the stream of the client's messages ends) or the service lets it go.
+pub(crate) struct EndingTransport<T> {
+    inner: T,
+    id: SessionId,
+    ends: Arc<SessionEnds>,
+}
+
+impl<T: Transport<RoleServer>> Transport<RoleServer> for EndingTransport<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let message = self.inner.receive().await;
+        if message.is_none() {
+            self.ends.end(&self.id);
+        }
+        message
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
+    }
+}
+
+impl<T> Drop for EndingTransport<T> {
+    fn drop(&mut self) {
+        self.ends.end(&self.id);
     }
 }

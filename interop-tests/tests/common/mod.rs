@@ -253,6 +253,11 @@ impl RawMcp {
 
     /// initialize + notifications/initialized; remembers the session.
     pub async fn initialize(&mut self) -> Value {
+        self.initialize_with(serde_json::json!({})).await
+    }
+
+    /// [`RawMcp::initialize`], declaring the client's `capabilities`.
+    pub async fn initialize_with(&mut self, capabilities: Value) -> Value {
         let response = self
             .post()
             .body(
@@ -260,7 +265,7 @@ impl RawMcp {
                     "jsonrpc": "2.0", "id": 0, "method": "initialize",
                     "params": {
                         "protocolVersion": "2025-11-25",
-                        "capabilities": {},
+                        "capabilities": capabilities,
                         "clientInfo": {"name": "raw", "version": "1"},
                     },
                 })
