@@ -63,6 +63,8 @@ pub struct CallRequest {
     pub(crate) kind: CallKind,
     /// A `resources/subscribe`: the read it performs says so in its record.
     pub(crate) subscription: bool,
+    /// Where the arguments, as sent, repeat a key (a JSON pointer): the call is refused.
+    pub(crate) repeated_key: Option<String>,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -87,6 +89,7 @@ impl CallRequest {
             resume: None,
             kind: CallKind::Tool,
             subscription: false,
+            repeated_key: None,
         }
     }
 

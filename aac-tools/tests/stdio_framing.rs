@@ -581,3 +581,34 @@ async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
         );
     }
 }
+
+/// Over stdio as over HTTP, arguments that repeat a key (`confirm` false, then true) are
+/// refused at that key before the tool runs, and recorded once.
+#[tokio::test]
+async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":false,"confirm":true}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let body: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(body["reason"], "invalid_arguments", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("`/confirm`"),
+        "{body}"
+    );
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].tool.as_str(),
+            records[0].check,
+            records[0].outcome
+        ),
+        ("forget_text", Some(Check::Validate), Outcome::Denied)
+    );
+}

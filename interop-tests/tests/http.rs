@@ -2234,3 +2234,102 @@ async fn a_call_whose_client_leaves_at_once_is_processed_and_recorded_once() {
         );
     }
 }
+
+/// Arguments that repeat a key say two things (`confirm` false, then true): refused as
+/// invalid arguments at that key, over REST and over `/mcp`, before the tool runs, and
+/// recorded once.
+#[tokio::test]
+async fn arguments_that_repeat_a_key_are_refused() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let full = &server.fixture.full;
+    let client = reqwest::Client::new();
+    let added = client
+        .post(format!("{}/tools/add_note", server.base))
+        .bearer_auth(full)
+        .body(r#"{"text": "keep me"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 200);
+    let mut raw = RawMcp::new(&server.mcp(), Some(full));
+    raw.initialize().await;
+    server.sink.clear();
+
+    let arguments = r#"{"id": 1, "confirm": false, "confirm": true}"#;
+    let rest = client
+        .post(format!("{}/tools/delete_note", server.base))
+        .bearer_auth(full)
+        .body(arguments)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 400);
+    let body: Value = rest.json().await.unwrap();
+    assert_eq!(body["reason"], "invalid_arguments", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("`/confirm`"),
+        "{body}"
+    );
+
+    let (status, answer) = raw
+        .send(format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"delete_note","arguments":{arguments}}}}}"#
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let result = &answer.last().unwrap()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        error_body(result)["reason"],
+        "invalid_arguments",
+        "{result}"
+    );
+    // Nested too, in any tool.
+    let (_, answer) = raw.call(4, "add_note", json!({"text": "x"})).await;
+    assert_eq!(answer.unwrap()["result"]["isError"], false);
+    let (_, answer) = raw
+        .send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"a","text":"b"}}}"#)
+        .await;
+    assert_eq!(answer.last().unwrap()["result"]["isError"], true);
+
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.tool, r.check, r.reason, r.transport))
+        .collect();
+    let refused = |tool: &str, transport: &str| {
+        (
+            tool.to_owned(),
+            Some(Check::Validate),
+            Some("invalid_arguments".to_owned()),
+            transport.to_owned(),
+        )
+    };
+    assert_eq!(
+        records,
+        [
+            refused("delete_note", "http"),
+            refused("delete_note", "streamable_http"),
+            (
+                "add_note".to_owned(),
+                None,
+                None,
+                "streamable_http".to_owned()
+            ),
+            refused("add_note", "streamable_http"),
+        ]
+    );
+    // The note is still there.
+    let notes: Value = client
+        .post(format!("{}/tools/list_notes", server.base))
+        .bearer_auth(full)
+        .body("{}")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
+}

@@ -781,7 +781,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         // Verified from them a moment ago.
         credentials(&parts.headers).unwrap_or_default(),
     ));
-    let pending = attempt.map(|a| PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of));
+    let pending = attempt.map(|mut a| {
+        a.arguments_repeat(probe::repeated_argument_key(&body));
+        PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of)
+    });
     if let Some(pending) = &pending {
         parts.extensions.insert(pending.clone());
     }
@@ -1044,6 +1047,7 @@ pub(crate) async fn call_tool(
             }
         }
     };
+    attempt.arguments_repeat(probe::repeated_key(&body));
     attempt.set_arguments(arguments);
     let response = attempt.run().await;
     match response.result() {

@@ -244,7 +244,10 @@ impl Refusals {
             }
             _ => return None,
         };
-        let attempt = self.begin(call.request_id(id));
+        let mut attempt = self.begin(call.request_id(id));
+        if matches!(request.request, ClientRequest::CallToolRequest(_)) {
+            attempt.arguments_repeat(probe::repeated_argument_key(line));
+        }
         let pending = PendingAttempt::new(attempt, Bytes::copy_from_slice(line), arguments);
         let is_call = matches!(request.request, ClientRequest::CallToolRequest(_));
         let extensions = request.request.extensions_mut();

@@ -389,6 +389,17 @@ impl Attempt {
             return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
         }
         let def = entry.def();
+        // Arguments that repeat a key say two things; which one is meant cannot be known
+        // (`confirm` false and true, say), so they are refused before anything reads them.
+        if let Some(pointer) = &self.request.repeated_key {
+            return Err((
+                Check::Validate,
+                ToolError::invalid_arguments(
+                    pointer,
+                    "this key appears more than once in its object; arguments that repeat a key are ambiguous",
+                ),
+            ));
+        }
         let arguments = &mut self.request.arguments;
         // 4. confirm guard
         if def.is_destructive()
@@ -784,6 +795,11 @@ impl Attempt {
 
     /// A transport that began the attempt before it had read the arguments sets them.
     #[cfg(feature = "mcp")]
+    /// The arguments, as sent, repeat the key at `pointer`: the call is refused (step 4).
+    pub(crate) fn arguments_repeat(&mut self, pointer: Option<String>) {
+        self.request.repeated_key = pointer;
+    }
+
     pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
         self.request.arguments = arguments;
     }

@@ -171,3 +171,137 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let kept: Vec<CallRequest> = requests.by_ref().take(MAX_BATCH_RECORDS - 1).collect();
     (kept, requests.count())
 }
+
+/// The JSON pointer of the first key that appears twice in one object of `json`, at any
+/// depth, if there is one. With repeated keys, JSON says nothing for sure: this server
+/// reads the last one, another reader (a host, a proxy, a policy) may read the first, so
+/// a call whose arguments repeat a key is refused rather than guessed at. JSON that does
+/// not parse has none (it is refused for that).
+pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
+    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    struct Walk<'p> {
+        path: &'p mut Vec<String>,
+        found: &'p mut Option<String>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            for index in 0.. {
+                self.path.push(index.to_string());
+                let more = seq.next_element_seed(Walk {
+                    path: self.path,
+                    found: self.found,
+                })?;
+                self.path.pop();
+                if more.is_none() {
+                    break;
+                }
+            }
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut keys = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                self.path.push(key);
+                let key = self.path.last().expect("pushed");
+                if !keys.insert(key.clone()) {
+                    let pointer: String = self
+                        .path
+                        .iter()
+                        .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
+                        .collect();
+                    *self.found = Some(pointer);
+                    // Nothing more to learn: stop reading.
+                    return Err(A::Error::custom("a repeated key"));
+                }
+                map.next_value_seed(Walk {
+                    path: self.path,
+                    found: self.found,
+                })?;
+                self.path.pop();
+            }
+            Ok(())
+        }
+    }
+
+    let mut path = Vec::new();
+    let mut found = None;
+    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    let _ = Walk {
+        path: &mut path,
+        found: &mut found,
+    }
+    .deserialize(&mut deserializer);
+    found
+}
+
+/// [`repeated_key`] in the arguments of the `tools/call` that `body` is (one message, as
+/// the MCP layer dispatches it), as a pointer into those arguments.
+pub(crate) fn repeated_argument_key(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        arguments: Option<&'a serde_json::value::RawValue>,
+    }
+    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    repeated_key(message.params.arguments?.get().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_key_is_found_at_any_depth_however_it_is_spelled() {
+        for (json, pointer) in [
+            (r#"{"confirm":false,"confirm":true}"#, Some("/confirm")),
+            (r#"{"confirm":true,"\u0063onfirm":false}"#, Some("/confirm")),
+            (r#"{"a":{"b":[1,{"c":1,"c":2}]}}"#, Some("/a/b/1/c")),
+            (r#"{"a/b":{"~":1,"~":2}}"#, Some("/a~1b/~0")),
+            (r#"{"a":1,"b":{"a":2}}"#, None),
+            (r#"[{"a":1},{"a":2}]"#, None),
+            (r#"{"a":1"#, None),
+        ] {
+            assert_eq!(repeated_key(json.as_bytes()).as_deref(), pointer, "{json}");
+        }
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2}}}"#;
+        assert_eq!(repeated_argument_key(call).as_deref(), Some("/k"));
+        let fine = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1}}}"#;
+        assert_eq!(repeated_argument_key(fine), None);
+    }
+}
