@@ -782,7 +782,12 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         credentials(&parts.headers).unwrap_or_default(),
     ));
     let pending = attempt.map(|mut a| {
-        a.arguments_repeat(probe::repeated_argument_key(&body));
+        // The probe kept the arguments' text: no second read of the body.
+        let repeated = match call.as_ref().and_then(|c| c.arguments) {
+            Some(raw) => probe::repeated_key(raw.get().as_bytes()),
+            None => probe::repeated_argument_key(&body),
+        };
+        a.arguments_repeat(repeated);
         PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of)
     });
     if let Some(pending) = &pending {

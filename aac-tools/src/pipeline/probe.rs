@@ -230,11 +230,13 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
             Ok(())
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut keys = std::collections::HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                self.path.push(key);
-                let key = self.path.last().expect("pushed");
-                if !keys.insert(key.clone()) {
+            // Keys borrowed from the input where they need no unescaping.
+            let mut keys: Vec<Key<'de>> = Vec::new();
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                let repeated = keys.iter().any(|k| k.0 == key.0);
+                self.path.push(key.0.to_string());
+                keys.push(key);
+                if repeated {
                     let pointer: String = self
                         .path
                         .iter()
@@ -251,6 +253,28 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
                 self.path.pop();
             }
             Ok(())
+        }
+    }
+
+    /// An object's key, borrowed when it can be.
+    struct Key<'de>(Cow<'de, str>);
+
+    impl<'de> serde::Deserialize<'de> for Key<'de> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct KeyVisitor;
+            impl<'de> Visitor<'de> for KeyVisitor {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Borrowed(key)))
+                }
+                fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Owned(key.to_owned())))
+                }
+            }
+            deserializer.deserialize_str(KeyVisitor)
         }
     }
 
