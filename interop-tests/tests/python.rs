@@ -713,7 +713,11 @@ fn check_items_audit(
         .filter(|r| r.arguments.get("$subscribe") == Some(&json!(true)))
         .map(|r| r.tool.as_str())
         .collect();
-    let expected: &[&str] = if mode == "legacy" { &["notes://all"] } else { &[] };
+    let expected: &[&str] = if mode == "legacy" {
+        &["notes://all"]
+    } else {
+        &[]
+    };
     assert_eq!(subscribed, expected, "{records:?}");
 }
 

@@ -5,7 +5,7 @@ use super::{CliContext, CliError, OpenMode};
 use std::io::Write;
 
 use crate::audit::{
-    AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
+    AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
 };
 
 /// The `audit` command its flags describe.
@@ -62,25 +62,13 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
         ));
         return Ok(());
     }
-    // Checks the file is the application's (and creates nothing) before reading it.
-    drop(context.open_db(OpenMode::Existing)?);
-    let path = context.db_path();
     let failed = |e: AuditError| CliError::new(e.to_string());
     let command = command(&args)?;
-    let conn = crate::audit::open_reader(path).map_err(failed)?;
-    // A database whose server never ran has no trail yet: create the (empty) table.
-    let has_table = conn
-        .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [AUDIT_TABLE],
-            |_| Ok(()),
-        )
-        .is_ok();
-    if !has_table {
-        let writer = rusqlite::Connection::open(path)
-            .map_err(|e| CliError::new(format!("cannot open `{}`: {e}", path.display())))?;
-        crate::audit::ensure_table(&writer).map_err(failed)?;
-    }
+    // Checks the file is the application's before reading it, and writes nothing: a
+    // trail that is missing (every database the command line creates has one) or of
+    // other columns is reported by the command, never created or migrated.
+    drop(context.open_db(OpenMode::Read)?);
+    let conn = crate::audit::open_reader(context.db_path()).map_err(failed)?;
     let mut out = std::io::stdout().lock();
     command.run(&conn, &mut out).map_err(failed)?;
     if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {

@@ -23,7 +23,7 @@ pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), C
             Ok(())
         }
         TokenCommand::List => {
-            let tokens = store(context, OpenMode::Existing)?;
+            let tokens = store(context, OpenMode::Read)?;
             let list = tokens
                 .list()
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;

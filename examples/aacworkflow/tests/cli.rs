@@ -559,15 +559,191 @@ fn signed_checkpoints_from_serve_to_audit_verify() {
         stdout(&ok)
     );
 
-    // Cut the newest record (as a writer of the file could): the chain still verifies,
-    // the checkpoints do not.
+    // Cut the newest record (as a writer of the file could), and put the trigger back:
+    // the chain still verifies, the checkpoints do not.
     let conn = rusqlite::Connection::open(dir.path().join("aacworkflow.db")).unwrap();
+    let trigger: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'aac_audit_no_delete'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     conn.execute_batch("DROP TRIGGER aac_audit_no_delete; DELETE FROM aac_audit WHERE seq = 2")
         .unwrap();
+    conn.execute_batch(&trigger).unwrap();
     drop(conn);
     let chain = run(dir.path(), &["audit", "--verify"]);
     assert!(chain.status.success(), "{}", stderr(&chain));
     let cut = verify(&public);
     assert_eq!(cut.status.code(), Some(1));
     assert!(stderr(&cut).contains("truncated"), "{}", stderr(&cut));
+}
+
+/// `sql` on the SQLite file at `path`, as anyone who can write the file could run it.
+fn tamper(path: &Path, sql: &str) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute_batch(sql)
+        .unwrap();
+}
+
+/// The tables and triggers in the file at `path`, sorted.
+fn schema_names(path: &Path) -> Vec<String> {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger') ORDER BY name")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Every command that only reads (`audit` in each form, `token list`) on a file that is
+/// the application's but was never migrated: each fails in one line, and the file is
+/// left exactly as it was (no table created, no migration).
+#[test]
+fn reading_commands_create_and_migrate_nothing() {
+    if sqlite_only("the bytes of a file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "application_id", aacworkflow::store::APPLICATION_ID)
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        &["audit", "--verify"][..],
+        &["audit"],
+        &["audit", "--json"],
+        &["audit", "--stats"],
+        &["token", "list"],
+    ] {
+        let line = one_line_error(&run(dir.path(), args));
+        if args[0] == "audit" {
+            assert!(line.contains("`aac_audit`"), "{args:?}: {line}");
+            assert!(line.contains("renamed"), "{args:?}: {line}");
+        }
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is untouched"
+    );
+    assert!(schema_names(&path).is_empty(), "{:?}", schema_names(&path));
+}
+
+/// A database the command line created has its trail from the start, so a trail that
+/// is gone (renamed or dropped, which the triggers do not stop) is reported as such,
+/// not verified as an empty chain, and not recreated by the reading commands.
+#[test]
+fn a_renamed_or_dropped_audit_table_is_reported_not_recreated() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init", "--demo"]).status.success());
+    let names = schema_names(&path);
+    for name in ["aac_audit", "aac_audit_no_delete", "aac_audit_no_update"] {
+        assert!(
+            names.iter().any(|n| n == name),
+            "init creates {name}: {names:?}"
+        );
+    }
+    tamper(&path, "ALTER TABLE aac_audit RENAME TO evidence");
+    for args in [
+        &["audit", "--verify"][..],
+        &["audit"],
+        &["audit", "--stats"],
+    ] {
+        let line = one_line_error(&run(dir.path(), args));
+        assert!(
+            line.contains("no `aac_audit` table") && line.contains("renamed"),
+            "{args:?}: {line}"
+        );
+    }
+    assert!(
+        !schema_names(&path).iter().any(|n| n == "aac_audit"),
+        "not recreated"
+    );
+    tamper(&path, "DROP TABLE evidence");
+    let line = one_line_error(&run(dir.path(), &["audit", "--verify"]));
+    assert!(line.contains("dropped"), "{line}");
+}
+
+/// An `aac_audit` of other columns fails every audit command (and `init`) with the
+/// message `serve` gives, instead of verifying as an intact chain.
+#[test]
+fn an_audit_table_with_other_columns_fails_every_audit_command() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    tamper(
+        &path,
+        "DROP TABLE IF EXISTS aac_audit; CREATE TABLE aac_audit (seq INTEGER PRIMARY KEY, note TEXT)",
+    );
+    for args in [
+        &["audit"][..],
+        &["audit", "--json"],
+        &["audit", "--stats"],
+        &["audit", "--verify"],
+        &["init"],
+        &["serve", "--http", "127.0.0.1:0"],
+    ] {
+        let line = one_line_error(&run(dir.path(), args));
+        assert!(
+            line.contains("`aac_audit` table has columns (seq, note)"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+/// `--verify` reports append-only triggers that are gone or replaced by ones that
+/// refuse nothing, and fails.
+#[test]
+fn verify_reports_missing_append_only_triggers() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    let ok = run(dir.path(), &["audit", "--verify"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    tamper(
+        &path,
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete;
+         CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit WHEN 0 BEGIN SELECT 1; END;",
+    );
+    let out = run(dir.path(), &["audit", "--verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("aac_audit_no_update"),
+        "{}",
+        stdout(&out)
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("aac_audit_no_update, aac_audit_no_delete"),
+        "{err}"
+    );
+    let json = run(dir.path(), &["audit", "--verify", "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(
+        report["missing_triggers"],
+        serde_json::json!(["aac_audit_no_update", "aac_audit_no_delete"])
+    );
+    assert_eq!(report["broken"], serde_json::Value::Null);
 }

@@ -27,7 +27,7 @@ pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
 #[cfg(feature = "postgres")]
 pub(crate) use table::OUTCOME_CHECK;
-pub(crate) use table::SELECT_COLUMNS;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
+pub(crate) use table::{SELECT_COLUMNS, check_table};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};
