@@ -747,3 +747,82 @@ fn verify_reports_missing_append_only_triggers() {
     );
     assert_eq!(report["broken"], serde_json::Value::Null);
 }
+
+/// `n` calls without a token, each refused and recorded in the file's trail.
+fn record_refused_calls(path: &Path, n: usize) {
+    common::block(async {
+        let db = aacworkflow::store::open(path, aacworkflow::store::OpenMode::Existing).unwrap();
+        let sink = aac_tools::audit::SqliteSink::open(path).unwrap();
+        let server = aacworkflow::server(&db, sink, false).unwrap();
+        for _ in 0..n {
+            server
+                .call(aac_tools::CallRequest::new("get_issue", None))
+                .await;
+        }
+    });
+}
+
+/// A cell of the wrong type (which only an edit of the file can put there) is a broken
+/// record to `--verify`, named by its seq and column, and the listing's error names the
+/// record, where both failed with a bare SQL error.
+#[test]
+fn a_wrong_typed_cell_is_a_broken_record_named_by_seq_and_column() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    record_refused_calls(&path, 3);
+    assert!(run(dir.path(), &["audit", "--verify"]).status.success());
+    tamper(
+        &path,
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete",
+    );
+    for (edit, column) in [
+        ("status = 'abc'", "status"),
+        ("status = x'00ff'", "status"),
+        ("duration_us = 1.5", "duration_us"),
+        ("tool = x'41'", "tool"),
+    ] {
+        let original: (i64, i64, String) = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT status, duration_us, tool FROM aac_audit WHERE seq = 2",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        tamper(&path, &format!("UPDATE aac_audit SET {edit} WHERE seq = 2"));
+        let out = run(dir.path(), &["audit", "--verify"]);
+        assert_eq!(out.status.code(), Some(1), "{edit}: {}", stderr(&out));
+        let report = stdout(&out);
+        assert!(
+            report.starts_with("chain broken: record 2: ")
+                && report.contains(&format!("`{column}`")),
+            "{edit}: {report}"
+        );
+        let err = stderr(&out);
+        assert!(err.contains("broken at record 2"), "{edit}: {err}");
+        let json = run(dir.path(), &["audit", "--verify", "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+        assert_eq!(json["broken"]["seq"], 2, "{edit}: {json}");
+        let line = one_line_error(&run(dir.path(), &["audit"]));
+        assert!(
+            line.contains("record 2") && line.contains(&format!("`{column}`")),
+            "{edit}: {line}"
+        );
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE aac_audit SET status = ?1, duration_us = ?2, tool = ?3 WHERE seq = 2",
+            rusqlite::params![original.0, original.1, original.2],
+        )
+        .unwrap();
+    }
+    let out = run(dir.path(), &["audit", "--verify"]);
+    assert!(
+        stdout(&out).contains("chain intact: 3 records"),
+        "{}",
+        stdout(&out)
+    );
+}

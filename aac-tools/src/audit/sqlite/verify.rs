@@ -112,8 +112,21 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
     let mut checked = 0u64;
     let mut prev: Option<(i64, String)> = None;
     while let Some(r) = rows.next().map_err(sql_error)? {
-        let row = Row::from_sql(r).map_err(sql_error)?;
         checked += 1;
+        let row = match Row::read(r) {
+            Ok(row) => row,
+            Err(bad) => {
+                return Ok(ChainReport {
+                    checked,
+                    head: None,
+                    broken: Some(BrokenLink {
+                        seq: bad.seq,
+                        problem: bad.problem,
+                    }),
+                    missing_triggers,
+                });
+            }
+        };
         let (expected_seq, expected_prev) = match &prev {
             Some((seq, hash)) => (seq + 1, hash.as_str()),
             None => (1, GENESIS_HASH),
