@@ -1,7 +1,7 @@
 //! `audit`: the records, a summary, or the chain's check.
 
 use super::args::AuditArgs;
-use super::{CliContext, CliError, OpenMode};
+use super::{CliContext, CliError, OpenMode, output_failed, print_out};
 use std::io::Write;
 
 use crate::audit::{
@@ -54,7 +54,7 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
 pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
     if args.new_checkpoint_key {
         let key = CheckpointKey::generate().map_err(|e| CliError::new(e.to_string()))?;
-        println!("{}", key.secret_hex());
+        print_out(format_args!("{}\n", key.secret_hex()))?;
         context.note(format_args!(
             "a new checkpoint key: keep the secret above out of the database (AAC_CHECKPOINT_KEY \
              for `serve --checkpoints FILE`); verify with --public-key {}",
@@ -71,6 +71,7 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
     let conn = crate::audit::open_reader(context.db_path()).map_err(failed)?;
     let mut out = std::io::stdout().lock();
     command.run(&conn, &mut out).map_err(failed)?;
+    out.flush().map_err(|e| output_failed(&e))?;
     if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {
         let report = verify_checkpoints(&conn, file, public).map_err(failed)?;
         if args.json {
@@ -79,7 +80,8 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
         } else {
             writeln!(out, "{report}")
         }
-        .map_err(|e| CliError::new(format!("cannot write the output: {e}")))?;
+        .and_then(|()| out.flush())
+        .map_err(|e| output_failed(&e))?;
         if let Some(problem) = report.problem {
             return Err(CliError::new(format!(
                 "the audit checkpoints do not hold: {problem}"

@@ -607,11 +607,23 @@ async fn run_builtin(
         args::Builtin::Serve(args) => serve::serve(context, args, matches).await,
         args::Builtin::Token(command) => token::token(&context, command),
         args::Builtin::Audit(args) => audit::audit(&context, args),
-        args::Builtin::Manifest => {
-            print!("{}", context.registry()?.manifest());
-            Ok(())
-        }
+        args::Builtin::Manifest => print_out(context.registry()?.manifest()),
     }
+}
+
+/// Write `text` on stdout, flushed: a write that fails (a pipe nobody reads, as in
+/// `… | head -c0`) is an error, never a panic as `print!` makes it.
+pub(crate) fn print_out(text: impl fmt::Display) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    write!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| output_failed(&e))
+}
+
+/// The error of a write on stdout that failed.
+pub(crate) fn output_failed(err: &std::io::Error) -> CliError {
+    CliError::new(format!("cannot write the output: {err}"))
 }
 
 /// Logs to stderr: `AAC_LOG`, else `RUST_LOG`, else warnings only on stdio (a host may

@@ -141,8 +141,7 @@ pub(super) async fn run(
     matches: ArgMatches,
 ) -> Result<(), CliError> {
     if matches!(command, Builtin::Manifest) {
-        print!("{}", context.registry()?.manifest());
-        return Ok(());
+        return super::print_out(context.registry()?.manifest());
     }
     let db = open(&context)?;
     migrate(&context, &db).await?;
@@ -240,8 +239,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 )
                 .await
                 .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-            super::token::report(context, &request, &created, note, args.expires.as_deref());
-            Ok(())
+            super::token::report(context, &request, &created, note, args.expires.as_deref())
         }
         TokenCommand::Revoke { id_or_token } => {
             let revoked = tokens
@@ -262,8 +260,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 .list()
                 .await
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
-            super::token::print_list(list);
-            Ok(())
+            super::token::print_list(list)
         }
     }
 }
@@ -281,5 +278,6 @@ async fn audit(db: &Database, args: AuditArgs) -> Result<(), CliError> {
         .await
         .map_err(failed)?;
     let mut out = std::io::stdout().lock();
-    command.run(&trail, &mut out).map_err(failed)
+    command.run(&trail, &mut out).map_err(failed)?;
+    std::io::Write::flush(&mut out).map_err(|e| super::output_failed(&e))
 }

@@ -1,7 +1,7 @@
 //! `token create | revoke | list`.
 
 use super::args::{CreateArgs, TokenCommand};
-use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration};
+use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration, print_out};
 use crate::audit::printable;
 use crate::sqlite::TokenStore;
 
@@ -27,15 +27,15 @@ pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), C
             let list = tokens
                 .list()
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
-            print_list(list);
-            Ok(())
+            print_list(list)
         }
     }
 }
 
 /// One line per token, never its secret.
-pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) {
+pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) -> Result<(), CliError> {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let mut text = String::new();
     for t in list {
         let state = match (t.revoked_at, t.expires_at) {
             (Some(at), _) => format!("revoked {}", when(at)),
@@ -47,14 +47,15 @@ pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) {
             Some(workspace) => format!("{}@{workspace}", t.subject),
             None => t.subject.clone(),
         };
-        println!(
-            "{}  {}  {}  [{}]",
+        text.push_str(&format!(
+            "{}  {}  {}  [{}]\n",
             printable(&t.id),
             printable(&who),
             state,
             printable(&t.scopes.join(" "))
-        );
+        ));
     }
+    print_out(text)
 }
 
 fn store(context: &CliContext, mode: OpenMode) -> Result<TokenStore, CliError> {
@@ -143,8 +144,7 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
             request.ttl_seconds,
         )
         .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-    report(context, &request, &created, note, args.expires.as_deref());
-    Ok(())
+    report(context, &request, &created, note, args.expires.as_deref())
 }
 
 /// The new token alone on stdout, what it is on stderr.
@@ -154,10 +154,15 @@ pub(super) fn report(
     created: &crate::tokens::NewToken,
     note: Option<String>,
     expires: Option<&str>,
-) {
+) -> Result<(), CliError> {
     let name = context.name();
     let scopes = request.scopes.join(" ");
-    println!("{}", created.token);
+    print_out(format_args!("{}\n", created.token)).map_err(|e| {
+        CliError::new(format!(
+            "{e}; token {id} was created but nobody saw it: `{name} token revoke {id}`",
+            id = created.id
+        ))
+    })?;
     let who = match &request.workspace {
         Some(workspace) => format!("{}@{workspace}", request.subject),
         None => request.subject.clone(),
@@ -172,4 +177,5 @@ pub(super) fn report(
             None => ", never expires".to_owned(),
         }
     );
+    Ok(())
 }

@@ -826,3 +826,39 @@ fn a_wrong_typed_cell_is_a_broken_record_named_by_seq_and_column() {
         stdout(&out)
     );
 }
+
+/// Every command that prints on stdout, into a pipe nobody reads (`… | head -c0`): one
+/// line, `error: cannot write the output: …`, exit 1, never a panic.
+#[test]
+fn a_closed_stdout_is_an_error_never_a_panic() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let create = [
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "bob",
+        "--scopes",
+        "issues:read",
+    ];
+    assert!(target.run(&create).status.success());
+    let mut commands = vec![&["token", "list"][..], &create, &["manifest"], &["audit"]];
+    if target.pg.is_none() {
+        commands.push(&["audit", "--new-checkpoint-key"]);
+    }
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = target.command().args(args).stdout(writer).output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("error: cannot write the output: Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
