@@ -93,9 +93,10 @@ impl AuditQuery {
         Ok(self)
     }
 
-    /// Only the newest `n` matching records (still listed oldest first).
+    /// Only the newest `n` matching records (still listed oldest first). SQLite counts to
+    /// `i64::MAX`: a larger `n` means as many.
     pub fn limit(mut self, n: usize) -> AuditQuery {
-        self.limit = Some(n);
+        self.limit = Some(n.min(usize::try_from(i64::MAX).unwrap_or(usize::MAX)));
         self
     }
 

@@ -40,8 +40,17 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
     if let Some(until) = args.until.as_deref() {
         query = query.until(until).map_err(failed)?;
     }
+    if let (Some(since), Some(until)) = (args.since.as_deref(), args.until.as_deref())
+        && crate::audit::parse_time(since).map_err(failed)?
+            >= crate::audit::parse_time(until).map_err(failed)?
+    {
+        return Err(CliError::new(format!(
+            "--since `{since}` is not before --until `{until}`: no record can match; \
+             swap them, or drop one"
+        )));
+    }
     if let Some(limit) = args.limit {
-        query = query.limit(limit);
+        query = query.limit(usize::try_from(limit).unwrap_or(usize::MAX));
     }
     Ok(AuditCommand {
         query,

@@ -164,6 +164,10 @@ async fn serve(
             "--checkpoints is for SQLite trails; on PostgreSQL, sign the head from `audit --verify` output",
         ));
     }
+    super::serve::warn_unused_checkpoint_key(
+        context,
+        "--checkpoints is for SQLite trails, so on PostgreSQL",
+    );
     let fallback_token = match &context.shared.pg_hooks.before_serve {
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
         None => None,

@@ -15,6 +15,9 @@ pub(super) async fn serve(
     args: ServeArgs,
     matches: ArgMatches,
 ) -> Result<(), CliError> {
+    if args.checkpoints.is_none() {
+        warn_unused_checkpoint_key(&context, "without --checkpoints FILE");
+    }
     let db = context.open_db(OpenMode::Create)?;
     let fallback_token = match &context.shared.before_serve {
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
@@ -33,6 +36,16 @@ pub(super) async fn serve(
         checkpoints.stop().await?;
     }
     served
+}
+
+/// A warning on stderr when `AAC_CHECKPOINT_KEY` is set but nothing will be signed
+/// (`why`): whoever set it expects checkpoints.
+pub(super) fn warn_unused_checkpoint_key(context: &CliContext, why: &str) {
+    if std::env::var("AAC_CHECKPOINT_KEY").is_ok_and(|key| !key.trim().is_empty()) {
+        context.note(format_args!(
+            "warning: AAC_CHECKPOINT_KEY is set, but {why} no checkpoint is signed"
+        ));
+    }
 }
 
 /// How often `serve --checkpoints` signs the chain's head.

@@ -862,3 +862,76 @@ fn a_closed_stdout_is_an_error_never_a_panic() {
         );
     }
 }
+
+/// Flags that contradict each other, or a value no query can take, are refused before
+/// anything runs, where they were ignored (or failed late with an SQL error).
+#[test]
+fn contradictory_or_out_of_range_flags_are_refused() {
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let usage = |args: &[&str], flag: &str| {
+        let out = target.run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    };
+    usage(&["audit", "--limit", "9223372036854775808"], "--limit");
+    usage(&["audit", "--limit", "0"], "--limit");
+    usage(&["audit", "--stats", "--limit", "1"], "--limit");
+    for filter in [
+        &["--tool", "get_issue"][..],
+        &["--kind", "tool"],
+        &["--outcome", "denied"],
+        &["--reason", "x"],
+        &["--principal", "alice"],
+        &["--workspace", "demo"],
+        &["--since", "1d"],
+        &["--until", "1d"],
+        &["--limit", "3"],
+    ] {
+        let mut args = vec!["audit", "--verify"];
+        args.extend(filter);
+        usage(&args, filter[0]);
+    }
+    for other in [
+        &["--tool", "get_issue"][..],
+        &["--since", "1d"],
+        &["--limit", "1"],
+        &["--json"],
+    ] {
+        let mut args = vec!["audit", "--new-checkpoint-key"];
+        args.extend(other);
+        usage(&args, other[0]);
+    }
+    usage(&["serve", "--confirm-timeout", "0"], "--confirm-timeout");
+
+    let line =
+        one_line_error(&target.run(&["audit", "--since", "2025-06-23", "--until", "2025-06-22"]));
+    assert!(
+        line.contains("--since") && line.contains("--until"),
+        "{line}"
+    );
+    let ok = target.run(&["audit", "--limit", "9223372036854775807"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+}
+
+/// `AAC_CHECKPOINT_KEY` without `serve --checkpoints` signs nothing: `serve` says so.
+#[test]
+fn a_checkpoint_key_without_checkpoints_is_warned_about() {
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let out = target
+        .command()
+        .arg("serve")
+        .env("AAC_CHECKPOINT_KEY", "ab".repeat(32))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let warning = err.lines().next().unwrap();
+    assert!(
+        warning.contains("AAC_CHECKPOINT_KEY") && warning.contains("--checkpoints"),
+        "{err}"
+    );
+    assert!(err.lines().last().unwrap().contains("AAC_TOKEN"), "{err}");
+}
