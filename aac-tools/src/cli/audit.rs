@@ -4,8 +4,10 @@ use super::args::AuditArgs;
 use super::{CliContext, CliError, OpenMode, output_failed, print_out};
 use std::io::Write;
 
+use crate::audit::sqlite::verify_checkpoints_of;
 use crate::audit::{
-    AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
+    AuditCommand, AuditError, AuditQuery, ChainReport, CheckpointKey, CheckpointReport, Outcome,
+    verify_chain,
 };
 
 /// The `audit` command its flags describe.
@@ -79,23 +81,47 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
     drop(context.open_db(OpenMode::Read)?);
     let conn = crate::audit::open_reader(context.db_path()).map_err(failed)?;
     let mut out = std::io::stdout().lock();
-    command.run(&conn, &mut out).map_err(failed)?;
-    out.flush().map_err(|e| output_failed(&e))?;
-    if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {
-        let report = verify_checkpoints(&conn, file, public).map_err(failed)?;
-        if args.json {
-            let json = crate::audit::json_text(&report);
-            writeln!(out, "{json}")
-        } else {
-            writeln!(out, "{report}")
+    match (&args.checkpoints, &args.public_key) {
+        (Some(file), Some(public)) => {
+            verify_with_checkpoints(&conn, file, public, args.json, &mut out)?;
         }
-        .and_then(|()| out.flush())
-        .map_err(|e| output_failed(&e))?;
-        if let Some(problem) = report.problem {
-            return Err(CliError::new(format!(
-                "the audit checkpoints do not hold: {problem}"
-            )));
-        }
+        _ => command.run(&conn, &mut out).map_err(failed)?,
     }
-    Ok(())
+    out.flush().map_err(|e| output_failed(&e))
+}
+
+/// `--verify --checkpoints FILE --public-key KEY`: the chain's report and the
+/// checkpoints', as text (a line each) or as one JSON object (the chain's report, with
+/// the checkpoints' under `checkpoints`); then every problem found, in one line.
+fn verify_with_checkpoints(
+    conn: &rusqlite::Connection,
+    file: &std::path::Path,
+    public: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    #[derive(serde::Serialize)]
+    struct Verified<'a> {
+        #[serde(flatten)]
+        chain: &'a ChainReport,
+        checkpoints: &'a CheckpointReport,
+    }
+    let failed = |e: AuditError| CliError::new(e.to_string());
+    let chain = verify_chain(conn).map_err(failed)?;
+    let checkpoints = verify_checkpoints_of(conn, file, public, &chain).map_err(failed)?;
+    if json {
+        let both = Verified {
+            chain: &chain,
+            checkpoints: &checkpoints,
+        };
+        writeln!(out, "{}", crate::audit::json_text(&both))
+    } else {
+        writeln!(out, "{chain}\n{checkpoints}")
+    }
+    .map_err(|e| output_failed(&e))?;
+    let mut problems = chain.problems();
+    if let Some(problem) = checkpoints.problem {
+        problems.push(format!("the audit checkpoints do not hold: {problem}"));
+    }
+    crate::audit::verdict(problems).map_err(failed)
 }

@@ -935,3 +935,56 @@ fn a_checkpoint_key_without_checkpoints_is_warned_about() {
     );
     assert!(err.lines().last().unwrap().contains("AAC_TOKEN"), "{err}");
 }
+
+/// `audit --verify --json --checkpoints F --public-key K` prints one JSON object: the
+/// chain's report with the checkpoints' under `checkpoints`. A public key of 64 hex
+/// digits that is no Ed25519 point is called that.
+#[test]
+fn verify_with_checkpoints_prints_one_json_object() {
+    if sqlite_only("signed checkpoints are for SQLite trails") {
+        return;
+    }
+    use aac_tools::audit::{CheckpointKey, open_reader, write_checkpoint};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    record_refused_calls(&path, 2);
+    let key = CheckpointKey::generate().unwrap();
+    write_checkpoint(
+        &open_reader(&path).unwrap(),
+        &key,
+        dir.path().join("cp.jsonl"),
+    )
+    .unwrap();
+    let verify = |json: bool, public: &str| {
+        let mut args = vec!["audit", "--verify", "--checkpoints", "cp.jsonl"];
+        args.extend(["--public-key", public]);
+        if json {
+            args.push("--json");
+        }
+        run(dir.path(), &args)
+    };
+    let out = verify(true, &key.public_hex());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("one JSON object");
+    assert_eq!(report["checked"], 2, "{report}");
+    assert_eq!(report["head"][0], 2, "{report}");
+    assert!(report["broken"].is_null(), "{report}");
+    assert_eq!(
+        report["missing_triggers"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(report["checkpoints"]["checked"], 1, "{report}");
+    assert_eq!(report["checkpoints"]["last_seq"], 2, "{report}");
+    assert!(report["checkpoints"]["problem"].is_null(), "{report}");
+
+    let text = stdout(&verify(false, &key.public_hex()));
+    assert!(text.starts_with("chain intact: 2 records"), "{text}");
+    assert!(text.contains("\ncheckpoints intact: 1 signed"), "{text}");
+
+    let line = one_line_error(&verify(false, &"02".repeat(32)));
+    assert!(line.contains("not a valid Ed25519 public key"), "{line}");
+    let line = one_line_error(&verify(false, "abc"));
+    assert!(line.contains("64 hex digits"), "{line}");
+}

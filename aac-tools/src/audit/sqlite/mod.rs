@@ -17,6 +17,7 @@ mod table;
 mod verify;
 mod writer;
 
+pub(crate) use checkpoint::verify_checkpoints_of;
 pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
     write_checkpoint,
