@@ -158,6 +158,8 @@ struct Shared {
     check_token: Option<Box<CheckToken>>,
     before_serve: Option<Box<BeforeServe>>,
     token_create_mode: OpenMode,
+    /// `NAME token create --flag VALUE …` with the flags this program requires, for hints.
+    token_create_usage: String,
     #[cfg(feature = "postgres")]
     postgres: Option<postgres::PgSchema>,
     #[cfg(feature = "postgres")]
@@ -276,6 +278,7 @@ impl Cli {
                 check_token: None,
                 before_serve: None,
                 token_create_mode: OpenMode::Create,
+                token_create_usage: String::new(),
                 #[cfg(feature = "postgres")]
                 postgres: None,
                 #[cfg(feature = "postgres")]
@@ -546,6 +549,7 @@ impl Cli {
         T: Into<OsString> + Clone,
     {
         let cmd = self.command_line();
+        self.shared.token_create_usage = token_create_usage(&cmd);
         let matches = match cmd.try_get_matches_from(args) {
             Ok(matches) => matches,
             Err(err) => {
@@ -609,6 +613,33 @@ async fn run_builtin(
         args::Builtin::Audit(args) => audit::audit(&context, args),
         args::Builtin::Manifest => print_out(context.registry()?.manifest()),
     }
+}
+
+/// `NAME token create --flag VALUE …`: the flags `token create` requires as this
+/// program's command line has them (an application may require more, or rename them,
+/// with [`Cli::clap`]), in the order of `--help`.
+fn token_create_usage(cmd: &clap::Command) -> String {
+    let mut usage = format!("{} token create", cmd.get_name());
+    let create = cmd
+        .find_subcommand("token")
+        .and_then(|token| token.find_subcommand("create"));
+    let mut required: Vec<&clap::Arg> = create
+        .iter()
+        .flat_map(|c| c.get_arguments())
+        .filter(|arg| arg.is_required_set())
+        .collect();
+    // As `--help` lists them.
+    required.sort_by_key(|arg| arg.get_display_order());
+    for arg in required {
+        if let Some(long) = arg.get_long() {
+            let value = match arg.get_value_names() {
+                Some([name, ..]) => name.to_string(),
+                _ => arg.get_id().as_str().to_uppercase(),
+            };
+            usage.push_str(&format!(" --{long} {value}"));
+        }
+    }
+    usage
 }
 
 /// Write `text` on stdout, flushed: a write that fails (a pipe nobody reads, as in
@@ -767,6 +798,10 @@ mod tests {
             |_, _| Box::pin(async { Ok(()) }),
         );
         let mut cmd = cli.command_line();
+        assert_eq!(
+            token_create_usage(&cmd),
+            "notes token create --subject NAME --scopes SCOPES"
+        );
         let help = cmd.render_long_help().to_string();
         for word in [
             "Notes over MCP",

@@ -193,7 +193,6 @@ async fn serve(
     match args.http {
         Some(addr) => super::serve::http(context, server, &addr, args.stateless).await,
         None => {
-            let name = context.name();
             let token = match std::env::var("AAC_TOKEN")
                 .ok()
                 .map(|t| t.trim().to_owned())
@@ -201,11 +200,8 @@ async fn serve(
             {
                 Some(token) => token,
                 None => {
-                    let token = fallback_token.ok_or_else(|| {
-                        CliError::new(format!(
-                            "no token for stdio: set AAC_TOKEN to a token from `{name} token create`"
-                        ))
-                    })?;
+                    let token =
+                        fallback_token.ok_or_else(|| super::serve::no_stdio_token(context))?;
                     context.note(
                         "AAC_TOKEN is not set, so this stdio session uses the token printed above",
                     );
@@ -215,7 +211,7 @@ async fn serve(
             tokens
                 .verify(&token)
                 .await
-                .map_err(|e| CliError::new(format!("AAC_TOKEN is refused ({})", e.message())))?;
+                .map_err(|e| super::serve::token_refused(context, e.message()))?;
             crate::mcp::serve_stdio(server, Some(token))
                 .await
                 .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))

@@ -73,19 +73,34 @@ fn when(t: i64) -> String {
         .unwrap_or_else(|| t.to_string())
 }
 
+/// The longest lifetime `--expires` takes: 100 years (of 365.25 days), whose end every
+/// date format still prints.
+const MAX_TTL: i64 = 36_525 * 86_400;
+
 /// The request `token create` makes, checked (scopes known, names printable).
 pub(super) fn request(context: &CliContext, args: &CreateArgs) -> Result<TokenRequest, CliError> {
     let ttl = args.expires.as_deref().map(parse_duration).transpose()?;
+    if let (Some(ttl), Some(expires)) = (ttl, args.expires.as_deref())
+        && ttl > MAX_TTL
+    {
+        return Err(CliError::new(format!(
+            "--expires `{}` is longer than 100 years; give a shorter lifetime, or leave \
+             --expires out for a token that never expires (revoke it when done)",
+            expires.trim()
+        )));
+    }
     let known = context.registry()?.scopes_supported();
-    let scopes: Vec<String> = if args.scopes.iter().any(|s| s.trim() == "all") {
-        known.iter().map(|s| (*s).to_owned()).collect()
+    let mut scopes: Vec<String> = Vec::new();
+    if args.scopes.iter().any(|s| s.trim() == "all") {
+        scopes = known.iter().map(|s| (*s).to_owned()).collect();
     } else {
-        args.scopes
-            .iter()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect()
-    };
+        // In the order given, each once.
+        for scope in args.scopes.iter().map(|s| s.trim()) {
+            if !scope.is_empty() && !scopes.iter().any(|s| s == scope) {
+                scopes.push(scope.to_owned());
+            }
+        }
+    }
     if scopes.is_empty() {
         return Err(CliError::new(if known.is_empty() {
             "the server has no tools, so no scope to give; link tools into the binary".to_owned()

@@ -988,3 +988,60 @@ fn verify_with_checkpoints_prints_one_json_object() {
     let line = one_line_error(&verify(false, "abc"));
     assert!(line.contains("64 hex digits"), "{line}");
 }
+
+/// `--expires` past 100 years is refused (it printed as raw seconds, `live until
+/// 606596284930`); a scope given twice is stored once, in the order given; the hint of
+/// a stdio `serve` without a token is a `token create` this server accepts.
+#[test]
+fn token_lifetimes_are_bounded_scopes_deduplicated_and_the_hint_complete() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let create = |scopes: &str, expires: &str| {
+        target.run(&[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "bob",
+            "--scopes",
+            scopes,
+            "--expires",
+            expires,
+        ])
+    };
+    let line = one_line_error(&create("issues:read", "1000000w"));
+    assert!(line.contains("100 years"), "{line}");
+    let out = create("issues:read,comments:read,issues:read", "5200w");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("scopes: issues:read comments:read,"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(target.tokens()[0].scopes, ["issues:read", "comments:read"]);
+    let listed = stdout(&target.run(&["token", "list"]));
+    assert!(
+        listed.contains("live until 2"),
+        "an RFC 3339 date: {listed}"
+    );
+
+    let line = one_line_error(&target.run(&["serve"]));
+    assert!(
+        line.contains(
+            "`aacworkflow token create --user USER --workspace WORKSPACE --scopes SCOPES`"
+        ),
+        "{line}"
+    );
+    let out = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", "aac_000000000000_nope")
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("token create --user USER --workspace WORKSPACE"),
+        "{line}"
+    );
+}
