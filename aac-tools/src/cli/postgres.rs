@@ -123,16 +123,30 @@ fn open(context: &CliContext) -> Result<Database, CliError> {
 /// Migrate (or check) the schema: the framework's and the application's.
 async fn migrate(context: &CliContext, db: &Database) -> Result<(), CliError> {
     let Some(schema) = &context.shared.postgres else {
-        return Err(CliError::new(format!(
-            "`{}` keeps its data in SQLite only: pass --db with a file path",
-            context.name()
-        )));
+        return Err(sqlite_only(context));
     };
     let migrations: Vec<&str> = schema.migrations.iter().map(String::as_str).collect();
     db.migrate(&schema.component, &migrations)
         .await
         .map_err(|e| CliError::new(format!("cannot migrate `{}`: {e}", db.name())))?;
     Ok(())
+}
+
+/// Check, writing nothing, that the database was migrated, by no newer release.
+async fn check(context: &CliContext, db: &Database) -> Result<(), CliError> {
+    let Some(schema) = &context.shared.postgres else {
+        return Err(sqlite_only(context));
+    };
+    db.check_schema(&schema.component, schema.migrations.len())
+        .await
+        .map_err(|e| CliError::new(format!("cannot read `{}`: {e}", db.name())))
+}
+
+fn sqlite_only(context: &CliContext) -> CliError {
+    CliError::new(format!(
+        "`{}` keeps its data in SQLite only: pass --db with a file path",
+        context.name()
+    ))
 }
 
 pub(super) async fn run(
@@ -144,7 +158,15 @@ pub(super) async fn run(
         return super::print_out(context.registry()?.manifest());
     }
     let db = open(&context)?;
-    migrate(&context, &db).await?;
+    // The reading commands check the schema and write nothing; the others migrate it.
+    if matches!(
+        command,
+        Builtin::Audit(_) | Builtin::Token(TokenCommand::List)
+    ) {
+        check(&context, &db).await?;
+    } else {
+        migrate(&context, &db).await?;
+    }
     match command {
         Builtin::Serve(args) => serve(&context, db, args, matches).await,
         Builtin::Token(command) => token(&context, &db, command).await,

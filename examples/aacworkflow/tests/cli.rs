@@ -321,7 +321,9 @@ fn token_create_refuses_unknown_users_scopes_and_durations() {
 
 #[test]
 fn commands_on_a_missing_database_say_to_run_init() {
-    if sqlite_only("a missing file; on PostgreSQL every command migrates the database it names") {
+    if sqlite_only(
+        "a missing file; on PostgreSQL the commands that write migrate the database it names",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -639,42 +641,82 @@ fn reading_commands_create_and_migrate_nothing() {
     assert!(schema_names(&path).is_empty(), "{:?}", schema_names(&path));
 }
 
+impl Target {
+    /// `sql` on the database, as its owner (anyone who can write the file, on SQLite).
+    fn tamper(&self, sql: &str) {
+        match &self.pg {
+            Some(pg) => common::block(async {
+                let (client, connection) = aac_tools::postgres::tokio_postgres::connect(
+                    &pg.url,
+                    aac_tools::postgres::tokio_postgres::NoTls,
+                )
+                .await
+                .unwrap();
+                tokio::spawn(connection);
+                client.batch_execute(sql).await.unwrap();
+            }),
+            None => tamper(&self.dir.path().join("aacworkflow.db"), sql),
+        }
+    }
+
+    fn has_table(&self, name: &str) -> bool {
+        match &self.pg {
+            Some(pg) => {
+                let n: i64 = common::pg_scalar(
+                    &pg.url,
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = $1",
+                    &[&name],
+                );
+                n > 0
+            }
+            None => schema_names(&self.dir.path().join("aacworkflow.db"))
+                .iter()
+                .any(|n| n == name),
+        }
+    }
+}
+
 /// A database the command line created has its trail from the start, so a trail that
 /// is gone (renamed or dropped, which the triggers do not stop) is reported as such,
 /// not verified as an empty chain, and not recreated by the reading commands.
 #[test]
 fn a_renamed_or_dropped_audit_table_is_reported_not_recreated() {
-    if sqlite_only("tampering with the file") {
-        return;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    assert!(target.has_table("aac_audit"), "init creates the trail");
+    if target.pg.is_none() {
+        let names = schema_names(&target.dir.path().join("aacworkflow.db"));
+        for name in ["aac_audit_no_delete", "aac_audit_no_update"] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "init creates {name}: {names:?}"
+            );
+        }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("aacworkflow.db");
-    assert!(run(dir.path(), &["init", "--demo"]).status.success());
-    let names = schema_names(&path);
-    for name in ["aac_audit", "aac_audit_no_delete", "aac_audit_no_update"] {
-        assert!(
-            names.iter().any(|n| n == name),
-            "init creates {name}: {names:?}"
-        );
-    }
-    tamper(&path, "ALTER TABLE aac_audit RENAME TO evidence");
+    target.tamper("ALTER TABLE aac_audit RENAME TO evidence");
     for args in [
         &["audit", "--verify"][..],
         &["audit"],
         &["audit", "--stats"],
+        &["token", "list"],
     ] {
-        let line = one_line_error(&run(dir.path(), args));
+        let out = target.run(args);
+        if args[0] == "token" {
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            continue;
+        }
+        let line = one_line_error(&out);
         assert!(
             line.contains("no `aac_audit` table") && line.contains("renamed"),
             "{args:?}: {line}"
         );
     }
-    assert!(
-        !schema_names(&path).iter().any(|n| n == "aac_audit"),
-        "not recreated"
-    );
-    tamper(&path, "DROP TABLE evidence");
-    let line = one_line_error(&run(dir.path(), &["audit", "--verify"]));
+    assert!(!target.has_table("aac_audit"), "not recreated");
+    assert!(target.has_table("evidence"));
+    // (On PostgreSQL the reference server's view `aacworkflow_usage` goes with it.)
+    let cascade = if target.pg.is_some() { " CASCADE" } else { "" };
+    target.tamper(&format!("DROP TABLE evidence{cascade}"));
+    let line = one_line_error(&target.run(&["audit", "--verify"]));
     assert!(line.contains("dropped"), "{line}");
 }
 
@@ -682,16 +724,12 @@ fn a_renamed_or_dropped_audit_table_is_reported_not_recreated() {
 /// message `serve` gives, instead of verifying as an intact chain.
 #[test]
 fn an_audit_table_with_other_columns_fails_every_audit_command() {
-    if sqlite_only("tampering with the file") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("aacworkflow.db");
-    assert!(run(dir.path(), &["init"]).status.success());
-    tamper(
-        &path,
-        "DROP TABLE IF EXISTS aac_audit; CREATE TABLE aac_audit (seq INTEGER PRIMARY KEY, note TEXT)",
-    );
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let cascade = if target.pg.is_some() { " CASCADE" } else { "" };
+    target.tamper(&format!(
+        "DROP TABLE aac_audit{cascade}; CREATE TABLE aac_audit (seq BIGINT PRIMARY KEY, note TEXT)"
+    ));
     for args in [
         &["audit"][..],
         &["audit", "--json"],
@@ -700,7 +738,7 @@ fn an_audit_table_with_other_columns_fails_every_audit_command() {
         &["init"],
         &["serve", "--http", "127.0.0.1:0"],
     ] {
-        let line = one_line_error(&run(dir.path(), args));
+        let line = one_line_error(&target.run(args));
         assert!(
             line.contains("`aac_audit` table has columns (seq, note)"),
             "{args:?}: {line}"

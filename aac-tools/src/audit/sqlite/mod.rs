@@ -29,6 +29,6 @@ pub(crate) use row::Row;
 #[cfg(feature = "postgres")]
 pub(crate) use table::OUTCOME_CHECK;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
-pub(crate) use table::{SELECT_COLUMNS, check_table};
+pub(crate) use table::{MISSING_TABLE, SELECT_COLUMNS, check_table, other_columns};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

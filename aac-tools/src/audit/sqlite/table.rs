@@ -176,7 +176,7 @@ fn older_table_lacks(columns: &[String]) -> &'static [&'static str] {
     if older { missing } else { &[] }
 }
 
-fn other_columns(columns: &[String]) -> AuditError {
+pub(crate) fn other_columns(columns: &[String]) -> AuditError {
     AuditError::new(format!(
         "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
          expects ({}); move it aside or migrate it",
@@ -185,17 +185,18 @@ fn other_columns(columns: &[String]) -> AuditError {
     ))
 }
 
+/// Why a reader finds no `aac_audit` (on SQLite or PostgreSQL).
+pub(crate) const MISSING_TABLE: &str = "no `aac_audit` table, so no audit trail to read: every \
+     database the command line creates, and every one a server ran on, has it, so it was \
+     dropped or renamed (ALTER TABLE … RENAME TO …)";
+
 /// Check, without changing anything, that `aac_audit` is there with the columns this
 /// version reads: for readers, which must neither create the table nor migrate it. A
 /// missing table is an error that says what it may mean.
 pub(crate) fn check_table(conn: &Connection) -> Result<(), AuditError> {
     let columns = table_columns(conn)?;
     if columns.is_empty() {
-        return Err(AuditError::new(
-            "no `aac_audit` table, so no audit trail to read: every database the command \
-             line creates, and every one a server ran on, has it, so it was dropped or \
-             renamed (ALTER TABLE … RENAME TO …)",
-        ));
+        return Err(AuditError::new(MISSING_TABLE));
     }
     if columns == AUDIT_COLUMNS {
         return Ok(());
