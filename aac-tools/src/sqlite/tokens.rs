@@ -52,7 +52,7 @@ impl TokenStore {
             if db.is_read_only() {
                 return Err(DbError::new(
                     format!(
-                        "no token store (the `aac_tokens` table) in `{}`",
+                        "`{}` has no `aac_tokens` table, and is open to read only",
                         db.path().display()
                     ),
                     None,

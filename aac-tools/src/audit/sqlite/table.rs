@@ -45,7 +45,7 @@ pub(crate) const OUTCOME_CHECK: &str = "outcome IN ('success', 'denied', 'error'
 
 /// The append-only triggers: each one's name and the statement that creates it, as
 /// `sqlite_master` keeps it (SQLite drops the `IF NOT EXISTS` [`SCHEMA_EXTRAS`] adds).
-pub(crate) const TRIGGERS: [(&str, &str); 2] = [
+const TRIGGERS: [(&str, &str); 2] = [
     (
         "aac_audit_no_update",
         "CREATE TRIGGER aac_audit_no_update BEFORE UPDATE ON aac_audit
@@ -204,8 +204,8 @@ pub(crate) fn check_table(conn: &Connection) -> Result<(), AuditError> {
     let missing = older_table_lacks(&columns);
     if !missing.is_empty() {
         return Err(AuditError::new(format!(
-            "the `aac_audit` table is an older aac-tools' (it lacks the columns {}): \
-             the audit sink adds them when the server next starts",
+            "the `aac_audit` table is from an older aac-tools (it lacks the columns {}, \
+             which the audit sink adds when the server next starts)",
             missing.join(", ")
         )));
     }

@@ -42,8 +42,8 @@ impl ChainReport {
         }
         if !self.missing_triggers.is_empty() {
             problems.push(format!(
-                "the append-only triggers {} of `aac_audit` are missing or altered \
-                 (records can be changed or deleted without the database refusing)",
+                "append-only triggers of `aac_audit` missing or altered ({}): records can be \
+                 changed or deleted without the database refusing",
                 self.missing_triggers.join(", ")
             ));
         }
