@@ -4,7 +4,7 @@ use std::io::Write;
 
 use rusqlite::Connection;
 
-use super::sqlite::verify_chain;
+use super::sqlite::{check_table, verify_chain};
 use super::{AuditError, AuditQuery, format_json_lines, format_table};
 
 /// The `audit` command of a server's command line (the one `aac_tools::cli` gives every
@@ -35,9 +35,12 @@ pub struct AuditCommand {
 
 impl AuditCommand {
     /// Run the command against the database behind `conn` and write its output to
-    /// `out`. A broken chain (with `--verify`) is an error, after the report is written.
+    /// `out`. A broken chain or missing append-only triggers (with `--verify`) are an
+    /// error, after the report is written. Nothing is created: without an `aac_audit`
+    /// table (or with one of other columns) every form fails, saying so.
     pub fn run(&self, conn: &Connection, out: &mut dyn Write) -> Result<(), AuditError> {
         let io = |e: std::io::Error| AuditError::new(format!("cannot write the output: {e}"));
+        check_table(conn)?;
         if self.verify {
             let report = verify_chain(conn)?;
             if self.json {
@@ -46,12 +49,7 @@ impl AuditCommand {
             } else {
                 writeln!(out, "{report}").map_err(io)?;
             }
-            return match report.broken {
-                Some(broken) => Err(AuditError::new(format!(
-                    "the audit chain is broken at {broken}"
-                ))),
-                None => Ok(()),
-            };
+            return verdict(report.problems());
         }
         if self.stats {
             let summary = self.query.summary(conn)?;
@@ -70,5 +68,14 @@ impl AuditCommand {
             format_table(&records)
         };
         out.write_all(text.as_bytes()).map_err(io)
+    }
+}
+
+/// `Ok` when nothing is wrong, else every problem in one line.
+pub(crate) fn verdict(problems: Vec<String>) -> Result<(), AuditError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(AuditError::new(problems.join("; ")))
     }
 }

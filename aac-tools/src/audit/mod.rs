@@ -43,6 +43,8 @@ pub(crate) mod worker;
 
 #[cfg(feature = "sqlite")]
 pub use command::AuditCommand;
+#[cfg(feature = "sqlite")]
+pub(crate) use command::verdict;
 pub use fanout::FanOut;
 #[cfg(feature = "sqlite")]
 pub use format::{format_json_lines, format_table};

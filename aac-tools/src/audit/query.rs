@@ -93,9 +93,10 @@ impl AuditQuery {
         Ok(self)
     }
 
-    /// Only the newest `n` matching records (still listed oldest first).
+    /// Only the newest `n` matching records (still listed oldest first). SQLite counts to
+    /// `i64::MAX`: a larger `n` means as many.
     pub fn limit(mut self, n: usize) -> AuditQuery {
-        self.limit = Some(n);
+        self.limit = Some(n.min(usize::try_from(i64::MAX).unwrap_or(usize::MAX)));
         self
     }
 
@@ -140,12 +141,15 @@ impl AuditQuery {
             None => format!("SELECT {columns} FROM aac_audit WHERE {filter} ORDER BY seq"),
         };
         let mut stmt = conn.prepare(&sql).map_err(sql_error)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), Row::from_sql)
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
             .map_err(sql_error)?;
         let mut records = Vec::new();
-        for row in rows {
-            records.push(row.map_err(sql_error)?.into_stored()?);
+        while let Some(row) = rows.next().map_err(sql_error)? {
+            let row = Row::read(row).map_err(|bad| {
+                AuditError::new(format!("audit record {}: {}", bad.seq, bad.problem))
+            })?;
+            records.push(row.into_stored()?);
         }
         Ok(records)
     }

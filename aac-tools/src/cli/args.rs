@@ -36,8 +36,9 @@ pub(crate) struct ServeArgs {
     /// (comma-separated, 64+ hex digits each, the first signs)
     #[arg(long, value_name = "POLICY", default_value = "argument")]
     pub(crate) confirm: crate::confirm::ConfirmPolicy,
-    /// How long a person has to answer a confirmation, in seconds
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    /// How long a person has to answer a confirmation, in seconds (at least 1)
+    #[arg(long, value_name = "SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) confirm_timeout: u64,
 }
 
@@ -70,6 +71,9 @@ pub(crate) struct CreateArgs {
     pub(crate) expires: Option<String>,
 }
 
+/// The largest `--limit`: SQLite's largest integer.
+const MAX_LIMIT: u64 = i64::MAX.unsigned_abs();
+
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
     /// Only calls of this tool (for a resource, its URI; for a prompt, its name)
@@ -96,17 +100,20 @@ pub(crate) struct AuditArgs {
     /// Only calls before this time (same forms as --since)
     #[arg(long, value_name = "TIME")]
     pub(crate) until: Option<String>,
-    /// Only the newest N records
-    #[arg(long, value_name = "N")]
-    pub(crate) limit: Option<usize>,
+    /// Only the newest N records (1 or more)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT),
+          conflicts_with = "stats")]
+    pub(crate) limit: Option<u64>,
     /// One JSON record per line
     #[arg(long)]
     pub(crate) json: bool,
     /// A summary instead of the records: calls per day, most refused tools, denials per hour
     #[arg(long)]
     pub(crate) stats: bool,
-    /// Check the hash chain of the trail instead of listing records
-    #[arg(long, conflicts_with = "stats")]
+    /// Check the hash chain of the whole trail (and its append-only triggers) instead of
+    /// listing records; no filter applies
+    #[arg(long, conflicts_with_all = ["stats", "tool", "kind", "outcome", "reason", "principal",
+          "workspace", "since", "until", "limit"])]
     pub(crate) verify: bool,
     /// With --verify: also check the signed checkpoints in this file (needs --public-key)
     #[arg(long, value_name = "FILE", requires_all = ["verify", "public_key"])]
@@ -116,6 +123,8 @@ pub(crate) struct AuditArgs {
     pub(crate) public_key: Option<String>,
     /// Print a new checkpoint key (the secret, for AAC_CHECKPOINT_KEY) on stdout and its
     /// public half on stderr, and do nothing else
-    #[arg(long, conflicts_with_all = ["verify", "stats", "json"])]
+    #[arg(long, conflicts_with_all = ["tool", "kind", "outcome", "reason", "principal",
+          "workspace", "since", "until", "limit", "json", "stats", "verify", "checkpoints",
+          "public_key"])]
     pub(crate) new_checkpoint_key: bool,
 }

@@ -1,11 +1,13 @@
 //! `audit`: the records, a summary, or the chain's check.
 
 use super::args::AuditArgs;
-use super::{CliContext, CliError, OpenMode};
+use super::{CliContext, CliError, OpenMode, output_failed, print_out};
 use std::io::Write;
 
+use crate::audit::sqlite::verify_checkpoints_of;
 use crate::audit::{
-    AUDIT_TABLE, AuditCommand, AuditError, AuditQuery, CheckpointKey, Outcome, verify_checkpoints,
+    AuditCommand, AuditError, AuditQuery, ChainReport, CheckpointKey, CheckpointReport, Outcome,
+    verify_chain,
 };
 
 /// The `audit` command its flags describe.
@@ -40,8 +42,17 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
     if let Some(until) = args.until.as_deref() {
         query = query.until(until).map_err(failed)?;
     }
+    if let (Some(since), Some(until)) = (args.since.as_deref(), args.until.as_deref())
+        && crate::audit::parse_time(since).map_err(failed)?
+            >= crate::audit::parse_time(until).map_err(failed)?
+    {
+        return Err(CliError::new(format!(
+            "--since `{since}` is not before --until `{until}`: no record can match; \
+             swap them, or drop one"
+        )));
+    }
     if let Some(limit) = args.limit {
-        query = query.limit(limit);
+        query = query.limit(usize::try_from(limit).unwrap_or(usize::MAX));
     }
     Ok(AuditCommand {
         query,
@@ -54,7 +65,7 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
 pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliError> {
     if args.new_checkpoint_key {
         let key = CheckpointKey::generate().map_err(|e| CliError::new(e.to_string()))?;
-        println!("{}", key.secret_hex());
+        print_out(format_args!("{}\n", key.secret_hex()))?;
         context.note(format_args!(
             "a new checkpoint key: keep the secret above out of the database (AAC_CHECKPOINT_KEY \
              for `serve --checkpoints FILE`); verify with --public-key {}",
@@ -62,41 +73,55 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
         ));
         return Ok(());
     }
-    // Checks the file is the application's (and creates nothing) before reading it.
-    drop(context.open_db(OpenMode::Existing)?);
-    let path = context.db_path();
     let failed = |e: AuditError| CliError::new(e.to_string());
     let command = command(&args)?;
-    let conn = crate::audit::open_reader(path).map_err(failed)?;
-    // A database whose server never ran has no trail yet: create the (empty) table.
-    let has_table = conn
-        .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [AUDIT_TABLE],
-            |_| Ok(()),
-        )
-        .is_ok();
-    if !has_table {
-        let writer = rusqlite::Connection::open(path)
-            .map_err(|e| CliError::new(format!("cannot open `{}`: {e}", path.display())))?;
-        crate::audit::ensure_table(&writer).map_err(failed)?;
-    }
+    // Checks the file is the application's before reading it, and writes nothing: a
+    // trail that is missing (every database the command line creates has one) or of
+    // other columns is reported by the command, never created or migrated.
+    drop(context.open_db(OpenMode::Read)?);
+    let conn = crate::audit::open_reader(context.db_path()).map_err(failed)?;
     let mut out = std::io::stdout().lock();
-    command.run(&conn, &mut out).map_err(failed)?;
-    if let (Some(file), Some(public)) = (&args.checkpoints, &args.public_key) {
-        let report = verify_checkpoints(&conn, file, public).map_err(failed)?;
-        if args.json {
-            let json = crate::audit::json_text(&report);
-            writeln!(out, "{json}")
-        } else {
-            writeln!(out, "{report}")
+    match (&args.checkpoints, &args.public_key) {
+        (Some(file), Some(public)) => {
+            verify_with_checkpoints(&conn, file, public, args.json, &mut out)?;
         }
-        .map_err(|e| CliError::new(format!("cannot write the output: {e}")))?;
-        if let Some(problem) = report.problem {
-            return Err(CliError::new(format!(
-                "the audit checkpoints do not hold: {problem}"
-            )));
-        }
+        _ => command.run(&conn, &mut out).map_err(failed)?,
     }
-    Ok(())
+    out.flush().map_err(|e| output_failed(&e))
+}
+
+/// `--verify --checkpoints FILE --public-key KEY`: the chain's report and the
+/// checkpoints', as text (a line each) or as one JSON object (the chain's report, with
+/// the checkpoints' under `checkpoints`); then every problem found, in one line.
+fn verify_with_checkpoints(
+    conn: &rusqlite::Connection,
+    file: &std::path::Path,
+    public: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    #[derive(serde::Serialize)]
+    struct Verified<'a> {
+        #[serde(flatten)]
+        chain: &'a ChainReport,
+        checkpoints: &'a CheckpointReport,
+    }
+    let failed = |e: AuditError| CliError::new(e.to_string());
+    let chain = verify_chain(conn).map_err(failed)?;
+    let checkpoints = verify_checkpoints_of(conn, file, public, &chain).map_err(failed)?;
+    if json {
+        let both = Verified {
+            chain: &chain,
+            checkpoints: &checkpoints,
+        };
+        writeln!(out, "{}", crate::audit::json_text(&both))
+    } else {
+        writeln!(out, "{chain}\n{checkpoints}")
+    }
+    .map_err(|e| output_failed(&e))?;
+    let mut problems = chain.problems();
+    if let Some(problem) = checkpoints.problem {
+        problems.push(format!("the audit checkpoints do not hold: {problem}"));
+    }
+    crate::audit::verdict(problems).map_err(failed)
 }

@@ -17,7 +17,7 @@ pub(super) fn open(context: &CliContext, mode: OpenMode) -> Result<Database, Cli
         )));
     }
     if !path.exists() {
-        if mode == OpenMode::Existing {
+        if mode != OpenMode::Create {
             return Err(CliError::new(format!(
                 "no database at `{shown}`; `{name} serve` or `{name} token create` creates it, \
                  or point --db (or AAC_DB) at an existing one"
@@ -36,6 +36,11 @@ pub(super) fn open(context: &CliContext, mode: OpenMode) -> Result<Database, Cli
         }
     }
     let failed = |e: DbError| describe(path, &e);
+    if mode == OpenMode::Read {
+        // Nothing to check beyond SQLite's own: the schema is the application's SQL,
+        // which only runs on a write.
+        return Database::open_read_only(path).map_err(failed);
+    }
     let db = Database::open(path).map_err(failed)?;
     let schema = &context.shared.schema;
     if !schema.is_empty() {

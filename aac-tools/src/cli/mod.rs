@@ -100,12 +100,18 @@ impl<E: std::error::Error> From<E> for CliError {
     }
 }
 
-/// Whether a command may create the database file.
+/// Whether a command may create the database file, or write to it at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// The file must exist (`token list`, `token revoke`, `audit`).
+    /// Read only (`audit`, `token list`): the file must exist and be the application's,
+    /// at a schema this build reads (a newer one is refused); nothing is created,
+    /// migrated or written. Open it with [`Database::open_read_only`].
+    Read,
+    /// The file must exist; the schema may be brought up to date (`token revoke`).
     Existing,
-    /// Create the file and the schema if needed (`serve`, `token create`).
+    /// Create the file and the schema if needed (`serve`, `token create`). The command
+    /// line then creates the audit trail's table too, so that every database it made
+    /// has one, and a trail that is missing later was removed.
     Create,
 }
 
@@ -152,6 +158,8 @@ struct Shared {
     check_token: Option<Box<CheckToken>>,
     before_serve: Option<Box<BeforeServe>>,
     token_create_mode: OpenMode,
+    /// `NAME token create --flag VALUE …` with the flags this program requires, for hints.
+    token_create_usage: String,
     #[cfg(feature = "postgres")]
     postgres: Option<postgres::PgSchema>,
     #[cfg(feature = "postgres")]
@@ -179,12 +187,22 @@ impl CliContext {
     }
 
     /// Open the database as the built-in commands do: [`Cli::open_with`] if given, else
-    /// the default checks, [`Cli::schema`] and the token store's table.
+    /// the default checks, [`Cli::schema`] and the token store's table; with
+    /// [`OpenMode::Create`], the audit trail's table too (created if missing, checked if
+    /// not).
     pub fn open_db(&self, mode: OpenMode) -> Result<Database, CliError> {
-        match &self.shared.opener {
+        let db = match &self.shared.opener {
             Some(open) => open(&self.db, mode),
             None => db::open(self, mode),
+        }?;
+        if mode == OpenMode::Create {
+            db.with_writer(|conn| Ok(crate::audit::ensure_table(conn)))
+                .map_err(CliError::from)?
+                .map_err(|e| {
+                    CliError::new(format!("the audit trail in `{}`: {e}", self.db.display()))
+                })?;
         }
+        Ok(db)
     }
 
     /// The server's tools.
@@ -260,6 +278,7 @@ impl Cli {
                 check_token: None,
                 before_serve: None,
                 token_create_mode: OpenMode::Create,
+                token_create_usage: String::new(),
                 #[cfg(feature = "postgres")]
                 postgres: None,
                 #[cfg(feature = "postgres")]
@@ -312,10 +331,13 @@ impl Cli {
     }
 
     /// Open the database yourself (your checks, migrations and messages) instead of the
-    /// default: the file must exist for [`OpenMode::Existing`]; its parent directory for
-    /// [`OpenMode::Create`]; then [`Database::open`], [`Cli::schema`] and the token store.
-    /// The token store's and the audit trail's tables are created by the commands that
-    /// use them.
+    /// default: the file must exist for [`OpenMode::Read`] and [`OpenMode::Existing`]; its
+    /// parent directory for [`OpenMode::Create`]; then [`Database::open`], [`Cli::schema`]
+    /// and the token store. For [`OpenMode::Read`], check that the file is the
+    /// application's and not from a newer version, create and migrate nothing, and return
+    /// [`Database::open_read_only`]. The token store's table is created by the commands
+    /// that use it; the audit trail's, by the command line after a [`OpenMode::Create`]
+    /// open.
     pub fn open_with(
         mut self,
         open: impl Fn(&Path, OpenMode) -> Result<Database, CliError> + Send + Sync + 'static,
@@ -527,6 +549,7 @@ impl Cli {
         T: Into<OsString> + Clone,
     {
         let cmd = self.command_line();
+        self.shared.token_create_usage = token_create_usage(&cmd);
         let matches = match cmd.try_get_matches_from(args) {
             Ok(matches) => matches,
             Err(err) => {
@@ -588,11 +611,50 @@ async fn run_builtin(
         args::Builtin::Serve(args) => serve::serve(context, args, matches).await,
         args::Builtin::Token(command) => token::token(&context, command),
         args::Builtin::Audit(args) => audit::audit(&context, args),
-        args::Builtin::Manifest => {
-            print!("{}", context.registry()?.manifest());
-            Ok(())
+        args::Builtin::Manifest => print_out(context.registry()?.manifest()),
+    }
+}
+
+/// `NAME token create --flag VALUE …`: the flags `token create` requires as this
+/// program's command line has them (an application may require more, or rename them,
+/// with [`Cli::clap`]), in the order of `--help`.
+fn token_create_usage(cmd: &clap::Command) -> String {
+    let mut usage = format!("{} token create", cmd.get_name());
+    let create = cmd
+        .find_subcommand("token")
+        .and_then(|token| token.find_subcommand("create"));
+    let mut required: Vec<&clap::Arg> = create
+        .iter()
+        .flat_map(|c| c.get_arguments())
+        .filter(|arg| arg.is_required_set())
+        .collect();
+    // As `--help` lists them.
+    required.sort_by_key(|arg| arg.get_display_order());
+    for arg in required {
+        if let Some(long) = arg.get_long() {
+            let value = match arg.get_value_names() {
+                Some([name, ..]) => name.to_string(),
+                _ => arg.get_id().as_str().to_uppercase(),
+            };
+            usage.push_str(&format!(" --{long} {value}"));
         }
     }
+    usage
+}
+
+/// Write `text` on stdout, flushed: a write that fails (a pipe nobody reads, as in
+/// `… | head -c0`) is an error, never a panic as `print!` makes it.
+pub(crate) fn print_out(text: impl fmt::Display) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    write!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| output_failed(&e))
+}
+
+/// The error of a write on stdout that failed.
+pub(crate) fn output_failed(err: &std::io::Error) -> CliError {
+    CliError::new(format!("cannot write the output: {err}"))
 }
 
 /// Logs to stderr: `AAC_LOG`, else `RUST_LOG`, else warnings only on stdio (a host may
@@ -660,6 +722,61 @@ mod tests {
         }
     }
 
+    fn schema_names(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// With the default opener: a database created by the command line has its audit
+    /// trail from the start; a reading command on a file without one fails and leaves
+    /// it as it was.
+    #[tokio::test]
+    async fn a_created_database_has_its_trail_and_reading_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = || {
+            Cli::new("notes", "1.0")
+                .logging(false)
+                .schema("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY);")
+                .command(clap::Command::new("init"), |ctx, _| {
+                    Box::pin(async move { ctx.open_db(OpenMode::Create).map(drop) })
+                })
+        };
+        let created = dir.path().join("created.db");
+        let db = created.to_str().unwrap();
+        assert_eq!(
+            cli().run_from(["notes", "--db", db, "init"]).await,
+            ExitCode::SUCCESS
+        );
+        assert_eq!(schema_names(&created), ["aac_audit", "aac_tokens", "notes"]);
+        assert_eq!(
+            cli()
+                .run_from(["notes", "--db", db, "audit", "--verify"])
+                .await,
+            ExitCode::SUCCESS
+        );
+
+        let bare = dir.path().join("bare.db");
+        rusqlite::Connection::open(&bare)
+            .unwrap()
+            .execute_batch("CREATE TABLE notes (id INTEGER PRIMARY KEY);")
+            .unwrap();
+        let before = std::fs::read(&bare).unwrap();
+        let db = bare.to_str().unwrap();
+        for args in [&["audit", "--verify"][..], &["audit"], &["token", "list"]] {
+            let mut argv = vec!["notes", "--db", db];
+            argv.extend(args);
+            assert_eq!(cli().run_from(argv).await, ExitCode::FAILURE, "{args:?}");
+        }
+        assert_eq!(std::fs::read(&bare).unwrap(), before, "untouched");
+        assert_eq!(schema_names(&bare), ["notes"]);
+    }
+
     /// `tokio::spawn(cli.run())` works: the future is `Send`.
     #[test]
     fn running_is_send() {
@@ -681,6 +798,10 @@ mod tests {
             |_, _| Box::pin(async { Ok(()) }),
         );
         let mut cmd = cli.command_line();
+        assert_eq!(
+            token_create_usage(&cmd),
+            "notes token create --subject NAME --scopes SCOPES"
+        );
         let help = cmd.render_long_help().to_string();
         for word in [
             "Notes over MCP",

@@ -123,10 +123,7 @@ fn open(context: &CliContext) -> Result<Database, CliError> {
 /// Migrate (or check) the schema: the framework's and the application's.
 async fn migrate(context: &CliContext, db: &Database) -> Result<(), CliError> {
     let Some(schema) = &context.shared.postgres else {
-        return Err(CliError::new(format!(
-            "`{}` keeps its data in SQLite only: pass --db with a file path",
-            context.name()
-        )));
+        return Err(sqlite_only(context));
     };
     let migrations: Vec<&str> = schema.migrations.iter().map(String::as_str).collect();
     db.migrate(&schema.component, &migrations)
@@ -135,17 +132,41 @@ async fn migrate(context: &CliContext, db: &Database) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Check, writing nothing, that the database was migrated, by no newer release.
+async fn check(context: &CliContext, db: &Database) -> Result<(), CliError> {
+    let Some(schema) = &context.shared.postgres else {
+        return Err(sqlite_only(context));
+    };
+    db.check_schema(&schema.component, schema.migrations.len())
+        .await
+        .map_err(|e| CliError::new(format!("cannot read `{}`: {e}", db.name())))
+}
+
+fn sqlite_only(context: &CliContext) -> CliError {
+    CliError::new(format!(
+        "`{}` keeps its data in SQLite only: pass --db with a file path",
+        context.name()
+    ))
+}
+
 pub(super) async fn run(
     context: CliContext,
     command: Builtin,
     matches: ArgMatches,
 ) -> Result<(), CliError> {
     if matches!(command, Builtin::Manifest) {
-        print!("{}", context.registry()?.manifest());
-        return Ok(());
+        return super::print_out(context.registry()?.manifest());
     }
     let db = open(&context)?;
-    migrate(&context, &db).await?;
+    // The reading commands check the schema and write nothing; the others migrate it.
+    if matches!(
+        command,
+        Builtin::Audit(_) | Builtin::Token(TokenCommand::List)
+    ) {
+        check(&context, &db).await?;
+    } else {
+        migrate(&context, &db).await?;
+    }
     match command {
         Builtin::Serve(args) => serve(&context, db, args, matches).await,
         Builtin::Token(command) => token(&context, &db, command).await,
@@ -165,6 +186,10 @@ async fn serve(
             "--checkpoints is for SQLite trails; on PostgreSQL, sign the head from `audit --verify` output",
         ));
     }
+    super::serve::warn_unused_checkpoint_key(
+        context,
+        "--checkpoints is for SQLite trails, so on PostgreSQL",
+    );
     let fallback_token = match &context.shared.pg_hooks.before_serve {
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
         None => None,
@@ -190,7 +215,6 @@ async fn serve(
     match args.http {
         Some(addr) => super::serve::http(context, server, &addr, args.stateless).await,
         None => {
-            let name = context.name();
             let token = match std::env::var("AAC_TOKEN")
                 .ok()
                 .map(|t| t.trim().to_owned())
@@ -198,11 +222,8 @@ async fn serve(
             {
                 Some(token) => token,
                 None => {
-                    let token = fallback_token.ok_or_else(|| {
-                        CliError::new(format!(
-                            "no token for stdio: set AAC_TOKEN to a token from `{name} token create`"
-                        ))
-                    })?;
+                    let token =
+                        fallback_token.ok_or_else(|| super::serve::no_stdio_token(context))?;
                     context.note(
                         "AAC_TOKEN is not set, so this stdio session uses the token printed above",
                     );
@@ -212,7 +233,7 @@ async fn serve(
             tokens
                 .verify(&token)
                 .await
-                .map_err(|e| CliError::new(format!("AAC_TOKEN is refused ({})", e.message())))?;
+                .map_err(|e| super::serve::token_refused(context, e.message()))?;
             crate::mcp::serve_stdio(server, Some(token))
                 .await
                 .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
@@ -240,8 +261,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 )
                 .await
                 .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-            super::token::report(context, &request, &created, note, args.expires.as_deref());
-            Ok(())
+            super::token::report(context, &request, &created, note, args.expires.as_deref())
         }
         TokenCommand::Revoke { id_or_token } => {
             let revoked = tokens
@@ -262,8 +282,7 @@ async fn token(context: &CliContext, db: &Database, command: TokenCommand) -> Re
                 .list()
                 .await
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
-            super::token::print_list(list);
-            Ok(())
+            super::token::print_list(list)
         }
     }
 }
@@ -281,5 +300,6 @@ async fn audit(db: &Database, args: AuditArgs) -> Result<(), CliError> {
         .await
         .map_err(failed)?;
     let mut out = std::io::stdout().lock();
-    command.run(&trail, &mut out).map_err(failed)
+    command.run(&trail, &mut out).map_err(failed)?;
+    std::io::Write::flush(&mut out).map_err(|e| super::output_failed(&e))
 }

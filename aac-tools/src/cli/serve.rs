@@ -15,6 +15,9 @@ pub(super) async fn serve(
     args: ServeArgs,
     matches: ArgMatches,
 ) -> Result<(), CliError> {
+    if args.checkpoints.is_none() {
+        warn_unused_checkpoint_key(&context, "without --checkpoints FILE");
+    }
     let db = context.open_db(OpenMode::Create)?;
     let fallback_token = match &context.shared.before_serve {
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
@@ -33,6 +36,16 @@ pub(super) async fn serve(
         checkpoints.stop().await?;
     }
     served
+}
+
+/// A warning on stderr when `AAC_CHECKPOINT_KEY` is set but nothing will be signed
+/// (`why`): whoever set it expects checkpoints.
+pub(super) fn warn_unused_checkpoint_key(context: &CliContext, why: &str) {
+    if std::env::var("AAC_CHECKPOINT_KEY").is_ok_and(|key| !key.trim().is_empty()) {
+        context.note(format_args!(
+            "warning: AAC_CHECKPOINT_KEY is set, but {why} no checkpoint is signed"
+        ));
+    }
 }
 
 /// How often `serve --checkpoints` signs the chain's head.
@@ -179,7 +192,6 @@ async fn stdio(
     db: &Database,
     fallback_token: Option<String>,
 ) -> Result<(), CliError> {
-    let name = context.name();
     let token = match std::env::var("AAC_TOKEN") {
         Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
         _ => match fallback_token {
@@ -189,23 +201,16 @@ async fn stdio(
                 );
                 token
             }
-            None => {
-                return Err(CliError::new(format!(
-                    "no token for stdio: set AAC_TOKEN to a token from \
-                     `{name} token create --subject NAME --scopes …`"
-                )));
-            }
+            None => return Err(no_stdio_token(context)),
         },
     };
     // Checked again on every call; this only turns a typo into a clear start-up error.
     let tokens = TokenStore::open(db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
-    let principal = tokens.verify(&token).await.map_err(|e| {
-        CliError::new(format!(
-            "AAC_TOKEN is refused ({}); create a new one with `{name} token create`",
-            e.message()
-        ))
-    })?;
+    let principal = tokens
+        .verify(&token)
+        .await
+        .map_err(|e| token_refused(context, e.message()))?;
     tracing::info!(
         principal = %principal,
         read_only = server.is_read_only_mode(),
@@ -214,6 +219,22 @@ async fn stdio(
     crate::mcp::serve_stdio(server, Some(token))
         .await
         .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
+}
+
+/// A stdio `serve` without a token: which command makes one.
+pub(super) fn no_stdio_token(context: &CliContext) -> CliError {
+    CliError::new(format!(
+        "no token for stdio: set AAC_TOKEN to a token from `{}`",
+        context.shared.token_create_usage
+    ))
+}
+
+/// A stdio `serve` whose token the store refuses (`why`).
+pub(super) fn token_refused(context: &CliContext, why: &str) -> CliError {
+    CliError::new(format!(
+        "AAC_TOKEN is refused ({why}); create a new one with `{}`",
+        context.shared.token_create_usage
+    ))
 }
 
 pub(super) async fn http(

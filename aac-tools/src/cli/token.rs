@@ -1,7 +1,7 @@
 //! `token create | revoke | list`.
 
 use super::args::{CreateArgs, TokenCommand};
-use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration};
+use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration, print_out};
 use crate::audit::printable;
 use crate::sqlite::TokenStore;
 
@@ -23,19 +23,19 @@ pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), C
             Ok(())
         }
         TokenCommand::List => {
-            let tokens = store(context, OpenMode::Existing)?;
+            let tokens = store(context, OpenMode::Read)?;
             let list = tokens
                 .list()
                 .map_err(|e| CliError::new(format!("cannot list the tokens: {e}")))?;
-            print_list(list);
-            Ok(())
+            print_list(list)
         }
     }
 }
 
 /// One line per token, never its secret.
-pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) {
+pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) -> Result<(), CliError> {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let mut text = String::new();
     for t in list {
         let state = match (t.revoked_at, t.expires_at) {
             (Some(at), _) => format!("revoked {}", when(at)),
@@ -47,14 +47,15 @@ pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) {
             Some(workspace) => format!("{}@{workspace}", t.subject),
             None => t.subject.clone(),
         };
-        println!(
-            "{}  {}  {}  [{}]",
+        text.push_str(&format!(
+            "{}  {}  {}  [{}]\n",
             printable(&t.id),
             printable(&who),
             state,
             printable(&t.scopes.join(" "))
-        );
+        ));
     }
+    print_out(text)
 }
 
 fn store(context: &CliContext, mode: OpenMode) -> Result<TokenStore, CliError> {
@@ -72,19 +73,34 @@ fn when(t: i64) -> String {
         .unwrap_or_else(|| t.to_string())
 }
 
+/// The longest lifetime `--expires` takes: 100 years (of 365.25 days), whose end every
+/// date format still prints.
+const MAX_TTL: i64 = 36_525 * 86_400;
+
 /// The request `token create` makes, checked (scopes known, names printable).
 pub(super) fn request(context: &CliContext, args: &CreateArgs) -> Result<TokenRequest, CliError> {
     let ttl = args.expires.as_deref().map(parse_duration).transpose()?;
+    if let (Some(ttl), Some(expires)) = (ttl, args.expires.as_deref())
+        && ttl > MAX_TTL
+    {
+        return Err(CliError::new(format!(
+            "--expires `{}` is longer than 100 years; give a shorter lifetime, or leave \
+             --expires out for a token that never expires (revoke it when done)",
+            expires.trim()
+        )));
+    }
     let known = context.registry()?.scopes_supported();
-    let scopes: Vec<String> = if args.scopes.iter().any(|s| s.trim() == "all") {
-        known.iter().map(|s| (*s).to_owned()).collect()
+    let mut scopes: Vec<String> = Vec::new();
+    if args.scopes.iter().any(|s| s.trim() == "all") {
+        scopes = known.iter().map(|s| (*s).to_owned()).collect();
     } else {
-        args.scopes
-            .iter()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect()
-    };
+        // In the order given, each once.
+        for scope in args.scopes.iter().map(|s| s.trim()) {
+            if !scope.is_empty() && !scopes.iter().any(|s| s == scope) {
+                scopes.push(scope.to_owned());
+            }
+        }
+    }
     if scopes.is_empty() {
         return Err(CliError::new(if known.is_empty() {
             "the server has no tools, so no scope to give; link tools into the binary".to_owned()
@@ -143,8 +159,7 @@ fn create(context: &CliContext, args: CreateArgs) -> Result<(), CliError> {
             request.ttl_seconds,
         )
         .map_err(|e| CliError::new(format!("cannot create the token: {e}")))?;
-    report(context, &request, &created, note, args.expires.as_deref());
-    Ok(())
+    report(context, &request, &created, note, args.expires.as_deref())
 }
 
 /// The new token alone on stdout, what it is on stderr.
@@ -154,10 +169,15 @@ pub(super) fn report(
     created: &crate::tokens::NewToken,
     note: Option<String>,
     expires: Option<&str>,
-) {
+) -> Result<(), CliError> {
     let name = context.name();
     let scopes = request.scopes.join(" ");
-    println!("{}", created.token);
+    print_out(format_args!("{}\n", created.token)).map_err(|e| {
+        CliError::new(format!(
+            "{e}; token {id} was created but nobody saw it: `{name} token revoke {id}`",
+            id = created.id
+        ))
+    })?;
     let who = match &request.workspace {
         Some(workspace) => format!("{}@{workspace}", request.subject),
         None => request.subject.clone(),
@@ -172,4 +192,5 @@ pub(super) fn report(
             None => ", never expires".to_owned(),
         }
     );
+    Ok(())
 }

@@ -49,7 +49,8 @@ use super::link::{self, Link};
 use super::{CONNECT_TIMEOUT, Database, describe};
 use crate::BoxFuture;
 use crate::audit::sqlite::{
-    Cell, Mirror, OUTCOME_CHECK, PortableRow, declared_columns, integer_columns,
+    Cell, MISSING_TABLE, Mirror, OUTCOME_CHECK, PortableRow, declared_columns, integer_columns,
+    other_columns,
 };
 use crate::audit::worker::{Backend, Batching, Health, SinkStats, Worker};
 use crate::audit::{
@@ -96,12 +97,26 @@ pub(crate) fn create_table_sql() -> Result<String, AuditError> {
 
 /// Create `aac_audit` if missing, and check an existing one has the expected columns.
 pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
+    // A table of other columns is named as such, before its index fails to be made.
+    let columns = table_columns(client).await?;
+    if !columns.is_empty() && columns != AUDIT_COLUMNS {
+        return Err(other_columns(&columns));
+    }
     let sql = super::migrating(&create_table_sql()?);
     client
         .batch_execute(&sql)
         .await
         .map_err(|e| AuditError::new(format!("cannot create `aac_audit`: {}", describe(&e))))?;
-    let columns: Vec<String> = client
+    let columns = table_columns(client).await?;
+    if columns != AUDIT_COLUMNS {
+        return Err(other_columns(&columns));
+    }
+    Ok(())
+}
+
+/// The columns of `aac_audit`, in order; none when there is no such table.
+async fn table_columns(client: &Client) -> Result<Vec<String>, AuditError> {
+    Ok(client
         .query(
             "SELECT column_name::text FROM information_schema.columns
              WHERE table_schema = 'public' AND table_name = 'aac_audit' ORDER BY ordinal_position",
@@ -111,16 +126,7 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
         .map_err(|e| AuditError::new(format!("cannot read `aac_audit`: {}", describe(&e))))?
         .iter()
         .map(|r| r.get(0))
-        .collect();
-    if columns != AUDIT_COLUMNS {
-        return Err(AuditError::new(format!(
-            "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
-             expects ({}); migrate it",
-            columns.join(", "),
-            AUDIT_COLUMNS.join(", ")
-        )));
-    }
-    Ok(())
+        .collect())
 }
 
 /// The insert of a batch in one statement. For any batch (`one` false): one array per
@@ -824,6 +830,14 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
         |e: tokio_postgres::Error| AuditError::new(format!("audit database: {}", describe(&e)));
     let (client, connection) = config.connect(NoTls).await.map_err(unreachable)?;
     let task = tokio::spawn(connection);
+    // Read, never created: a trail that is gone is not an empty one.
+    let columns = table_columns(&client).await?;
+    if columns.is_empty() {
+        return Err(AuditError::new(MISSING_TABLE));
+    }
+    if columns != AUDIT_COLUMNS {
+        return Err(other_columns(&columns));
+    }
     let integer: Vec<bool> = integer_columns()?.into_iter().map(|(_, i)| i).collect();
     let columns: Vec<String> = AUDIT_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
     let rows = client

@@ -439,6 +439,51 @@ impl Database {
         Ok(applied)
     }
 
+    /// Check, writing nothing, that this database was migrated, and by no newer release
+    /// than this code (the framework's schema and `component`'s, whose versions this code
+    /// knows up to `known`): for commands that only read, which must not migrate.
+    pub(crate) async fn check_schema(&self, component: &str, known: usize) -> Result<(), DbError> {
+        let client = self.owner().await?;
+        let versions = client
+            .query("SELECT component, version FROM aac_schema", &[])
+            .await
+            .map_err(|e| match e.code() {
+                Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => DbError::new(
+                    format!(
+                        "database `{}` has no aac-tools schema yet (no `aac_schema` table); \
+                         a command that writes, such as `serve`, migrates it",
+                        self.inner.database
+                    ),
+                    None,
+                ),
+                _ => DbError::from(e),
+            })?;
+        let version = |name: &str| {
+            versions
+                .iter()
+                .find(|r| r.get::<_, &str>(0) == name)
+                .map_or(0, |r| r.get::<_, i32>(1))
+        };
+        for (name, known) in [("aac", FRAMEWORK_MIGRATIONS.len()), (component, known)] {
+            let current = version(name);
+            let known = i32::try_from(known).unwrap_or(i32::MAX);
+            if current > known {
+                return Err(newer_schema(name, current, known));
+            }
+            if current == 0 {
+                return Err(DbError::new(
+                    format!(
+                        "database `{}` has no `{name}` schema yet; a command that writes, \
+                         such as `serve`, migrates it",
+                        self.inner.database
+                    ),
+                    None,
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The version of `component`'s schema in this database, `0` if never migrated.
     pub async fn schema_version(&self, component: &str) -> Result<u32, DbError> {
         let client = self.owner().await?;
@@ -489,6 +534,17 @@ const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
 /// The framework's own tables, version by version.
 const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA, ledger::SCHEMA];
 
+/// A schema that a newer release migrated.
+fn newer_schema(component: &str, current: i32, known: i32) -> DbError {
+    DbError::new(
+        format!(
+            "the schema of `{component}` in this database is at version {current}, but this \
+             build knows versions up to {known}: run a newer release"
+        ),
+        None,
+    )
+}
+
 async fn migrate_one(
     client: &mut tokio_postgres::Client,
     component: &str,
@@ -508,13 +564,7 @@ async fn migrate_one(
         .map_or(0, |r| r.get::<_, i32>(0));
     let known = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
     if current > known {
-        return Err(DbError::new(
-            format!(
-                "the schema of `{component}` in this database is at version {current}, but this \
-                 build knows versions up to {known}: run a newer release"
-            ),
-            None,
-        ));
+        return Err(newer_schema(component, current, known));
     }
     for (i, sql) in migrations.iter().enumerate().skip(current as usize) {
         tx.batch_execute(sql).await.map_err(|e| {

@@ -152,6 +152,7 @@ pub struct Database {
 
 struct Inner {
     path: PathBuf,
+    read_only: bool,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Reader>>,
 }
@@ -195,10 +196,53 @@ impl Database {
         Ok(Database {
             inner: Arc::new(Inner {
                 path,
+                read_only: false,
                 writer: Mutex::new(Writer::new(writer)),
                 readers: Mutex::new(Vec::new()),
             }),
         })
+    }
+
+    /// Open the existing database at `path` to read it only: nothing is created and
+    /// nothing written (not even the journal mode), and every connection is read-only,
+    /// so [`Database::with_writer`] and the handles above [`Read`] fail with SQLite's
+    /// read-only error. For commands that only read, such as a command line's `audit`
+    /// and `token list` (`cli::OpenMode::Read`).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database, DbError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| {
+            DbError::new(
+                format!("cannot open database `{}`", path.display()),
+                Some(e),
+            )
+        })?;
+        configure(&conn)
+            .and_then(|()| conn.pragma_update(None, "query_only", true))
+            .map_err(|e| {
+                DbError::new(
+                    format!("`{}` is not a usable SQLite database", path.display()),
+                    Some(e),
+                )
+            })?;
+        Ok(Database {
+            inner: Arc::new(Inner {
+                path,
+                read_only: true,
+                writer: Mutex::new(Writer::new(conn)),
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Whether the database was opened with [`Database::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     /// The file's path.

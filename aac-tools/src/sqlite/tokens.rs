@@ -38,9 +38,28 @@ fn random_hex(len: usize) -> Result<String, DbError> {
 }
 
 impl TokenStore {
-    /// The store in `db`, creating its table if needed.
+    /// The store in `db`, creating its table if needed (and only then: a database
+    /// opened with [`Database::open_read_only`] must have it already).
     pub fn open(db: &Database) -> Result<TokenStore, DbError> {
-        db.with_writer(|conn| conn.execute_batch(SCHEMA))?;
+        let exists = db.with_reader(|conn| {
+            conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'aac_tokens'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+        })? > 0;
+        if !exists {
+            if db.is_read_only() {
+                return Err(DbError::new(
+                    format!(
+                        "`{}` has no `aac_tokens` table, and is open to read only",
+                        db.path().display()
+                    ),
+                    None,
+                ));
+            }
+            db.with_writer(|conn| conn.execute_batch(SCHEMA))?;
+        }
         Ok(TokenStore { db: db.clone() })
     }
 

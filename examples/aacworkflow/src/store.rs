@@ -170,10 +170,13 @@ impl fmt::Display for AppError {
 
 impl std::error::Error for AppError {}
 
-/// Whether opening may create the file.
+/// Whether opening may create the file, or write to it at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// The file must exist already (`token`, `audit`).
+    /// The file must exist and be ours, at a schema this build reads; nothing is created,
+    /// migrated or written (`audit`, `token list`).
+    Read,
+    /// The file must exist already (`token create`, `token revoke`).
     Existing,
     /// Create the file and the schema if needed (`init`, `serve`).
     Create,
@@ -182,6 +185,7 @@ pub enum OpenMode {
 impl From<aac_tools::cli::OpenMode> for OpenMode {
     fn from(mode: aac_tools::cli::OpenMode) -> OpenMode {
         match mode {
+            aac_tools::cli::OpenMode::Read => OpenMode::Read,
             aac_tools::cli::OpenMode::Existing => OpenMode::Existing,
             aac_tools::cli::OpenMode::Create => OpenMode::Create,
         }
@@ -253,7 +257,8 @@ fn inspect(path: &Path) -> Result<Inspection, AppError> {
 }
 
 /// Open the database at `path`, checking that it is ours and not from a newer version,
-/// and bring its schema up to date (creating it with [`OpenMode::Create`]).
+/// and bring its schema up to date (creating it with [`OpenMode::Create`]); with
+/// [`OpenMode::Read`], only the checks, and the file opened read-only.
 pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
     let shown = path.display();
     if path.is_dir() {
@@ -283,13 +288,13 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
                 found.user_version
             )));
         }
-        if mode == OpenMode::Existing && found.application_id != APPLICATION_ID {
+        if mode != OpenMode::Create && found.application_id != APPLICATION_ID {
             return Err(AppError::new(format!(
                 "`{shown}` has no aacworkflow schema yet; run `aacworkflow init` first"
             )));
         }
     } else {
-        if mode == OpenMode::Existing {
+        if mode != OpenMode::Create {
             return Err(AppError::new(format!(
                 "no database at `{shown}`; create it with `aacworkflow init`, \
                  or point --db (or AAC_DB) at an existing one"
@@ -306,6 +311,13 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
                 parent.display()
             )));
         }
+    }
+    if mode == OpenMode::Read {
+        return Database::open_read_only(path).map_err(|e| {
+            AppError::new(format!(
+                "cannot read `{shown}`: {e}; check the file's permissions, or pass --db with another path"
+            ))
+        });
     }
     let unwritable = |err: &dyn fmt::Display| {
         AppError::new(format!(

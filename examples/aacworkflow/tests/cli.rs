@@ -321,7 +321,9 @@ fn token_create_refuses_unknown_users_scopes_and_durations() {
 
 #[test]
 fn commands_on_a_missing_database_say_to_run_init() {
-    if sqlite_only("a missing file; on PostgreSQL every command migrates the database it names") {
+    if sqlite_only(
+        "a missing file; on PostgreSQL the commands that write migrate the database it names",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -559,15 +561,525 @@ fn signed_checkpoints_from_serve_to_audit_verify() {
         stdout(&ok)
     );
 
-    // Cut the newest record (as a writer of the file could): the chain still verifies,
-    // the checkpoints do not.
+    // Cut the newest record (as a writer of the file could), and put the trigger back:
+    // the chain still verifies, the checkpoints do not.
     let conn = rusqlite::Connection::open(dir.path().join("aacworkflow.db")).unwrap();
+    let trigger: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'aac_audit_no_delete'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     conn.execute_batch("DROP TRIGGER aac_audit_no_delete; DELETE FROM aac_audit WHERE seq = 2")
         .unwrap();
+    conn.execute_batch(&trigger).unwrap();
     drop(conn);
     let chain = run(dir.path(), &["audit", "--verify"]);
     assert!(chain.status.success(), "{}", stderr(&chain));
     let cut = verify(&public);
     assert_eq!(cut.status.code(), Some(1));
     assert!(stderr(&cut).contains("truncated"), "{}", stderr(&cut));
+}
+
+/// `sql` on the SQLite file at `path`, as anyone who can write the file could run it.
+fn tamper(path: &Path, sql: &str) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute_batch(sql)
+        .unwrap();
+}
+
+/// The tables and triggers in the file at `path`, sorted.
+fn schema_names(path: &Path) -> Vec<String> {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger') ORDER BY name")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Every command that only reads (`audit` in each form, `token list`) on a file that is
+/// the application's but was never migrated: each fails in one line, and the file is
+/// left exactly as it was (no table created, no migration).
+#[test]
+fn reading_commands_create_and_migrate_nothing() {
+    if sqlite_only("the bytes of a file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "application_id", aacworkflow::store::APPLICATION_ID)
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        &["audit", "--verify"][..],
+        &["audit"],
+        &["audit", "--json"],
+        &["audit", "--stats"],
+        &["token", "list"],
+    ] {
+        let line = one_line_error(&run(dir.path(), args));
+        if args[0] == "audit" {
+            assert!(line.contains("`aac_audit`"), "{args:?}: {line}");
+            assert!(line.contains("renamed"), "{args:?}: {line}");
+        }
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is untouched"
+    );
+    assert!(schema_names(&path).is_empty(), "{:?}", schema_names(&path));
+}
+
+impl Target {
+    /// `sql` on the database, as its owner (anyone who can write the file, on SQLite).
+    fn tamper(&self, sql: &str) {
+        match &self.pg {
+            Some(pg) => common::block(async {
+                let (client, connection) = aac_tools::postgres::tokio_postgres::connect(
+                    &pg.url,
+                    aac_tools::postgres::tokio_postgres::NoTls,
+                )
+                .await
+                .unwrap();
+                tokio::spawn(connection);
+                client.batch_execute(sql).await.unwrap();
+            }),
+            None => tamper(&self.dir.path().join("aacworkflow.db"), sql),
+        }
+    }
+
+    fn has_table(&self, name: &str) -> bool {
+        match &self.pg {
+            Some(pg) => {
+                let n: i64 = common::pg_scalar(
+                    &pg.url,
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = $1",
+                    &[&name],
+                );
+                n > 0
+            }
+            None => schema_names(&self.dir.path().join("aacworkflow.db"))
+                .iter()
+                .any(|n| n == name),
+        }
+    }
+}
+
+/// A database the command line created has its trail from the start, so a trail that
+/// is gone (renamed or dropped, which the triggers do not stop) is reported as such,
+/// not verified as an empty chain, and not recreated by the reading commands.
+#[test]
+fn a_renamed_or_dropped_audit_table_is_reported_not_recreated() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    assert!(target.has_table("aac_audit"), "init creates the trail");
+    if target.pg.is_none() {
+        let names = schema_names(&target.dir.path().join("aacworkflow.db"));
+        for name in ["aac_audit_no_delete", "aac_audit_no_update"] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "init creates {name}: {names:?}"
+            );
+        }
+    }
+    target.tamper("ALTER TABLE aac_audit RENAME TO evidence");
+    for args in [
+        &["audit", "--verify"][..],
+        &["audit"],
+        &["audit", "--stats"],
+        &["token", "list"],
+    ] {
+        let out = target.run(args);
+        if args[0] == "token" {
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            continue;
+        }
+        let line = one_line_error(&out);
+        assert!(
+            line.contains("no `aac_audit` table") && line.contains("renamed"),
+            "{args:?}: {line}"
+        );
+    }
+    assert!(!target.has_table("aac_audit"), "not recreated");
+    assert!(target.has_table("evidence"));
+    // (On PostgreSQL the reference server's view `aacworkflow_usage` goes with it.)
+    let cascade = if target.pg.is_some() { " CASCADE" } else { "" };
+    target.tamper(&format!("DROP TABLE evidence{cascade}"));
+    let line = one_line_error(&target.run(&["audit", "--verify"]));
+    assert!(line.contains("dropped"), "{line}");
+}
+
+/// An `aac_audit` of other columns fails every audit command (and `init`) with the
+/// message `serve` gives, instead of verifying as an intact chain.
+#[test]
+fn an_audit_table_with_other_columns_fails_every_audit_command() {
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let cascade = if target.pg.is_some() { " CASCADE" } else { "" };
+    target.tamper(&format!(
+        "DROP TABLE aac_audit{cascade}; CREATE TABLE aac_audit (seq BIGINT PRIMARY KEY, note TEXT)"
+    ));
+    for args in [
+        &["audit"][..],
+        &["audit", "--json"],
+        &["audit", "--stats"],
+        &["audit", "--verify"],
+        &["init"],
+        &["serve", "--http", "127.0.0.1:0"],
+    ] {
+        let line = one_line_error(&target.run(args));
+        assert!(
+            line.contains("`aac_audit` table has columns (seq, note)"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+/// `--verify` reports append-only triggers that are gone or replaced by ones that
+/// refuse nothing, and fails.
+#[test]
+fn verify_reports_missing_append_only_triggers() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    let ok = run(dir.path(), &["audit", "--verify"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    tamper(
+        &path,
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete;
+         CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit WHEN 0 BEGIN SELECT 1; END;",
+    );
+    let out = run(dir.path(), &["audit", "--verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("aac_audit_no_update"),
+        "{}",
+        stdout(&out)
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("aac_audit_no_update, aac_audit_no_delete"),
+        "{err}"
+    );
+    let json = run(dir.path(), &["audit", "--verify", "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(
+        report["missing_triggers"],
+        serde_json::json!(["aac_audit_no_update", "aac_audit_no_delete"])
+    );
+    assert_eq!(report["broken"], serde_json::Value::Null);
+}
+
+/// `n` calls without a token, each refused and recorded in the file's trail.
+fn record_refused_calls(path: &Path, n: usize) {
+    common::block(async {
+        let db = aacworkflow::store::open(path, aacworkflow::store::OpenMode::Existing).unwrap();
+        let sink = aac_tools::audit::SqliteSink::open(path).unwrap();
+        let server = aacworkflow::server(&db, sink, false).unwrap();
+        for _ in 0..n {
+            server
+                .call(aac_tools::CallRequest::new("get_issue", None))
+                .await;
+        }
+    });
+}
+
+/// A cell of the wrong type (which only an edit of the file can put there) is a broken
+/// record to `--verify`, named by its seq and column, and the listing's error names the
+/// record, where both failed with a bare SQL error.
+#[test]
+fn a_wrong_typed_cell_is_a_broken_record_named_by_seq_and_column() {
+    if sqlite_only("tampering with the file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    record_refused_calls(&path, 3);
+    assert!(run(dir.path(), &["audit", "--verify"]).status.success());
+    tamper(
+        &path,
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete",
+    );
+    for (edit, column) in [
+        ("status = 'abc'", "status"),
+        ("status = x'00ff'", "status"),
+        ("duration_us = 1.5", "duration_us"),
+        ("tool = x'41'", "tool"),
+    ] {
+        let original: (i64, i64, String) = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT status, duration_us, tool FROM aac_audit WHERE seq = 2",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        tamper(&path, &format!("UPDATE aac_audit SET {edit} WHERE seq = 2"));
+        let out = run(dir.path(), &["audit", "--verify"]);
+        assert_eq!(out.status.code(), Some(1), "{edit}: {}", stderr(&out));
+        let report = stdout(&out);
+        assert!(
+            report.starts_with("chain broken: record 2: ")
+                && report.contains(&format!("`{column}`")),
+            "{edit}: {report}"
+        );
+        let err = stderr(&out);
+        assert!(err.contains("broken at record 2"), "{edit}: {err}");
+        let json = run(dir.path(), &["audit", "--verify", "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+        assert_eq!(json["broken"]["seq"], 2, "{edit}: {json}");
+        let line = one_line_error(&run(dir.path(), &["audit"]));
+        assert!(
+            line.contains("record 2") && line.contains(&format!("`{column}`")),
+            "{edit}: {line}"
+        );
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE aac_audit SET status = ?1, duration_us = ?2, tool = ?3 WHERE seq = 2",
+            rusqlite::params![original.0, original.1, original.2],
+        )
+        .unwrap();
+    }
+    let out = run(dir.path(), &["audit", "--verify"]);
+    assert!(
+        stdout(&out).contains("chain intact: 3 records"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Every command that prints on stdout, into a pipe nobody reads (`… | head -c0`): one
+/// line, `error: cannot write the output: …`, exit 1, never a panic.
+#[test]
+fn a_closed_stdout_is_an_error_never_a_panic() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let create = [
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "bob",
+        "--scopes",
+        "issues:read",
+    ];
+    assert!(target.run(&create).status.success());
+    let mut commands = vec![&["token", "list"][..], &create, &["manifest"], &["audit"]];
+    if target.pg.is_none() {
+        commands.push(&["audit", "--new-checkpoint-key"]);
+    }
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = target.command().args(args).stdout(writer).output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("error: cannot write the output: Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Flags that contradict each other, or a value no query can take, are refused before
+/// anything runs, where they were ignored (or failed late with an SQL error).
+#[test]
+fn contradictory_or_out_of_range_flags_are_refused() {
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let usage = |args: &[&str], flag: &str| {
+        let out = target.run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    };
+    usage(&["audit", "--limit", "9223372036854775808"], "--limit");
+    usage(&["audit", "--limit", "0"], "--limit");
+    usage(&["audit", "--stats", "--limit", "1"], "--limit");
+    for filter in [
+        &["--tool", "get_issue"][..],
+        &["--kind", "tool"],
+        &["--outcome", "denied"],
+        &["--reason", "x"],
+        &["--principal", "alice"],
+        &["--workspace", "demo"],
+        &["--since", "1d"],
+        &["--until", "1d"],
+        &["--limit", "3"],
+    ] {
+        let mut args = vec!["audit", "--verify"];
+        args.extend(filter);
+        usage(&args, filter[0]);
+    }
+    for other in [
+        &["--tool", "get_issue"][..],
+        &["--since", "1d"],
+        &["--limit", "1"],
+        &["--json"],
+    ] {
+        let mut args = vec!["audit", "--new-checkpoint-key"];
+        args.extend(other);
+        usage(&args, other[0]);
+    }
+    usage(&["serve", "--confirm-timeout", "0"], "--confirm-timeout");
+
+    let line =
+        one_line_error(&target.run(&["audit", "--since", "2025-06-23", "--until", "2025-06-22"]));
+    assert!(
+        line.contains("--since") && line.contains("--until"),
+        "{line}"
+    );
+    let ok = target.run(&["audit", "--limit", "9223372036854775807"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+}
+
+/// `AAC_CHECKPOINT_KEY` without `serve --checkpoints` signs nothing: `serve` says so.
+#[test]
+fn a_checkpoint_key_without_checkpoints_is_warned_about() {
+    let target = Target::new();
+    assert!(target.run(&["init"]).status.success());
+    let out = target
+        .command()
+        .arg("serve")
+        .env("AAC_CHECKPOINT_KEY", "ab".repeat(32))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let warning = err.lines().next().unwrap();
+    assert!(
+        warning.contains("AAC_CHECKPOINT_KEY") && warning.contains("--checkpoints"),
+        "{err}"
+    );
+    assert!(err.lines().last().unwrap().contains("AAC_TOKEN"), "{err}");
+}
+
+/// `audit --verify --json --checkpoints F --public-key K` prints one JSON object: the
+/// chain's report with the checkpoints' under `checkpoints`. A public key of 64 hex
+/// digits that is no Ed25519 point is called that.
+#[test]
+fn verify_with_checkpoints_prints_one_json_object() {
+    if sqlite_only("signed checkpoints are for SQLite trails") {
+        return;
+    }
+    use aac_tools::audit::{CheckpointKey, open_reader, write_checkpoint};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aacworkflow.db");
+    assert!(run(dir.path(), &["init"]).status.success());
+    record_refused_calls(&path, 2);
+    let key = CheckpointKey::generate().unwrap();
+    write_checkpoint(
+        &open_reader(&path).unwrap(),
+        &key,
+        dir.path().join("cp.jsonl"),
+    )
+    .unwrap();
+    let verify = |json: bool, public: &str| {
+        let mut args = vec!["audit", "--verify", "--checkpoints", "cp.jsonl"];
+        args.extend(["--public-key", public]);
+        if json {
+            args.push("--json");
+        }
+        run(dir.path(), &args)
+    };
+    let out = verify(true, &key.public_hex());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("one JSON object");
+    assert_eq!(report["checked"], 2, "{report}");
+    assert_eq!(report["head"][0], 2, "{report}");
+    assert!(report["broken"].is_null(), "{report}");
+    assert_eq!(
+        report["missing_triggers"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(report["checkpoints"]["checked"], 1, "{report}");
+    assert_eq!(report["checkpoints"]["last_seq"], 2, "{report}");
+    assert!(report["checkpoints"]["problem"].is_null(), "{report}");
+
+    let text = stdout(&verify(false, &key.public_hex()));
+    assert!(text.starts_with("chain intact: 2 records"), "{text}");
+    assert!(text.contains("\ncheckpoints intact: 1 signed"), "{text}");
+
+    let line = one_line_error(&verify(false, &"02".repeat(32)));
+    assert!(line.contains("not a valid Ed25519 public key"), "{line}");
+    let line = one_line_error(&verify(false, "abc"));
+    assert!(line.contains("64 hex digits"), "{line}");
+}
+
+/// `--expires` past 100 years is refused (it printed as raw seconds, `live until
+/// 606596284930`); a scope given twice is stored once, in the order given; the hint of
+/// a stdio `serve` without a token is a `token create` this server accepts.
+#[test]
+fn token_lifetimes_are_bounded_scopes_deduplicated_and_the_hint_complete() {
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let create = |scopes: &str, expires: &str| {
+        target.run(&[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "bob",
+            "--scopes",
+            scopes,
+            "--expires",
+            expires,
+        ])
+    };
+    let line = one_line_error(&create("issues:read", "1000000w"));
+    assert!(line.contains("100 years"), "{line}");
+    let out = create("issues:read,comments:read,issues:read", "5200w");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("scopes: issues:read comments:read,"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(target.tokens()[0].scopes, ["issues:read", "comments:read"]);
+    let listed = stdout(&target.run(&["token", "list"]));
+    assert!(
+        listed.contains("live until 2"),
+        "an RFC 3339 date: {listed}"
+    );
+
+    let line = one_line_error(&target.run(&["serve"]));
+    assert!(
+        line.contains(
+            "`aacworkflow token create --user USER --workspace WORKSPACE --scopes SCOPES`"
+        ),
+        "{line}"
+    );
+    let out = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", "aac_000000000000_nope")
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("token create --user USER --workspace WORKSPACE"),
+        "{line}"
+    );
 }

@@ -20,7 +20,7 @@ use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::table::{AUDIT_TABLE, sql_error};
-use super::verify::verify_chain;
+use super::verify::{ChainReport, verify_chain};
 use crate::audit::{AuditError, now_timestamp};
 
 /// The key that signs checkpoints. Keep it outside the database (an environment variable,
@@ -202,23 +202,54 @@ pub fn verify_checkpoints(
     path: impl AsRef<Path>,
     public_hex: &str,
 ) -> Result<CheckpointReport, AuditError> {
-    let public = unhex::<32>(public_hex.trim())
-        .and_then(|bytes| VerifyingKey::from_bytes(&bytes).ok())
-        .ok_or_else(|| AuditError::new("a public checkpoint key is 64 hex digits"))?;
+    let public = public_key(public_hex)?;
     let checkpoints = read_checkpoints(path)?;
+    let chain = verify_chain(conn)?;
+    check_against(conn, &public, checkpoints, &chain)
+}
+
+/// [`verify_checkpoints`] with the chain's report made already (the command line prints
+/// both).
+pub(crate) fn verify_checkpoints_of(
+    conn: &Connection,
+    path: &Path,
+    public_hex: &str,
+    chain: &ChainReport,
+) -> Result<CheckpointReport, AuditError> {
+    let public = public_key(public_hex)?;
+    check_against(conn, &public, read_checkpoints(path)?, chain)
+}
+
+/// The public key from its 64 hex digits.
+fn public_key(hex: &str) -> Result<VerifyingKey, AuditError> {
+    let bytes = unhex::<32>(hex.trim())
+        .ok_or_else(|| AuditError::new("a public checkpoint key is 64 hex digits"))?;
+    VerifyingKey::from_bytes(&bytes).map_err(|_| {
+        AuditError::new(
+            "the public checkpoint key is not a valid Ed25519 public key (its 64 hex digits \
+             name no point of the curve); pass the one `audit --new-checkpoint-key` printed",
+        )
+    })
+}
+
+fn check_against(
+    conn: &Connection,
+    public: &VerifyingKey,
+    checkpoints: Vec<Checkpoint>,
+    chain: &ChainReport,
+) -> Result<CheckpointReport, AuditError> {
     let mut report = CheckpointReport {
         checked: 0,
         last_seq: None,
         problem: None,
     };
-    let chain = verify_chain(conn)?;
     if let Some(broken) = &chain.broken {
         report.problem = Some(format!("the chain itself is broken: {broken}"));
         return Ok(report);
     }
     let mut previous = 0;
     for checkpoint in checkpoints {
-        let problem = check_one(conn, &public, &checkpoint, previous)?;
+        let problem = check_one(conn, public, &checkpoint, previous)?;
         if let Some(problem) = problem {
             report.problem = Some(format!("checkpoint at seq {}: {problem}", checkpoint.seq));
             return Ok(report);

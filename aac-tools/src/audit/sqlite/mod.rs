@@ -17,6 +17,7 @@ mod table;
 mod verify;
 mod writer;
 
+pub(crate) use checkpoint::verify_checkpoints_of;
 pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
     write_checkpoint,
@@ -27,7 +28,7 @@ pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
 #[cfg(feature = "postgres")]
 pub(crate) use table::OUTCOME_CHECK;
-pub(crate) use table::SELECT_COLUMNS;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
+pub(crate) use table::{MISSING_TABLE, SELECT_COLUMNS, check_table, other_columns};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

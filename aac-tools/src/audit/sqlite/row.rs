@@ -204,14 +204,36 @@ pub(crate) struct Row {
     pub(crate) hash: String,
 }
 
+/// A row whose cells cannot be read as a record: a value of another type than its
+/// column declares (text in `status`, a real in `duration_us`), which only an edit of
+/// the file puts there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unreadable {
+    /// The row's `seq` (the row id, which is always an integer).
+    pub(crate) seq: i64,
+    /// What is wrong, naming the column.
+    pub(crate) problem: String,
+}
+
 impl Row {
-    /// Read a row selected with [`SELECT_COLUMNS`](super::SELECT_COLUMNS).
-    pub(crate) fn from_sql(r: &rusqlite::Row<'_>) -> Result<Row, rusqlite::Error> {
-        Ok(Row {
-            seq: r.get(0)?,
-            values: Values::from_sql(r, 1)?,
-            prev_hash: r.get(VALUES + 1)?,
-            hash: r.get(VALUES + 2)?,
+    /// Read a row selected with [`SELECT_COLUMNS`](super::SELECT_COLUMNS); a cell of
+    /// the wrong type is [`Unreadable`], with the row's `seq`.
+    pub(crate) fn read(r: &rusqlite::Row<'_>) -> Result<Row, Unreadable> {
+        let seq: i64 = r.get(0).map_err(|e| Unreadable {
+            seq: 0,
+            problem: cell_problem(&e),
+        })?;
+        let row = || -> Result<Row, rusqlite::Error> {
+            Ok(Row {
+                seq,
+                values: Values::from_sql(r, 1)?,
+                prev_hash: r.get(VALUES + 1)?,
+                hash: r.get(VALUES + 2)?,
+            })
+        };
+        row().map_err(|e| Unreadable {
+            seq,
+            problem: cell_problem(&e),
         })
     }
 
@@ -267,6 +289,51 @@ impl Row {
             prev_hash: self.prev_hash,
             hash: self.hash,
         })
+    }
+}
+
+/// What a failed read of a cell means, naming its column.
+fn cell_problem(err: &rusqlite::Error) -> String {
+    use rusqlite::Error as E;
+    let column = |i: usize| AUDIT_COLUMNS.get(i).copied().unwrap_or("?");
+    match err {
+        E::InvalidColumnType(i, _, found) => format!(
+            "the column `{}` holds {} where the table declares {} (the record was edited)",
+            column(*i),
+            type_name(*found),
+            declared(column(*i)),
+        ),
+        E::FromSqlConversionFailure(i, found, e) => format!(
+            "the column `{}` holds {} that cannot be read ({e}; the record was edited)",
+            column(*i),
+            type_name(*found),
+        ),
+        E::IntegralValueOutOfRange(i, n) => format!(
+            "the column `{}` holds {n}, out of range (the record was edited)",
+            column(*i)
+        ),
+        other => format!("cannot read the record: {other}"),
+    }
+}
+
+fn type_name(t: rusqlite::types::Type) -> &'static str {
+    use rusqlite::types::Type;
+    match t {
+        Type::Null => "NULL",
+        Type::Integer => "an integer",
+        Type::Real => "a real",
+        Type::Text => "text",
+        Type::Blob => "a blob",
+    }
+}
+
+/// What the table declares for `column`, in words.
+fn declared(column: &str) -> &'static str {
+    match column {
+        "seq" | "status" | "duration_us" => "an integer",
+        "timestamp" | "tool" | "outcome" | "scopes_provided" | "transport" | "arguments"
+        | "prev_hash" | "hash" | "kind" => "text",
+        _ => "text or NULL",
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::audit::AuditError;
 
@@ -43,18 +43,35 @@ CREATE TABLE IF NOT EXISTS aac_audit (
 #[cfg(any(feature = "postgres", test))]
 pub(crate) const OUTCOME_CHECK: &str = "outcome IN ('success', 'denied', 'error')";
 
-/// The index and the append-only triggers, created once the table is known to be ours.
-const SCHEMA_EXTRAS: &str = r#"
-CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);
-CREATE TRIGGER IF NOT EXISTS aac_audit_no_update BEFORE UPDATE ON aac_audit
+/// The append-only triggers: each one's name and the statement that creates it, as
+/// `sqlite_master` keeps it (SQLite drops the `IF NOT EXISTS` [`SCHEMA_EXTRAS`] adds).
+const TRIGGERS: [(&str, &str); 2] = [
+    (
+        "aac_audit_no_update",
+        "CREATE TRIGGER aac_audit_no_update BEFORE UPDATE ON aac_audit
 BEGIN
     SELECT RAISE(ABORT, 'aac_audit is append-only: UPDATE of audit records is refused');
-END;
-CREATE TRIGGER IF NOT EXISTS aac_audit_no_delete BEFORE DELETE ON aac_audit
+END",
+    ),
+    (
+        "aac_audit_no_delete",
+        "CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit
 BEGIN
     SELECT RAISE(ABORT, 'aac_audit is append-only: DELETE of audit records is refused');
-END;
-"#;
+END",
+    ),
+];
+
+/// The index and the append-only triggers, created once the table is known to be ours.
+static SCHEMA_EXTRAS: LazyLock<String> = LazyLock::new(|| {
+    let mut sql =
+        "CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);\n".to_owned();
+    for (_, create) in TRIGGERS {
+        sql.push_str(&create.replacen("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1));
+        sql.push_str(";\n");
+    }
+    sql
+});
 
 /// The columns of `aac_audit`, in order: the stable contract readers rely on.
 pub const AUDIT_COLUMNS: [&str; 19] = [
@@ -113,47 +130,109 @@ pub(super) static INSERT: LazyLock<String> = LazyLock::new(|| {
 pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
     conn.execute_batch(SCHEMA)
         .map_err(|e| AuditError::new(format!("cannot create the `aac_audit` table: {e}")))?;
-    let mut stmt = conn
-        .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
-        .map_err(sql_error)?;
-    let mut columns: Vec<String> = stmt
-        .query_map([], |r| r.get(0))
-        .and_then(Iterator::collect)
-        .map_err(sql_error)?;
-    drop(stmt);
+    let mut columns = table_columns(conn)?;
     // An older table: add the columns it lacks (all of them later additions, at the end).
-    let missing = AUDIT_COLUMNS.get(columns.len()..).unwrap_or_default();
-    if columns.len() < AUDIT_COLUMNS.len()
-        && columns == AUDIT_COLUMNS[..columns.len()]
-        && missing
+    let missing = older_table_lacks(&columns);
+    for name in missing {
+        let (_, declaration) = ADDED_COLUMNS
             .iter()
-            .all(|m| ADDED_COLUMNS.iter().any(|(name, _)| name == m))
-    {
-        for name in missing {
-            let (_, declaration) = ADDED_COLUMNS
-                .iter()
-                .find(|(n, _)| n == name)
-                .expect("checked above");
-            conn.execute_batch(&format!(
-                "ALTER TABLE {AUDIT_TABLE} ADD COLUMN \"{name}\" {declaration}"
-            ))
-            .map_err(|e| AuditError::new(format!("cannot add the column `{name}`: {e}")))?;
-            columns.push((*name).to_owned());
-        }
+            .find(|(n, _)| n == name)
+            .expect("an added column");
+        conn.execute_batch(&format!(
+            "ALTER TABLE {AUDIT_TABLE} ADD COLUMN \"{name}\" {declaration}"
+        ))
+        .map_err(|e| AuditError::new(format!("cannot add the column `{name}`: {e}")))?;
+        columns.push((*name).to_owned());
     }
     if columns != AUDIT_COLUMNS {
-        return Err(AuditError::new(format!(
-            "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
-             expects ({}); move it aside or migrate it",
-            columns.join(", "),
-            AUDIT_COLUMNS.join(", ")
-        )));
+        return Err(other_columns(&columns));
     }
-    conn.execute_batch(SCHEMA_EXTRAS).map_err(|e| {
+    conn.execute_batch(&SCHEMA_EXTRAS).map_err(|e| {
         AuditError::new(format!(
             "cannot create the `aac_audit` index and triggers: {e}"
         ))
     })
+}
+
+/// The columns of `aac_audit`, in order; none when there is no such table.
+fn table_columns(conn: &Connection) -> Result<Vec<String>, AuditError> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('aac_audit') ORDER BY cid")
+        .map_err(sql_error)?;
+    stmt.query_map([], |r| r.get(0))
+        .and_then(Iterator::collect)
+        .map_err(sql_error)
+}
+
+/// The columns an older table lacks, if `columns` are those of an older release's table
+/// (the current columns but some of the later additions at the end); none otherwise.
+fn older_table_lacks(columns: &[String]) -> &'static [&'static str] {
+    let missing = AUDIT_COLUMNS.get(columns.len()..).unwrap_or_default();
+    let older = columns.len() < AUDIT_COLUMNS.len()
+        && columns == &AUDIT_COLUMNS[..columns.len()]
+        && missing
+            .iter()
+            .all(|m| ADDED_COLUMNS.iter().any(|(name, _)| name == m));
+    if older { missing } else { &[] }
+}
+
+pub(crate) fn other_columns(columns: &[String]) -> AuditError {
+    AuditError::new(format!(
+        "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
+         expects ({}); move it aside or migrate it",
+        columns.join(", "),
+        AUDIT_COLUMNS.join(", ")
+    ))
+}
+
+/// Why a reader finds no `aac_audit` (on SQLite or PostgreSQL).
+pub(crate) const MISSING_TABLE: &str = "no `aac_audit` table, so no audit trail to read: every \
+     database the command line creates, and every one a server ran on, has it, so it was \
+     dropped or renamed (ALTER TABLE … RENAME TO …)";
+
+/// Check, without changing anything, that `aac_audit` is there with the columns this
+/// version reads: for readers, which must neither create the table nor migrate it. A
+/// missing table is an error that says what it may mean.
+pub(crate) fn check_table(conn: &Connection) -> Result<(), AuditError> {
+    let columns = table_columns(conn)?;
+    if columns.is_empty() {
+        return Err(AuditError::new(MISSING_TABLE));
+    }
+    if columns == AUDIT_COLUMNS {
+        return Ok(());
+    }
+    let missing = older_table_lacks(&columns);
+    if !missing.is_empty() {
+        return Err(AuditError::new(format!(
+            "the `aac_audit` table is from an older aac-tools (it lacks the columns {}, \
+             which the audit sink adds when the server next starts)",
+            missing.join(", ")
+        )));
+    }
+    Err(other_columns(&columns))
+}
+
+/// The append-only triggers that are missing, or that are not the statements this
+/// version creates (a trigger of the same name that refuses nothing), in [`TRIGGERS`]
+/// order.
+pub(crate) fn missing_triggers(conn: &Connection) -> Result<Vec<String>, AuditError> {
+    let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut missing = Vec::new();
+    for (name, create) in TRIGGERS {
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?1 \
+                 AND tbl_name = ?2",
+                [name, AUDIT_TABLE],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql_error)?;
+        if found.as_deref().map(words) != Some(words(create)) {
+            missing.push(name.to_owned());
+        }
+    }
+    Ok(missing)
 }
 
 pub(crate) fn sql_error(err: rusqlite::Error) -> AuditError {

@@ -6,7 +6,9 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::row::Row;
-use super::table::{AUDIT_TABLE, GENESIS_HASH, SELECT_COLUMNS, sql_error};
+use super::table::{
+    AUDIT_TABLE, GENESIS_HASH, SELECT_COLUMNS, check_table, missing_triggers, sql_error,
+};
 use crate::audit::AuditError;
 
 /// What [`verify_chain`] found.
@@ -19,12 +21,33 @@ pub struct ChainReport {
     pub head: Option<(i64, String)>,
     /// The first broken link, if any.
     pub broken: Option<BrokenLink>,
+    /// The append-only triggers (`aac_audit_no_update`, `aac_audit_no_delete`) that are
+    /// missing or not the ones the sink creates: with them gone, the database no longer
+    /// refuses an `UPDATE` or `DELETE` of a record. Empty when both are in place.
+    pub missing_triggers: Vec<String>,
 }
 
 impl ChainReport {
     /// Whether every record links to the previous one and matches its hash.
     pub fn is_intact(&self) -> bool {
         self.broken.is_none()
+    }
+
+    /// What is wrong, one phrase each: the broken link, the missing triggers. Empty when
+    /// the chain is intact and guarded.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(broken) = &self.broken {
+            problems.push(format!("the audit chain is broken at {broken}"));
+        }
+        if !self.missing_triggers.is_empty() {
+            problems.push(format!(
+                "append-only triggers of `aac_audit` missing or altered ({}): records can be \
+                 changed or deleted without the database refusing",
+                self.missing_triggers.join(", ")
+            ));
+        }
+        problems
     }
 }
 
@@ -38,7 +61,15 @@ impl fmt::Display for ChainReport {
                 self.checked
             ),
             (None, None) => f.write_str("chain intact: no records"),
+        }?;
+        if !self.missing_triggers.is_empty() {
+            write!(
+                f,
+                "\nappend-only triggers missing or altered: {}",
+                self.missing_triggers.join(", ")
+            )?;
         }
+        Ok(())
     }
 }
 
@@ -62,9 +93,15 @@ impl fmt::Display for BrokenLink {
 /// deleted, inserted or re-hashed record), or a hash that does not match the record's
 /// contents (an edited record).
 ///
+/// It also reports the append-only triggers that are missing or altered
+/// ([`ChainReport::missing_triggers`]), and fails, creating nothing, when there is no
+/// `aac_audit` table or one of other columns: a trail that is gone is not an empty one.
+///
 /// Truncation of the newest records leaves an intact, shorter chain: compare
 /// [`ChainReport::head`] with a head noted earlier to catch it.
 pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
+    check_table(conn)?;
+    let missing_triggers = missing_triggers(conn)?;
     let mut stmt = conn
         .prepare(&format!(
             "SELECT {} FROM {AUDIT_TABLE} ORDER BY seq",
@@ -75,8 +112,21 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
     let mut checked = 0u64;
     let mut prev: Option<(i64, String)> = None;
     while let Some(r) = rows.next().map_err(sql_error)? {
-        let row = Row::from_sql(r).map_err(sql_error)?;
         checked += 1;
+        let row = match Row::read(r) {
+            Ok(row) => row,
+            Err(bad) => {
+                return Ok(ChainReport {
+                    checked,
+                    head: None,
+                    broken: Some(BrokenLink {
+                        seq: bad.seq,
+                        problem: bad.problem,
+                    }),
+                    missing_triggers,
+                });
+            }
+        };
         let (expected_seq, expected_prev) = match &prev {
             Some((seq, hash)) => (seq + 1, hash.as_str()),
             None => (1, GENESIS_HASH),
@@ -112,6 +162,7 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
                     seq: row.seq,
                     problem,
                 }),
+                missing_triggers,
             });
         }
         prev = Some((row.seq, row.hash));
@@ -120,5 +171,6 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
         checked,
         head: prev,
         broken: None,
+        missing_triggers,
     })
 }
