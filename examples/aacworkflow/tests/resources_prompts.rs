@@ -491,7 +491,7 @@ async fn a_change_to_an_issue_is_announced_to_its_subscribers() {
         json!({"issue_id": "AAC-1", "title": "Renamed"}),
     )
     .await;
-    assert_eq!(alice.updates().await, [by_key.clone()]);
+    assert_eq!(alice.updates().await, [by_key]);
     // The same title again changes nothing; a comment is not part of the resource.
     call(
         "update_issue",
@@ -510,7 +510,7 @@ async fn a_change_to_an_issue_is_announced_to_its_subscribers() {
         json!({"issue_id": "AAC-2", "agent": "autopilot"}),
     )
     .await;
-    assert_eq!(alice.updates().await, [by_uuid.clone()]);
+    assert_eq!(alice.updates().await, std::slice::from_ref(&by_uuid));
     call("delete_issue", json!({"issue_id": aac2, "confirm": true})).await;
     assert_eq!(alice.updates().await, [by_uuid]);
     assert_eq!(theirs.updates().await, Vec::<String>::new());
