@@ -68,17 +68,20 @@ impl ToolEntry {
 
     /// The tool object without its schemas: `name`, `title`, `description`,
     /// `annotations` and `_meta`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn json_without_schemas(&self) -> Value {
         Value::Object(self.object(false))
     }
 
     /// The input schema, shared (the MCP layer's tool object holds the same one).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn input_schema_shared(&self) -> &Arc<Map<String, Value>> {
         &self.input_schema
     }
 
     /// The output schema (an object: a schema of another type is wrapped in
     /// `{"result": …}`), shared; `None` when the tool declares none.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn output_schema_shared(&self) -> Option<&Arc<Map<String, Value>>> {
         self.output_schema.as_ref()
     }

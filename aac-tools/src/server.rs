@@ -103,6 +103,7 @@ impl CallRequest {
 
     /// The read a `resources/subscribe` performs: the subscription is granted only if it
     /// succeeds, and its record's arguments say `"$subscribe": true`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn subscription(mut self) -> CallRequest {
         self.subscription = true;
         self

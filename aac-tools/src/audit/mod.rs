@@ -44,11 +44,13 @@ pub(crate) mod worker;
 #[cfg(feature = "sqlite")]
 pub use command::AuditCommand;
 #[cfg(feature = "sqlite")]
+#[cfg(feature = "cli")]
 pub(crate) use command::verdict;
 pub use fanout::FanOut;
 #[cfg(feature = "sqlite")]
 pub use format::{format_json_lines, format_table};
 #[cfg(feature = "sqlite")]
+#[cfg(feature = "cli")]
 pub(crate) use format::{json_text, printable};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]

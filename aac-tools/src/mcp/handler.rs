@@ -165,7 +165,7 @@ impl McpHandler {
                 .and_then(|parts| parts.headers.get("mcp-session-id"))
                 .and_then(|id| id.to_str().ok())
         {
-            return either(&context.ct, &ends.of(id));
+            return ends.call(id, &context.ct);
         }
         context.ct.clone()
     }
@@ -588,25 +588,6 @@ impl ServerHandler for McpHandler {
             response.into_result(),
         )))
     }
-}
-
-/// A token cancelled when `request` or `session` is: a child of `request`, and a task
-/// that ends with it (rmcp cancels a request's token once it is answered).
-#[cfg(feature = "http")]
-fn either(request: &CancellationToken, session: &CancellationToken) -> CancellationToken {
-    let call = request.child_token();
-    if session.is_cancelled() {
-        call.cancel();
-        return call;
-    }
-    let (session, ended) = (session.clone(), call.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            () = session.cancelled() => ended.cancel(),
-            () = ended.cancelled() => {}
-        }
-    });
-    call
 }
 
 /// How the person behind this request's client can be asked: by an elicitation on a

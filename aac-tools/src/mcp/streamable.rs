@@ -100,39 +100,51 @@ impl McpService {
 /// its service stops reading, waits up to 5 s for the calls in flight to answer, and only
 /// then cancels them and fails their pending requests to the client. A call waiting for
 /// the client (a person asked to confirm) would wait out those 5 s, or its own timeout if
-/// shorter, for an answer that can no longer arrive. The handler looks its session up
-/// here instead ([`McpHandler`]'s cancellation of a call).
+/// shorter, for an answer that can no longer arrive. The handler registers each call's
+/// token with its session here instead ([`McpHandler`]'s cancellation of a call), and a
+/// session's end cancels them all.
 #[derive(Default)]
-pub(crate) struct SessionEnds(Mutex<HashMap<SessionId, CancellationToken>>);
+pub(crate) struct SessionEnds(Mutex<HashMap<SessionId, Calls>>);
+
+/// The tokens of a session's calls, cancelled when it ends. Those of calls already
+/// answered (rmcp cancels a request's token then) are dropped as the list grows.
+#[derive(Default)]
+struct Calls(Vec<CancellationToken>);
 
 impl SessionEnds {
-    fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, CancellationToken>> {
+    fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Calls>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Session `id` is open.
     fn begin(&self, id: &SessionId) {
-        self.ends().insert(id.clone(), CancellationToken::new());
+        self.ends().insert(id.clone(), Calls::default());
     }
 
-    /// Session `id` is gone: whatever waits on it stops.
+    /// Session `id` is gone: whatever its calls wait for, they stop waiting.
     fn end(&self, id: &SessionId) {
-        if let Some(ended) = self.ends().remove(id) {
-            ended.cancel();
+        if let Some(calls) = self.ends().remove(id) {
+            calls.0.iter().for_each(CancellationToken::cancel);
         }
     }
 
-    /// Cancelled when session `id` ends: at once for a session that is not open (it ended
-    /// before its call got here).
-    pub(crate) fn of(&self, id: &str) -> CancellationToken {
-        match self.ends().get(id) {
-            Some(ended) => ended.clone(),
-            None => {
-                let ended = CancellationToken::new();
-                ended.cancel();
-                ended
+    /// The token of a call of session `id` whose request token is `request`: cancelled
+    /// with it, and when the session ends (at once for a session that is not open: it
+    /// ended before its call got here). No task per call: the session's end cancels the
+    /// tokens registered with it.
+    pub(crate) fn call(&self, id: &str, request: &CancellationToken) -> CancellationToken {
+        let call = request.child_token();
+        match self.ends().get_mut(id) {
+            Some(calls) => {
+                // Amortized: the answered calls are dropped when the list is full.
+                if calls.0.len() == calls.0.capacity() {
+                    calls.0.retain(|c| !c.is_cancelled());
+                }
+                calls.0.push(call.clone());
             }
+            None => call.cancel(),
         }
+        call
     }
 }
 

@@ -16,6 +16,9 @@ pub(crate) mod limits;
 pub(crate) mod listing;
 mod record;
 
+/// What a request the transports could not dispatch says (stdio's framing, the `/mcp`
+/// gate).
+#[cfg(feature = "mcp")]
 pub(crate) mod probe;
 pub(crate) use listing::Listing;
 
@@ -796,10 +799,12 @@ impl Attempt {
     /// A transport that began the attempt before it had read the arguments sets them.
     #[cfg(feature = "mcp")]
     /// The arguments, as sent, repeat the key at `pointer`: the call is refused (step 4).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn arguments_repeat(&mut self, pointer: Option<String>) {
         self.request.repeated_key = pointer;
     }
 
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
         self.request.arguments = arguments;
     }

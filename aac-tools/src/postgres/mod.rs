@@ -442,6 +442,7 @@ impl Database {
     /// Check, writing nothing, that this database was migrated, and by no newer release
     /// than this code (the framework's schema and `component`'s, whose versions this code
     /// knows up to `known`): for commands that only read, which must not migrate.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub(crate) async fn check_schema(&self, component: &str, known: usize) -> Result<(), DbError> {
         let client = self.owner().await?;
         let versions = client

@@ -210,6 +210,7 @@ pub fn verify_checkpoints(
 
 /// [`verify_checkpoints`] with the chain's report made already (the command line prints
 /// both).
+#[cfg(feature = "cli")]
 pub(crate) fn verify_checkpoints_of(
     conn: &Connection,
     path: &Path,

@@ -17,6 +17,7 @@ mod table;
 mod verify;
 mod writer;
 
+#[cfg(feature = "cli")]
 pub(crate) use checkpoint::verify_checkpoints_of;
 pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
@@ -26,9 +27,9 @@ pub use checkpoint::{
 pub(crate) use portable::{Cell, Mirror, PortableRow, declared_columns, integer_columns};
 pub use reader::{StoredRecord, open_reader};
 pub(crate) use row::Row;
-#[cfg(feature = "postgres")]
-pub(crate) use table::OUTCOME_CHECK;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
-pub(crate) use table::{MISSING_TABLE, SELECT_COLUMNS, check_table, other_columns};
+#[cfg(feature = "postgres")]
+pub(crate) use table::{MISSING_TABLE, OUTCOME_CHECK, other_columns};
+pub(crate) use table::{SELECT_COLUMNS, check_table};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};
