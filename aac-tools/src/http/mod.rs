@@ -269,25 +269,74 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
         ))
         // Added after the guard layer, which it applies itself.
         .route_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn(detach)))
+        .layer(Detach))
 }
 
-/// Take each request to its answer on a task of its own. A client that closes its
+/// Takes each request to its answer on a task of its own. A client that closes its
 /// connection mid-request makes the server drop the future serving it; without this, a
 /// call whose body had arrived could be dropped before its attempt began, leaving no
 /// record, or abandoned before its token was checked, leaving a record without its
 /// principal. Detached, the request is processed as if the client had stayed (its answer
 /// goes nowhere), and its record says what happened. A panic is answered 500.
-async fn detach(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    match tokio::spawn(next.run(request)).await {
-        Ok(response) => response,
-        Err(err) => {
-            tracing::error!(error = %err, "a request's task ended without an answer");
-            errors::json_error(&crate::ToolError::internal("the request failed"))
-        }
+#[derive(Clone, Copy, Debug)]
+struct Detach;
+
+impl<S> tower_layer::Layer<S> for Detach {
+    type Service = Detached<S>;
+    fn layer(&self, inner: S) -> Detached<S> {
+        Detached(inner)
+    }
+}
+
+/// A service whose every call runs on a task of its own ([`Detach`]).
+#[derive(Clone, Debug)]
+struct Detached<S>(S);
+
+impl<S> tower_service::Service<axum::extract::Request> for Detached<S>
+where
+    S: tower_service::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = DetachedCall;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> DetachedCall {
+        DetachedCall(tokio::spawn(self.0.call(request)))
+    }
+}
+
+/// The answer of a [`Detached`] call: its task's.
+struct DetachedCall(
+    tokio::task::JoinHandle<Result<axum::response::Response, std::convert::Infallible>>,
+);
+
+impl std::future::Future for DetachedCall {
+    type Output = Result<axum::response::Response, std::convert::Infallible>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| {
+            joined.unwrap_or_else(|err| {
+                tracing::error!(error = %err, "a request's task ended without an answer");
+                Ok(errors::json_error(&crate::ToolError::internal(
+                    "the request failed",
+                )))
+            })
+        })
     }
 }
 

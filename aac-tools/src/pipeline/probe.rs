@@ -180,9 +180,36 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
 pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
     use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 
+    if keys_all_differ(json) {
+        return None;
+    }
+
+    /// One walk of the JSON: the first without a path (nothing allocated but each
+    /// object's keys, borrowed where they need no unescaping), the second, only when a
+    /// key repeats, with the path to it.
     struct Walk<'p> {
-        path: &'p mut Vec<String>,
-        found: &'p mut Option<String>,
+        /// `Some` on the walk that looks for the path.
+        path: Option<&'p mut Vec<String>>,
+        found: &'p mut bool,
+    }
+
+    impl Walk<'_> {
+        fn inner(&mut self) -> Walk<'_> {
+            Walk {
+                path: self.path.as_deref_mut(),
+                found: self.found,
+            }
+        }
+        fn push(&mut self, segment: impl FnOnce() -> String) {
+            if let Some(path) = self.path.as_deref_mut() {
+                path.push(segment());
+            }
+        }
+        fn pop(&mut self) {
+            if let Some(path) = self.path.as_deref_mut() {
+                path.pop();
+            }
+        }
     }
 
     impl<'de> DeserializeSeed<'de> for Walk<'_> {
@@ -215,42 +242,30 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
         fn visit_unit<E>(self) -> Result<(), E> {
             Ok(())
         }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            for index in 0.. {
-                self.path.push(index.to_string());
-                let more = seq.next_element_seed(Walk {
-                    path: self.path,
-                    found: self.found,
-                })?;
-                self.path.pop();
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            for index in 0usize.. {
+                self.push(|| index.to_string());
+                let more = seq.next_element_seed(self.inner())?;
+                self.pop();
                 if more.is_none() {
                     break;
                 }
             }
             Ok(())
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            // Keys borrowed from the input where they need no unescaping.
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
             let mut keys: Vec<Key<'de>> = Vec::new();
             while let Some(key) = map.next_key::<Key<'de>>()? {
-                let repeated = keys.iter().any(|k| k.0 == key.0);
-                self.path.push(key.0.to_string());
-                keys.push(key);
-                if repeated {
-                    let pointer: String = self
-                        .path
-                        .iter()
-                        .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
-                        .collect();
-                    *self.found = Some(pointer);
+                if keys.iter().any(|k| k.0 == key.0) {
+                    self.push(|| key.0.into_owned());
+                    *self.found = true;
                     // Nothing more to learn: stop reading.
                     return Err(A::Error::custom("a repeated key"));
                 }
-                map.next_value_seed(Walk {
-                    path: self.path,
-                    found: self.found,
-                })?;
-                self.path.pop();
+                self.push(|| key.0.to_string());
+                keys.push(key);
+                map.next_value_seed(self.inner())?;
+                self.pop();
             }
             Ok(())
         }
@@ -278,15 +293,68 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
         }
     }
 
-    let mut path = Vec::new();
-    let mut found = None;
-    let mut deserializer = serde_json::Deserializer::from_slice(json);
-    let _ = Walk {
-        path: &mut path,
-        found: &mut found,
+    let walk = |path: Option<&mut Vec<String>>| {
+        let mut found = false;
+        let mut deserializer = serde_json::Deserializer::from_slice(json);
+        let _ = Walk {
+            path,
+            found: &mut found,
+        }
+        .deserialize(&mut deserializer);
+        found
+    };
+    if !walk(None) {
+        return None;
     }
-    .deserialize(&mut deserializer);
-    found
+    let mut path = Vec::new();
+    walk(Some(&mut path));
+    Some(
+        path.iter()
+            .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
+            .collect(),
+    )
+}
+
+/// Whether every key of `json`, in all its objects together, is written differently
+/// from every other and without an escape: then no object repeats a key, and
+/// [`repeated_key`] need not read it. The common case, told in one pass over the bytes
+/// without allocating; `false` (read it) past 32 keys, for an escaped key, or when two
+/// keys are the same, even in different objects.
+fn keys_all_differ(json: &[u8]) -> bool {
+    let mut keys: [&[u8]; 32] = [&[]; 32];
+    let mut count = 0;
+    let mut i = 0;
+    while i < json.len() {
+        if json[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let mut escaped = false;
+        i = start;
+        while i < json.len() && json[i] != b'"' {
+            if json[i] == b'\\' {
+                escaped = true;
+                i += 1;
+            }
+            i += 1;
+        }
+        let end = i.min(json.len());
+        i += 1;
+        let next = json
+            .get(i..)
+            .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
+        if next != Some(&b':') {
+            continue;
+        }
+        let key = &json[start..end];
+        if escaped || count == keys.len() || keys[..count].contains(&key) {
+            return false;
+        }
+        keys[count] = key;
+        count += 1;
+    }
+    true
 }
 
 /// [`repeated_key`] in the arguments of the `tools/call` that `body` is (one message, as
@@ -311,6 +379,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keys_that_all_differ_are_told_without_reading_the_json() {
+        assert!(keys_all_differ(
+            br#"{"id":1,"text":"a:b","tags":["x","y"],"limit":3}"#
+        ));
+        assert!(keys_all_differ(br#"{"a" : {"b":"\"c\":"}}"#));
+        for json in [
+            br#"{"a":1,"a":2}"#.as_slice(),
+            br#"{"a":{"a":1}}"#,
+            br#"{"\u0061":1}"#,
+        ] {
+            assert!(!keys_all_differ(json), "{}", String::from_utf8_lossy(json));
+        }
+    }
+
+    #[test]
     fn a_repeated_key_is_found_at_any_depth_however_it_is_spelled() {
         for (json, pointer) in [
             (r#"{"confirm":false,"confirm":true}"#, Some("/confirm")),
@@ -320,6 +403,12 @@ mod tests {
             (r#"{"a":1,"b":{"a":2}}"#, None),
             (r#"[{"a":1},{"a":2}]"#, None),
             (r#"{"a":1"#, None),
+            // The same key in two objects is no repetition; an escaped quote is no end.
+            (r#"{"a":{"a":"x\":"},"b":"\"a\":"}"#, None),
+            (
+                r#"{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k18":18,"k19":19,"k20":20,"k21":21,"k22":22,"k23":23,"k24":24,"k25":25,"k26":26,"k27":27,"k28":28,"k29":29,"k30":30,"k31":31,"k32":32,"k5":5}"#,
+                Some("/k5"),
+            ),
         ] {
             assert_eq!(repeated_key(json.as_bytes()).as_deref(), pointer, "{json}");
         }
