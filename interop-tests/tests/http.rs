@@ -302,13 +302,20 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     alice.initialize().await;
     let bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
-    // What bob gets for a POST, a GET and a DELETE naming a session: status, type, body.
+    // What bob gets for POSTs (a call, a body that is not JSON, a batch), a GET and a
+    // DELETE naming a session: status, type, body.
     let (bob, server) = (&bob, &server);
     let answers = |session: String| async move {
         let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
         let mut answers = Vec::new();
         for request in [
             bob.post().header("mcp-session-id", &session).body(call),
+            bob.post()
+                .header("mcp-session-id", &session)
+                .body("{not json"),
+            bob.post()
+                .header("mcp-session-id", &session)
+                .body(format!("[{call}]")),
             bob.http
                 .get(server.mcp())
                 .bearer_auth(&server.fixture.reader)
@@ -332,7 +339,7 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let theirs = answers(alice.session.clone().unwrap()).await;
     assert_eq!(theirs[0].0, 404, "{theirs:?}");
     assert_eq!(
-        theirs[1].0, 404,
+        theirs[3].0, 404,
         "bob cannot read alice's standalone stream"
     );
     // Alice's session is, to bob, exactly a session that does not exist.
@@ -342,13 +349,23 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     assert_eq!(status, 200);
     assert_eq!(result.unwrap()["result"]["isError"], false);
 
-    // bob's `tools/call` on alice's session was an attempt, refused and recorded (the
-    // one on a session that never was, refused by rmcp, too); his GETs and DELETEs
-    // were not tool calls
+    // bob's calls on alice's session (alone, in a batch) were attempts, refused and
+    // recorded (those on a session that never was, refused by rmcp, too); his body that
+    // is not JSON, his GETs and his DELETEs were not tool calls
     let records = server.sink.records();
-    assert_eq!(records.len(), 3, "{records:?}");
-    assert_eq!(records[1].check, Some(Check::Protocol), "{:?}", records[1]);
-    let records = [records[0].clone(), records[2].clone()];
+    let checks: Vec<_> = records.iter().map(|r| r.check).collect();
+    assert_eq!(
+        checks,
+        [
+            Some(Check::Session),
+            Some(Check::Session),
+            Some(Check::Protocol),
+            Some(Check::Protocol),
+            None
+        ],
+        "{records:?}"
+    );
+    let records = [records[0].clone(), records[4].clone()];
     let refused = &records[0];
     assert_eq!(refused.tool, "list_notes");
     assert_eq!(refused.outcome, Outcome::Denied);

@@ -754,11 +754,12 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         // opened (the same status and body, to a POST, a GET or a DELETE), and the real
         // session is never touched.
         let is_delete = parts.method == Method::DELETE;
+        let json_body = is_json_content(&parts.headers);
         parts.headers.insert(SESSION_ID, unknown_session_id());
         let response = mcp
-            .handle(Request::from_parts(parts, Body::from(body)))
+            .handle(Request::from_parts(parts, Body::from(body.clone())))
             .await;
-        return as_answered(is_delete, response);
+        return as_answered(is_delete, unreadable_body(json_body, &body, response));
     }
 
     // The scope check, to answer a real 403 that makes clients step up. A principal
