@@ -14,6 +14,27 @@ impl fmt::Display for AuditSummary {
             "{} calls: {} success, {} denied, {} error",
             self.total, self.success, self.denied, self.error
         )?;
+        // Resource reads, prompts and completions are in the trail beside tool calls.
+        if self.per_kind.iter().any(|k| k.kind != "tool") {
+            writeln!(f, "\nby kind")?;
+            let rows: Vec<Vec<String>> = self
+                .per_kind
+                .iter()
+                .map(|k| {
+                    vec![
+                        printable(&k.kind).into_owned(),
+                        k.total.to_string(),
+                        k.success.to_string(),
+                        k.denied.to_string(),
+                        k.error.to_string(),
+                    ]
+                })
+                .collect();
+            f.write_str(&table(
+                &["kind", "records", "success", "denied", "error"],
+                &rows,
+            ))?;
+        }
         writeln!(f, "\ncalls per day")?;
         let rows: Vec<Vec<String>> = self
             .calls_per_day
@@ -291,6 +312,13 @@ mod tests {
             success: 0,
             denied: 1,
             error: 0,
+            per_kind: vec![super::super::KindCount {
+                kind: "prompt\u{1b}[31m".to_owned(),
+                total: 1,
+                success: 0,
+                denied: 1,
+                error: 0,
+            }],
             calls_per_day: Vec::new(),
             denials_per_hour: vec![HourlyDenials {
                 hour: "2026-12-01T05:00:00Z".to_owned(),

@@ -54,7 +54,9 @@ pub use format::{format_json_lines, format_table};
 pub(crate) use format::{json_text, printable};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
-pub use query::{AuditQuery, AuditSummary, DayCount, HourlyDenials, ToolRefusals, parse_time};
+pub use query::{
+    AuditQuery, AuditSummary, DayCount, HourlyDenials, KindCount, ToolRefusals, parse_time,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     AUDIT_COLUMNS, AUDIT_TABLE, BrokenLink, ChainReport, CommitMode, GENESIS_HASH, SqliteSink,

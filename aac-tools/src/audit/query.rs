@@ -228,11 +228,31 @@ impl AuditQuery {
         most_refused_tools.sort_by(|a, b| b.denials.cmp(&a.denials).then(a.tool.cmp(&b.tool)));
         most_refused_tools.truncate(MOST_REFUSED);
 
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT kind, count(*), sum(outcome = 'success'), sum(outcome = 'denied'), \
+                 sum(outcome = 'error') FROM aac_audit WHERE {filter} GROUP BY kind ORDER BY kind"
+            ))
+            .map_err(sql_error)?;
+        let per_kind: Vec<KindCount> = stmt
+            .query_map(params(), |r| {
+                Ok(KindCount {
+                    kind: r.get(0)?,
+                    total: count(r.get(1)?),
+                    success: count(r.get(2)?),
+                    denied: count(r.get(3)?),
+                    error: count(r.get(4)?),
+                })
+            })
+            .and_then(Iterator::collect)
+            .map_err(sql_error)?;
+
         let mut summary = AuditSummary {
             total: 0,
             success: 0,
             denied: 0,
             error: 0,
+            per_kind,
             calls_per_day,
             denials_per_hour,
             most_refused_tools,
@@ -265,6 +285,9 @@ pub struct AuditSummary {
     pub denied: u64,
     /// Calls whose handler failed.
     pub error: u64,
+    /// The records of each kind (tool calls, resource reads, prompts, completions), in
+    /// the order of their names.
+    pub per_kind: Vec<KindCount>,
     /// Calls per day (UTC), oldest first.
     pub calls_per_day: Vec<DayCount>,
     /// Denials per hour (UTC), principal and tool: oldest hour first, then most denials.
@@ -285,6 +308,21 @@ pub struct DayCount {
     /// Calls refused.
     pub denied: u64,
     /// Calls whose handler failed.
+    pub error: u64,
+}
+
+/// The records of one kind (`tool`, `resource`, `prompt`, `completion`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KindCount {
+    /// The kind, as the `kind` column says it.
+    pub kind: String,
+    /// Records in all.
+    pub total: u64,
+    /// Those that succeeded.
+    pub success: u64,
+    /// Those refused.
+    pub denied: u64,
+    /// Those whose handler failed.
     pub error: u64,
 }
 

@@ -341,18 +341,39 @@ async fn the_audit_command_filters_by_kind() {
         server.call(call.bearer(&f.alice)).await;
     }
     drop(server);
-    let (db, env) = f.seeded.db_arg();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
-        .env_remove("AAC_DB")
-        .envs(env)
-        .arg("audit")
-        .arg("--db")
-        .arg(db)
-        .args(["--kind", "resource", "--json"])
-        .output()
-        .expect("the binary runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let audit = |args: &[&str]| {
+        let (db, env) = f.seeded.db_arg();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
+            .env_remove("AAC_DB")
+            .envs(env)
+            .arg("audit")
+            .arg("--db")
+            .arg(db)
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        output
+    };
+    // The summary counts each kind apart (the prompt without its argument is refused).
+    let summary: serde_json::Value =
+        serde_json::from_slice(&audit(&["--stats", "--json"]).stdout).expect("one JSON object");
+    assert_eq!(
+        summary["per_kind"],
+        json!([
+            {"kind": "prompt", "total": 1, "success": 0, "denied": 1, "error": 0},
+            {"kind": "resource", "total": 2, "success": 2, "denied": 0, "error": 0},
+            {"kind": "tool", "total": 1, "success": 1, "denied": 0, "error": 0},
+        ]),
+        "{summary}"
+    );
+    let text = String::from_utf8(audit(&["--stats"]).stdout).unwrap();
+    assert!(
+        text.contains("\nby kind\n") && text.contains("resource  2"),
+        "{text}"
+    );
+    let output = audit(&["--kind", "resource", "--json"]);
     let records: Vec<serde_json::Value> = String::from_utf8(output.stdout)
         .unwrap()
         .lines()
