@@ -26,6 +26,16 @@ pub(crate) struct ServeArgs {
     /// Streamable HTTP without sessions (each request stands alone)
     #[arg(long, requires = "http")]
     pub(crate) stateless: bool,
+    /// Also accept requests whose Host is this name or address (with a port: only that
+    /// port); repeat it, or separate with commas. By default only localhost, 127.0.0.1
+    /// and ::1 are accepted (the guard against DNS rebinding)
+    #[arg(
+        long = "allow-host",
+        value_name = "HOST",
+        value_delimiter = ',',
+        requires = "http"
+    )]
+    pub(crate) allow_host: Vec<String>,
     /// Append signed checkpoints of the audit chain's head to this file, every 10 s and
     /// when the server stops; the key is AAC_CHECKPOINT_KEY (see `audit --new-checkpoint-key`)
     #[arg(long, value_name = "FILE")]

@@ -693,7 +693,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<i64, CliError> {
     };
     let number: i64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
     if number <= 0 {
-        return Err(bad());
+        return Err(CliError::new(format!(
+            "the duration `{text}` is not positive; give a lifetime such as 30d, or leave the \
+             flag out"
+        )));
     }
     number.checked_mul(seconds).ok_or_else(bad)
 }

@@ -212,8 +212,8 @@ async fn serve(
         .request_state_ledger(ledger)
         .build()
         .map_err(|e| CliError::new(format!("cannot build the server: {e}")))?;
-    match args.http {
-        Some(addr) => super::serve::http(context, server, &addr, args.stateless).await,
+    match args.http.clone() {
+        Some(addr) => super::serve::http(context, server, &addr, &args).await,
         None => {
             let token = match std::env::var("AAC_TOKEN")
                 .ok()

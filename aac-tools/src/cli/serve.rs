@@ -28,9 +28,9 @@ pub(super) async fn serve(
         Some(file) => Some(Checkpoints::start(db.path(), file)?),
         None => None,
     };
-    let served = match args.http {
+    let served = match args.http.clone() {
         None => stdio(&context, server, &db, fallback_token).await,
-        Some(addr) => http(&context, server, &addr, args.stateless).await,
+        Some(addr) => http(&context, server, &addr, &args).await,
     };
     if let Some(checkpoints) = checkpoints {
         checkpoints.stop().await?;
@@ -229,39 +229,88 @@ pub(super) fn no_stdio_token(context: &CliContext) -> CliError {
     ))
 }
 
-/// A stdio `serve` whose token the store refuses (`why`).
+/// A stdio `serve` whose token the store refuses (`why`): the database that refused it is
+/// named, since a mistyped `--db` or `AAC_DB` opens (and creates) another one.
 pub(super) fn token_refused(context: &CliContext, why: &str) -> CliError {
     CliError::new(format!(
-        "AAC_TOKEN is refused ({why}); create a new one with `{}`",
+        "AAC_TOKEN is refused by the database `{}` ({why}); create a new one with `{}`, or \
+         point --db (or AAC_DB) at the database that made it",
+        context.db_path().display(),
         context.shared.token_create_usage
     ))
+}
+
+/// Why `--http ADDR` cannot be listened on, and what to do.
+fn cannot_listen(addr: &str, err: &std::io::Error) -> CliError {
+    let hint = match err.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "something listens there already: stop it, or pick another port (`{}` takes a free \
+             one and prints it)",
+            with_port(addr, 0)
+        ),
+        std::io::ErrorKind::AddrNotAvailable => {
+            "this machine has no such address: use 127.0.0.1, or one of its own".to_owned()
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "ports below 1024 need privileges: pick a port above 1024".to_owned()
+        }
+        _ if !addr.contains(':') || addr.ends_with(':') => {
+            format!(
+                "an address is HOST:PORT, such as `{}`",
+                with_port(addr, 8080)
+            )
+        }
+        _ => "pick another address, such as 127.0.0.1:8080".to_owned(),
+    };
+    CliError::new(format!("cannot listen on `{addr}`: {err}; {hint}"))
+}
+
+/// `addr` with this port (its host kept, 127.0.0.1 if it has none).
+fn with_port(addr: &str, port: u16) -> String {
+    let host = match addr.rsplit_once(':') {
+        Some((host, _)) if !host.is_empty() && !host.ends_with(':') => host,
+        Some(_) => "127.0.0.1",
+        None if addr.is_empty() => "127.0.0.1",
+        None => addr,
+    };
+    format!("{host}:{port}")
 }
 
 pub(super) async fn http(
     context: &CliContext,
     server: Server,
     addr: &str,
-    stateless: bool,
+    args: &ServeArgs,
 ) -> Result<(), CliError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        CliError::new(format!(
-            "cannot listen on `{addr}`: {e}; pick another address, such as 127.0.0.1:8080"
-        ))
-    })?;
+    let stateless = args.stateless;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| cannot_listen(addr, &e))?;
     let local = listener
         .local_addr()
         .map_err(|e| CliError::new(format!("cannot read the listening address: {e}")))?;
-    if !local.ip().is_loopback() {
+    if !local.ip().is_loopback() && args.allow_host.is_empty() {
         tracing::warn!(
             %local,
             "listening beyond loopback, but only requests whose Host is localhost, 127.0.0.1 or ::1 \
-             are accepted (the DNS-rebinding guard); put a proxy that sets Host in front"
+             are accepted (the DNS-rebinding guard): name the others with --allow-host, or put a \
+             proxy that sets Host in front"
         );
     }
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let options = crate::http::HttpOptions::default()
+    let mut options = crate::http::HttpOptions::default()
         .stateless(stateless)
         .shutdown(shutdown.clone());
+    if !args.allow_host.is_empty() {
+        let defaults = ["localhost", "127.0.0.1", "::1"].map(str::to_owned);
+        let hosts = defaults.into_iter().chain(
+            args.allow_host
+                .iter()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty()),
+        );
+        options = options.allowed_hosts(hosts);
+    }
     tokio::spawn(async move {
         stop_signal().await;
         tracing::info!("stopping: no new calls, sessions closed");

@@ -1083,3 +1083,36 @@ fn token_lifetimes_are_bounded_scopes_deduplicated_and_the_hint_complete() {
         "{line}"
     );
 }
+
+/// An address `serve --http` cannot listen on gets one line that says what to do: the
+/// port is missing, or taken (then a free one is suggested, not the same again); and a
+/// stdio token the database refuses names that database (a mistyped `--db` opens
+/// another one).
+#[test]
+fn serve_says_what_to_do_about_its_address_and_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = one_line_error(&run(dir.path(), &["serve", "--http", "localhost"]));
+    assert!(
+        line.contains("HOST:PORT") && line.contains("localhost:8080"),
+        "{line}"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let line = one_line_error(&run(dir.path(), &["serve", "--http", &address]));
+    assert!(line.contains("127.0.0.1:0"), "{line}");
+    assert!(!line.contains(&format!("such as {address}")), "{line}");
+    drop(taken);
+    let output = aacworkflow(dir.path())
+        .args(["--db", "typo.db", "serve"])
+        .env(
+            "AAC_TOKEN",
+            "aac_0123456789ab_0123456789abcdef0123456789abcdef",
+        )
+        .output()
+        .unwrap();
+    let line = one_line_error(&output);
+    assert!(
+        line.contains("`typo.db`") && line.contains("--db"),
+        "{line}"
+    );
+}

@@ -596,6 +596,51 @@ async fn http_without_a_token_is_refused_before_any_session() {
     assert!(err.is_authorization_required(), "{err}");
 }
 
+/// The status of `GET /tools` with this `Host`, sent by hand (no client rewrites it).
+fn tools_status(url: &str, host: &str, token: &str) -> String {
+    use std::io::{Read, Write};
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /tools HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// `serve --allow-host` names the other hosts a server is reached by: they are accepted
+/// beside localhost's, and any other is still refused (the DNS-rebinding guard).
+#[tokio::test]
+async fn allow_host_accepts_the_named_hosts_and_still_refuses_others() {
+    let env = Env::new();
+    let token = env.token("demo", "alice", "issues:read");
+    let plain = env.http(&[]);
+    assert!(
+        tools_status(&plain.url, "mcp.example.test", &token).contains(" 403 "),
+        "refused without --allow-host"
+    );
+    drop(plain);
+    let server = env.http(&["--allow-host", "mcp.example.test,10.0.0.7:8443"]);
+    for (host, status) in [
+        ("mcp.example.test", " 200 "),
+        ("mcp.example.test:9000", " 200 "),
+        ("10.0.0.7:8443", " 200 "),
+        ("10.0.0.7:80", " 403 "),
+        ("127.0.0.1", " 200 "),
+        ("evil.example.com", " 403 "),
+    ] {
+        let line = tools_status(&server.url, host, &token);
+        assert!(line.contains(status), "{host}: {line}");
+    }
+}
+
 #[tokio::test]
 async fn serve_demo_from_nothing_gives_a_working_server_and_a_token() {
     // The README's first command: no database yet, `serve --demo` (on SQLite, the default
