@@ -244,6 +244,19 @@ impl<T: DeserializeOwned + JsonSchema> ToolParam for T {
     }
 }
 
+std::thread_local! {
+    /// Set when the arguments of the tool whose parameters this thread extracts were
+    /// refused by their type ([`arguments_again`]): the pipeline records that refusal as
+    /// the validation it is, not as the handler's error. Extraction is synchronous, in the
+    /// handler's first poll, on the pipeline's thread.
+    static ARGUMENTS_REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the last extraction on this thread refused the arguments (and forget it).
+pub(crate) fn take_arguments_refused() -> bool {
+    ARGUMENTS_REFUSED.with(|refused| refused.replace(false))
+}
+
 /// Arguments that passed the schema but not the type, read again: JSON Schema counts a
 /// number with a zero fraction (`5.0`) as an integer, where serde wants `5`, so those are
 /// made integers; what still fails is refused with the pointer of the value at fault.
@@ -262,6 +275,7 @@ fn arguments_again<T: DeserializeOwned>(mut arguments: Value) -> Result<T, ToolE
             })
             .map(|segment| format!("/{}", segment.replace('~', "~0").replace('/', "~1")))
             .collect();
+        ARGUMENTS_REFUSED.with(|refused| refused.set(true));
         ToolError::invalid_arguments(&pointer, err.into_inner())
     })
 }

@@ -2,7 +2,7 @@
 //! `5.0` as an integer, and so does the extraction; what the type still refuses is a 400
 //! that points at the value, in our words.
 
-use aac_tools::audit::{MemorySink, Outcome};
+use aac_tools::audit::{Check, MemorySink, Outcome};
 use aac_tools::{
     CallRequest, Principal, Registry, Server, StaticTokens, Status, Text, ToolError, mcp_tool,
 };
@@ -87,6 +87,13 @@ async fn what_the_type_refuses_after_the_schema_points_at_the_value() {
         assert!(
             err.message().contains(&format!("`{pointer}`")),
             "{arguments}: {err:?}"
+        );
+        // Recorded as the refusal of the arguments it is, not as the tool's error.
+        let record = sink.records().pop().unwrap();
+        assert_eq!(
+            (record.outcome, record.check),
+            (Outcome::Denied, Some(Check::Validate)),
+            "{arguments}"
         );
     }
 }

@@ -266,12 +266,21 @@ impl Attempt {
         let level = call.level;
         let mut handler = CatchUnwind(handler(call), level);
         // The first poll, here: a handler that does not wait finishes in it, with no task
-        // to spawn.
+        // to spawn. Its parameters are extracted in it: arguments their type refuses
+        // (past what the schema bounds) are a refusal of the validation, not the tool's.
+        crate::tool::take_arguments_refused();
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
+            let refused = crate::tool::take_arguments_refused();
             let (result, check) = conclude(kind, name, wrap, output);
+            let check = if refused && result.is_err() {
+                Some(Check::Validate)
+            } else {
+                check
+            };
             return self.finish(result, check).await;
         }
+        crate::tool::take_arguments_refused();
         let finish = async move {
             let (result, check) = conclude(kind, name, wrap, handler.await);
             self.finish(result, check).await
