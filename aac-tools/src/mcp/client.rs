@@ -11,7 +11,11 @@
 //! - `Err(err)` with [`ClientError::is_transport_failure`]: the request may or may not have
 //!   reached the server; only a tool that is safe to retry may be sent again.
 //!
-//! No rmcp type appears in this module's public API.
+//! Any other `Err` is an answer too (a JSON-RPC error, or an HTTP refusal such as a 403
+//! `insufficient_scope`: [`ClientError::refusal`]) or a connection that never was: never
+//! retried.
+//!
+//! No rmcp type appears in this module's public API, nor its type names in its messages.
 //!
 //! ```no_run
 //! use aac_tools::mcp::client::{Client, Endpoint};
