@@ -525,7 +525,7 @@ enum HttpFailure {
 }
 
 /// Reads [`HttpFailure`] out of a transport error of rmcp's Streamable HTTP client (found
-/// by type, down the error's sources), or `None` for a failure of the connection itself.
+/// by type, down the error's sources), or `None` when it holds none.
 type HttpReader = fn(&(dyn std::error::Error + 'static)) -> Option<HttpFailure>;
 
 /// The [`HttpReader`] for the error type of this transport (so that its HTTP client type
@@ -575,14 +575,16 @@ where
             return Some(HttpFailure::ServerError(status.status));
         }
         // rmcp keeps an HTTP error status it has no variant for as `HTTP <status>: <body>`.
-        StreamableHttpError::UnexpectedServerResponse(text)
-            if let Some((status, body)) = http_status_of(text) =>
-        {
-            match status {
-                400..=499 => Refusal::from_body(status, body),
-                _ => return Some(HttpFailure::ServerError(status)),
+        StreamableHttpError::UnexpectedServerResponse(text) => match http_status_of(text) {
+            Some((status @ 400..=499, body)) => Refusal::from_body(status, body),
+            Some((status, _)) => return Some(HttpFailure::ServerError(status)),
+            None => {
+                return Some(HttpFailure::Broken {
+                    cause: err.to_string(),
+                    io: None,
+                });
             }
-        }
+        },
         // The HTTP client's own error (connection refused, DNS, TLS…) is not a `source`
         // of rmcp's error: read it here.
         StreamableHttpError::Client(inner) => {
@@ -1111,5 +1113,96 @@ impl Client {
             },
         };
         answer.map_err(|err| ClientError::from_service(err, what, self.http))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(challenge: &str) -> Vec<(String, String)> {
+        auth_params(challenge)
+    }
+
+    #[test]
+    fn challenges_are_read_as_auth_params() {
+        assert_eq!(
+            pairs(
+                r#"Bearer error="insufficient_scope", scope="a:b c:d", resource_metadata="http://x/y""#
+            ),
+            [
+                ("error".to_owned(), "insufficient_scope".to_owned()),
+                ("scope".to_owned(), "a:b c:d".to_owned()),
+                ("resource_metadata".to_owned(), "http://x/y".to_owned()),
+            ]
+        );
+        assert_eq!(
+            pairs(r#"Bearer error=invalid_token , error_description="say \"no\", twice""#),
+            [
+                ("error".to_owned(), "invalid_token".to_owned()),
+                (
+                    "error_description".to_owned(),
+                    r#"say "no", twice"#.to_owned()
+                ),
+            ]
+        );
+        assert!(pairs("Bearer").is_empty());
+        assert!(pairs("").is_empty());
+        assert_eq!(
+            pairs("Bearer realm, x=1").len(),
+            1,
+            "a bare word is skipped"
+        );
+        assert_eq!(pairs(r#"Bearer a="unterminated"#).len(), 1);
+    }
+
+    #[test]
+    fn a_challenge_gives_the_reason_and_names_the_scope() {
+        let refusal = Refusal::from_challenge(
+            403,
+            r#"Bearer error="insufficient_scope", scope="dashboard:read""#,
+        );
+        assert_eq!(refusal.reason(), "insufficient_scope");
+        assert_eq!(
+            refusal.message(),
+            "the token lacks the scope this needs: dashboard:read"
+        );
+        let refusal = Refusal::from_challenge(401, r#"Bearer resource_metadata="http://x""#);
+        assert_eq!(refusal.reason(), "unauthorized");
+        let refusal = Refusal::from_challenge(
+            401,
+            r#"Bearer error="invalid_token", error_description="expired""#,
+        );
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("invalid_token", "expired")
+        );
+    }
+
+    #[test]
+    fn a_body_gives_the_reason_and_message() {
+        let refusal = Refusal::from_body(404, r#"{"error":"no issue","reason":"not_found"}"#);
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("not_found", "no issue")
+        );
+        let refusal = Refusal::from_body(418, " teapot \n");
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("http_418", "teapot")
+        );
+        let refusal = Refusal::from_body(400, "");
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("bad_request", "HTTP 400")
+        );
+        let long = "x".repeat(1000);
+        assert_eq!(
+            Refusal::from_body(400, &long).message().chars().count(),
+            301
+        );
+        assert_eq!(http_status_of("HTTP 403 Forbidden: {}"), Some((403, "{}")));
+        assert_eq!(http_status_of("HTTP 200 OK: x"), None);
+        assert_eq!(http_status_of("something else"), None);
     }
 }

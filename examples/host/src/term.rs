@@ -183,3 +183,39 @@ pub(crate) async fn ask(
     drop(stderr);
     read_yes().await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn clean_keeps_text_on_one_line() {
+        assert_eq!(clean("a\nb\tc\rd"), r"a\nb\tc\rd");
+        assert_eq!(clean("x\u{1b}[2K\u{202e}y"), r"x\u{1b}[2K\u{202e}y");
+        assert_eq!(clean("é ✓ 日本"), "é ✓ 日本");
+        assert_eq!(clean_text("a\nb\u{200b}"), "a\nb\\u{200b}");
+    }
+
+    #[test]
+    fn json_escapes_invisible_characters_and_stays_the_same_json() {
+        let value = json!({
+            "bidi": "a\u{202e}b\u{2067}c",
+            "zero width": "\u{200b}\u{feff}",
+            "controls": "\u{7f}\u{85}\n",
+            "tag": "\u{e0041}",
+            "separators": "\u{2028}\u{2029}",
+            "plain": "é ✓"
+        });
+        let printed = json(&value);
+        assert!(printed.contains(r"a\u202eb\u2067c"), "{printed}");
+        assert!(printed.contains(r"\udb40\udc41"), "{printed}");
+        assert!(
+            !printed.chars().any(|c| c != '\n' && must_escape(c)),
+            "{printed}"
+        );
+        assert!(printed.contains("é ✓"));
+        let back: serde_json::Value = serde_json::from_str(&printed).unwrap();
+        assert_eq!(back, value);
+    }
+}
