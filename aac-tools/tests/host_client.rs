@@ -255,3 +255,218 @@ fn retry_answers_match_the_policy() {
     assert_eq!(by_name("update_thing"), Retry::Safe);
     assert_eq!(by_name("delete_thing"), Retry::Safe);
 }
+
+fn refusal(status: u16, www_authenticate: Option<&str>, body: &str) -> Behaviour {
+    Behaviour::Status {
+        status,
+        www_authenticate: www_authenticate.map(str::to_owned),
+        body: body.to_owned(),
+    }
+}
+
+/// No rmcp type name (`rmcp::…`, `Transport [`…`]`) leaks into a message.
+fn assert_in_our_words(message: &str) {
+    for leak in ["rmcp", "Transport [", "reqwest", "Worker", "when send"] {
+        assert!(!message.contains(leak), "`{leak}` in: {message}");
+    }
+}
+
+#[tokio::test]
+async fn an_http_403_insufficient_scope_is_the_servers_answer_never_retried() {
+    let scope = refusal(
+        403,
+        Some(
+            r#"Bearer error="insufficient_scope", scope="things:read", resource_metadata="http://x/.well-known/oauth-protected-resource/mcp""#,
+        ),
+        r#"{"error":"this tool requires the scopes: things:read","reason":"insufficient_scope","status":403}"#,
+    );
+    let server = server(&[("flaky_get", scope.clone()), ("create_thing", scope)]);
+    for tool in ["flaky_get", "create_thing"] {
+        let (result, attempts) = call_as_host(&server, tool, &fast_backoff(3)).await;
+        let message = result.unwrap_err();
+        assert_eq!(attempts, 1, "{tool}: {message}");
+        assert_eq!(server.calls(tool), 1, "{tool} was resent");
+        assert!(message.contains("things:read"), "{message}");
+        assert_in_our_words(&message);
+    }
+
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let err = client
+        .call_tool("create_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Refused, "{err}");
+    assert!(!err.is_transport_failure());
+    let refusal = err.refusal().expect("an HTTP refusal");
+    assert_eq!(refusal.status(), 403);
+    assert_eq!(refusal.reason(), "insufficient_scope");
+    assert!(refusal.message().contains("things:read"), "{refusal:?}");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn any_http_4xx_to_a_call_is_a_refusal_with_the_servers_reason() {
+    let server = server(&[
+        // An aac-tools error body without a challenge: its reason and message are used.
+        (
+            "update_thing",
+            refusal(
+                400,
+                None,
+                r#"{"error":"id: not a valid key","reason":"invalid_arguments","status":400}"#,
+            ),
+        ),
+        ("flaky_get", refusal(404, None, "no such route")),
+        (
+            "get_thing",
+            refusal(
+                401,
+                Some(r#"Bearer error="invalid_token", error_description="the token was revoked""#),
+                "",
+            ),
+        ),
+        ("delete_thing", refusal(429, None, "slow down")),
+    ]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let cases = [
+        (
+            "update_thing",
+            400,
+            "invalid_arguments",
+            "id: not a valid key",
+        ),
+        ("flaky_get", 404, "not_found", "no such route"),
+        ("get_thing", 401, "invalid_token", "the token was revoked"),
+        ("delete_thing", 429, "too_many_requests", ""),
+    ];
+    for (tool, status, reason, message) in cases {
+        let err = client
+            .call_tool(tool, json!({"id": "T-1"}))
+            .await
+            .unwrap_err();
+        assert!(!err.is_transport_failure(), "{tool}: {err}");
+        assert_in_our_words(err.message());
+        let refusal = err.refusal().unwrap_or_else(|| panic!("{tool}: {err}"));
+        assert_eq!(refusal.status(), status, "{tool}: {err}");
+        assert_eq!(refusal.reason(), reason, "{tool}: {err}");
+        assert!(refusal.message().contains(message), "{tool}: {err}");
+        assert_eq!(server.calls(tool), 1, "{tool}");
+    }
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_404_on_a_session_is_not_resent_on_a_new_session() {
+    let behaviours = HashMap::from([(
+        "create_thing".to_owned(),
+        refusal(404, None, "session not found"),
+    )]);
+    let options = host_support::Options {
+        session: Some("fake-session-1".to_owned()),
+        ..Default::default()
+    };
+    let server = FakeServer::start_with(tools(), behaviours, options);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let err = client
+        .call_tool("create_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap_err();
+    assert!(!err.is_transport_failure(), "{err}");
+    assert_eq!(err.refusal().map(|r| r.status()), Some(404), "{err}");
+    assert_in_our_words(err.message());
+    assert_eq!(
+        server.calls("create_thing"),
+        1,
+        "resent after a new handshake"
+    );
+    client.close().await;
+}
+
+#[tokio::test]
+async fn connection_errors_are_told_in_our_words() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let err = Client::connect(&Endpoint::http(url.as_str()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+    assert!(err.message().contains("connection refused"), "{err}");
+    assert!(err.message().contains(&url), "{err}");
+    assert_in_our_words(err.message());
+
+    let server = FakeServer::start(tools(), HashMap::new(), Some("s3cret"));
+    let err = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Unauthorized, "{err}");
+    assert!(err.message().contains("requires a token"), "{err}");
+    assert_in_our_words(err.message());
+    let err = Client::connect(&Endpoint::http(server.url()).bearer("wrong"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Unauthorized, "{err}");
+    assert!(err.message().contains("refused the token"), "{err}");
+    assert_eq!(err.refusal().map(|r| r.reason()), Some("invalid_token"));
+    assert_in_our_words(err.message());
+
+    // Not an MCP endpoint: the handshake is refused with a 404.
+    let options = host_support::Options {
+        refuse_initialize: Some((404, "not here".to_owned())),
+        ..Default::default()
+    };
+    let server = FakeServer::start_with(tools(), HashMap::new(), options);
+    let err = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+    assert!(err.message().contains("HTTP 404"), "{err}");
+    assert_in_our_words(err.message());
+
+    let err = Client::connect(&Endpoint::stdio("/nonexistent/aac-no-such-server"))
+        .await
+        .unwrap_err();
+    assert_in_our_words(err.message());
+}
+
+#[tokio::test]
+async fn a_tool_with_odd_hints_does_not_spoil_the_list() {
+    let mut listed = tools();
+    listed.push(json!({
+        "name": "odd_thing",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": "true", "destructiveHint": 0, "idempotentHint": null}
+    }));
+    listed.push(json!({"title": "no name", "inputSchema": {"type": "object"}}));
+    listed.push(json!("not even an object"));
+    let server = FakeServer::start(listed, HashMap::new(), None);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let tools = client.list_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"get_thing"), "{names:?}");
+    let odd = tools.iter().find(|t| t["name"] == "odd_thing").unwrap();
+    let policy = ToolPolicy::new(odd, Trust::Trusted).unwrap();
+    assert!(policy.must_ask(), "odd hints count as absent: destructive");
+    assert_eq!(policy.retry(), Retry::Never);
+    assert_eq!(
+        policy.malformed_hints(),
+        ["readOnlyHint", "destructiveHint"],
+        "null is absent, not malformed"
+    );
+    let result = client
+        .call_tool("get_thing", json!({"id": "x"}))
+        .await
+        .unwrap();
+    assert!(!result.is_error());
+    client.close().await;
+}

@@ -231,6 +231,22 @@ fn non_boolean_hints_and_missing_annotations_count_as_absent() {
     assert_eq!(policy.declared(), Hints::ABSENT);
     assert_eq!(policy.consent(), Consent::Required(AskReason::HintsMissing));
     assert_eq!(policy.retry(), Retry::Never);
+    // What a host warns about: hints present but not booleans (null is plain absent).
+    assert_eq!(
+        policy.malformed_hints(),
+        ["readOnlyHint", "destructiveHint"]
+    );
+    let untrusted = ToolPolicy::new(&tool, Trust::Untrusted).unwrap();
+    assert_eq!(
+        untrusted.malformed_hints(),
+        ["readOnlyHint", "destructiveHint"]
+    );
+    let odd_annotations = json!({"name": "odd", "annotations": ["readOnlyHint"]});
+    let policy = ToolPolicy::new(&odd_annotations, Trust::Trusted).unwrap();
+    assert_eq!(policy.malformed_hints(), ["annotations"]);
+    let fine = json!({"name": "fine", "annotations": {"readOnlyHint": true, "title": "Fine"}});
+    let policy = ToolPolicy::new(&fine, Trust::Trusted).unwrap();
+    assert!(policy.malformed_hints().is_empty());
 
     for tool in [
         json!({"name": "bare"}),

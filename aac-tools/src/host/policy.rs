@@ -57,6 +57,40 @@ impl Hints {
         }
     }
 
+    /// What `tool["annotations"]` holds that counts as absent because it is not what the
+    /// spec says: the keys of the hints present but neither a JSON boolean nor `null`, or
+    /// `annotations` itself when it is present but not an object (or `null`). A host
+    /// shows these, so that a server's typo does not pass silently as "destructive".
+    ///
+    /// ```
+    /// use aac_tools::host::Hints;
+    /// let tool = serde_json::json!({
+    ///     "name": "odd",
+    ///     "annotations": {"readOnlyHint": "true", "destructiveHint": 0, "idempotentHint": null}
+    /// });
+    /// assert_eq!(Hints::malformed(&tool), ["readOnlyHint", "destructiveHint"]);
+    /// ```
+    pub fn malformed(tool: &Value) -> Vec<&'static str> {
+        const KEYS: [&str; 4] = [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ];
+        match tool.get("annotations") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Object(annotations)) => KEYS
+                .into_iter()
+                .filter(|key| {
+                    annotations
+                        .get(*key)
+                        .is_some_and(|v| !v.is_boolean() && !v.is_null())
+                })
+                .collect(),
+            Some(_) => vec!["annotations"],
+        }
+    }
+
     /// The hints with the MCP defaults in place of the absent ones: `readOnlyHint` false,
     /// `destructiveHint` true, `idempotentHint` false, `openWorldHint` true.
     ///
@@ -205,6 +239,7 @@ pub struct ToolPolicy {
     name: String,
     title: String,
     declared: Hints,
+    malformed: Vec<&'static str>,
     trust: Trust,
     resolved: ResolvedHints,
     consent: Consent,
@@ -278,6 +313,7 @@ impl ToolPolicy {
             name: name.to_owned(),
             title,
             declared,
+            malformed: Hints::malformed(tool),
             trust,
             resolved,
             consent,
@@ -299,6 +335,12 @@ impl ToolPolicy {
     /// The hints as the server declared them, trusted or not.
     pub fn declared(&self) -> Hints {
         self.declared
+    }
+
+    /// The hints the server declared in a form that counts as absent (see
+    /// [`Hints::malformed`]), trusted or not: empty for a well-formed definition.
+    pub fn malformed_hints(&self) -> &[&'static str] {
+        &self.malformed
     }
 
     /// Whether the host trusts the server.

@@ -11,7 +11,11 @@
 //! - `Err(err)` with [`ClientError::is_transport_failure`]: the request may or may not have
 //!   reached the server; only a tool that is safe to retry may be sent again.
 //!
-//! No rmcp type appears in this module's public API.
+//! Any other `Err` is an answer too (a JSON-RPC error, or an HTTP refusal such as a 403
+//! `insufficient_scope`: [`ClientError::refusal`]) or a connection that never was: never
+//! retried.
+//!
+//! No rmcp type appears in this module's public API, nor its type names in its messages.
 //!
 //! ```no_run
 //! use aac_tools::mcp::client::{Client, Endpoint};
@@ -36,11 +40,18 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
-    ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, CustomResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, Implementation, ListToolsRequest, PaginatedRequestParams,
+    ServerResult,
 };
-use rmcp::service::{RequestContext, RoleClient, RunningService, ServiceError, ServiceExt};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::{
+    ClientInitializeError, RequestContext, RoleClient, RunningService, ServiceError, ServiceExt,
+};
+use rmcp::transport::DynamicTransportError;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
@@ -216,17 +227,53 @@ pub enum ChildStderr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ClientErrorKind {
-    /// The connection could not be set up (the command did not start, the handshake
-    /// failed). No tool call was sent.
+    /// The connection could not be set up (nothing listening, the command did not start,
+    /// the handshake failed or was refused). No tool call was sent.
     Connect,
     /// The request may or may not have reached the server: the connection broke, the
-    /// child exited, or no answer came in time. Retry only what is safe to retry.
+    /// child exited, no answer came in time, or the server failed with an HTTP 5xx.
+    /// Retry only what is safe to retry.
     Transport,
-    /// The server refused the credentials (HTTP 401 or 403 on the transport).
+    /// The server refused the credentials: an HTTP 401 (or a 401 or 403 to the
+    /// handshake). [`ClientError::refusal`] says why.
     Unauthorized,
     /// The server answered with a JSON-RPC error, or with something that is not an answer
     /// to the request. The request was delivered; it is not retried.
     Protocol,
+    /// The server refused the request with an HTTP 4xx status other than 401 (403
+    /// `insufficient_scope`, 404, 429…): its answer, so the request did not run and is not
+    /// retried. [`ClientError::refusal`] says why.
+    Refused,
+}
+
+/// An HTTP refusal of a request: its status and why, as the server said it (the
+/// `WWW-Authenticate` challenge, or an aac-tools error body) or in our words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    status: u16,
+    reason: String,
+    message: String,
+}
+
+impl Refusal {
+    /// The HTTP status (401, 403, 404…).
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// A machine reason: the challenge's `error` (`insufficient_scope`, `invalid_token`),
+    /// the `reason` of an aac-tools error body, else one named after the status
+    /// (`unauthorized`, `forbidden`, `not_found`, `too_many_requests`, `http_418`…).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// What the server said (the challenge's `error_description`, the body's `error` or
+    /// its text), or a sentence in our words (for `insufficient_scope`, naming the scope
+    /// the challenge asks for).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 /// An error of [`Client`]: a kind and a lowercase message.
@@ -234,6 +281,7 @@ pub enum ClientErrorKind {
 pub struct ClientError {
     kind: ClientErrorKind,
     code: Option<i64>,
+    refusal: Option<Refusal>,
     message: String,
 }
 
@@ -242,7 +290,17 @@ impl ClientError {
         ClientError {
             kind,
             code: None,
+            refusal: None,
             message: message.into(),
+        }
+    }
+
+    fn refused(kind: ClientErrorKind, refusal: Refusal, message: String) -> ClientError {
+        ClientError {
+            kind,
+            code: None,
+            refusal: Some(refusal),
+            message,
         }
     }
 
@@ -261,49 +319,184 @@ impl ClientError {
         self.code
     }
 
+    /// The HTTP refusal, when the server answered with a 4xx status: always for
+    /// [`ClientErrorKind::Refused`], for [`ClientErrorKind::Unauthorized`] over HTTP, and
+    /// for a [`ClientErrorKind::Connect`] whose handshake got a 4xx.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.refusal.as_ref()
+    }
+
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
     }
 
-    fn from_service(err: ServiceError, doing: &str) -> ClientError {
+    /// A failed request of an established connection; `what` names it (`tools/list`).
+    fn from_service(err: ServiceError, what: &str, http: Option<HttpReader>) -> ClientError {
         match err {
             ServiceError::McpError(data) => ClientError {
                 kind: ClientErrorKind::Protocol,
                 code: Some(i64::from(data.code.0)),
+                refusal: None,
                 message: format!(
-                    "the server answered {doing} with error {}: {}",
+                    "the server answered {what} with error {}: {}",
                     data.code.0, data.message
                 ),
             },
-            ServiceError::TransportSend(ref inner) if err.is_authorization_required() => {
-                ClientError::new(
-                    ClientErrorKind::Unauthorized,
-                    format!("the server refused the credentials {doing}: {inner}"),
-                )
-            }
-            ServiceError::TransportSend(inner) => ClientError::new(
-                ClientErrorKind::Transport,
-                format!("transport failure {doing}: {inner}"),
-            ),
+            ServiceError::TransportSend(inner) => match http.and_then(|read| read(&*inner.error)) {
+                Some(HttpFailure::Refused(refusal)) => {
+                    let kind = if refusal.status == 401 {
+                        ClientErrorKind::Unauthorized
+                    } else {
+                        ClientErrorKind::Refused
+                    };
+                    let message = format!(
+                        "the server refused {what} (HTTP {}): {}: {}",
+                        refusal.status, refusal.reason, refusal.message
+                    );
+                    ClientError::refused(kind, refusal, message)
+                }
+                Some(HttpFailure::ServerError(status)) => ClientError::new(
+                    ClientErrorKind::Transport,
+                    format!("the server failed {what} with HTTP {status}"),
+                ),
+                Some(HttpFailure::Broken { cause, .. }) => ClientError::new(
+                    ClientErrorKind::Transport,
+                    format!("the connection failed during {what}: {cause}"),
+                ),
+                None => ClientError::new(
+                    ClientErrorKind::Transport,
+                    format!(
+                        "the connection failed during {what}: {}",
+                        innermost(&*inner.error)
+                    ),
+                ),
+            },
             ServiceError::TransportClosed => ClientError::new(
                 ClientErrorKind::Transport,
-                format!("the connection closed {doing}"),
+                format!("the connection closed during {what}"),
             ),
             ServiceError::Timeout { timeout } => ClientError::new(
                 ClientErrorKind::Transport,
-                format!("no answer {doing} within {} ms", timeout.as_millis()),
+                format!("no answer to {what} within {} ms", timeout.as_millis()),
             ),
             ServiceError::Cancelled { reason } => ClientError::new(
                 ClientErrorKind::Transport,
                 format!(
-                    "the request was cancelled {doing}: {}",
+                    "{what} was cancelled: {}",
                     reason.as_deref().unwrap_or("no reason given")
                 ),
             ),
-            other => ClientError::new(
+            _ => ClientError::new(
                 ClientErrorKind::Protocol,
-                format!("unexpected answer {doing}: {other}"),
+                format!("the server's answer to {what} is not an answer to it"),
+            ),
+        }
+    }
+
+    /// A failed handshake with `endpoint`.
+    fn from_initialize(
+        err: ClientInitializeError,
+        endpoint: &Endpoint,
+        http: Option<HttpReader>,
+    ) -> ClientError {
+        let connect = |message: String| ClientError::new(ClientErrorKind::Connect, message);
+        match err {
+            ClientInitializeError::TransportError { error, .. } => {
+                ClientError::from_connect_transport(&error, endpoint, http)
+            }
+            ClientInitializeError::LegacyFallbackFailed { fallback, .. } => {
+                ClientError::from_initialize(*fallback, endpoint, http)
+            }
+            ClientInitializeError::ConnectionClosed(_) => connect(format!(
+                "`{endpoint}` closed the connection before the MCP handshake finished"
+            )),
+            ClientInitializeError::JsonRpcError(data) => connect(format!(
+                "`{endpoint}` refused the MCP handshake with error {}: {}",
+                data.code.0, data.message
+            )),
+            ClientInitializeError::NoCompatibleProtocolVersion {
+                server_supported, ..
+            } => connect(format!(
+                "`{endpoint}` speaks no MCP protocol version this client does (it offers {})",
+                server_supported
+                    .iter()
+                    .map(|v| v.as_str().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            ClientInitializeError::Cancelled => {
+                connect(format!("the MCP handshake with `{endpoint}` was cancelled"))
+            }
+            _ => connect(format!(
+                "`{endpoint}` did not answer the MCP handshake as an MCP server does"
+            )),
+        }
+    }
+
+    /// The transport failed during the handshake: nothing listening, the credentials
+    /// refused, another HTTP refusal, or the connection broke.
+    fn from_connect_transport(
+        error: &DynamicTransportError,
+        endpoint: &Endpoint,
+        http: Option<HttpReader>,
+    ) -> ClientError {
+        let has_token = matches!(
+            &endpoint.kind,
+            Kind::Http {
+                bearer: Some(_),
+                ..
+            }
+        );
+        match http.and_then(|read| read(&*error.error)) {
+            Some(HttpFailure::Refused(refusal)) if matches!(refusal.status, 401 | 403) => {
+                let message = if has_token {
+                    format!(
+                        "the server at `{endpoint}` refused the token (HTTP {}): {}: {}",
+                        refusal.status, refusal.reason, refusal.message
+                    )
+                } else {
+                    format!(
+                        "the server at `{endpoint}` requires a token and none was given (HTTP {})",
+                        refusal.status
+                    )
+                };
+                ClientError::refused(ClientErrorKind::Unauthorized, refusal, message)
+            }
+            Some(HttpFailure::Refused(refusal)) => {
+                let hint = if refusal.status == 404 {
+                    " (is this URL its MCP endpoint?)"
+                } else {
+                    ""
+                };
+                let message = format!(
+                    "the server at `{endpoint}` refused the MCP handshake (HTTP {}): {}: {}{hint}",
+                    refusal.status, refusal.reason, refusal.message
+                );
+                ClientError::refused(ClientErrorKind::Connect, refusal, message)
+            }
+            Some(HttpFailure::ServerError(status)) => ClientError::new(
+                ClientErrorKind::Connect,
+                format!("the server at `{endpoint}` failed the MCP handshake with HTTP {status}"),
+            ),
+            Some(HttpFailure::Broken {
+                io: Some(std::io::ErrorKind::ConnectionRefused),
+                ..
+            }) => ClientError::new(
+                ClientErrorKind::Connect,
+                format!("nothing is listening at `{endpoint}` (connection refused)"),
+            ),
+            Some(HttpFailure::Broken { cause, .. }) => ClientError::new(
+                ClientErrorKind::Connect,
+                format!("cannot reach `{endpoint}`: {cause}"),
+            ),
+            // Over stdio: the child closed its end (it exited) or wrote something else.
+            None => ClientError::new(
+                ClientErrorKind::Connect,
+                format!(
+                    "`{endpoint}` stopped talking before the MCP handshake finished: {}",
+                    innermost(&*error.error)
+                ),
             ),
         }
     }
@@ -316,6 +509,259 @@ impl fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
+
+/// What the Streamable HTTP transport's error says the server answered.
+enum HttpFailure {
+    /// A 4xx: the server's refusal.
+    Refused(Refusal),
+    /// A 5xx: the server failed; whether the request ran is unknown.
+    ServerError(u16),
+    /// No HTTP answer: the connection failed (its innermost cause, and its I/O error kind
+    /// when there is one).
+    Broken {
+        cause: String,
+        io: Option<std::io::ErrorKind>,
+    },
+}
+
+/// Reads [`HttpFailure`] out of a transport error of rmcp's Streamable HTTP client (found
+/// by type, down the error's sources), or `None` when it holds none.
+type HttpReader = fn(&(dyn std::error::Error + 'static)) -> Option<HttpFailure>;
+
+/// The [`HttpReader`] for the error type of this transport (so that its HTTP client type
+/// is never named here).
+fn http_reader<C: StreamableHttpClient>(_: &StreamableHttpClientTransport<C>) -> HttpReader {
+    read_http_failure::<C::Error>
+}
+
+fn read_http_failure<E>(err: &(dyn std::error::Error + 'static)) -> Option<HttpFailure>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut current = Some(err);
+    while let Some(err) = current {
+        if let Some(http) = err.downcast_ref::<StreamableHttpError<E>>() {
+            return http_failure(http);
+        }
+        current = err.source();
+    }
+    None
+}
+
+fn http_failure<E>(err: &StreamableHttpError<E>) -> Option<HttpFailure>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let refusal = match err {
+        StreamableHttpError::AuthRequired(challenge) => {
+            Refusal::from_challenge(401, &challenge.www_authenticate_header)
+        }
+        StreamableHttpError::InsufficientScope(challenge) => {
+            Refusal::from_challenge(403, &challenge.www_authenticate_header)
+        }
+        StreamableHttpError::SessionExpired => Refusal {
+            status: 404,
+            reason: "session_expired".to_owned(),
+            message: "the server does not know this session (it may have restarted)".to_owned(),
+        },
+        StreamableHttpError::HttpStatus(status) if (400..500).contains(&status.status) => {
+            let mut refusal = Refusal::from_body(status.status, "");
+            if let Some(after) = &status.retry_after {
+                refusal.message = format!("{}; retry after {after}", refusal.message);
+            }
+            refusal
+        }
+        StreamableHttpError::HttpStatus(status) => {
+            return Some(HttpFailure::ServerError(status.status));
+        }
+        // rmcp keeps an HTTP error status it has no variant for as `HTTP <status>: <body>`.
+        StreamableHttpError::UnexpectedServerResponse(text) => match http_status_of(text) {
+            Some((status @ 400..=499, body)) => Refusal::from_body(status, body),
+            Some((status, _)) => return Some(HttpFailure::ServerError(status)),
+            None => {
+                return Some(HttpFailure::Broken {
+                    cause: err.to_string(),
+                    io: None,
+                });
+            }
+        },
+        // The HTTP client's own error (connection refused, DNS, TLS…) is not a `source`
+        // of rmcp's error: read it here.
+        StreamableHttpError::Client(inner) => {
+            return Some(HttpFailure::Broken {
+                cause: innermost(inner),
+                io: io_kind(inner),
+            });
+        }
+        other => {
+            return Some(HttpFailure::Broken {
+                cause: innermost(other),
+                io: io_kind(other),
+            });
+        }
+    };
+    Some(HttpFailure::Refused(refusal))
+}
+
+/// The status and body of rmcp's `HTTP <status> <text>: <body>` for an HTTP error status
+/// it has no variant for: 400 to 599.
+fn http_status_of(text: &str) -> Option<(u16, &str)> {
+    let rest = text.strip_prefix("HTTP ")?;
+    let status: u16 = rest.get(..3)?.parse().ok()?;
+    let body = rest.split_once(": ").map_or("", |(_, body)| body);
+    (400..600).contains(&status).then_some((status, body))
+}
+
+impl Refusal {
+    /// From a `WWW-Authenticate` challenge (`Bearer error="…", error_description="…",
+    /// scope="…"`).
+    fn from_challenge(status: u16, challenge: &str) -> Refusal {
+        let params = auth_params(challenge);
+        let param = |key: &str| {
+            params
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v.as_str())
+                .filter(|v| !v.is_empty())
+        };
+        let reason = param("error").map_or_else(|| status_reason(status), str::to_owned);
+        let scope = param("scope");
+        let message = match (param("error_description"), reason.as_str(), scope) {
+            (Some(description), _, Some(scope)) if !description.contains(scope) => {
+                format!("{description} (scope: {scope})")
+            }
+            (Some(description), _, _) => description.to_owned(),
+            (None, "insufficient_scope", Some(scope)) => {
+                format!("the token lacks the scope this needs: {scope}")
+            }
+            (None, "insufficient_scope", None) => "the token lacks a scope this needs".to_owned(),
+            (None, "invalid_token", _) => "the token is not valid".to_owned(),
+            _ if status == 401 => "a valid token is required".to_owned(),
+            _ => format!("HTTP {status}"),
+        };
+        Refusal {
+            status,
+            reason,
+            message,
+        }
+    }
+
+    /// From a response body: an aac-tools error object (`{"error", "reason", "status"}`),
+    /// else its text.
+    fn from_body(status: u16, body: &str) -> Refusal {
+        let json = serde_json::from_str::<Value>(body).ok();
+        let field = |key: &str| {
+            json.as_ref()
+                .and_then(|v| v.get(key)?.as_str())
+                .filter(|v| !v.is_empty())
+        };
+        let reason = field("reason").map_or_else(|| status_reason(status), str::to_owned);
+        let text = body.trim();
+        let message = match field("error") {
+            Some(error) => error.to_owned(),
+            None if text.is_empty() => format!("HTTP {status}"),
+            None => {
+                const MAX: usize = 300;
+                match text.char_indices().nth(MAX) {
+                    Some((cut, _)) => format!("{}…", &text[..cut]),
+                    None => text.to_owned(),
+                }
+            }
+        };
+        Refusal {
+            status,
+            reason,
+            message,
+        }
+    }
+}
+
+/// A reason named after an HTTP status.
+fn status_reason(status: u16) -> String {
+    let name = match status {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        406 => "not_acceptable",
+        408 => "request_timeout",
+        409 => "conflict",
+        410 => "gone",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        422 => "unprocessable_entity",
+        429 => "too_many_requests",
+        _ => return format!("http_{status}"),
+    };
+    name.to_owned()
+}
+
+/// The auth-params of a challenge, `Bearer k1="v1", k2=v2`: quoted strings unescaped.
+fn auth_params(challenge: &str) -> Vec<(String, String)> {
+    let rest = challenge.trim_start();
+    // The scheme, unless the header starts with a parameter.
+    let rest = match rest.split_once(char::is_whitespace) {
+        Some((scheme, params)) if !scheme.contains('=') => params,
+        _ => rest,
+    };
+    let mut params = Vec::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace() || *c == ',').is_some() {}
+        let key: String = std::iter::from_fn(|| chars.next_if(|c| *c != '=' && *c != ','))
+            .collect::<String>()
+            .trim()
+            .to_owned();
+        if key.is_empty() && chars.peek().is_none() {
+            return params;
+        }
+        if chars.next_if_eq(&'=').is_none() {
+            if chars.peek().is_none() {
+                return params;
+            }
+            continue;
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'"').is_some() {
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => value.extend(chars.next()),
+                    c => value.push(c),
+                }
+            }
+        } else {
+            value.extend(std::iter::from_fn(|| chars.next_if(|c| *c != ',')));
+            value = value.trim().to_owned();
+        }
+        params.push((key, value));
+    }
+}
+
+/// The innermost cause of an error, in the words of whatever failed last (the operating
+/// system, the HTTP client): never the name of a transport type, which only rmcp's outer
+/// errors print.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
+/// The kind of the I/O error under a transport error, if there is one.
+fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut current = Some(error);
+    while let Some(err) = current {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        current = err.source();
+    }
+    None
+}
 
 /// The result of `tools/call`, delivered by the server: a success or a tool error.
 #[derive(Debug, Clone, PartialEq)]
@@ -453,6 +899,8 @@ pub struct Client {
     service: RunningService<RoleClient, HostHandler>,
     server_name: Option<String>,
     timeout: Option<Duration>,
+    /// Over Streamable HTTP: tells the server's HTTP refusals from transport failures.
+    http: Option<HttpReader>,
 }
 
 impl fmt::Debug for Client {
@@ -479,6 +927,7 @@ impl Client {
             ),
             ask_user: endpoint.ask_user.clone(),
         };
+        let mut http = None;
         let service = match &endpoint.kind {
             Kind::Stdio {
                 program,
@@ -515,28 +964,19 @@ impl Client {
                 config.serve(transport).await
             }
             Kind::Http { url, bearer } => {
-                let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                // A 404 to a request of the session is the server's answer: the request is
+                // not sent again on a new session, which rmcp would do by default.
+                let mut config_http = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .reinit_on_expired_session(false);
                 if let Some(token) = bearer {
-                    http = http.auth_header(token.as_str());
+                    config_http = config_http.auth_header(token.as_str());
                 }
-                config
-                    .serve(StreamableHttpClientTransport::from_config(http))
-                    .await
+                let transport = StreamableHttpClientTransport::from_config(config_http);
+                http = Some(http_reader(&transport));
+                config.serve(transport).await
             }
         };
-        let service = service.map_err(|err| {
-            if err.is_authorization_required() {
-                ClientError::new(
-                    ClientErrorKind::Unauthorized,
-                    format!("the server at `{endpoint}` refused the credentials: {err}"),
-                )
-            } else {
-                ClientError::new(
-                    ClientErrorKind::Connect,
-                    format!("cannot connect to `{endpoint}`: {err}"),
-                )
-            }
-        })?;
+        let service = service.map_err(|err| ClientError::from_initialize(err, endpoint, http))?;
         let server_name = service
             .peer_info()
             .and_then(|info| info.server_info.as_ref().map(|i| i.name.clone()));
@@ -544,6 +984,7 @@ impl Client {
             service,
             server_name,
             timeout: None,
+            http,
         })
     }
 
@@ -560,22 +1001,60 @@ impl Client {
     }
 
     /// Every tool the server lists (all pages), each as its MCP `Tool` JSON object.
+    ///
+    /// The list is read leniently, one tool at a time: an entry rmcp's types would refuse
+    /// (a hint that is not a boolean, an unknown field) does not spoil the others. Each
+    /// entry is returned as the server sent it; [`crate::host::ToolPolicy::new`] refuses
+    /// one without a string `name` and counts a hint that is not a boolean as absent.
     pub async fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
-        const DOING: &str = "to tools/list";
-        let tools = self
-            .bounded(self.service.peer().list_all_tools(), DOING)
-            .await?;
-        tools
-            .iter()
-            .map(|tool| {
-                serde_json::to_value(tool).map_err(|err| {
-                    ClientError::new(
+        const WHAT: &str = "tools/list";
+        /// A server that pages forever is not listed forever.
+        const MAX_PAGES: usize = 1000;
+        let mut tools = Vec::new();
+        let mut cursors = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+            let answer = self
+                .bounded(self.service.peer().send_request(request), WHAT)
+                .await?;
+            // A page rmcp could read as a `ListToolsResult`, or else the raw JSON it kept.
+            let page = match answer {
+                ServerResult::ListToolsResult(page) => serde_json::to_value(page).ok(),
+                ServerResult::CustomResult(CustomResult(page)) => Some(page),
+                _ => None,
+            };
+            let Some(Value::Object(mut page)) = page else {
+                return Err(ClientError::new(
+                    ClientErrorKind::Protocol,
+                    "the server's answer to tools/list is not a list of tools",
+                ));
+            };
+            match page.remove("tools") {
+                Some(Value::Array(more)) => tools.extend(more),
+                _ => {
+                    return Err(ClientError::new(
                         ClientErrorKind::Protocol,
-                        format!("cannot read a tool definition: {err}"),
-                    )
-                })
-            })
-            .collect()
+                        "the server's answer to tools/list has no `tools` array",
+                    ));
+                }
+            }
+            cursor = match page.remove("nextCursor") {
+                Some(Value::String(next)) => Some(next),
+                _ => return Ok(tools),
+            };
+            if !cursors.insert(cursor.clone()) {
+                return Err(ClientError::new(
+                    ClientErrorKind::Protocol,
+                    "the server's tools/list pages loop (a cursor came twice)",
+                ));
+            }
+        }
+        Err(ClientError::new(
+            ClientErrorKind::Protocol,
+            format!("the server's tools/list has more than {MAX_PAGES} pages"),
+        ))
     }
 
     /// Call a tool by name with JSON arguments: one `tools/call` request, never repeated.
@@ -603,10 +1082,10 @@ impl Client {
     ) -> Result<ToolResult, ClientError> {
         let mut params = CallToolRequestParams::new(Cow::Owned(name.to_owned()));
         params.arguments = arguments;
-        let doing = format!("to tools/call `{name}`");
+        let what = format!("tools/call `{name}`");
         // The service's call (not the peer's) answers a 2026-07-28 `InputRequiredResult`
         // through the handler and retries.
-        let result = self.bounded(self.service.call_tool(params), &doing).await?;
+        let result = self.bounded(self.service.call_tool(params), &what).await?;
         let json = serde_json::to_value(&result).map_err(|err| {
             ClientError::new(
                 ClientErrorKind::Protocol,
@@ -624,7 +1103,7 @@ impl Client {
     async fn bounded<T>(
         &self,
         request: impl Future<Output = Result<T, ServiceError>>,
-        doing: &str,
+        what: &str,
     ) -> Result<T, ClientError> {
         let answer = match self.timeout {
             None => request.await,
@@ -633,6 +1112,97 @@ impl Client {
                 Err(_) => Err(ServiceError::Timeout { timeout: limit }),
             },
         };
-        answer.map_err(|err| ClientError::from_service(err, doing))
+        answer.map_err(|err| ClientError::from_service(err, what, self.http))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(challenge: &str) -> Vec<(String, String)> {
+        auth_params(challenge)
+    }
+
+    #[test]
+    fn challenges_are_read_as_auth_params() {
+        assert_eq!(
+            pairs(
+                r#"Bearer error="insufficient_scope", scope="a:b c:d", resource_metadata="http://x/y""#
+            ),
+            [
+                ("error".to_owned(), "insufficient_scope".to_owned()),
+                ("scope".to_owned(), "a:b c:d".to_owned()),
+                ("resource_metadata".to_owned(), "http://x/y".to_owned()),
+            ]
+        );
+        assert_eq!(
+            pairs(r#"Bearer error=invalid_token , error_description="say \"no\", twice""#),
+            [
+                ("error".to_owned(), "invalid_token".to_owned()),
+                (
+                    "error_description".to_owned(),
+                    r#"say "no", twice"#.to_owned()
+                ),
+            ]
+        );
+        assert!(pairs("Bearer").is_empty());
+        assert!(pairs("").is_empty());
+        assert_eq!(
+            pairs("Bearer realm, x=1").len(),
+            1,
+            "a bare word is skipped"
+        );
+        assert_eq!(pairs(r#"Bearer a="unterminated"#).len(), 1);
+    }
+
+    #[test]
+    fn a_challenge_gives_the_reason_and_names_the_scope() {
+        let refusal = Refusal::from_challenge(
+            403,
+            r#"Bearer error="insufficient_scope", scope="dashboard:read""#,
+        );
+        assert_eq!(refusal.reason(), "insufficient_scope");
+        assert_eq!(
+            refusal.message(),
+            "the token lacks the scope this needs: dashboard:read"
+        );
+        let refusal = Refusal::from_challenge(401, r#"Bearer resource_metadata="http://x""#);
+        assert_eq!(refusal.reason(), "unauthorized");
+        let refusal = Refusal::from_challenge(
+            401,
+            r#"Bearer error="invalid_token", error_description="expired""#,
+        );
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("invalid_token", "expired")
+        );
+    }
+
+    #[test]
+    fn a_body_gives_the_reason_and_message() {
+        let refusal = Refusal::from_body(404, r#"{"error":"no issue","reason":"not_found"}"#);
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("not_found", "no issue")
+        );
+        let refusal = Refusal::from_body(418, " teapot \n");
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("http_418", "teapot")
+        );
+        let refusal = Refusal::from_body(400, "");
+        assert_eq!(
+            (refusal.reason(), refusal.message()),
+            ("bad_request", "HTTP 400")
+        );
+        let long = "x".repeat(1000);
+        assert_eq!(
+            Refusal::from_body(400, &long).message().chars().count(),
+            301
+        );
+        assert_eq!(http_status_of("HTTP 403 Forbidden: {}"), Some((403, "{}")));
+        assert_eq!(http_status_of("HTTP 200 OK: x"), None);
+        assert_eq!(http_status_of("something else"), None);
     }
 }

@@ -23,6 +23,13 @@ pub enum Behaviour {
     Drop,
     /// Drop the first `n` calls, then answer.
     DropThenAnswer(u32, Value),
+    /// Answer with this HTTP status (a refusal such as 403 `insufficient_scope`), this
+    /// `WWW-Authenticate` header if any, and this body (sent as JSON when it starts with `{`).
+    Status {
+        status: u16,
+        www_authenticate: Option<String>,
+        body: String,
+    },
 }
 
 /// One request the server received.
@@ -36,6 +43,17 @@ pub struct Seen {
     pub params: Value,
     /// The `Authorization` header.
     pub authorization: Option<String>,
+}
+
+/// How the server runs, beyond its tools.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// If set, every request without `Authorization: Bearer <token>` gets a 401.
+    pub token: Option<String>,
+    /// If set, `initialize` answers with this `Mcp-Session-Id`.
+    pub session: Option<String>,
+    /// If set, `initialize` gets this status (and body) instead of an answer.
+    pub refuse_initialize: Option<(u16, String)>,
 }
 
 #[derive(Default)]
@@ -60,6 +78,19 @@ impl FakeServer {
         behaviours: HashMap<String, Behaviour>,
         token: Option<&str>,
     ) -> FakeServer {
+        let options = Options {
+            token: token.map(str::to_owned),
+            ..Options::default()
+        };
+        FakeServer::start_with(tools, behaviours, options)
+    }
+
+    /// [`FakeServer::start`] with every option.
+    pub fn start_with(
+        tools: Vec<Value>,
+        behaviours: HashMap<String, Behaviour>,
+        options: Options,
+    ) -> FakeServer {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
@@ -68,7 +99,7 @@ impl FakeServer {
         let shared = Arc::new(Shared {
             tools,
             behaviours,
-            token: token.map(str::to_owned),
+            options,
             state: state.clone(),
         });
         let thread = std::thread::spawn(move || {
@@ -148,13 +179,19 @@ impl Drop for FakeServer {
 struct Shared {
     tools: Vec<Value>,
     behaviours: HashMap<String, Behaviour>,
-    token: Option<String>,
+    options: Options,
     state: Arc<Mutex<State>>,
 }
 
 enum Reply {
     Json(Value),
     Status(u16, &'static str),
+    /// A status with an optional `WWW-Authenticate` and a body.
+    Refusal {
+        status: u16,
+        www_authenticate: Option<String>,
+        body: String,
+    },
     Hangup,
 }
 
@@ -187,21 +224,51 @@ impl Shared {
             params: params.clone(),
             authorization: authorization.clone(),
         });
-        let reply = if let Some(token) = &self.token
+        let reply = if let Some(token) = &self.options.token
             && authorization.as_deref() != Some(format!("Bearer {token}").as_str())
         {
             Reply::Status(401, "Unauthorized")
         } else if http_method != "POST" {
             Reply::Status(405, "Method Not Allowed")
+        } else if method.as_deref() == Some("initialize")
+            && let Some((status, body)) = &self.options.refuse_initialize
+        {
+            Reply::Refusal {
+                status: *status,
+                www_authenticate: None,
+                body: body.clone(),
+            }
         } else {
             self.answer(method.as_deref(), message.get("id").cloned(), &params)
         };
         let bytes = match reply {
             Reply::Hangup => return, // drop the stream: no status line, nothing
             Reply::Json(body) => {
+                let session = match (&self.options.session, method.as_deref()) {
+                    (Some(id), Some("initialize")) => format!("mcp-session-id: {id}\r\n"),
+                    _ => String::new(),
+                };
                 let body = body.to_string();
                 format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{session}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            }
+            Reply::Refusal {
+                status,
+                www_authenticate,
+                body,
+            } => {
+                let challenge = www_authenticate
+                    .map(|c| format!("www-authenticate: {c}\r\n"))
+                    .unwrap_or_default();
+                let content_type = if body.starts_with('{') {
+                    "application/json"
+                } else {
+                    "text/plain"
+                };
+                format!(
+                    "HTTP/1.1 {status} Refused\r\ncontent-type: {content_type}\r\n{challenge}content-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 )
             }
@@ -254,6 +321,17 @@ impl Shared {
                     }
                     Some(Behaviour::DropThenAnswer(_, result) | Behaviour::Answer(result)) => {
                         result.clone()
+                    }
+                    Some(Behaviour::Status {
+                        status,
+                        www_authenticate,
+                        body,
+                    }) => {
+                        return Reply::Refusal {
+                            status: *status,
+                            www_authenticate: www_authenticate.clone(),
+                            body: body.clone(),
+                        };
                     }
                     None => json!({"content": [{"type": "text", "text": "ok"}]}),
                 }

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         }
         Ok(Command::Run(options)) => options,
         Err(message) => {
-            eprintln!("aac-host: {message}\n\n{}", cli::USAGE);
+            eprintln!("aac-host: {message} (`aac-host --help` shows the usage)");
             return ExitCode::from(USAGE_OR_CONNECT);
         }
     };
@@ -75,7 +75,7 @@ async fn run(options: Options) -> u8 {
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
         Err(err) => {
-            eprintln!("aac-host: {err}");
+            eprintln!("aac-host: {}", connect_error(&err, &options));
             if !endpoint.is_http() && options.server_stderr == ChildStderr::Discard {
                 eprintln!(
                     "aac-host: the server's own messages were discarded; --verbose shows them"
@@ -87,7 +87,7 @@ async fn run(options: Options) -> u8 {
     let tools = match client.list_tools().await {
         Ok(tools) => tools,
         Err(err) => {
-            eprintln!("aac-host: {err}");
+            eprintln!("aac-host: {}", term::clean(err.message()));
             client.close().await;
             return USAGE_OR_CONNECT;
         }
@@ -119,6 +119,7 @@ async fn run(options: Options) -> u8 {
             return USAGE_OR_CONNECT;
         }
     };
+    warn_malformed(&policy);
 
     let mut arguments = options.arguments.clone();
     if policy.consent() == Consent::AskedByServer {
@@ -152,6 +153,40 @@ async fn run(options: Options) -> u8 {
 
 async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {
     Ok(Client::connect(endpoint).await?.with_timeout(timeout))
+}
+
+/// A connection error on one line, with what to do about a refused or missing token.
+fn connect_error(err: &ClientError, options: &Options) -> String {
+    let message = term::clean(err.message());
+    match (err.kind(), &options.token) {
+        (ClientErrorKind::Unauthorized, Some(_)) => {
+            format!("{message}; pass a valid one with --token or AAC_TOKEN")
+        }
+        (ClientErrorKind::Unauthorized, None) => {
+            format!("{message}; pass one with --token or set AAC_TOKEN")
+        }
+        _ => message,
+    }
+}
+
+/// Say which of a tool's hints count as absent because they are not JSON booleans.
+fn warn_malformed(policy: &ToolPolicy) {
+    let malformed = policy.malformed_hints();
+    if malformed.is_empty() {
+        return;
+    }
+    let (what, verb) = if malformed == ["annotations"] {
+        (
+            "its annotations are".to_owned(),
+            "not an object, so its hints count",
+        )
+    } else {
+        (malformed.join(", "), "not JSON booleans, so they count")
+    };
+    eprintln!(
+        "aac-host: warning: `{}`: {what} {verb} as absent",
+        term::clean(policy.name())
+    );
 }
 
 /// Send the call, retrying with backoff only if the policy says it is safe.
@@ -226,6 +261,17 @@ async fn call(
             }
             TRANSPORT
         }
+        // An HTTP refusal of the call (403 `insufficient_scope`, 404…) is the server's
+        // answer, shown as a tool error is.
+        Err(Failure::Call(err)) if err.refusal().is_some() => {
+            let refusal = err.refusal().expect("a refusal");
+            eprintln!(
+                "error: {}: {}",
+                term::clean(refusal.reason()),
+                term::clean(refusal.message())
+            );
+            TOOL_ERROR
+        }
         Err(Failure::Call(err) | Failure::Reconnect(err)) => {
             eprintln!("aac-host: {}", term::clean(err.message()));
             USAGE_OR_CONNECT
@@ -259,10 +305,7 @@ impl Failure {
 
 fn print_result(result: &ToolResult, json: bool) -> u8 {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(result.json()).unwrap_or_default()
-        );
+        println!("{}", term::json(result.json()));
         return if result.is_error() { TOOL_ERROR } else { OK };
     }
     if result.is_error() {
@@ -274,20 +317,25 @@ fn print_result(result: &ToolResult, json: bool) -> u8 {
         return TOOL_ERROR;
     }
     match result.structured_content() {
-        Some(structured) => println!(
-            "{}",
-            serde_json::to_string_pretty(structured).unwrap_or_default()
-        ),
-        None => println!("{}", term::clean(&result.text())),
+        Some(structured) => println!("{}", term::json(structured)),
+        None => println!("{}", term::clean_text(&result.text())),
     }
     OK
 }
 
 fn list(tools: &[Value], trust: Trust) {
-    for tool in tools {
-        let Ok(policy) = ToolPolicy::new(tool, trust) else {
-            continue;
+    for (n, tool) in tools.iter().enumerate() {
+        let policy = match ToolPolicy::new(tool, trust) {
+            Ok(policy) => policy,
+            Err(err) => {
+                eprintln!(
+                    "aac-host: warning: skipped tool {} of tools/list: {err}",
+                    n + 1
+                );
+                continue;
+            }
         };
+        warn_malformed(&policy);
         let ask = match policy.consent() {
             Consent::NotNeeded => "runs without asking".to_owned(),
             Consent::HostChoice => "asks (writes)".to_owned(),

@@ -8,25 +8,82 @@ use aac_tools::host::{Consent, ToolPolicy};
 use aac_tools::mcp::client::AskUser;
 use serde_json::{Map, Value};
 
-/// Server text with its control characters (and the invisible bidirectional and zero-width
-/// ones) escaped, so that a title or a result cannot move the cursor, rewrite the question
-/// or hide what it asks.
+/// Characters that change how text around them shows without showing themselves: the
+/// bidirectional controls, the zero-width and other default-ignorable ones, and the line
+/// and paragraph separators (a new line on some terminals).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fffb}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
+/// True for a character printed escaped: a control character or an invisible one.
+fn must_escape(c: char) -> bool {
+    c.is_control() || is_invisible(c)
+}
+
+/// Server text on one line, with its control characters (line breaks and tabs included)
+/// and the invisible ones escaped (`\n`, `\u{202e}`), so that a title, a reason or an
+/// error message cannot start a line of its own, move the cursor, rewrite the question or
+/// hide what it asks. Every text of the server that the host prints goes through it,
+/// except the text result of a tool ([`clean_text`]) and JSON ([`json`]).
 pub(crate) fn clean(text: &str) -> String {
+    escape(text, false)
+}
+
+/// The text result of a tool, which may hold several lines: [`clean`], but line breaks
+/// and tabs are kept.
+pub(crate) fn clean_text(text: &str) -> String {
+    escape(text, true)
+}
+
+fn escape(text: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if (c.is_control() && c != '\n' && c != '\t') || invisible {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
+        match c {
+            '\n' | '\t' if keep_lines => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if must_escape(c) => out.extend(c.escape_unicode()),
+            c => out.push(c),
         }
     }
     out
 }
 
-/// [`clean`], on one line.
-fn clean_line(text: &str) -> String {
-    clean(text).replace('\n', "\\n")
+/// JSON, pretty, with every control and invisible character in its strings written as a
+/// JSON escape (`\u202e`): the same JSON, safe to print. (serde_json escapes only the
+/// C0 controls; outside strings its pretty output holds ASCII alone.)
+pub(crate) fn json(value: &serde_json::Value) -> String {
+    let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+    let mut out = String::with_capacity(pretty.len());
+    for c in pretty.chars() {
+        if c != '\n' && must_escape(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The question for this call: the title and the values of the required arguments, e.g.
@@ -36,7 +93,7 @@ pub(crate) fn question(
     definition: &Value,
     arguments: &Map<String, Value>,
 ) -> String {
-    let mut subject = clean_line(policy.title());
+    let mut subject = clean(policy.title());
     let required = definition["inputSchema"]["required"]
         .as_array()
         .map(Vec::as_slice)
@@ -48,7 +105,7 @@ pub(crate) fn question(
         match arguments.get(key) {
             Some(Value::String(s)) => {
                 subject.push(' ');
-                subject.push_str(&clean_line(s));
+                subject.push_str(&clean(s));
             }
             Some(v @ (Value::Number(_) | Value::Bool(_))) => {
                 subject.push(' ');
@@ -65,7 +122,7 @@ pub(crate) fn question(
 pub(crate) fn server_question(yes: bool) -> AskUser {
     Arc::new(move |question: String| {
         Box::pin(async move {
-            let shown = format!("the server asks: {} [y/N]", clean_line(&question));
+            let shown = format!("the server asks: {} [y/N]", clean(&question));
             if yes {
                 eprintln!("{shown} — answered yes by --yes");
                 return true;
@@ -108,9 +165,7 @@ pub(crate) async fn ask(
         Consent::NotNeeded => "is read-only".to_owned(),
         Consent::AskedByServer => "is confirmed by the server".to_owned(),
     };
-    let shown = serde_json::to_string_pretty(&Value::Object(arguments.clone()))
-        .unwrap_or_default()
-        .replace('\n', "\n  ");
+    let shown = json(&Value::Object(arguments.clone())).replace('\n', "\n  ");
     let retry = if policy.safe_to_retry() {
         "retried if the connection fails"
     } else {
@@ -120,11 +175,47 @@ pub(crate) async fn ask(
     let _ = write!(
         stderr,
         "`{}` ({}) {why}\n  arguments: {shown}\n  {retry}\n{} ",
-        clean_line(policy.name()),
-        clean_line(policy.title()),
+        clean(policy.name()),
+        clean(policy.title()),
         question(policy, definition, arguments),
     );
     let _ = stderr.flush();
     drop(stderr);
     read_yes().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn clean_keeps_text_on_one_line() {
+        assert_eq!(clean("a\nb\tc\rd"), r"a\nb\tc\rd");
+        assert_eq!(clean("x\u{1b}[2K\u{202e}y"), r"x\u{1b}[2K\u{202e}y");
+        assert_eq!(clean("é ✓ 日本"), "é ✓ 日本");
+        assert_eq!(clean_text("a\nb\u{200b}"), "a\nb\\u{200b}");
+    }
+
+    #[test]
+    fn json_escapes_invisible_characters_and_stays_the_same_json() {
+        let value = json!({
+            "bidi": "a\u{202e}b\u{2067}c",
+            "zero width": "\u{200b}\u{feff}",
+            "controls": "\u{7f}\u{85}\n",
+            "tag": "\u{e0041}",
+            "separators": "\u{2028}\u{2029}",
+            "plain": "é ✓"
+        });
+        let printed = json(&value);
+        assert!(printed.contains(r"a\u202eb\u2067c"), "{printed}");
+        assert!(printed.contains(r"\udb40\udc41"), "{printed}");
+        assert!(
+            !printed.chars().any(|c| c != '\n' && must_escape(c)),
+            "{printed}"
+        );
+        assert!(printed.contains("é ✓"));
+        let back: serde_json::Value = serde_json::from_str(&printed).unwrap();
+        assert_eq!(back, value);
+    }
 }

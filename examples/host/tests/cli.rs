@@ -425,3 +425,296 @@ fn over_stdio_a_dead_child_is_retried_only_for_safe_tools() {
 fn tool_json(name: &str, title: &str, hints: [Option<bool>; 4]) -> String {
     tool(name, title, hints, false).to_string()
 }
+
+fn scope_refusal() -> Behaviour {
+    Behaviour::Status {
+        status: 403,
+        www_authenticate: Some(
+            r#"Bearer error="insufficient_scope", scope="things:read", resource_metadata="http://x/.well-known/oauth-protected-resource/mcp""#
+                .to_owned(),
+        ),
+        body: r#"{"error":"this tool requires the scopes: things:read","reason":"insufficient_scope","status":403}"#.to_owned(),
+    }
+}
+
+/// No rmcp type name reaches the user.
+fn assert_in_our_words(stderr: &str) {
+    for leak in ["rmcp", "Transport [", "reqwest", "Worker", "when send"] {
+        assert!(!stderr.contains(leak), "`{leak}` in: {stderr}");
+    }
+}
+
+#[test]
+fn an_http_403_is_the_servers_refusal_not_a_transport_failure() {
+    let server = server(&[
+        ("get_thing", scope_refusal()),
+        ("create_thing", scope_refusal()),
+    ]);
+    let url = server.url();
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--backoff",
+            "1",
+            "get_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error: insufficient_scope: ") && run.stderr.contains("things:read"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("retrying"), "{}", run.stderr);
+    assert!(!run.stderr.contains("transport"), "{}", run.stderr);
+    assert_in_our_words(&run.stderr);
+    assert_eq!(server.calls("get_thing"), 1, "a refusal was resent");
+
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "create_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error: insufficient_scope: "),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("may or may not"), "{}", run.stderr);
+    assert_in_our_words(&run.stderr);
+    assert_eq!(server.calls("create_thing"), 1);
+}
+
+#[test]
+fn connection_errors_are_one_line_that_says_what_to_do() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = format!("http://127.0.0.1:{port}/mcp");
+    let run = host(&["--url", &dead, "--list"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("connection refused"), "{}", run.stderr);
+    assert!(run.stderr.contains(&dead), "{}", run.stderr);
+    assert_in_our_words(&run.stderr);
+
+    let server = FakeServer::start(tools(), HashMap::new(), Some("s3cret"));
+    let url = server.url();
+    let run = host(&["--url", &url, "--list"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("requires a token"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--token") && run.stderr.contains("AAC_TOKEN"),
+        "{}",
+        run.stderr
+    );
+    assert_in_our_words(&run.stderr);
+
+    let run = host(&["--url", &url, "--token", "wrong", "--list"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("refused the token"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pass a valid one with --token"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("wrong"),
+        "the token is printed: {}",
+        run.stderr
+    );
+    assert_in_our_words(&run.stderr);
+}
+
+#[test]
+fn a_tool_with_odd_hints_is_listed_with_a_warning_and_the_others_work() {
+    let mut listed = tools();
+    listed.push(json!({
+        "name": "odd_thing",
+        "title": "Odd thing",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": "true", "destructiveHint": 0, "idempotentHint": null}
+    }));
+    listed.push(json!({"title": "no name", "inputSchema": {"type": "object"}}));
+    let server = FakeServer::start(listed, HashMap::new(), None);
+    let url = server.url();
+    let run = host(&["--url", &url, "--trust", "--list"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let odd = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("odd_thing"))
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(
+        odd.contains("asks:") && odd.contains("never retried"),
+        "{odd}"
+    );
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("get_thing")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("`odd_thing`")
+            && run.stderr.contains("readOnlyHint")
+            && run.stderr.contains("destructiveHint"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("idempotentHint"), "{}", run.stderr);
+    assert!(run.stderr.contains("skipped"), "{}", run.stderr);
+
+    let run = host(
+        &["--url", &url, "--trust", "get_thing", r#"{"id":"T-1"}"#],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(server.calls("get_thing"), 1);
+}
+
+#[test]
+fn list_escapes_newlines_in_titles() {
+    let mut listed = tools();
+    listed.push(tool(
+        "forged_thing",
+        "Delete all?\n[y/N] y\nok: ",
+        [T, F, T, F],
+        false,
+    ));
+    let server = FakeServer::start(listed, HashMap::new(), None);
+    let url = server.url();
+    let run = host(&["--url", &url, "--trust", "--list"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.lines().count(),
+        tools().len() + 1,
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout
+            .lines()
+            .any(|l| l.starts_with("[y/N]") || l.starts_with("ok:")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(r"Delete all?\n[y/N] y\nok: "),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn invisible_characters_are_escaped_in_results_json_and_errors() {
+    let structured = json!({"name": "abc\u{202e}fed\u{200b}", "note": "x\u{2067}y\u{7f}"});
+    let answer = json!({
+        "content": [{"type": "text", "text": structured.to_string()}],
+        "structuredContent": structured
+    });
+    let failed = json!({
+        "isError": true,
+        "content": [{"type": "text", "text": "{\"error\":\"bad\\nok: forged\\u202e\",\"reason\":\"nope\\nx\",\"status\":400}"}]
+    });
+    let server = server(&[
+        ("get_thing", Behaviour::Answer(answer.clone())),
+        ("update_thing", Behaviour::Answer(failed)),
+    ]);
+    let url = server.url();
+    let invisible = ['\u{202e}', '\u{200b}', '\u{2067}', '\u{7f}'];
+
+    let run = host(
+        &["--url", &url, "--trust", "get_thing", r#"{"id":"T-1"}"#],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains(invisible), "{:?}", run.stdout);
+    assert!(run.stdout.contains(r"\u202e"), "{}", run.stdout);
+    let printed: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(printed, structured, "the JSON is still the same JSON");
+
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--json",
+            "get_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains(invisible), "{:?}", run.stdout);
+    let printed: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(printed, answer);
+
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "--yes",
+            "update_thing",
+            r#"{"id":"T-1"}"#,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        !run.stderr.lines().any(|l| l.starts_with("ok: forged")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(r"error: nope\nx: bad\nok: forged"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains(invisible), "{:?}", run.stderr);
+
+    // The arguments shown before the question.
+    let run = host(
+        &[
+            "--url",
+            &url,
+            "--trust",
+            "delete_thing",
+            "{\"id\":\"T\u{202e}1\",\"n\":\"\u{200b}\"}",
+        ],
+        Some("n\n"),
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(!run.stderr.contains(invisible), "{:?}", run.stderr);
+    assert!(run.stderr.contains(r#""id": "T\u202e1""#), "{}", run.stderr);
+}
+
+#[test]
+fn bad_arguments_are_one_line_not_the_help() {
+    let run = host(
+        &["--url", "http://127.0.0.1:9/mcp", "get_thing", "{bad"],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ARGUMENTS is not JSON"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("usage:"), "{}", run.stderr);
+}

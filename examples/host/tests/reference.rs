@@ -264,11 +264,7 @@ fn a_refused_token_is_reported_and_nothing_is_called() {
         "",
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("refused the credentials"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("refused the token"), "{}", run.stderr);
     assert!(reference.audit("delete_issue").is_empty());
 }
 
@@ -413,4 +409,77 @@ fn over_http_the_server_asks_the_user_and_the_host_answers() {
     let reference = Reference::new();
     let server = reference.serve_http_with(&["--confirm", "user"]);
     the_server_asks(&reference, &Via::Http(&server));
+}
+
+/// A call the token has no scope for: over Streamable HTTP the reference server answers
+/// with a real 403 (`WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`).
+/// That is the server's answer, as the same refusal over stdio is: shown as
+/// `error: insufficient_scope: …`, exit 1, sent once (one audit record), never retried
+/// and never called a transport failure.
+#[test]
+fn over_http_a_missing_scope_is_a_refusal_sent_once() {
+    let reference = Reference::new();
+    let token = reference.aacworkflow(&[
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "alice",
+        "--scopes",
+        "issues:read,issues:write",
+    ]);
+    assert!(token.status.success(), "{token:?}");
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
+    let server = reference.serve_http();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--url", server.url.as_str(), "--token", &token, "--trust"];
+        args.extend(["--backoff", "1"]);
+        args.extend(extra);
+        host(&args, "")
+    };
+
+    let run_read = run(&["dashboard_usage_daily"]);
+    assert_eq!(run_read.code, 1, "{}", run_read.stderr);
+    assert!(
+        run_read.stderr.contains("error: insufficient_scope: ")
+            && run_read.stderr.contains("dashboard:read"),
+        "{}",
+        run_read.stderr
+    );
+    assert!(!run_read.stderr.contains("retrying"), "{}", run_read.stderr);
+    assert!(!run_read.stderr.contains("rmcp"), "{}", run_read.stderr);
+    assert_eq!(reference.audit("dashboard_usage_daily").len(), 1);
+
+    let run_write = run(&["--yes", "trigger_autopilot", r#"{"issue_id":"AAC-1"}"#]);
+    assert_eq!(run_write.code, 1, "{}", run_write.stderr);
+    assert!(
+        run_write.stderr.contains("error: insufficient_scope: "),
+        "{}",
+        run_write.stderr
+    );
+    assert!(
+        !run_write.stderr.contains("may or may not"),
+        "{}",
+        run_write.stderr
+    );
+    let records = reference.audit("trigger_autopilot");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["reason"], "insufficient_scope");
+}
+
+/// Without a token the host says how to give one, in one line.
+#[test]
+fn over_http_a_missing_token_says_how_to_give_one() {
+    let reference = Reference::new();
+    let server = reference.serve_http();
+    let run = host(&["--url", &server.url, "--trust", "--list"], "");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--token") && run.stderr.contains("AAC_TOKEN"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("rmcp"), "{}", run.stderr);
 }
