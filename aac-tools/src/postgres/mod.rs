@@ -115,7 +115,7 @@ use crate::access::{AccessLevel, Delete, Level, MayDelete, MayUpdate, Read, Writ
 use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
 
-pub use audit::{CHAIN_LOCK, PgSink, mirror};
+pub use audit::{PgSink, mirror};
 /// The pool this module is built on ([`Tx::client`] is its `ClientWrapper`).
 pub use deadpool_postgres;
 pub use ledger::PgLedger;
@@ -533,7 +533,7 @@ const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
 );";
 
 /// The framework's own tables, version by version.
-const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA, ledger::SCHEMA];
+const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA, ledger::SCHEMA, audit::LOCK_SCHEMA];
 
 /// A schema that a newer release migrated.
 fn newer_schema(component: &str, current: i32, known: i32) -> DbError {
