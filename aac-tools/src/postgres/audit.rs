@@ -812,6 +812,9 @@ impl PgSink {
     /// A sink logged in as `config` says (a role that may `INSERT` and `SELECT`
     /// `aac_audit`).
     pub fn with_config(config: tokio_postgres::Config) -> Result<PgSink, AuditError> {
+        // Appends read the head after the lock, in read committed, whatever the role's
+        // own defaults say.
+        let config = super::pinned(config, false);
         let integer: Vec<bool> = integer_columns()?
             .into_iter()
             .map(|(_, integer)| integer)

@@ -263,13 +263,38 @@ impl fmt::Debug for Database {
     }
 }
 
-/// A pool of connections logged in as `user`, otherwise as `config` says.
+/// `config` with the session settings the framework's connections depend on, sent in
+/// the connection's start-up packet: PostgreSQL applies them over any default of the role
+/// (`ALTER ROLE … SET`, which every role may run for itself), and `RESET ALL` goes back
+/// to them. The application's tables are in `public`; appends and tools run in read
+/// committed; a session is read-only exactly when `read_only`. The URL's own `options`
+/// come after, so an operator's `-c` still wins.
+pub(crate) fn pinned(
+    mut config: tokio_postgres::Config,
+    read_only: bool,
+) -> tokio_postgres::Config {
+    let read_only = if read_only { "on" } else { "off" };
+    let mut options = format!(
+        "-c search_path=public -c default_transaction_read_only={read_only} \
+         -c default_transaction_isolation=read\\ committed"
+    );
+    if let Some(own) = config.get_options() {
+        options.push(' ');
+        options.push_str(own);
+    }
+    config.options(options);
+    config
+}
+
+/// A pool of connections logged in as `user`, otherwise as `config` says, with the
+/// framework's session settings ([`pinned`]).
 pub(crate) fn pool(
     config: &tokio_postgres::Config,
     user: Option<&str>,
+    read_only: bool,
     size: usize,
 ) -> Result<Pool, DbError> {
-    let mut config = config.clone();
+    let mut config = pinned(config.clone(), read_only);
     if let Some(user) = user {
         config.user(user);
     }
@@ -321,9 +346,9 @@ impl Database {
             .to_owned();
         Ok(Database {
             inner: Arc::new(Inner {
-                read: pool(&owner, Some(&roles.read()), pool_size)?,
-                write: pool(&owner, Some(&roles.write()), pool_size)?,
-                delete: pool(&owner, Some(&roles.delete()), pool_size)?,
+                read: pool(&owner, Some(&roles.read()), true, pool_size)?,
+                write: pool(&owner, Some(&roles.write()), false, pool_size)?,
+                delete: pool(&owner, Some(&roles.delete()), false, pool_size)?,
                 owner,
                 database,
                 roles,

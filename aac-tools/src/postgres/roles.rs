@@ -18,7 +18,8 @@
 //! so none can `ALTER`, `DROP` or `CREATE` anything; `TEMPORARY` is revoked from
 //! `PUBLIC` on the database so that no level creates temporary tables either. The
 //! framework's tables (`aac_tokens`, `aac_audit`, `aac_audit_lock`, `aac_request_states`)
-//! are out of reach of the data roles.
+//! are out of reach of the data roles. The roles' own defaults (`ALTER ROLE … SET`, which
+//! a role may run for itself) are reset at every grant.
 
 use std::fmt;
 
@@ -139,7 +140,17 @@ impl Roles {
             ));
             sql.push_str(&format!("GRANT USAGE ON SCHEMA public TO {role};\n"));
         }
+        // Every role may change its own defaults (`ALTER ROLE CURRENT_USER SET …`), and
+        // a data role's tool could: they are reset, here and in this database, to what
+        // the framework sets. (The pools do not depend on them: their settings are in
+        // each connection's start-up packet, see `postgres::pinned`.)
         let database = quote_ident(database);
+        for role in self.all() {
+            sql.push_str(&format!(
+                "ALTER ROLE {role} RESET ALL;\n\
+                 ALTER ROLE {role} IN DATABASE {database} RESET ALL;\n"
+            ));
+        }
         sql.push_str(&format!(
             "ALTER ROLE {read} SET default_transaction_read_only = on;\n\
              REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC;\n"
