@@ -519,6 +519,60 @@ async fn text_of<L: Level>(tx: &Tx<L>, sql: &str) -> String {
         .unwrap_or_else(|| panic!("`{sql}` returned no row"))
 }
 
+/// A transaction at level `L` that changes its session (`SET`, not `SET LOCAL`) and takes
+/// a session-level advisory lock; then the next one on the same pooled connection.
+async fn leaves_nothing_behind<L: Level>(f: &Fixture, db: &Db<L>) {
+    let tx = db.begin().await.unwrap();
+    let pid = text_of(&tx, "SELECT pg_backend_pid()").await;
+    let search_path = text_of(&tx, "SHOW search_path").await;
+    tx.client()
+        .batch_execute(
+            "SET search_path = pg_catalog; SET default_transaction_isolation = serializable; \
+             SELECT pg_advisory_lock(4242); SELECT pg_advisory_lock_shared(4243)",
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Nothing held while the connection waits in the pool.
+    let held: Vec<i64> = f
+        .test
+        .column(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = {pid}"
+        ))
+        .await;
+    assert_eq!(
+        held,
+        [0],
+        "{:?}: an advisory lock outlived its call",
+        L::LEVEL
+    );
+    let tx = db.begin().await.unwrap();
+    assert_eq!(
+        text_of(&tx, "SELECT pg_backend_pid()").await,
+        pid,
+        "the same connection"
+    );
+    assert_eq!(text_of(&tx, "SHOW search_path").await, search_path);
+    assert_eq!(
+        text_of(&tx, "SHOW transaction_isolation").await,
+        "read committed"
+    );
+    assert_eq!(text_of(&tx, "SELECT count(*) FROM notes").await, "2");
+    tx.commit().await.unwrap();
+}
+
+/// A connection goes back to the pool as it came: what a call set for its session, or a
+/// session-level advisory lock it took, is not the next caller's, at any level.
+#[tokio::test]
+async fn a_connection_goes_back_to_the_pool_as_it_came() {
+    let f = fixture().await;
+    // One connection per level: the next transaction is on the same connection.
+    let db = Database::connect_with(&f.test.url, f.test.roles.clone(), 1).unwrap();
+    leaves_nothing_behind(&f, &db.handle::<Read>()).await;
+    leaves_nothing_behind(&f, &db.handle::<Write>()).await;
+    leaves_nothing_behind(&f, &db.handle::<Delete>()).await;
+}
+
 /// Any role may change its own defaults (`ALTER ROLE CURRENT_USER SET …`): a data role
 /// that does (a search path without the application's tables, a write level made
 /// read-only, another isolation) changes nothing for the pools of a new replica, at any
