@@ -22,8 +22,8 @@
 //!   key: whatever a statement's snapshot saw, two batches can never both follow one
 //!   head.
 //! - **Least privilege**: the sink logs in as `<prefix>_audit`, which may `INSERT` and
-//!   `SELECT` `aac_audit` and nothing else; no role of the application may `UPDATE` or
-//!   `DELETE` a record.
+//!   `SELECT` `aac_audit`, and lock the row of `aac_audit_lock`, and nothing else; no role
+//!   of the application may `UPDATE` or `DELETE` a record, or touch the lock.
 //! - **Fail closed**: when the database cannot be reached, the batch fails, every call
 //!   in it is answered 503 `audit_unavailable`, and the sink reports not ready (so the
 //!   next calls are refused before their handler runs) until a write succeeds again.
