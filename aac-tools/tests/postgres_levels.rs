@@ -9,8 +9,9 @@ mod postgres_support;
 
 use std::sync::Arc;
 
+use aac_tools::access::{Delete, Level, Read, Write};
 use aac_tools::audit::{MemorySink, Outcome};
-use aac_tools::postgres::{Database, DeleteDb, ReadDb, Tx, WriteDb};
+use aac_tools::postgres::{Database, Db, DeleteDb, ReadDb, Tx, WriteDb};
 use aac_tools::{
     CallRequest, Credentials, Principal, Registry, Server, Text, ToolError, mcp_tool, queries,
 };
@@ -492,5 +493,179 @@ async fn a_transaction_dropped_uncommitted_keeps_nothing_and_taints_no_connectio
             "through a query trait",
             "through a query trait"
         ]
+    );
+}
+
+/// A connection to the test's database as `role`, outside any pool.
+async fn as_role(test: &TestDb, role: &str) -> aac_tools::postgres::tokio_postgres::Client {
+    use aac_tools::postgres::tokio_postgres;
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(role);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// The first column of the first row of `sql`, as text.
+async fn text_of<L: Level>(tx: &Tx<L>, sql: &str) -> String {
+    let rows = tx.client().simple_query(sql).await.unwrap();
+    rows.iter()
+        .find_map(|message| match message {
+            aac_tools::postgres::tokio_postgres::SimpleQueryMessage::Row(row) => {
+                row.get(0).map(str::to_owned)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("`{sql}` returned no row"))
+}
+
+/// A transaction at level `L` that changes its session (`SET`, not `SET LOCAL`) and takes
+/// a session-level advisory lock; then the next one on the same pooled connection.
+async fn leaves_nothing_behind<L: Level>(f: &Fixture, db: &Db<L>) {
+    let tx = db.begin().await.unwrap();
+    let pid = text_of(&tx, "SELECT pg_backend_pid()").await;
+    let search_path = text_of(&tx, "SHOW search_path").await;
+    tx.client()
+        .batch_execute(
+            "SET search_path = pg_catalog; SET default_transaction_isolation = serializable; \
+             SELECT pg_advisory_lock(4242); SELECT pg_advisory_lock_shared(4243)",
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Nothing held while the connection waits in the pool.
+    let held: Vec<i64> = f
+        .test
+        .column(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = {pid}"
+        ))
+        .await;
+    assert_eq!(
+        held,
+        [0],
+        "{:?}: an advisory lock outlived its call",
+        L::LEVEL
+    );
+    let tx = db.begin().await.unwrap();
+    assert_eq!(
+        text_of(&tx, "SELECT pg_backend_pid()").await,
+        pid,
+        "the same connection"
+    );
+    assert_eq!(text_of(&tx, "SHOW search_path").await, search_path);
+    assert_eq!(
+        text_of(&tx, "SHOW transaction_isolation").await,
+        "read committed"
+    );
+    assert_eq!(text_of(&tx, "SELECT count(*) FROM notes").await, "2");
+    tx.commit().await.unwrap();
+}
+
+/// A connection goes back to the pool as it came: what a call set for its session, or a
+/// session-level advisory lock it took, is not the next caller's, at any level.
+#[tokio::test]
+async fn a_connection_goes_back_to_the_pool_as_it_came() {
+    let f = fixture().await;
+    // One connection per level: the next transaction is on the same connection.
+    let db = Database::connect_with(&f.test.url, f.test.roles.clone(), 1).unwrap();
+    leaves_nothing_behind(&f, &db.handle::<Read>()).await;
+    leaves_nothing_behind(&f, &db.handle::<Write>()).await;
+    leaves_nothing_behind(&f, &db.handle::<Delete>()).await;
+}
+
+/// Any role may change its own defaults (`ALTER ROLE CURRENT_USER SET …`): a data role
+/// that does (a search path without the application's tables, a write level made
+/// read-only, another isolation) changes nothing for the pools of a new replica, at any
+/// level; and the grants that `init` and `serve` run reset the roles' settings.
+#[tokio::test]
+async fn a_data_role_changing_its_own_defaults_changes_nothing_for_the_pools() {
+    let f = fixture().await;
+    let roles = &f.test.roles;
+    for (role, read_only) in [
+        (roles.read(), "off"),
+        (roles.write(), "on"),
+        (roles.delete(), "on"),
+        (roles.tokens(), "on"),
+    ] {
+        as_role(&f.test, &role)
+            .await
+            .batch_execute(&format!(
+                "BEGIN READ WRITE; \
+                 ALTER ROLE CURRENT_USER SET search_path = pg_catalog; \
+                 ALTER ROLE CURRENT_USER SET default_transaction_read_only = {read_only}; \
+                 ALTER ROLE CURRENT_USER SET default_transaction_isolation = serializable; \
+                 ALTER ROLE CURRENT_USER IN DATABASE {} SET search_path = pg_catalog; \
+                 COMMIT",
+                f.test.name
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{role} changes its own defaults: {e:?}"));
+    }
+    // A new replica: new pools, new connections.
+    let db = Database::connect(&f.test.url, roles.clone()).unwrap();
+    let server = Server::builder(
+        Registry::collect_named(&["pg_read_sql", "pg_write_sql", "pg_delete_sql"]).unwrap(),
+    )
+    .audit(f.sink.clone())
+    .state(db.clone())
+    .build()
+    .unwrap();
+    for (tool, sql) in [
+        ("pg_read_sql", "SELECT count(*) FROM notes"),
+        ("pg_write_sql", "INSERT INTO notes (text) VALUES ('third')"),
+        ("pg_delete_sql", "DELETE FROM tags WHERE note = 2"),
+    ] {
+        run(&server, tool, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: `{sql}`: {}", e.message()));
+    }
+    let err = run(
+        &server,
+        "pg_read_sql",
+        "INSERT INTO notes (text) VALUES ('x')",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), "read_only_violation");
+    for level in [
+        text_of(
+            &db.handle::<Read>().begin().await.unwrap(),
+            "SHOW transaction_isolation",
+        )
+        .await,
+        text_of(
+            &db.handle::<Write>().begin().await.unwrap(),
+            "SHOW transaction_isolation",
+        )
+        .await,
+        text_of(
+            &db.handle::<Delete>().begin().await.unwrap(),
+            "SHOW transaction_isolation",
+        )
+        .await,
+    ] {
+        assert_eq!(level, "read committed");
+    }
+    let tokens = aac_tools::postgres::TokenStore::open(&db).unwrap();
+    aac_tools::tokens::TokenIssuer::create(&tokens, "someone", None, &["notes:read"], None)
+        .await
+        .expect("the token store works");
+    // The grants put the roles' settings back as the framework sets them.
+    db.grant_levels().await.unwrap();
+    let settings: Vec<String> = f
+        .test
+        .column(&format!(
+            "SELECT r.rolname || ':' || s.setdatabase::text || ':' || array_to_string(s.setconfig, ',') \
+             FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole \
+             WHERE r.rolname LIKE '{}\\_%' ORDER BY 1",
+            roles.prefix()
+        ))
+        .await;
+    assert_eq!(
+        settings,
+        [format!(
+            "{}:0:default_transaction_read_only=on",
+            roles.read()
+        )]
     );
 }

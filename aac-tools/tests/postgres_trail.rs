@@ -843,9 +843,9 @@ async fn a_replica_frozen_holding_the_chain_lock_holds_up_the_others_for_seconds
     assert_eq!((frozen.stats().lost, other.stats().lost), (0, 0));
 }
 
-/// Another session holding the chain's lock (an administrator, a stuck client of another
-/// version) makes an append give up after `lock_timeout` (5 s), refused rather than left
-/// waiting; once the lock is free, appends go on.
+/// Another session holding the chain's lock (the owner, an administrator: no other role
+/// may lock its row) makes an append give up after `lock_timeout` (5 s), refused rather
+/// than left waiting; once the lock is free, appends go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
     use aac_tools::audit::AuditSink;
@@ -854,11 +854,9 @@ async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
     let sink = PgSink::open(&db).unwrap();
     sink.record(record(1, 0)).await.unwrap();
     let owner = test.owner().await;
+    // The owner (an administrator) takes the chain's lock, as an append does.
     owner
-        .batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({})",
-            aac_tools::postgres::CHAIN_LOCK
-        ))
+        .batch_execute("BEGIN; SELECT FROM aac_audit_lock FOR UPDATE")
         .await
         .unwrap();
     let started = std::time::Instant::now();
@@ -883,6 +881,126 @@ async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(trail_ids(&sink).await, ["1-0", "1-2"]);
+}
+
+/// The key of the advisory lock that serialized appends before the chain's lock became a
+/// row only the audit role may lock.
+const OLD_CHAIN_KEY: i64 = 0x6161_635f_6175_6469;
+
+/// A connection to the test's database as `role`.
+async fn as_role(test: &TestDb, role: &str) -> tokio_postgres::Client {
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(role);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// The chain's lock is a row of `aac_audit_lock` that only the audit role (and the
+/// owner) may lock: no data role can take it, queue for it, or hold up an append with any
+/// lock it may take, such as a session-level advisory lock on the key appends once took,
+/// which a pooled connection would keep after its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_data_role_can_take_or_wait_on_the_chains_lock() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let sink = PgSink::open(&db).unwrap();
+    sink.record(record(1, 0)).await.unwrap();
+    let mut holders = Vec::new();
+    for role in [test.roles.read(), test.roles.write(), test.roles.delete()] {
+        let client = as_role(&test, &role).await;
+        for sql in [
+            "SELECT 1 FROM aac_audit_lock FOR UPDATE",
+            "SELECT 1 FROM aac_audit_lock FOR KEY SHARE",
+            "SELECT 1 FROM aac_audit_lock",
+            "LOCK TABLE aac_audit_lock IN ACCESS SHARE MODE",
+            "LOCK TABLE aac_audit IN ACCESS SHARE MODE",
+            "UPDATE aac_audit_lock SET id = true",
+        ] {
+            let err = client
+                .batch_execute(&format!("BEGIN READ WRITE; {sql}"))
+                .await
+                .expect_err(&format!("{role}: `{sql}` is refused"));
+            assert_eq!(
+                err.code(),
+                Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+                "{role}: `{sql}`: {err:?}"
+            );
+            client.batch_execute("ROLLBACK").await.unwrap();
+        }
+        // What any role may take: a session-level advisory lock (the old key's, shared so
+        // that every role holds it at once), kept as long as the session lives.
+        client
+            .execute("SELECT pg_advisory_lock_shared($1)", &[&OLD_CHAIN_KEY])
+            .await
+            .unwrap();
+        holders.push(client);
+    }
+    // Appends go on, at once, one way (one statement) and the other (a head to read).
+    let other = PgSink::open(&db).unwrap();
+    for i in 1..4 {
+        for (n, sink) in [(1, &sink), (2, &other)] {
+            tokio::time::timeout(std::time::Duration::from_secs(2), sink.record(record(n, i)))
+                .await
+                .expect("no data role's lock holds up an append")
+                .expect("appended");
+        }
+    }
+    assert_eq!(
+        trail_ids(&sink).await,
+        ["1-0", "1-1", "2-1", "1-2", "2-2", "1-3", "2-3"]
+    );
+    drop(holders);
+}
+
+/// A database the framework migrated before the chain's lock was a row (its schema at
+/// version 2) gets the table and its row when a release that knows it migrates, and the
+/// grants: the audit role may lock the row, no other role may touch it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_database_migrates_to_the_chains_lock_row() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    test.owner()
+        .await
+        .batch_execute(
+            "DROP TABLE aac_audit_lock; UPDATE aac_schema SET version = 2 WHERE component = 'aac'",
+        )
+        .await
+        .unwrap();
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate(
+        "notes",
+        &["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL)"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(db.schema_version("aac").await.unwrap(), 3);
+    let rows: Vec<i64> = test.column("SELECT count(*) FROM aac_audit_lock").await;
+    assert_eq!(rows, [1]);
+    for role in test.roles.all() {
+        let rights: Vec<String> = test
+            .column(&format!(
+                "SELECT concat_ws(',', \
+                   CASE WHEN has_table_privilege('{role}', 'aac_audit_lock', 'SELECT') THEN 'SELECT' END, \
+                   CASE WHEN has_table_privilege('{role}', 'aac_audit_lock', 'UPDATE') THEN 'UPDATE' END, \
+                   CASE WHEN has_table_privilege('{role}', 'aac_audit_lock', 'INSERT') THEN 'INSERT' END, \
+                   CASE WHEN has_table_privilege('{role}', 'aac_audit_lock', 'DELETE') THEN 'DELETE' END, \
+                   CASE WHEN has_table_privilege('{role}', 'aac_audit_lock', 'TRUNCATE') THEN 'TRUNCATE' END)"
+            ))
+            .await;
+        let expected = if role == test.roles.audit() {
+            "SELECT,UPDATE"
+        } else {
+            ""
+        };
+        assert_eq!(rights, [expected], "{role}");
+    }
+    let sink = PgSink::open(&db).unwrap();
+    for i in 0..3 {
+        sink.record(record(1, i)).await.unwrap();
+    }
+    assert_eq!(trail_ids(&sink).await, ["1-0", "1-1", "1-2"]);
 }
 
 /// Replicas started at once on a new database all migrate it: the framework's tables

@@ -9,9 +9,10 @@
 //!   (the leader/follower worker the SQLite sink uses). The connection is driven by the
 //!   thread that appends, with no runtime ([`link`](super::link)): a caller leading on a
 //!   worker of the server's runtime stays on it.
-//! - **One chain across replicas**: every append takes the transaction-level advisory
-//!   lock [`CHAIN_LOCK`] before it reads the chain's head, so appends from all replicas
-//!   are serialized, and each batch links to the last record committed by any of them.
+//! - **One chain across replicas**: every append locks the one row of `aac_audit_lock`
+//!   (`SELECT … FOR UPDATE`, which only the audit role and the owner may) before it reads
+//!   the chain's head, so appends from all replicas are serialized, and each batch links
+//!   to the last record committed by any of them.
 //!   The lock is held from the head's read to the commit: that is the chain's
 //!   serialization point, one short transaction per batch, pipelined: two round trips
 //!   (the lock and the head; the batch as one prepared insert of arrays, and the
@@ -21,8 +22,8 @@
 //!   key: whatever a statement's snapshot saw, two batches can never both follow one
 //!   head.
 //! - **Least privilege**: the sink logs in as `<prefix>_audit`, which may `INSERT` and
-//!   `SELECT` `aac_audit` and nothing else; no role of the application may `UPDATE` or
-//!   `DELETE` a record.
+//!   `SELECT` `aac_audit`, and lock the row of `aac_audit_lock`, and nothing else; no role
+//!   of the application may `UPDATE` or `DELETE` a record, or touch the lock.
 //! - **Fail closed**: when the database cannot be reached, the batch fails, every call
 //!   in it is answered 503 `audit_unavailable`, and the sink reports not ready (so the
 //!   next calls are refused before their handler runs) until a write succeeds again.
@@ -58,8 +59,27 @@ use crate::audit::{
     verify_chain,
 };
 
-/// The key of the advisory lock that serializes appends to the chain.
-pub const CHAIN_LOCK: i64 = 0x6161_635f_6175_6469; // "aac_audi"
+/// The table of the chain's lock: one row, which every append locks (`FOR UPDATE`) before
+/// it reads the chain's head. Only the audit role (and the owner) may lock it: it is
+/// granted `SELECT, UPDATE` on the table, and no other role anything, so no data role can
+/// take the lock, queue for it, or hold up an append. (An advisory lock, what appends
+/// took before, is open to every role: a session-level one taken by a tool's SQL stayed
+/// held on its pooled connection and stopped every append of every replica.)
+pub(crate) const LOCK_TABLE: &str = "aac_audit_lock";
+
+/// The framework's migration that makes [`LOCK_TABLE`] and its one row (version 3 of the
+/// component `aac`). `id` can only be `true`: the table holds one row at most.
+pub(crate) const LOCK_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS aac_audit_lock (
+    id BOOLEAN PRIMARY KEY DEFAULT true CHECK (id)
+);
+INSERT INTO aac_audit_lock DEFAULT VALUES ON CONFLICT DO NOTHING;";
+
+/// The statement that takes the chain's lock: it waits for whoever holds it (at most
+/// `lock_timeout`) and holds it to the end of its transaction.
+fn lock_sql() -> String {
+    format!("SELECT FROM {LOCK_TABLE} FOR UPDATE")
+}
 
 /// The largest batch one transaction appends.
 const MAX_BATCH: usize = 1024;
@@ -165,10 +185,11 @@ fn insert_sql(integer: &[bool], if_head: bool, one: bool) -> String {
     if if_head {
         let lock = if one { "FROM" } else { "CROSS JOIN" };
         format!(
-            "WITH chain_lock AS MATERIALIZED (SELECT pg_advisory_xact_lock({CHAIN_LOCK})) \
+            "WITH chain_lock AS MATERIALIZED ({}) \
              INSERT INTO {AUDIT_TABLE} ({columns}) {rows} {lock} chain_lock WHERE EXISTS \
              (SELECT 1 FROM (SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1) head \
              WHERE head.seq = ${}::bigint AND head.hash = ${}::text)",
+            lock_sql(),
             integer.len() + 1,
             integer.len() + 2
         )
@@ -215,8 +236,8 @@ impl Forms<Statement> {
 /// held, in one simple query.
 fn open_sql() -> String {
     format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
-         SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
+        "BEGIN; {}; SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1",
+        lock_sql()
     )
 }
 
@@ -309,6 +330,7 @@ impl PgBackend {
             .get_connect_timeout()
             .map(|timeout| Instant::now() + *timeout);
         let sql = &self.sql;
+        let lock_rows = format!("SELECT count(*) FROM {LOCK_TABLE}");
         let connected = link::connect(&self.config).and_then(|(client, mut link)| {
             // Planned once per connection, not per batch. (A generic plan, forced, was
             // slower: PostgreSQL's custom plans of the arrays are worth their planning.)
@@ -320,12 +342,20 @@ impl PgBackend {
                         client.prepare(&sql.insert.many),
                         client.prepare(&sql.insert_if_head.one),
                         client.prepare(&sql.insert_if_head.many),
+                        client.simple_query(&lock_rows),
                     )
                 },
                 deadline,
             );
             match prepared {
-                Ok(Ok(((), one, many, one_if_head, many_if_head))) => Ok(Session {
+                // Without its row the lock would lock nothing. (Appends would still never
+                // fork the chain, `seq` being the primary key, but concurrent ones would
+                // fail.) Only the owner can delete it; a migration puts it back.
+                Ok(Ok((.., lock_rows))) if !one_row(&lock_rows) => Err(format!(
+                    "`{LOCK_TABLE}` has lost the row of the chain's lock: migrate the \
+                     database (`Database::migrate`, which `init` and `serve` run)"
+                )),
+                Ok(Ok(((), one, many, one_if_head, many_if_head, _))) => Ok(Session {
                     conn: Conn {
                         client,
                         insert: Forms { one, many },
@@ -699,9 +729,10 @@ impl Conn {
     ) -> Result<bool, tokio_postgres::Error> {
         let timeout = SETTLE_LOCK_TIMEOUT.as_millis();
         let query = format!(
-            "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_xact_lock({CHAIN_LOCK}); \
+            "BEGIN; SET LOCAL lock_timeout = {timeout}; {}; \
              SELECT hash AS settled FROM {AUDIT_TABLE} WHERE seq = {seq}; \
-             SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"
+             SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1",
+            lock_sql()
         );
         let messages = self.client.simple_query(&query).await?;
         let found = messages.iter().find_map(|message| match message {
@@ -721,6 +752,13 @@ impl Conn {
             .await
             .map(|()| false)
     }
+}
+
+/// Whether the answer of a `SELECT count(*)` is 1.
+fn one_row(messages: &[SimpleQueryMessage]) -> bool {
+    messages
+        .iter()
+        .any(|message| matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("1")))
 }
 
 /// The chain's head in the answer of a query that read it (its one row of two columns,
@@ -774,6 +812,9 @@ impl PgSink {
     /// A sink logged in as `config` says (a role that may `INSERT` and `SELECT`
     /// `aac_audit`).
     pub fn with_config(config: tokio_postgres::Config) -> Result<PgSink, AuditError> {
+        // Appends read the head after the lock, in read committed, whatever the role's
+        // own defaults say.
+        let config = super::pinned(config, false);
         let integer: Vec<bool> = integer_columns()?
             .into_iter()
             .map(|(_, integer)| integer)

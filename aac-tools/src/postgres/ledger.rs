@@ -44,7 +44,7 @@ impl PgLedger {
     /// A ledger logged in as `config` says.
     pub fn with_config(config: tokio_postgres::Config) -> PgLedger {
         PgLedger {
-            config,
+            config: super::pinned(config, false),
             client: Mutex::new(None),
         }
     }

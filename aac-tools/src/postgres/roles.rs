@@ -7,7 +7,7 @@
 //! | `<prefix>_write` | yes | `SELECT`, `INSERT`, `UPDATE`; no `DELETE`, no `TRUNCATE`, no schema change |
 //! | `<prefix>_delete` | yes | `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`; no schema change |
 //! | `<prefix>_tokens` | yes | `SELECT`, `INSERT`, `UPDATE` on `aac_tokens` only |
-//! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit`; `SELECT`, `INSERT`, `DELETE` on `aac_request_states` (the single-use ledger of 2026-07-28 confirmations) |
+//! | `<prefix>_audit` | yes | `SELECT`, `INSERT` on `aac_audit`; `SELECT`, `UPDATE` on `aac_audit_lock` (the chain's lock, a row it locks); `SELECT`, `INSERT`, `DELETE` on `aac_request_states` (the single-use ledger of 2026-07-28 confirmations) |
 //!
 //! Views of the `public` schema are `SELECT` only, to the three data roles: an
 //! application's own window on a table (a view reads with its owner's rights).
@@ -17,15 +17,17 @@
 //! because the role it logged in as is a member of no other. None of them owns a table,
 //! so none can `ALTER`, `DROP` or `CREATE` anything; `TEMPORARY` is revoked from
 //! `PUBLIC` on the database so that no level creates temporary tables either. The
-//! framework's tables (`aac_tokens`, `aac_audit`, `aac_request_states`) are out of reach
-//! of the data roles.
+//! framework's tables (`aac_tokens`, `aac_audit`, `aac_audit_lock`, `aac_request_states`)
+//! are out of reach of the data roles. The roles' own defaults (`ALTER ROLE … SET`, which
+//! a role may run for itself) are reset at every grant.
 
 use std::fmt;
 
 /// The framework's own tables: never granted to the data roles.
-pub(crate) const FRAMEWORK_TABLES: [&str; 4] = [
+pub(crate) const FRAMEWORK_TABLES: [&str; 5] = [
     "aac_tokens",
     "aac_audit",
+    "aac_audit_lock",
     "aac_request_states",
     "aac_schema",
 ];
@@ -138,10 +140,20 @@ impl Roles {
             ));
             sql.push_str(&format!("GRANT USAGE ON SCHEMA public TO {role};\n"));
         }
+        // Every role may change its own defaults (`ALTER ROLE CURRENT_USER SET …`), and
+        // a data role's tool could: they are reset, here and in this database, to what
+        // the framework sets. (The pools do not depend on them: their settings are in
+        // each connection's start-up packet, see `postgres::pinned`.)
+        let database = quote_ident(database);
+        for role in self.all() {
+            sql.push_str(&format!(
+                "ALTER ROLE {role} RESET ALL;\n\
+                 ALTER ROLE {role} IN DATABASE {database} RESET ALL;\n"
+            ));
+        }
         sql.push_str(&format!(
             "ALTER ROLE {read} SET default_transaction_read_only = on;\n\
-             REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC;\n",
-            quote_ident(database)
+             REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC;\n"
         ));
         let data: Vec<&String> = tables
             .iter()
@@ -171,25 +183,33 @@ impl Roles {
         ));
         if tables.iter().any(|t| t == "aac_tokens") {
             sql.push_str(&format!(
-                "REVOKE ALL ON aac_tokens FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                "REVOKE ALL ON aac_tokens FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
                  GRANT SELECT, INSERT, UPDATE ON aac_tokens TO {tokens};\n"
             ));
         }
         if tables.iter().any(|t| t == "aac_audit") {
             sql.push_str(&format!(
-                "REVOKE ALL ON aac_audit FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                "REVOKE ALL ON aac_audit FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
                  GRANT SELECT, INSERT ON aac_audit TO {audit};\n"
+            ));
+        }
+        // The chain's lock: a row only the audit role may lock (`FOR UPDATE` needs
+        // `UPDATE`), and no other role may read, lock or wait on.
+        if tables.iter().any(|t| t == "aac_audit_lock") {
+            sql.push_str(&format!(
+                "REVOKE ALL ON aac_audit_lock FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
+                 GRANT SELECT, UPDATE ON aac_audit_lock TO {audit};\n"
             ));
         }
         if tables.iter().any(|t| t == "aac_request_states") {
             sql.push_str(&format!(
-                "REVOKE ALL ON aac_request_states FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                "REVOKE ALL ON aac_request_states FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
                  GRANT SELECT, INSERT, DELETE ON aac_request_states TO {audit};\n"
             ));
         }
         if tables.iter().any(|t| t == "aac_schema") {
             sql.push_str(&format!(
-                "REVOKE ALL ON aac_schema FROM {read}, {write}, {delete}, {tokens}, {audit};\n\
+                "REVOKE ALL ON aac_schema FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
                  GRANT SELECT ON aac_schema TO {read}, {write}, {delete}, {tokens}, {audit};\n"
             ));
         }

@@ -57,6 +57,7 @@ impl TokenStore {
             pool: pool(
                 db.owner_config(),
                 Some(&db.roles().tokens()),
+                false,
                 db.pool_size(),
             )?,
         })
