@@ -254,16 +254,19 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
             Ok(())
         }
         fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-            let mut keys: Vec<Key<'de>> = Vec::new();
+            // Hashed, not a list searched per key: an object of a million distinct keys
+            // (a 16 MiB line) costs a million lookups, not half a trillion comparisons.
+            let mut keys: std::collections::HashSet<Cow<'de, str>> =
+                std::collections::HashSet::new();
             while let Some(key) = map.next_key::<Key<'de>>()? {
-                if keys.iter().any(|k| k.0 == key.0) {
+                if keys.contains(&key.0) {
                     self.push(|| key.0.into_owned());
                     *self.found = true;
                     // Nothing more to learn: stop reading.
                     return Err(A::Error::custom("a repeated key"));
                 }
                 self.push(|| key.0.to_string());
-                keys.push(key);
+                keys.insert(key.0);
                 map.next_value_seed(self.inner())?;
                 self.pop();
             }
@@ -416,5 +419,22 @@ mod tests {
         assert_eq!(repeated_argument_key(call).as_deref(), Some("/k"));
         let fine = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1}}}"#;
         assert_eq!(repeated_argument_key(fine), None);
+    }
+
+    /// A hostile caller's arguments: one object of 200,000 distinct keys (3 MB, well within
+    /// a stdio line or a raised HTTP body limit), then one repeat. Each key is looked up,
+    /// not compared with every key before it (20 billion comparisons, minutes of a core).
+    #[test]
+    fn an_object_of_many_distinct_keys_is_read_once() {
+        let count = 200_000;
+        let mut json = String::from("{");
+        for i in 0..count {
+            json.push_str(&format!("\"k{i}\":0,"));
+        }
+        json.push_str("\"k7\":1}");
+        assert_eq!(repeated_key(json.as_bytes()).as_deref(), Some("/k7"));
+        json.truncate(json.len() - "\"k7\":1}".len() - 1);
+        json.push('}');
+        assert_eq!(repeated_key(json.as_bytes()), None);
     }
 }
