@@ -134,8 +134,8 @@ impl Raw {
 }
 
 /// Every answer to a repeated plain `tools/list` is the first answer, under its own id
-/// (numbers and strings, escapes included), and a list with a cursor or `_meta` is
-/// answered as rmcp answers it.
+/// (numbers and strings, escapes included); a list with `_meta` is answered as rmcp
+/// answers it, one with a cursor refused.
 #[tokio::test]
 async fn a_repeated_tools_list_is_the_first_answer_under_its_own_id() {
     let mut raw = Raw::start(server(false), "all", 1 << 20).await;
@@ -165,9 +165,29 @@ async fn a_repeated_tools_list_is_the_first_answer_under_its_own_id() {
         .list(json!(10), Some(json!({"_meta": {"progressToken": 5}})))
         .await;
     assert_eq!(with_meta["result"]["tools"], first["result"]["tools"]);
-    // The server has one page: a cursor is answered with it, by rmcp.
-    let with_cursor = raw.list(json!(11), Some(json!({"cursor": "x"}))).await;
-    assert_eq!(with_cursor["result"]["tools"], first["result"]["tools"]);
+    // The server has one page and issues no cursor: one is refused as the specification's
+    // pagination says (-32602), by every list, and the session goes on.
+    for (id, method) in [
+        (11, "tools/list"),
+        (12, "resources/list"),
+        (13, "resources/templates/list"),
+        (14, "prompts/list"),
+    ] {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": {"cursor": "x"}});
+        raw.line(&request.to_string()).await;
+        let refused = raw.next().await;
+        assert_eq!(refused["id"], id, "{refused}");
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("invalid cursor")),
+            "{refused}"
+        );
+    }
+    let after = raw.list(json!(15), None).await;
+    assert_eq!(after["result"], first["result"], "{after}");
 }
 
 /// Lists, calls and refusals sent all at once, on a pipe of 512 bytes (so that every

@@ -331,9 +331,10 @@ impl ServerHandler for McpHandler {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        first_page(request.as_ref())?;
         let listing = self.shared.server.listing();
         // Without the scope filter the list is the same for everyone: no need to verify
         // the token for it.
@@ -361,9 +362,10 @@ impl ServerHandler for McpHandler {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        first_page(request.as_ref())?;
         let principal = self.principal(&context).await;
         let items = crate::pipeline::listing::items_json(
             self.shared.server.registry(),
@@ -374,9 +376,10 @@ impl ServerHandler for McpHandler {
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        first_page(request.as_ref())?;
         let principal = self.principal(&context).await;
         let items = crate::pipeline::listing::items_json(
             self.shared.server.registry(),
@@ -446,9 +449,10 @@ impl ServerHandler for McpHandler {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        first_page(request.as_ref())?;
         let principal = self.principal(&context).await;
         let items = crate::pipeline::listing::items_json(
             self.shared.server.registry(),
@@ -651,6 +655,19 @@ fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, Erro
 /// "resource not found"), `-32602` for invalid params or an unknown prompt, `-32001`
 /// for a refusal of the caller (401, 403, 429), `-32603` else; `data` is
 /// `{"error", "reason", "status"}`.
+/// Every list fits one page: this server never sends a `nextCursor`, so a cursor is one it
+/// did not issue, which the specification's pagination answers with -32602 (rather than
+/// the first page again, which a client paging on would read twice).
+fn first_page(request: Option<&PaginatedRequestParams>) -> Result<(), ErrorData> {
+    match request.and_then(|r| r.cursor.as_deref()) {
+        None => Ok(()),
+        Some(_) => Err(ErrorData::invalid_params(
+            "invalid cursor: this server lists everything on one page and issues no cursor",
+            None,
+        )),
+    }
+}
+
 fn rpc_error(err: ToolError) -> ErrorData {
     rpc_error_of(false, err)
 }
