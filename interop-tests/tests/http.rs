@@ -760,6 +760,64 @@ async fn host_and_origin_are_checked_on_every_route() {
     }
 }
 
+/// A request that names a host twice (two `Host` headers, in either order), a target
+/// in absolute form naming another host than its `Host`, or a port that is no port is
+/// refused and recorded: whichever host a proxy in front reads, it is one the guard
+/// checked.
+#[tokio::test]
+async fn a_request_that_names_another_host_anywhere_is_refused_and_recorded() {
+    use std::io::{Read, Write};
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let token = server.fixture.full.clone();
+    let cases = [
+        (
+            "/tools/list_notes",
+            "Host: localhost\r\nHost: evil.example.com\r\n",
+            400,
+        ),
+        (
+            "/tools/list_notes",
+            "Host: evil.example.com\r\nHost: localhost\r\n",
+            400,
+        ),
+        (
+            "http://evil.example.com/tools/list_notes",
+            "Host: localhost\r\n",
+            403,
+        ),
+        ("/tools/list_notes", "Host: localhost:99999999\r\n", 400),
+    ];
+    for (target, hosts, status) in cases {
+        let request = format!(
+            "POST {target} HTTP/1.1\r\n{hosts}Authorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        );
+        let address = address.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(&address).expect("connects");
+            stream.write_all(request.as_bytes()).expect("sends");
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).ok();
+            answer
+        })
+        .await
+        .unwrap();
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{target} {hosts:?}: {answer}"
+        );
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), cases.len(), "{records:?}");
+    for (record, (_, _, status)) in records.iter().zip(cases) {
+        assert_eq!(record.tool, "list_notes");
+        assert_eq!(record.status, status, "{record:?}");
+        assert_eq!(record.check, Some(Check::Protocol), "{record:?}");
+        assert_eq!(record.principal.as_deref(), Some("alice"));
+    }
+}
+
 /// A refusal by the `Host`/`Origin` guard is a refusal like any other: every call it
 /// refuses leaves one record (over `/mcp`, its batch's other calls too; over REST, the
 /// path's tool), with the caller's principal when its token is valid. Requests that

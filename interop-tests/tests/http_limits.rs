@@ -104,6 +104,47 @@ async fn a_slow_body_is_refused_with_408_and_recorded() {
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
 }
 
+/// A body whose declared length is past the limit is refused 413 at once (not after the
+/// read's timeout, here a minute, for bytes that would be refused anyway), and recorded,
+/// over REST and `/mcp`.
+#[tokio::test]
+async fn a_declared_length_past_the_limit_is_refused_at_once_and_recorded() {
+    let options = HttpOptions::default()
+        .max_body_bytes(1024)
+        .body_read_timeout(Duration::from_secs(60));
+    let server = TestServer::start(options, Options::default()).await;
+    for (path, extra) in [
+        ("/tools/add_note", ""),
+        (
+            "/mcp",
+            "Accept: application/json, text/event-stream\r\nMcp-Name: add_note\r\n",
+        ),
+    ] {
+        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\n{extra}Content-Length: 5000000\r\n\r\n{{",
+            server.fixture.full
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
+            .await
+            .expect("an answer before the body's timeout")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(answer.contains("body_too_large"), "{path}: {answer}");
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert_eq!((record.tool.as_str(), record.status), ("add_note", 413));
+        assert_eq!(record.reason.as_deref(), Some("body_too_large"));
+        assert_eq!(record.principal.as_deref(), Some("alice"));
+    }
+}
+
 #[tokio::test]
 async fn past_the_cap_new_connections_are_closed_and_the_open_ones_served() {
     let options = HttpOptions::default()

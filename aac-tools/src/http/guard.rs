@@ -25,11 +25,13 @@ impl Authority {
             return None;
         }
         match axum::http::uri::Authority::try_from(text) {
-            Ok(a) if !a.as_str().contains('@') => Some(Authority {
+            // A port that is no port (`:99999999`) makes no authority: compared with a
+            // port-pinned allowed host, it would be compared with nothing.
+            Ok(a) if a.as_str().contains('@') || (a.port_u16().is_none() && has_port(&a)) => None,
+            Ok(a) => Some(Authority {
                 host: normalize_host(a.host()),
                 port: a.port_u16(),
             }),
-            Ok(_) => None,
             // A bare IPv6 address (`::1`) is not an authority; take it as a host.
             Err(_) if text.contains(':') && !text.contains('/') => Some(Authority {
                 host: normalize_host(text),
@@ -38,6 +40,15 @@ impl Authority {
             Err(_) => None,
         }
     }
+}
+
+/// Whether `authority` writes a port (digits after the host's last `:`), which
+/// `port_u16` reads as none when it is out of range.
+fn has_port(authority: &axum::http::uri::Authority) -> bool {
+    authority
+        .as_str()
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'))
 }
 
 fn normalize_host(host: &str) -> String {
@@ -221,10 +232,21 @@ impl Guard {
 
     /// `Ok` if the request may proceed, else the refusal.
     pub(crate) fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
-        let plain = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| self.plainly_allowed(v));
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let (host, second) = (hosts.next(), hosts.next());
+        if second.is_some() {
+            // Two readers (a proxy, this guard) could each take a different one (RFC 9112
+            // answers it 400).
+            tracing::warn!("refused a request with more than one Host header");
+            return Err(ToolError::bad_request(
+                "invalid_host",
+                "the request has more than one Host header",
+            ));
+        }
+        let plain = uri.authority().is_none()
+            && host
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| self.plainly_allowed(v));
         if !plain {
             self.check_host(uri, headers)?;
         }
@@ -242,25 +264,29 @@ impl Guard {
         Ok(())
     }
 
+    /// The `Host` header and, when the request names one (HTTP/2, or an absolute-form
+    /// target, which RFC 9112 says wins over `Host`), the target's authority: each that is
+    /// there must be allowed, so that no reader of the request finds another host in it.
     fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
-        let host = match headers.get(header::HOST) {
-            Some(value) => value.to_str().ok().and_then(Authority::parse),
-            // HTTP/2 carries the authority in the URI.
-            None => uri.authority().and_then(|a| Authority::parse(a.as_str())),
-        };
-        let Some(host) = host else {
-            return Err(ToolError::bad_request(
-                "invalid_host",
-                "the request has no valid Host header",
-            ));
-        };
-        if !self.host_allowed(&host) {
-            tracing::warn!(host = %host.host, "refused a request with a Host that is not allowed (possible DNS rebinding)");
-            return Err(ToolError::new(
-                Status::Forbidden,
-                "host_not_allowed",
-                format!("the Host `{}` is not allowed", host.host),
-            ));
+        let header = headers
+            .get(header::HOST)
+            .map(|value| value.to_str().ok().and_then(Authority::parse));
+        let target = uri.authority().map(|a| Authority::parse(a.as_str()));
+        let invalid =
+            || ToolError::bad_request("invalid_host", "the request has no valid Host header");
+        if header.is_none() && target.is_none() {
+            return Err(invalid());
+        }
+        for host in [header, target].into_iter().flatten() {
+            let host = host.ok_or_else(invalid)?;
+            if !self.host_allowed(&host) {
+                tracing::warn!(host = %host.host, "refused a request with a Host that is not allowed (possible DNS rebinding)");
+                return Err(ToolError::new(
+                    Status::Forbidden,
+                    "host_not_allowed",
+                    format!("the Host `{}` is not allowed", host.host),
+                ));
+            }
         }
         Ok(())
     }
@@ -312,6 +338,39 @@ mod tests {
         assert!(!ok(&g, "evil.example.com:8080", None));
         assert!(!ok(&g, "127.0.0.1.evil.example.com", None));
         assert!(!ok(&g, "user@127.0.0.1", None));
+    }
+
+    /// A request that names two hosts, or a port that is none, is refused: whichever a
+    /// proxy in front reads, it is a host this guard checked.
+    #[test]
+    fn a_request_naming_two_hosts_or_a_port_that_is_none_is_refused() {
+        let g = guard(HttpOptions::default());
+        let mut two = headers("localhost", None);
+        two.append(header::HOST, "evil.example.com".parse().unwrap());
+        let err = g.check(&Uri::from_static("/mcp"), &two).unwrap_err();
+        assert_eq!(err.reason(), "invalid_host", "{err}");
+        let mut same = headers("localhost", None);
+        same.append(header::HOST, "localhost".parse().unwrap());
+        assert!(g.check(&Uri::from_static("/mcp"), &same).is_err());
+        // An absolute-form target names the host the server must use (RFC 9112).
+        let absolute = Uri::from_static("http://evil.example.com/tools/list_issues");
+        let err = g.check(&absolute, &headers("localhost", None)).unwrap_err();
+        assert_eq!(err.reason(), "host_not_allowed", "{err}");
+        let fine = Uri::from_static("http://localhost:8080/mcp");
+        assert!(g.check(&fine, &headers("localhost:8080", None)).is_ok());
+        assert!(g.check(&fine, &HeaderMap::new()).is_ok());
+        let pinned = guard(HttpOptions::default().allowed_hosts(["example.com:8080"]));
+        for host in [
+            "localhost:99999999",
+            "example.com:99999999",
+            "example.com:65536",
+        ] {
+            let err = pinned
+                .check(&Uri::from_static("/mcp"), &headers(host, None))
+                .unwrap_err();
+            assert_eq!(err.reason(), "invalid_host", "{host}: {err}");
+        }
+        assert!(ok(&pinned, "example.com:8080", None));
     }
 
     #[test]

@@ -208,6 +208,18 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
 /// Read a body up to the limit (413 beyond it) within the body timeout (408 past it).
 async fn read_body(body: Body, options: &HttpOptions) -> Result<Bytes, ToolError> {
     let limit = options.max_body_bytes;
+    let too_large = || {
+        ToolError::new(
+            Status::PayloadTooLarge,
+            "body_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    };
+    // A declared length past the limit is refused at once, not after waiting for bytes
+    // that would be refused anyway (or, sent one a minute, for the read's timeout).
+    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
+        return Err(too_large());
+    }
     let read = tokio::time::timeout(options.body_read_timeout, axum::body::to_bytes(body, limit));
     let Ok(read) = read.await else {
         return Err(ToolError::new(
@@ -221,17 +233,13 @@ async fn read_body(body: Body, options: &HttpOptions) -> Result<Bytes, ToolError
     };
     read.map_err(|err| {
         let mut source = err.source();
-        let mut too_large = false;
+        let mut is_too_large = false;
         while let Some(e) = source {
-            too_large |= e.is::<http_body_util::LengthLimitError>();
+            is_too_large |= e.is::<http_body_util::LengthLimitError>();
             source = e.source();
         }
-        if too_large {
-            ToolError::new(
-                Status::PayloadTooLarge,
-                "body_too_large",
-                format!("the request body is larger than {limit} bytes"),
-            )
+        if is_too_large {
+            too_large()
         } else {
             ToolError::bad_request(
                 "invalid_body",
