@@ -183,6 +183,58 @@ async fn past_the_cap_new_connections_are_closed_and_the_open_ones_served() {
     drop(idle);
 }
 
+/// One peer cannot take every connection: past its own cap, its new connections are
+/// closed at once, while another peer (here 127.0.0.2) is still served, and a slot comes
+/// back when one of its connections closes. Loopback peers are counted here by option;
+/// by default they are not (the test below holds 3,000 from one).
+#[tokio::test]
+async fn one_peer_past_its_connection_cap_is_closed_while_others_are_served() {
+    let options = HttpOptions::default()
+        .max_connections_per_peer(4)
+        .count_loopback_peers(true)
+        .header_read_timeout(Duration::from_secs(60));
+    let server = TestServer::start(options, Options::default()).await;
+    let target: std::net::SocketAddr = addr(&server).parse().unwrap();
+    let connect_from = |ip: &str| {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(format!("{ip}:0").parse().unwrap())
+            .expect("binds a loopback address");
+        socket.connect(target)
+    };
+    let call = format!(
+        "POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+        server.fixture.full
+    );
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(connect_from("127.0.0.1").await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The fifth of that peer is closed without an answer.
+    let mut fifth = connect_from("127.0.0.1").await.unwrap();
+    fifth.write_all(call.as_bytes()).await.ok();
+    assert_eq!(
+        until_closed(&mut fifth).await,
+        "",
+        "closed without an answer"
+    );
+    // Another peer is served.
+    let mut other = connect_from("127.0.0.2").await.unwrap();
+    other.write_all(call.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut other).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // One of the first peer's connections closes: its next one is served.
+    drop(idle.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = connect_from("127.0.0.1").await.unwrap();
+    again.write_all(call.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut again).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(idle);
+}
+
 #[tokio::test]
 async fn thousands_of_idle_connections_do_not_block_a_valid_client() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;

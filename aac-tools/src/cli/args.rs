@@ -36,6 +36,12 @@ pub(crate) struct ServeArgs {
         requires = "http"
     )]
     pub(crate) allow_host: Vec<String>,
+    /// The most connections one peer address keeps open (loopback peers are not counted);
+    /// raise it behind a proxy on another host, whose address every client shares
+    #[arg(long, value_name = "N", requires = "http",
+          default_value_t = crate::http::DEFAULT_MAX_CONNECTIONS_PER_PEER as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_connections_per_peer: u64,
     /// Append signed checkpoints of the audit chain's head to this file, every 10 s and
     /// when the server stops; the key is AAC_CHECKPOINT_KEY (see `audit --new-checkpoint-key`)
     #[arg(long, value_name = "FILE")]

@@ -300,6 +300,9 @@ pub(super) async fn http(
     let shutdown = tokio_util::sync::CancellationToken::new();
     let mut options = crate::http::HttpOptions::default()
         .stateless(stateless)
+        .max_connections_per_peer(
+            usize::try_from(args.max_connections_per_peer).unwrap_or(usize::MAX),
+        )
         .shutdown(shutdown.clone());
     if !args.allow_host.is_empty() {
         let defaults = ["localhost", "127.0.0.1", "::1"].map(str::to_owned);

@@ -61,6 +61,8 @@ pub struct HttpOptions {
     header_read_timeout: Duration,
     body_read_timeout: Duration,
     max_connections: usize,
+    max_connections_per_peer: usize,
+    count_loopback_peers: bool,
     max_sessions_per_principal: usize,
 }
 
@@ -72,6 +74,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default cap on open connections: 8192.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+/// The default cap on the connections one peer address keeps open: 512.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 512;
 /// The default cap on the MCP sessions one principal keeps open: 128.
 pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 128;
 
@@ -91,6 +95,8 @@ impl Default for HttpOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            count_loopback_peers: false,
             max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
         }
     }
@@ -108,6 +114,8 @@ impl fmt::Debug for HttpOptions {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_peer", &self.max_connections_per_peer)
+            .field("count_loopback_peers", &self.count_loopback_peers)
             .field(
                 "max_sessions_per_principal",
                 &self.max_sessions_per_principal,
@@ -200,6 +208,27 @@ impl HttpOptions {
     /// [`DEFAULT_MAX_CONNECTIONS`]; keep it under the process's open-file limit.
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max.max(1);
+        self
+    }
+
+    /// The most connections [`serve`] keeps open for one peer address (an IPv6 peer by its
+    /// /64); past it, a new connection of that peer is closed as soon as it is accepted.
+    /// Without it, one host opening connections that send nothing (each held until
+    /// [`header_read_timeout`](Self::header_read_timeout)) could take every slot of
+    /// [`max_connections`](Self::max_connections) and keep everyone else out. Loopback
+    /// peers are not counted unless [`count_loopback_peers`](Self::count_loopback_peers):
+    /// behind a proxy on the same host, every client is that one address. Behind a
+    /// proxy elsewhere, raise it to the proxy's connection count. Default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`].
+    pub fn max_connections_per_peer(mut self, max: usize) -> Self {
+        self.max_connections_per_peer = max.max(1);
+        self
+    }
+
+    /// Whether [`max_connections_per_peer`](Self::max_connections_per_peer) applies to
+    /// loopback peers (`127.0.0.0/8`, `::1`) too. Off by default.
+    pub fn count_loopback_peers(mut self, on: bool) -> Self {
+        self.count_loopback_peers = on;
         self
     }
 
@@ -358,6 +387,11 @@ pub async fn serve(
     let shutdown = options.shutdown.clone();
     let header_timeout = options.header_read_timeout;
     let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
+    let peers = Arc::new(PeerConnections {
+        max: options.max_connections_per_peer,
+        count_loopback: options.count_loopback_peers,
+        open: std::sync::Mutex::new(std::collections::HashMap::new()),
+    });
     let router = try_router(server.clone(), options)?;
     // What the limit of refusals before authentication counted is recorded every few
     // seconds and when the server stops, not only with the peer's next refusal.
@@ -379,6 +413,7 @@ pub async fn serve(
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut connections = tokio::task::JoinSet::new();
     let mut refused: u64 = 0;
+    let mut refused_per_peer: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -405,6 +440,14 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let Some(peer_slot) = PeerConnections::admit(&peers, peer.ip()) else {
+            refused_per_peer += 1;
+            if refused_per_peer.is_power_of_two() {
+                tracing::warn!(%peer, refused = refused_per_peer, "too many open connections from one peer: its new ones are closed at once");
+            }
+            drop(stream);
+            continue;
+        };
         // Without TCP_NODELAY, the second write of a response (the event after the SSE
         // headers) waits for the client's delayed ACK: 40 ms per call.
         if let Err(err) = stream.set_nodelay(true) {
@@ -423,7 +466,7 @@ pub async fn serve(
         );
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            let _slot = slot;
+            let _slot = (slot, peer_slot);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -454,6 +497,53 @@ pub async fn serve(
         server.flush_rate_limited().await;
     }
     Ok(())
+}
+
+/// The connections [`serve`] holds open by peer ([`HttpOptions::max_connections_per_peer`]):
+/// an entry only while the peer has one, so at most `max_connections` entries.
+struct PeerConnections {
+    max: usize,
+    count_loopback: bool,
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One connection's place in its peer's count, given back when the connection ends.
+struct PeerSlot {
+    peers: Arc<PeerConnections>,
+    key: std::net::IpAddr,
+}
+
+impl PeerConnections {
+    /// A place for one more connection of `peer`, `None` past its cap; `Some(None)` for a
+    /// peer that is not counted.
+    fn admit(peers: &Arc<PeerConnections>, peer: std::net::IpAddr) -> Option<Option<PeerSlot>> {
+        if peer.to_canonical().is_loopback() && !peers.count_loopback {
+            return Some(None);
+        }
+        let key = crate::pipeline::limits::peer_key(peer);
+        let mut open = peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(key).or_insert(0);
+        if *count >= peers.max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(PeerSlot {
+            peers: Arc::clone(peers),
+            key,
+        }))
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// How often [`serve`] records the counts of refusals the rate limit did not record.
