@@ -760,6 +760,38 @@ async fn host_and_origin_are_checked_on_every_route() {
     }
 }
 
+/// A method a route does not take is 405 in the JSON of every other error, with `Allow`,
+/// on the REST routes and on `/mcp` (where rmcp answered plain text).
+#[tokio::test]
+async fn a_method_a_route_does_not_take_is_a_json_405_with_allow() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    for (method, path, allowed) in [
+        (reqwest::Method::GET, "/tools/add_note", "POST"),
+        (reqwest::Method::PUT, "/tools/add_note", "POST"),
+        (reqwest::Method::DELETE, "/tools", "GET"),
+        (reqwest::Method::PATCH, "/mcp", "POST"),
+        (reqwest::Method::PUT, "/mcp", "DELETE"),
+    ] {
+        let response = client
+            .request(method.clone(), format!("{}{path}", server.base))
+            .bearer_auth(&server.fixture.full)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{method} {path}");
+        let allow = response.headers()["allow"].to_str().unwrap().to_owned();
+        assert!(allow.contains(allowed), "{method} {path}: {allow}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["reason"], "method_not_allowed",
+            "{method} {path}: {body}"
+        );
+        assert_eq!(body["status"], 405);
+    }
+    assert!(server.sink.records().is_empty());
+}
+
 /// A request that names a host twice (two `Host` headers, in either order), a target
 /// in absolute form naming another host than its `Host`, or a port that is no port is
 /// refused and recorded: whichever host a proxy in front reads, it is one the guard

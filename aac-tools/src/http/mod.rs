@@ -291,6 +291,7 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
             get(routes::resource_metadata),
         )
         .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(app.clone())
         .layer(axum::middleware::from_fn_with_state(
             (guard, app),

@@ -508,6 +508,15 @@ impl tower_service::Service<Request> for McpEndpoint {
             if let Err(err) = endpoint.guard.check(request.uri(), request.headers()) {
                 return Ok(refused_by_guard(&endpoint.app, request, Refused::Mcp, err).await);
             }
+            if ![Method::GET, Method::POST, Method::DELETE].contains(request.method()) {
+                // rmcp's answer is plain text: the JSON of every other route's 405.
+                let mut response = method_not_allowed(request.method().clone()).await;
+                response.headers_mut().insert(
+                    axum::http::header::ALLOW,
+                    axum::http::HeaderValue::from_static("GET,POST,DELETE"),
+                );
+                return Ok(response);
+            }
             Ok(mcp_gate(&endpoint.app, request, &endpoint.mcp).await)
         })
     }
@@ -1112,6 +1121,16 @@ pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap
 /// Any other route.
 pub(crate) async fn not_found() -> Response {
     json_error(&ToolError::not_found("no such route"))
+}
+
+/// A route that exists, with a method it does not take: 405 in the JSON of every other
+/// error (axum adds `Allow`).
+pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Response {
+    json_error(&ToolError::new(
+        Status::MethodNotAllowed,
+        "method_not_allowed",
+        format!("this route does not take {method}"),
+    ))
 }
 
 #[cfg(test)]
