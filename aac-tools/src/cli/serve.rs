@@ -216,7 +216,22 @@ async fn stdio(
         read_only = server.is_read_only_mode(),
         "serving MCP on stdio"
     );
-    crate::mcp::serve_stdio(server, Some(token))
+    // SIGTERM or Ctrl-C ends the session as the end of stdin does: every call read so far
+    // is taken to its end and recorded before the process exits. A second signal exits
+    // at once.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        stop_signal().await;
+        tracing::info!(
+            "stopping: no more requests are read; the calls in hand finish and are recorded"
+        );
+        on_signal.cancel();
+        stop_signal().await;
+        tracing::warn!("stopped at once by a second signal: records not yet written are lost");
+        std::process::exit(130);
+    });
+    crate::mcp::serve_stdio_until(server, Some(token), shutdown)
         .await
         .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
 }

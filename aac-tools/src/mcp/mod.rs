@@ -28,7 +28,7 @@ pub(crate) mod streamable;
 pub mod client;
 
 #[cfg(feature = "mcp")]
-pub use self::stdio::{serve_io, serve_stdio};
+pub use self::stdio::{serve_io, serve_stdio, serve_stdio_until};
 
 /// A principal the HTTP layer verified for this request, carried to the MCP handler in
 /// the request's extensions, with the credentials it was verified from (a subscription

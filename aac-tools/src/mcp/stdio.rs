@@ -14,8 +14,11 @@
 //! allowed, unparsable lines ignored, a well-formed request of the wrong shape answered
 //! with "Invalid request".
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex as StdMutex};
+use std::task::{Context, Poll};
 
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -60,6 +63,64 @@ use crate::server::{CallRequest, Credentials, Server};
 pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
     let (read, write) = rmcp::transport::stdio_pipes();
     serve_io(server, token, read, write).await
+}
+
+/// [`serve_stdio`] until stdin ends or `shutdown` is cancelled (cancel it on SIGTERM and
+/// Ctrl-C): then no more is read, as if stdin had ended, and the session ends as it does
+/// at the end of stdin, every call read so far taken to its end and recorded (one that
+/// waits for a person, `cancelled`). Killed by a signal instead, a process loses the
+/// records its audit sink had not yet written, of calls whose work may be done.
+///
+/// ```no_run
+/// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// let on_signal = shutdown.clone();
+/// tokio::spawn(async move {
+///     let _ = tokio::signal::ctrl_c().await;
+///     on_signal.cancel();
+/// });
+/// aac_tools::mcp::serve_stdio_until(server, std::env::var("AAC_TOKEN").ok(), shutdown).await
+/// # }
+/// ```
+pub async fn serve_stdio_until(
+    server: Server,
+    token: Option<String>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> io::Result<()> {
+    let (read, write) = rmcp::transport::stdio_pipes();
+    serve_io(server, token, UntilCancelled::new(read, shutdown), write).await
+}
+
+/// A reader that ends (reads nothing more, as at the end of its stream) once its token is
+/// cancelled.
+struct UntilCancelled<R> {
+    read: R,
+    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    ended: bool,
+}
+
+impl<R> UntilCancelled<R> {
+    fn new(read: R, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        UntilCancelled {
+            read,
+            cancelled: Box::pin(shutdown.cancelled_owned()),
+            ended: false,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for UntilCancelled<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.ended || self.cancelled.as_mut().poll(cx).is_ready() {
+            self.ended = true;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.read).poll_read(cx, buf)
+    }
 }
 
 /// Serve MCP with the stdio framing (one JSON-RPC message per line) over any byte

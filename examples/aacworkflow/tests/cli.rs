@@ -1116,3 +1116,94 @@ fn serve_says_what_to_do_about_its_address_and_its_token() {
         "{line}"
     );
 }
+
+/// SIGTERM while calls are in hand ends a stdio `serve` as the end of stdin does: no more
+/// is read, every call read so far is taken to its end and recorded, the process exits 0.
+/// Killed by the signal before, it lost the records of calls whose issues were created.
+#[test]
+fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let token = target.run(&[
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "alice",
+        "--scopes",
+        "all",
+    ]);
+    let token = stdout(&token).trim().to_owned();
+    let before = target.count_issues();
+    let mut child = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = vec![
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ];
+    for i in 1..=300 {
+        lines.push(format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"create_issue","arguments":{{"title":"t{i}"}}}}}}"#
+        ));
+    }
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    // Read every answer (a full pipe would hold the server), and say when the first came.
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut answers = 0;
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("\"result\"") && !line.contains("\"protocolVersion\"") {
+                    answers += 1;
+                    let _ = first_tx.send(());
+                }
+            }
+            answers
+        })
+    };
+    first_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a first answer");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    drop(stdin);
+    let answers = reader.join().unwrap();
+    assert!(status.success(), "exited {status:?} on SIGTERM");
+    let created = target.count_issues() - before;
+    assert!(created >= 1, "{created}");
+    let audit = target.run(&["audit", "--tool", "create_issue", "--json"]);
+    assert!(audit.status.success(), "{}", stderr(&audit));
+    let records: Vec<serde_json::Value> = stdout(&audit)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let successes = records.iter().filter(|r| r["outcome"] == "success").count();
+    assert_eq!(
+        successes as i64,
+        created,
+        "one success record per issue created ({answers} answered, {} records)",
+        records.len()
+    );
+    assert!(records.len() <= 300 && answers <= records.len());
+    let verify = target.run(&["audit", "--verify"]);
+    assert!(verify.status.success(), "{}", stderr(&verify));
+}
