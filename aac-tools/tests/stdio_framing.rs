@@ -282,6 +282,63 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     raw.line(r#"{"jsonrpc":"2.0","id":5,"method":42}"#).await;
     let invalid = raw.next().await;
     assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+    assert_eq!(invalid["id"], 5, "{invalid}");
+    // Every error answer has an `id` (JSON-RPC): `null` when the line has no valid one.
+    for (line, id, code) in [
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            json!(null),
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            json!(null),
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#,
+            json!("x"),
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"y","method":"tools/call","params":{"name":7}}"#,
+            json!("y"),
+            -32602,
+        ),
+        // A known method whose params are not of its shape: "Invalid params".
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":[]}"#,
+            json!(9),
+            -32602,
+        ),
+    ] {
+        raw.line(line).await;
+        let answer = raw.next().await;
+        assert_eq!(answer["jsonrpc"], "2.0", "{line}: {answer}");
+        assert_eq!(
+            answer.get("id"),
+            Some(&id),
+            "{line}: the id is never left out: {answer}"
+        );
+        assert_eq!(answer["error"]["code"], code, "{line}: {answer}");
+    }
+    // A request that does not parse (nested past serde_json's 128 levels) is answered
+    // "Parse error" under its id, not left waiting.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":10,"method":"ping","params":{{"x":{}1{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    raw.line(&deep).await;
+    let parse_error = raw.next().await;
+    assert_eq!(
+        (
+            parse_error["id"].clone(),
+            parse_error["error"]["code"].clone()
+        ),
+        (json!(10), json!(-32700)),
+        "{parse_error}"
+    );
     raw.line("\u{feff}{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}\r")
         .await;
     let pong = raw.next().await;
@@ -308,12 +365,15 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     assert_eq!(answer["id"], 8, "the oversized line was dropped: {answer}");
     drop(writer.await.unwrap());
     let records = sink.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].tool, "(unknown)");
-    assert_eq!(records[0].status, 413);
-    assert_eq!(records[0].reason.as_deref(), Some("body_too_large"));
-    assert_eq!(records[0].check, Some(Check::Protocol));
-    assert_eq!(records[0].principal.as_deref(), Some("all"));
+    assert_eq!(records.len(), 2, "{records:?}");
+    // The `tools/call` of the wrong shape, refused by rmcp.
+    assert_eq!(records[0].request_id.as_deref(), Some("y"));
+    assert_eq!(records[0].reason.as_deref(), Some("not_dispatched"));
+    assert_eq!(records[1].tool, "(unknown)");
+    assert_eq!(records[1].status, 413);
+    assert_eq!(records[1].reason.as_deref(), Some("body_too_large"));
+    assert_eq!(records[1].check, Some(Check::Protocol));
+    assert_eq!(records[1].principal.as_deref(), Some("all"));
 }
 
 /// A `tools/call` (or a resource read) in a line rmcp cannot read or dispatch (malformed

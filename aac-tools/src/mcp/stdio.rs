@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 
 use rmcp::ServiceExt;
 use rmcp::model::{
-    ClientNotification, ClientRequest, ErrorData, GetExtensions, JsonRpcMessage, JsonRpcRequest,
+    ClientNotification, ClientRequest, ErrorCode, GetExtensions, JsonRpcMessage, JsonRpcRequest,
     RequestId, ServerResult,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -495,8 +495,73 @@ enum Parsed {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     /// Not JSON, a notification we do not know, or an empty line: nothing to answer.
     Ignored,
-    /// JSON, but no message of the protocol: answered with "Invalid request".
+    /// JSON, but no message of the protocol: answered with "Invalid request" (or "Invalid
+    /// params" for a known method), under its id when it has a valid one, else `null`.
     Invalid,
+    /// A request (an object with an `id` and a `method`) that does not parse: nested past
+    /// serde_json's 128 levels, a number out of range, cut short. Answered "Parse error"
+    /// under its id, so that its client does not wait for ever.
+    Unparsable,
+}
+
+/// Whether `line` is a JSON-RPC 2.0 object with `params`: then what is wrong is those.
+fn is_2_0_with_params(line: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|message| {
+        message.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
+            && message.get("params").is_some()
+    })
+}
+
+/// The answer to a line that is [`Parsed::Invalid`] or [`Parsed::Unparsable`]: JSON-RPC's
+/// error object, with the line's `id` when it is a valid one (a string or an integer,
+/// read without parsing the rest), else `"id": null` (JSON-RPC: never left out).
+fn error_answer(line: &[u8], parsed: &Parsed) -> Vec<u8> {
+    let top = probe::top_level(line);
+    let id = top
+        .id
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .unwrap_or(serde_json::Value::Null);
+    let (code, message) = match parsed {
+        Parsed::Unparsable => (
+            ErrorCode::PARSE_ERROR,
+            "Parse error: the message is not JSON this server can read (nested deeper than \
+             128 levels, a number out of range, or cut short)"
+                .to_owned(),
+        ),
+        _ => match top.method.as_deref() {
+            Some(
+                method @ ("tools/call"
+                | "resources/read"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+                | "prompts/get"
+                | "completion/complete"
+                | "tools/list"
+                | "resources/list"
+                | "resources/templates/list"
+                | "prompts/list"
+                | "logging/setLevel"
+                | "initialize"
+                | "ping"),
+            ) if !id.is_null() && is_2_0_with_params(line) => (
+                ErrorCode::INVALID_PARAMS,
+                format!("Invalid params: the params of `{method}` are not of its shape"),
+            ),
+            _ => (
+                ErrorCode::INVALID_REQUEST,
+                "Invalid request: not a JSON-RPC request, notification or response".to_owned(),
+            ),
+        },
+    };
+    let mut answer = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code.0, "message": message},
+    }))
+    .unwrap_or_default();
+    answer.push(b'\n');
+    answer
 }
 
 /// A line without its `\n`, `\r` and byte-order mark.
@@ -527,6 +592,13 @@ fn parse(line: &[u8]) -> Parsed {
             }
         }
         Err(err) => {
+            // A request whose id and method can be read without parsing the rest is
+            // waiting for an answer: it gets one.
+            let top = probe::top_level(line);
+            if top.id.is_some() && top.method.is_some() {
+                tracing::debug!(error = %err, "a request that does not parse");
+                return Parsed::Unparsable;
+            }
             // Not JSON: there is no id to answer to, and answering could start an error
             // storm with a peer that echoes it (rmcp and the other SDKs ignore it too).
             tracing::debug!(error = %err, "ignoring an unparsable line");
@@ -690,7 +762,7 @@ where
             let mut parsed = parse(&self.line);
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
-                Parsed::Ignored | Parsed::Invalid => true,
+                Parsed::Ignored | Parsed::Invalid | Parsed::Unparsable => true,
             };
             if refused {
                 self.recording = self.refusals.of(trim_line(&self.line));
@@ -700,16 +772,19 @@ where
             {
                 self.track(request);
             }
-            self.line.clear();
             let message = match parsed {
-                Parsed::Message(message) => message,
-                Parsed::Ignored => continue,
-                Parsed::Invalid => {
-                    let answer = TxJsonRpcMessage::<RoleServer>::error(
-                        ErrorData::invalid_request("Invalid request", None),
-                        None,
-                    );
-                    self.owed = Owed::Line(vec![Bytes::from(serialize_line(&answer).ok()?)]);
+                Parsed::Message(message) => {
+                    self.line.clear();
+                    message
+                }
+                Parsed::Ignored => {
+                    self.line.clear();
+                    continue;
+                }
+                invalid @ (Parsed::Invalid | Parsed::Unparsable) => {
+                    let answer = error_answer(trim_line(&self.line), &invalid);
+                    self.line.clear();
+                    self.owed = Owed::Line(vec![Bytes::from(answer)]);
                     continue;
                 }
             };

@@ -40,6 +40,88 @@ fn is_call(message: &Value) -> bool {
     message.get("method").and_then(Value::as_str) == Some("tools/call")
 }
 
+/// What the top level of a JSON object says, read without parsing the rest: the raw JSON
+/// of its `id` (a string or a scalar) and its `method`, when written without escapes in
+/// the key. For a line that does not parse (nested too deep, a number out of range, cut
+/// short): a request among it still deserves an answer under its id.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct TopLevel<'a> {
+    pub(crate) id: Option<&'a [u8]>,
+    pub(crate) method: Option<String>,
+}
+
+/// [`TopLevel`] of `json`: one pass over the bytes, strings skipped whole.
+pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
+    let mut top = TopLevel::default();
+    let start = json.iter().position(|b| !b.is_ascii_whitespace());
+    if start.map(|i| json[i]) != Some(b'{') {
+        return top;
+    }
+    /// The end (exclusive, after the closing quote) of the string that opens at `i`.
+    fn string_end(json: &[u8], mut i: usize) -> usize {
+        i += 1;
+        while i < json.len() && json[i] != b'"' {
+            i += if json[i] == b'\\' { 2 } else { 1 };
+        }
+        (i + 1).min(json.len())
+    }
+    let mut depth = 0usize;
+    // At depth 1, whether the next string is a key (after `{` or `,`).
+    let mut key_next = false;
+    let mut i = start.unwrap_or(0);
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                let end = string_end(json, i);
+                if depth == 1 && key_next {
+                    key_next = false;
+                    let key = &json[i + 1..end.saturating_sub(1).max(i + 1)];
+                    // The value: after the colon and any space.
+                    let mut v = end;
+                    while v < json.len() && (json[v].is_ascii_whitespace() || json[v] == b':') {
+                        v += 1;
+                    }
+                    let value_end = match json.get(v) {
+                        Some(b'"') => string_end(json, v),
+                        Some(b'{' | b'[') | None => v,
+                        Some(_) => {
+                            let mut e = v;
+                            while e < json.len()
+                                && !matches!(json[e], b',' | b'}' | b']')
+                                && !json[e].is_ascii_whitespace()
+                            {
+                                e += 1;
+                            }
+                            e
+                        }
+                    };
+                    let value = &json[v..value_end];
+                    match key {
+                        b"id" if top.id.is_none() && !value.is_empty() => top.id = Some(value),
+                        b"method" if top.method.is_none() => {
+                            top.method = serde_json::from_slice::<String>(value).ok();
+                        }
+                        _ => {}
+                    }
+                    i = value_end.max(end);
+                    continue;
+                }
+                i = end;
+                continue;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                key_next = depth == 1;
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' => key_next = depth == 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    top
+}
+
 /// The messages of a JSON-RPC body: the message itself, or each message of a batch, a
 /// batch nested in it flattened (that is not JSON-RPC, and is refused whole, but each
 /// call it holds is recorded as a batch's would be).
@@ -419,6 +501,46 @@ mod tests {
         assert_eq!(repeated_argument_key(call).as_deref(), Some("/k"));
         let fine = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1}}}"#;
         assert_eq!(repeated_argument_key(fine), None);
+    }
+
+    #[test]
+    fn the_top_level_id_and_method_are_read_without_parsing_the_rest() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{}1{}}}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let top = top_level(deep.as_bytes());
+        assert_eq!(
+            (top.id, top.method.as_deref()),
+            (Some(&b"7"[..]), Some("tools/call"))
+        );
+        for (json, id, method) in [
+            (
+                r#"{"method":"ping","id":"a\"b"}"#,
+                Some(r#""a\"b""#),
+                Some("ping"),
+            ),
+            (r#" { "id" : 12 , "method" : "x" "#, Some("12"), Some("x")),
+            // Keys deeper down, or in strings, are not the message's.
+            (
+                r#"{"params":{"id":1,"method":"m"},"x":"\"id\":2"}"#,
+                None,
+                None,
+            ),
+            (r#"{"id":null}"#, Some("null"), None),
+            (r#"[{"id":1,"method":"m"}]"#, None, None),
+            ("not json", None, None),
+            (
+                r#"{"id":1e999999,"method":"tools/call""#,
+                Some("1e999999"),
+                Some("tools/call"),
+            ),
+        ] {
+            let top = top_level(json.as_bytes());
+            assert_eq!(top.id, id.map(str::as_bytes), "{json}");
+            assert_eq!(top.method.as_deref(), method, "{json}");
+        }
     }
 
     /// A hostile caller's arguments: one object of 200,000 distinct keys (3 MB, well within
