@@ -412,6 +412,13 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     let refused = raw.next().await;
     assert_eq!(refused["id"], 7);
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    // A call behind a repeated `method` (a reader keeping the first key sees a call):
+    // refused by rmcp, recorded as the call it may be.
+    raw.line(r#"{"jsonrpc":"2.0","method":"tools/call","method":"ping","id":11,"params":{"name":"forget_text","arguments":{"text":"x"}}}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 11, "{refused}");
+    assert!(refused.get("error").is_some(), "{refused}");
     // Not calls: nothing recorded.
     raw.line("not json").await;
     raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;
@@ -432,6 +439,7 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
             ("forget_text", None),
             ("(unknown)", None),
             ("(unknown)", Some("7")),
+            ("forget_text", Some("11")),
         ],
         "{records:?}"
     );
@@ -448,7 +456,7 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
         assert_eq!(record.transport, "stdio", "{record:?}");
     }
     // A good call after them still runs, and is recorded as itself.
-    raw.line(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
+    raw.line(r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
         .await;
     let answer = raw.next().await;
     assert_eq!(
@@ -456,8 +464,8 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
         "{answer}"
     );
     let records = sink.records();
-    assert_eq!(records.len(), 6);
-    assert_eq!(records[5].outcome, Outcome::Success);
+    assert_eq!(records.len(), 7);
+    assert_eq!(records[6].outcome, Outcome::Success);
 }
 
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before

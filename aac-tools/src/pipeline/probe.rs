@@ -23,7 +23,12 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
             .any(|w| w == b"tools/call")
             .then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
-    let call = messages(&value).into_iter().find(|m| is_call(m))?;
+    tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
+}
+
+/// The `tools/call` among the messages of `value`.
+fn tool_call_in(value: &Value) -> Option<CallRequest> {
+    let call = messages(value).into_iter().find(|m| is_call(m))?;
     let params = call.get("params");
     let tool = params
         .and_then(|p| p.get("name"))
@@ -38,6 +43,68 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
 
 fn is_call(message: &Value) -> bool {
     message.get("method").and_then(Value::as_str) == Some("tools/call")
+}
+
+/// `body` read as a reader that keeps the *first* of repeated keys would (serde_json keeps
+/// the last), when it repeats one; `None` otherwise. A message that says
+/// `"method":"tools/call","method":"ping"` is a call to such a reader: its refusal is
+/// recorded as one, whichever reading rmcp took.
+fn first_key_reading(body: &[u8]) -> Option<Value> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    struct FirstWins;
+
+    impl<'de> DeserializeSeed<'de> for FirstWins {
+        type Value = Value;
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for FirstWins {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(FirstWins)? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = serde_json::Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value = map.next_value_seed(FirstWins)?;
+                object.entry(key).or_insert(value);
+            }
+            Ok(Value::Object(object))
+        }
+    }
+
+    repeated_key(body)?;
+    FirstWins
+        .deserialize(&mut serde_json::Deserializer::from_slice(body))
+        .ok()
 }
 
 /// What the top level of a JSON object says, read without parsing the rest: the raw JSON
@@ -174,9 +241,17 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     {
         return None;
     }
-    // A lenient reading (the last of repeated keys wins); in a batch, the first item read.
+    // A lenient reading (the last of repeated keys wins, else the first); in a batch, the
+    // first item read.
     let value = serde_json::from_slice::<Value>(body).ok()?;
-    let message = messages(&value).into_iter().find(|m| is_item(m))?;
+    let first_reading;
+    let message = match messages(&value).into_iter().find(|m| is_item(m)) {
+        Some(message) => message,
+        None => {
+            first_reading = first_key_reading(body)?;
+            messages(&first_reading).into_iter().find(|m| is_item(m))?
+        }
+    };
     let params = message.get("params");
     let field = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
     // What the request does not say (a malformed one) is recorded as unknown.
@@ -501,6 +576,26 @@ mod tests {
         assert_eq!(repeated_argument_key(call).as_deref(), Some("/k"));
         let fine = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1}}}"#;
         assert_eq!(repeated_argument_key(fine), None);
+    }
+
+    /// A call hidden behind a repeated `method` key, to a reader that keeps the first, is a
+    /// call: its refusal is recorded as one.
+    #[test]
+    fn a_call_behind_a_repeated_method_key_is_found_either_way() {
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"tools/call","method":"ping","id":50,"params":{"name":"delete_issue"}}"#,
+            r#"{"jsonrpc":"2.0","method":"ping","method":"tools/call","id":50,"params":{"name":"delete_issue"}}"#,
+            r#"[{"jsonrpc":"2.0","method":"tools\/call","method":"ping","id":50,"params":{"name":"delete_issue"}}]"#,
+        ] {
+            let call = tool_call_request(body.as_bytes()).expect(body);
+            assert_eq!(call.tool(), "delete_issue", "{body}");
+        }
+        let read = r#"{"jsonrpc":"2.0","method":"resources/read","method":"ping","id":5,"params":{"uri":"x://1"}}"#;
+        assert!(item_request(read.as_bytes()).is_some());
+        assert!(tool_call_request(read.as_bytes()).is_none());
+        let plain = r#"{"jsonrpc":"2.0","method":"ping","id":5,"params":{"a":1,"a":2}}"#;
+        assert!(tool_call_request(plain.as_bytes()).is_none());
+        assert!(item_request(plain.as_bytes()).is_none());
     }
 
     #[test]
