@@ -2439,4 +2439,23 @@ async fn arguments_that_repeat_a_key_are_refused() {
         .await
         .unwrap();
     assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
+
+    // A prompt's arguments too: refused, recorded, the prompt never rendered.
+    server.sink.clear();
+    let (_, answer) = raw
+        .send(r#"{"jsonrpc":"2.0","id":6,"method":"prompts/get","params":{"name":"review_note","arguments":{"id":"1","id":"2"}}}"#)
+        .await;
+    let error = &answer.last().unwrap()["error"];
+    assert_eq!(error["code"], -32602, "{answer:?}");
+    assert!(
+        error["message"].as_str().unwrap().contains("`/id`"),
+        "{answer:?}"
+    );
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].check, records[0].reason.as_deref()),
+        (Some(Check::Validate), Some("invalid_arguments"))
+    );
+    assert_eq!(records[0].kind, aac_tools::audit::CallKind::Prompt);
 }

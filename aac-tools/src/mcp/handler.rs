@@ -215,8 +215,9 @@ impl McpHandler {
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolOutput, ToolError> {
         // The transport's attempt for this request, if any, gives way to this one.
+        let mut repeated = None;
         if let Some(pending) = context.extensions.get::<super::PendingItem>() {
-            pending.0.taken_up();
+            repeated = pending.0.taken_up();
         }
         #[cfg(feature = "http")]
         if let Some(pending) = context
@@ -224,14 +225,17 @@ impl McpHandler {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<super::PendingItem>())
         {
-            pending.0.taken_up();
+            repeated = pending.0.taken_up();
         }
         let request = request
             .credentials(self.credentials(context))
             .transport(self.transport)
             .request_id(context.id.to_string())
             .cancellation(self.cancellation(context));
-        self.shared.server.begin(request).run().await.into_result()
+        let mut attempt = self.shared.server.begin(request);
+        // A prompt's arguments that repeat a key are refused, as a tool's are.
+        attempt.arguments_repeat(repeated);
+        attempt.run().await.into_result()
     }
 
     /// The credentials to check a subscription with again before each update: over HTTP

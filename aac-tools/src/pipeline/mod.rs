@@ -539,6 +539,14 @@ impl Attempt {
             self.request.arguments = arguments;
             return Err((Check::Validate, err));
         }
+        if let Some(pointer) = &self.request.repeated_key {
+            let err = ToolError::invalid_arguments(
+                pointer,
+                "this key appears more than once in its object; arguments that repeat a key are ambiguous",
+            );
+            self.request.arguments = arguments;
+            return Err((Check::Validate, err));
+        }
         if let Some(position) = target.prompt {
             let empty = Value::Object(Map::new());
             let instance = arguments.as_ref().unwrap_or(&empty);
