@@ -700,3 +700,41 @@ async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
         ("forget_text", Some(Check::Validate), Outcome::Denied)
     );
 }
+
+/// A line of more JSON values than a message may hold (half a million: 16 MiB of `[[[…`
+/// parsed took 3.5 GB) is refused unparsed, answered under its id, and recorded; a long
+/// line of few values (a big string) is read as usual, and the session goes on.
+#[tokio::test]
+async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    raw.initialize().await;
+    let many = format!(
+        r#"{{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"x","a":[{}0]}}}}}}"#,
+        "0,".repeat(600_000)
+    );
+    raw.line(&many).await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 20, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let text = "y".repeat(2 * 1024 * 1024);
+    raw.line(&format!(
+        r#"{{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"{text}"}}}}}}"#
+    ))
+    .await;
+    let echoed = raw.next().await;
+    assert_eq!(echoed["id"], 21);
+    assert_eq!(echoed["result"]["isError"], false, "a big string is fine");
+    let records = sink.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(
+        (
+            records[0].request_id.as_deref(),
+            records[0].status,
+            records[0].reason.as_deref()
+        ),
+        (Some("20"), 413, Some("body_too_large"))
+    );
+    assert_eq!(records[1].outcome, Outcome::Success);
+}

@@ -170,6 +170,39 @@ where
 /// The longest line read: a longer one is dropped (rmcp's limit, as over HTTP).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
+/// The most JSON values (objects, arrays and the items between their commas) a line may
+/// hold. Parsed, each value takes 32 bytes and each array or object an allocation of its
+/// own, and a line is parsed more than once while its call is in hand: 16 MiB of `[[[…`
+/// took 3.5 GB. A message of 1 MiB (the HTTP body limit) holds at most about half a
+/// million values, so only longer lines are counted, and refused past this.
+const MAX_VALUES: usize = 512 * 1024;
+
+/// Whether `line` holds more than [`MAX_VALUES`] values: `{`, `[` and `,` outside strings
+/// counted in one pass, for lines over 1 MiB only.
+fn too_many_values(line: &[u8]) -> bool {
+    if line.len() <= 1024 * 1024 {
+        return false;
+    }
+    let mut count = 0usize;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < line.len() {
+        match line[i] {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            b'{' | b'[' | b',' if !in_string => {
+                count += 1;
+                if count > MAX_VALUES {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 /// The JSON-RPC lines of one connection.
 struct LineTransport<R, W> {
     read: BufReader<R>,
@@ -267,6 +300,24 @@ impl Refusals {
             ),
         );
         self.refuse(CallRequest::new(UNKNOWN_TOOL, None), err)
+    }
+
+    /// The record of a line of more than [`MAX_VALUES`] JSON values, refused unparsed: as
+    /// [`Self::too_long`], under the line's id when it can be read.
+    fn too_many_values(&self, id: Option<String>) -> BoxFuture<'static, ()> {
+        let err = ToolError::new(
+            Status::PayloadTooLarge,
+            "body_too_large",
+            format!(
+                "an MCP message over stdio holds at most {MAX_VALUES} JSON values; the line was \
+                 refused unparsed"
+            ),
+        );
+        let mut request = CallRequest::new(UNKNOWN_TOOL, None);
+        if let Some(id) = id {
+            request = request.request_id(id);
+        }
+        self.refuse(request, err)
     }
 
     fn refuse(&self, request: CallRequest, err: ToolError) -> BoxFuture<'static, ()> {
@@ -758,6 +809,41 @@ where
                     tracing::error!(error = %err, "cannot read the MCP stream");
                     return None;
                 }
+            }
+            if too_many_values(&self.line) {
+                tracing::error!(
+                    max_values = MAX_VALUES,
+                    "an incoming MCP message held too many JSON values; refused"
+                );
+                let line = trim_line(&self.line);
+                let top = probe::top_level(line);
+                let id = top
+                    .id
+                    .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+                    .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
+                self.recording = Some(
+                    self.refusals.too_many_values(
+                        id.as_ref()
+                            .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_owned)),
+                    ),
+                );
+                if let Some(id) = id {
+                    let mut answer = serde_json::to_vec(&serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "id": id,
+                        "error": {
+                            "code": ErrorCode::INVALID_REQUEST.0,
+                            "message": format!(
+                                "Invalid request: a message over stdio holds at most {MAX_VALUES} JSON values"
+                            ),
+                        },
+                    }))
+                    .unwrap_or_default();
+                    answer.push(b'\n');
+                    self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                }
+                self.line.clear();
+                continue;
             }
             let mut parsed = parse(&self.line);
             let refused = match &parsed {
