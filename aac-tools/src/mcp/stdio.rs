@@ -568,11 +568,7 @@ fn is_2_0_with_params(line: &[u8]) -> bool {
 /// read without parsing the rest), else `"id": null` (JSON-RPC: never left out).
 fn error_answer(line: &[u8], parsed: &Parsed) -> Vec<u8> {
     let top = probe::top_level(line);
-    let id = top
-        .id
-        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
-        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
-        .unwrap_or(serde_json::Value::Null);
+    let id = valid_id(&top).unwrap_or(serde_json::Value::Null);
     let (code, message) = match parsed {
         Parsed::Unparsable => (
             ErrorCode::PARSE_ERROR,
@@ -605,6 +601,18 @@ fn error_answer(line: &[u8], parsed: &Parsed) -> Vec<u8> {
             ),
         },
     };
+    error_line(id, code, message)
+}
+
+/// The `id` of [`probe::top_level`], if it is one JSON-RPC allows (a string or an integer).
+fn valid_id(top: &probe::TopLevel<'_>) -> Option<serde_json::Value> {
+    top.id
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+}
+
+/// One line of a JSON-RPC error answer.
+fn error_line(id: serde_json::Value, code: ErrorCode, message: String) -> Vec<u8> {
     let mut answer = serde_json::to_vec(&serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -815,12 +823,7 @@ where
                     max_values = MAX_VALUES,
                     "an incoming MCP message held too many JSON values; refused"
                 );
-                let line = trim_line(&self.line);
-                let top = probe::top_level(line);
-                let id = top
-                    .id
-                    .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
-                    .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
+                let id = valid_id(&probe::top_level(trim_line(&self.line)));
                 self.recording = Some(
                     self.refusals.too_many_values(
                         id.as_ref()
@@ -828,18 +831,13 @@ where
                     ),
                 );
                 if let Some(id) = id {
-                    let mut answer = serde_json::to_vec(&serde_json::json!({
-                        "jsonrpc": "2.0",
-                        "id": id,
-                        "error": {
-                            "code": ErrorCode::INVALID_REQUEST.0,
-                            "message": format!(
-                                "Invalid request: a message over stdio holds at most {MAX_VALUES} JSON values"
-                            ),
-                        },
-                    }))
-                    .unwrap_or_default();
-                    answer.push(b'\n');
+                    let answer = error_line(
+                        id,
+                        ErrorCode::INVALID_REQUEST,
+                        format!(
+                            "Invalid request: a message over stdio holds at most {MAX_VALUES} JSON values"
+                        ),
+                    );
                     self.owed = Owed::Line(vec![Bytes::from(answer)]);
                 }
                 self.line.clear();
