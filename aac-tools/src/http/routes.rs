@@ -506,7 +506,10 @@ impl tower_service::Service<Request> for McpEndpoint {
         let endpoint = Arc::clone(&self.0);
         Box::pin(async move {
             if let Err(err) = endpoint.guard.check(request.uri(), request.headers()) {
-                return Ok(refused_by_guard(&endpoint.app, request, Refused::Mcp, err).await);
+                // Boxed: a rare path, kept out of the size of every request's future.
+                return Ok(
+                    Box::pin(refused_by_guard(&endpoint.app, request, Refused::Mcp, err)).await,
+                );
             }
             if ![Method::GET, Method::POST, Method::DELETE].contains(request.method()) {
                 // rmcp's answer is plain text: the JSON of every other route's 405.
