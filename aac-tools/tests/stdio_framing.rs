@@ -670,6 +670,54 @@ async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
     }
 }
 
+/// A client whose input ends while its user is asked stops the wait at once: the record
+/// says `cancelled` (499), not the confirmation's timeout (3 s here), which rmcp's drain
+/// of a closed connection (5 s) used to outlast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
+    let sink = MemorySink::new();
+    let server = builder(false)
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+        .confirmation_timeout(std::time::Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let mut raw = Raw::connect(server, "all", 1 << 16);
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(raw.next().await["id"], 0);
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+        .await;
+    let asked = raw.next().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    // The input ends; the output stays open.
+    raw.write.shutdown().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sink.records().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].outcome,
+            records[0].reason.as_deref(),
+            records[0].status
+        ),
+        (Outcome::Error, Some("cancelled"), 499),
+        "{:?}",
+        records[0]
+    );
+    drop(raw);
+}
+
 /// Over stdio as over HTTP, arguments that repeat a key (`confirm` false, then true) are
 /// refused at that key before the tool runs, and recorded once.
 #[tokio::test]

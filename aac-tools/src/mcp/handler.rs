@@ -121,6 +121,9 @@ pub(crate) struct McpHandler {
     /// Streamable HTTP with sessions: the end of each, which ends the calls it carries.
     #[cfg(feature = "http")]
     session_ends: Option<Arc<super::streamable::SessionEnds>>,
+    /// stdio: cancelled when the client's input ends, which ends every wait for its
+    /// answers.
+    connection_closed: Option<CancellationToken>,
 }
 
 /// Log messages below `info` are dropped until the client asks for them.
@@ -140,7 +143,15 @@ impl McpHandler {
             forwarding: Arc::default(),
             #[cfg(feature = "http")]
             session_ends: None,
+            connection_closed: None,
         }
+    }
+
+    /// A handler whose connection's end is `closed` (stdio): a call waiting for the
+    /// client's answer stops waiting when it is cancelled.
+    pub(crate) fn with_connection_closed(mut self, closed: CancellationToken) -> Self {
+        self.connection_closed = Some(closed);
+        self
     }
 
     /// A handler of Streamable HTTP sessions, whose ends are in `ends`.
@@ -556,7 +567,8 @@ impl ServerHandler for McpHandler {
             level,
             cancel.clone(),
             asking(&context, modern),
-        );
+        )
+        .ending_with(self.connection_closed.clone());
         let tool = request.name.into_owned();
         let arguments = request.arguments.map(Value::Object);
         let resume = request.request_state.map(|state| {

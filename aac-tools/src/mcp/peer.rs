@@ -32,6 +32,8 @@ pub(crate) struct RmcpPeer {
     /// How the person behind the client can be asked (the protocol era and the client's
     /// capabilities).
     asking: crate::confirm::Asking,
+    /// The connection's end (stdio: its input ended), which no answer can come after.
+    closed: Option<CancellationToken>,
 }
 
 impl RmcpPeer {
@@ -48,7 +50,14 @@ impl RmcpPeer {
             log_level,
             cancel,
             asking,
+            closed: None,
         }
+    }
+
+    /// Stop waiting for the client's answers when `closed` is cancelled, too.
+    pub(crate) fn ending_with(mut self, closed: Option<CancellationToken>) -> RmcpPeer {
+        self.closed = closed;
+        self
     }
 
     /// Send `request` and wait for the client's answer. A client that goes away meanwhile
@@ -65,9 +74,16 @@ impl RmcpPeer {
                 format!("the client cancelled the call while the server waited for its {what}"),
             )
         };
+        let closed = async {
+            match &self.closed {
+                Some(closed) => closed.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             () = self.cancel.cancelled() => Err(cancelled()),
+            () = closed => Err(cancelled()),
             result = self.peer.send_request(request) => result.map_err(|err| match err {
                 ServiceError::TransportClosed
                 | ServiceError::TransportSend(_)

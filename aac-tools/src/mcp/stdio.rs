@@ -155,9 +155,10 @@ where
         token: token.clone(),
     };
     let shared = Shared::new(server)?;
-    let handler = McpHandler::new(shared, Via::Stdio, token);
+    let closed = tokio_util::sync::CancellationToken::new();
+    let handler = McpHandler::new(shared, Via::Stdio, token).with_connection_closed(closed.clone());
     let running = handler
-        .serve(LineTransport::new(read, write, replay, refusals))
+        .serve(LineTransport::new(read, write, replay, refusals, closed))
         .await
         .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
     running
@@ -227,6 +228,9 @@ struct LineTransport<R, W> {
     /// handler took it up (a request before `initialize`, a protocol version it does not
     /// support) is recorded before that answer is written.
     pending: Pendings,
+    /// Cancelled when the input ends (or fails): a call waiting for the client's answer
+    /// (a person asked to confirm) stops waiting at once, rather than after rmcp's drain.
+    closed: tokio_util::sync::CancellationToken,
 }
 
 /// Reads a request's arguments back from its line, for the record of an attempt nobody
@@ -485,7 +489,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         }
     }
 
-    fn new(read: R, write: W, replay: bool, refusals: Refusals) -> Self {
+    fn new(
+        read: R,
+        write: W,
+        replay: bool,
+        refusals: Refusals,
+        closed: tokio_util::sync::CancellationToken,
+    ) -> Self {
         LineTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -499,6 +509,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             refusals,
             recording: None,
             pending: Arc::default(),
+            closed,
         }
     }
 
@@ -812,9 +823,13 @@ where
                     self.recording = Some(self.refusals.too_long());
                     continue;
                 }
-                Ok(Line::Eof) => return None,
+                Ok(Line::Eof) => {
+                    self.closed.cancel();
+                    return None;
+                }
                 Err(err) => {
                     tracing::error!(error = %err, "cannot read the MCP stream");
+                    self.closed.cancel();
                     return None;
                 }
             }
