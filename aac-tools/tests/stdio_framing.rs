@@ -718,6 +718,49 @@ async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
     drop(raw);
 }
 
+/// An answer to the confirmation that is not of an elicitation's shape (`ACCEPT`, `{}`,
+/// an action that is no string) is no: `user_declined`, the tool not run, as any answer
+/// but a plain `accept`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_another_shape_is_a_no() {
+    for answer in [json!({"action": "ACCEPT"}), json!({}), json!({"action": 1})] {
+        let sink = MemorySink::new();
+        let server = builder(false)
+            .audit(sink.clone())
+            .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+            .build()
+            .unwrap();
+        let mut raw = Raw::connect(server, "all", 1 << 16);
+        raw.line(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .await;
+        assert_eq!(raw.next().await["id"], 0);
+        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+            .await;
+        let asked = raw.next().await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        raw.line(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": answer}).to_string())
+            .await;
+        let result = raw.next().await;
+        assert_eq!(result["id"], 1, "{result}");
+        assert_eq!(result["result"]["isError"], true, "{answer}: {result}");
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            records[0].reason.as_deref(),
+            Some("user_declined"),
+            "{answer}: {:?}",
+            records[0]
+        );
+    }
+}
+
 /// Over stdio as over HTTP, arguments that repeat a key (`confirm` false, then true) are
 /// refused at that key before the tool runs, and recorded once.
 #[tokio::test]

@@ -178,7 +178,10 @@ impl ClientPeer for RmcpPeer {
             let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
             match self.request(request, WHAT).await? {
                 ClientResult::ElicitResult(result) => result_json(WHAT, result),
-                _ => Err(unexpected(WHAT)),
+                // An answer, but not of the elicitation's shape (`{"action":"ACCEPT"}`,
+                // `{}`): what it says is read as it is, and anything but a plain
+                // `accept` is no (`user_declined`), not a client that cannot ask.
+                other => Ok(serde_json::to_value(&other).unwrap_or(Value::Null)),
             }
         })
     }
