@@ -669,3 +669,57 @@ async fn a_data_role_changing_its_own_defaults_changes_nothing_for_the_pools() {
         )]
     );
 }
+
+/// The grants of `init` and `serve` reach only the tables the migrating user owns: in a
+/// database shared with another application, its tables keep their own rights, and a
+/// table named `aac_…` that is not the framework's (a copy of `aac_tokens`) is taken
+/// from every role of the levels.
+#[tokio::test]
+async fn grants_reach_only_the_owners_tables_and_never_a_copy_of_the_frameworks() {
+    let f = fixture().await;
+    let roles = &f.test.roles;
+    let other = format!("{}_otherapp", roles.prefix());
+    let owner = {
+        use aac_tools::postgres::tokio_postgres;
+        let (client, connection) = tokio_postgres::connect(&f.test.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    owner
+        .batch_execute(&format!(
+            "CREATE ROLE {other} NOLOGIN; \
+             CREATE TABLE payroll (name TEXT, salary INT); \
+             ALTER TABLE payroll OWNER TO {other}; \
+             CREATE TABLE aac_tokens_backup AS SELECT * FROM aac_tokens; \
+             GRANT SELECT ON aac_tokens_backup TO PUBLIC;"
+        ))
+        .await
+        .unwrap();
+    f.db.grant_levels().await.unwrap();
+    for role in [roles.read(), roles.write(), roles.delete(), roles.tokens()] {
+        let client = as_role(&f.test, &role).await;
+        for sql in ["SELECT * FROM payroll", "SELECT * FROM aac_tokens_backup"] {
+            let err = client
+                .simple_query(sql)
+                .await
+                .expect_err(&format!("{role}: {sql}"));
+            assert!(
+                err.as_db_error()
+                    .is_some_and(|e| e.message().starts_with("permission denied")),
+                "{role}: {sql}: {err:?}"
+            );
+        }
+    }
+    // The application's own tables are granted as before.
+    as_role(&f.test, &roles.read())
+        .await
+        .simple_query("SELECT count(*) FROM notes")
+        .await
+        .unwrap();
+    owner
+        .batch_execute(&format!("DROP TABLE payroll; DROP ROLE {other};"))
+        .await
+        .unwrap();
+}

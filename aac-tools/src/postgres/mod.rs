@@ -398,8 +398,14 @@ impl Database {
     }
 
     /// Create the roles of the levels (if missing) and grant each exactly its level on
-    /// every table of the `public` schema as it is now, and `SELECT` (only) on every view
-    /// of it (see [`Roles`]). Run it as the tables' owner after every migration.
+    /// every table of the `public` schema that the connecting user owns, as it is now, and
+    /// `SELECT` (only) on every such view (see [`Roles`]). Run it as the tables' owner
+    /// after every migration.
+    ///
+    /// Tables of other owners (another application's, in a shared database) are left as
+    /// they are, and a table named `aac_…` that is not one of the framework's (a copy of
+    /// `aac_tokens`, say) is taken from every role of the levels: the prefix is the
+    /// framework's.
     ///
     /// A view reads its tables with its owner's rights: an application's view over a
     /// framework table (`aac_audit`, say) shows the data roles the columns it names, and
@@ -408,7 +414,8 @@ impl Database {
         let client = self.owner().await?;
         let tables: Vec<String> = client
             .query(
-                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+                "SELECT tablename::text FROM pg_tables \
+                 WHERE schemaname = 'public' AND tableowner = current_user ORDER BY 1",
                 &[],
             )
             .await?
@@ -417,7 +424,8 @@ impl Database {
             .collect();
         let views: Vec<String> = client
             .query(
-                "SELECT viewname::text FROM pg_views WHERE schemaname = 'public' ORDER BY 1",
+                "SELECT viewname::text FROM pg_views \
+                 WHERE schemaname = 'public' AND viewowner = current_user ORDER BY 1",
                 &[],
             )
             .await?

@@ -155,10 +155,18 @@ impl Roles {
             "ALTER ROLE {read} SET default_transaction_read_only = on;\n\
              REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC;\n"
         ));
-        let data: Vec<&String> = tables
+        // The `aac_` prefix is the framework's: a table of that name it does not know (a
+        // copy of `aac_tokens` or `aac_audit`, say) is nobody's data.
+        let (reserved, data): (Vec<&String>, Vec<&String>) = tables
             .iter()
             .filter(|t| !FRAMEWORK_TABLES.contains(&t.as_str()))
-            .collect();
+            .partition(|t| t.starts_with("aac_"));
+        for table in reserved {
+            let t = quote_ident(table);
+            sql.push_str(&format!(
+                "REVOKE ALL ON {t} FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n"
+            ));
+        }
         for table in data {
             let t = quote_ident(table);
             sql.push_str(&format!(
