@@ -723,3 +723,25 @@ async fn grants_reach_only_the_owners_tables_and_never_a_copy_of_the_frameworks(
         .await
         .unwrap();
 }
+
+/// Databases whose roles share a prefix, granting at once (three `init`s at the same
+/// moment): roles are the cluster's, each database's lock is its own, so their
+/// `CREATE ROLE`s can meet; the loser tries again and every grant succeeds.
+#[tokio::test]
+async fn databases_sharing_their_roles_grant_at_once() {
+    for _ in 0..3 {
+        // Declared first, dropped last: its roles outlive the other databases.
+        let first = TestDb::new().await;
+        let second = TestDb::new().await;
+        let third = TestDb::new().await;
+        let connect = |test: &TestDb| Database::connect(&test.url, first.roles.clone()).unwrap();
+        let (a, b, c) = (connect(&first), connect(&second), connect(&third));
+        let (ra, rb, rc) = tokio::join!(a.grant_levels(), b.grant_levels(), c.grant_levels());
+        for (n, result) in [ra, rb, rc].into_iter().enumerate() {
+            result.unwrap_or_else(|e| panic!("database {n}: {e}"));
+        }
+        drop((a, b, c));
+        drop(third);
+        drop(second);
+    }
+}

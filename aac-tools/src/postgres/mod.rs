@@ -437,13 +437,25 @@ impl Database {
             .roles
             .grant_sql(&self.inner.database, &tables, &views);
         // Roles are shared by the whole cluster: two replicas granting at once must not
-        // race on `CREATE ROLE`.
-        client
-            .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} COMMIT;"
-            ))
-            .await
-            .map_err(|e| DbError::new("cannot grant the levels' roles", Some(e)))
+        // race on `CREATE ROLE`. The lock is the database's: two databases whose roles
+        // share a prefix, granting at once, can still meet on a role (a duplicate name,
+        // a tuple updated concurrently), and the loser tries again.
+        let batch = format!("BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} COMMIT;");
+        let mut tries = 0u64;
+        loop {
+            match client.batch_execute(&batch).await {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    let _ = client.batch_execute("ROLLBACK").await;
+                    tries += 1;
+                    if tries < 10 && met_on_a_role(&err) {
+                        tokio::time::sleep(std::time::Duration::from_millis(10 * tries)).await;
+                        continue;
+                    }
+                    return Err(DbError::new("cannot grant the levels' roles", Some(err)));
+                }
+            }
+        }
     }
 
     /// Bring the schema of `component` to the last of `migrations` (the SQL of version
@@ -560,6 +572,15 @@ pub(crate) fn migrating(sql: &str) -> String {
 }
 
 /// The versions of each component's schema.
+/// Whether `err` is two sessions meeting on a role, cluster-wide (another database's
+/// grants creating or altering the same role at once): worth another try.
+fn met_on_a_role(err: &tokio_postgres::Error) -> bool {
+    err.as_db_error().is_some_and(|db| {
+        *db.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+            || db.message().contains("concurrently")
+    })
+}
+
 const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
     component TEXT PRIMARY KEY,
     version   INTEGER NOT NULL
