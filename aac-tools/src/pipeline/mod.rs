@@ -361,6 +361,20 @@ impl Attempt {
         self.recorded = true;
         match written.await {
             Ok(()) => CallResponse::new(result, check),
+            Err(err) if self.started_handler => {
+                // Not a refusal: the tool ran, and what it did stands. Its result is
+                // withheld, and the answer says so rather than that nothing happened.
+                tracing::error!(tool = %self.request.tool, error = %err, "the tool ran but its audit record could not be written; answering 503");
+                let err = ToolError::new(
+                    Status::Unavailable,
+                    "audit_unavailable",
+                    format!(
+                        "the tool ran, but its audit record could not be written, so its \
+                         result is withheld; what it did stands, unrecorded: {err}"
+                    ),
+                );
+                CallResponse::new(Err(err), Some(Check::Audit))
+            }
             Err(err) => {
                 tracing::error!(tool = %self.request.tool, error = %err, "audit record could not be written; answering 503");
                 CallResponse::new(Err(ToolError::audit_unavailable(err)), Some(Check::Audit))
