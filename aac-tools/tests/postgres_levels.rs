@@ -745,3 +745,61 @@ async fn databases_sharing_their_roles_grant_at_once() {
         drop(second);
     }
 }
+
+/// A data role's session holding a lock (`psql` as the role: `BEGIN; LOCK notes IN ACCESS
+/// EXCLUSIVE MODE; …`) holds a call of any replica at most `LOCK_TIMEOUT` (10 s): the
+/// tool's statement then fails, rather than waiting as long as the lock is held.
+#[tokio::test]
+async fn a_lock_held_by_a_data_role_holds_a_call_for_ten_seconds_at_most() {
+    let f = fixture().await;
+    for level in [
+        text_of(
+            &f.db.handle::<Read>().begin().await.unwrap(),
+            "SHOW lock_timeout",
+        )
+        .await,
+        text_of(
+            &f.db.handle::<Write>().begin().await.unwrap(),
+            "SHOW lock_timeout",
+        )
+        .await,
+        text_of(
+            &f.db.handle::<Delete>().begin().await.unwrap(),
+            "SHOW lock_timeout",
+        )
+        .await,
+    ] {
+        assert_eq!(level, aac_tools::postgres::LOCK_TIMEOUT);
+    }
+    // The wait itself, shortened by the operator's own option (which wins over the
+    // framework's): the call fails once it is over.
+    let short = format!("{}?options=-c%20lock_timeout%3D300ms", f.test.url);
+    let db = Database::connect(&short, f.test.roles.clone()).unwrap();
+    let server = Server::builder(Registry::collect_named(&["pg_read_sql"]).unwrap())
+        .audit(f.sink.clone())
+        .state(db)
+        .build()
+        .unwrap();
+    let holder = as_role(&f.test, &f.test.roles.write()).await;
+    holder
+        .batch_execute("BEGIN; LOCK notes IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        run(&server, "pg_read_sql", "SELECT count(*) FROM notes"),
+    )
+    .await
+    .expect("the call ends while the lock is held")
+    .unwrap_err();
+    assert!(
+        err.message().contains("lock"),
+        "{}: {}",
+        err.reason(),
+        err.message()
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    run(&server, "pg_read_sql", "SELECT count(*) FROM notes")
+        .await
+        .unwrap();
+}

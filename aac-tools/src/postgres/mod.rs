@@ -263,11 +263,18 @@ impl fmt::Debug for Database {
     }
 }
 
+/// How long a statement of the framework's connections (the levels' pools, the token
+/// store, the request-state ledger) waits for a lock before it fails: `10s`. The audit
+/// sink's appends wait at most 5 s (their own setting).
+pub const LOCK_TIMEOUT: &str = "10s";
+
 /// `config` with the session settings the framework's connections depend on, sent in
 /// the connection's start-up packet: PostgreSQL applies them over any default of the role
 /// (`ALTER ROLE … SET`, which every role may run for itself), and `RESET ALL` goes back
 /// to them. The application's tables are in `public`; appends and tools run in read
-/// committed; a session is read-only exactly when `read_only`. The URL's own `options`
+/// committed; a session is read-only exactly when `read_only`; a statement waits at most
+/// [`LOCK_TIMEOUT`] for a lock (a session of a data role holding one, from `psql` or a
+/// tool's transaction, cannot hold every call of every replica). The URL's own `options`
 /// come after, so an operator's `-c` still wins.
 pub(crate) fn pinned(
     mut config: tokio_postgres::Config,
@@ -276,7 +283,7 @@ pub(crate) fn pinned(
     let read_only = if read_only { "on" } else { "off" };
     let mut options = format!(
         "-c search_path=public -c default_transaction_read_only={read_only} \
-         -c default_transaction_isolation=read\\ committed"
+         -c default_transaction_isolation=read\\ committed -c lock_timeout={LOCK_TIMEOUT}"
     );
     if let Some(own) = config.get_options() {
         options.push(' ');
