@@ -221,13 +221,16 @@ async fn stdio(
     // at once.
     let shutdown = tokio_util::sync::CancellationToken::new();
     let on_signal = shutdown.clone();
+    // Taken over now, before the first request is read: a signal that came before the
+    // task below first ran would kill the process as if none were handled.
+    let mut signals = StopSignals::now();
     tokio::spawn(async move {
-        stop_signal().await;
+        signals.next().await;
         tracing::info!(
             "stopping: no more requests are read; the calls in hand finish and are recorded"
         );
         on_signal.cancel();
-        stop_signal().await;
+        signals.next().await;
         tracing::warn!("stopped at once by a second signal: records not yet written are lost");
         std::process::exit(130);
     });
@@ -329,8 +332,9 @@ pub(super) async fn http(
         );
         options = options.allowed_hosts(hosts);
     }
+    let mut signals = StopSignals::now();
     tokio::spawn(async move {
-        stop_signal().await;
+        signals.next().await;
         tracing::info!("stopping: no new calls, sessions closed");
         shutdown.cancel();
     });
@@ -347,26 +351,55 @@ pub(super) async fn http(
         .map_err(|e| CliError::new(format!("the HTTP server failed: {e}")))
 }
 
-/// Ctrl-C, or SIGTERM (what `docker stop` and systemd send).
-async fn stop_signal() {
+/// Ctrl-C (SIGINT), or SIGTERM (what `docker stop` and systemd send), handled from the
+/// moment [`StopSignals::now`] returns.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Take both signals over now (their default is to kill the process).
+    fn now() -> StopSignals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            StopSignals {
+                term: signal(SignalKind::terminate()).ok(),
+                interrupt: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        StopSignals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The next of them.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            if self.term.is_none() && self.interrupt.is_none() {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => {}
+                () = recv(&mut self.interrupt) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
