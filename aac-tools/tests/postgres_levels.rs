@@ -803,3 +803,19 @@ async fn a_lock_held_by_a_data_role_holds_a_call_for_ten_seconds_at_most() {
         .await
         .unwrap();
 }
+
+/// A URL's scheme in capitals, or the URL between spaces (an `AAC_DB` typed by hand),
+/// names the same database.
+#[tokio::test]
+async fn a_url_in_capitals_or_between_spaces_is_the_same_database() {
+    let f = fixture().await;
+    let url = format!(" {} ", f.test.url.replacen("postgres://", "POSTGRES://", 1));
+    let db = Database::connect(&url, f.test.roles.clone()).unwrap();
+    assert_eq!(db.name(), f.test.name);
+    let count = text_of(
+        &db.handle::<Read>().begin().await.unwrap(),
+        "SELECT count(*) FROM notes",
+    )
+    .await;
+    assert_eq!(count, "2");
+}

@@ -19,10 +19,16 @@ use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::tokens::TokenIssuer;
 
-/// Whether `--db` names a PostgreSQL database rather than a file.
+/// Whether `--db` names a PostgreSQL database rather than a file: a URL of scheme
+/// `postgres` or `postgresql`, in any case and after any space (a URL with a space
+/// or a capital is then refused as a URL, with what is wrong, not opened as a file).
 pub(super) fn is_url(db: &std::path::Path) -> bool {
-    db.to_str()
-        .is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+    db.to_str().is_some_and(|s| {
+        let s = s.trim_start().as_bytes();
+        ["postgres://", "postgresql://"].iter().any(|scheme| {
+            s.len() >= scheme.len() && s[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+        })
+    })
 }
 
 /// The application's schema on PostgreSQL: its component name and its migrations.

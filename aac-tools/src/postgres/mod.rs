@@ -343,6 +343,17 @@ impl Database {
 
     /// [`Database::connect`] with at most `pool_size` connections per level.
     pub fn connect_with(url: &str, roles: Roles, pool_size: usize) -> Result<Database, DbError> {
+        // A URL's scheme is read in any case (RFC 3986), around any space.
+        let url = url.trim();
+        let url = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("postgres") => {
+                format!("postgres://{rest}")
+            }
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("postgresql") => {
+                format!("postgresql://{rest}")
+            }
+            _ => url.to_owned(),
+        };
         let owner: tokio_postgres::Config = url
             .parse()
             .map_err(|e| DbError::new("not a PostgreSQL connection string", Some(e)))?;
