@@ -47,7 +47,17 @@ pub async fn issue_resource(
     ctx: Ctx,
     uri: IssueUri,
 ) -> Result<ResourceContents, ToolError> {
-    let issue = find(db, &ctx, uri.id).await?;
+    let issue = find(db, &ctx, uri.id.clone()).await?;
+    // One resource, two URIs: its key's and its UUID's, as written (the ones its updates
+    // are announced under). `aac-1` or `AAC-01` finds the issue as a tool's argument, but
+    // is not its resource: a subscription to it would never hear of a change.
+    if uri.id != issue.key && uri.id != issue.id {
+        return Err(ToolError::not_found(format!(
+            "no resource `{}`: this issue's is `{}`",
+            issue_uri(&uri.id),
+            issue_uri(&issue.key)
+        )));
+    }
     Ok(ResourceContents::text(json_text(&issue)?))
 }
 

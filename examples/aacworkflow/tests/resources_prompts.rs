@@ -78,6 +78,36 @@ async fn an_issue_reads_as_a_resource_of_its_workspace_only() {
     assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
 }
 
+/// An issue's resource has two URIs, its key's and its UUID's, as written: the ones its
+/// updates are announced under. Another spelling that finds the issue as a tool's
+/// argument (`aac-1`, `AAC-01`) is no resource, so that nobody subscribes to a URI that
+/// never hears of a change.
+#[tokio::test]
+async fn an_issue_s_resource_is_its_key_or_its_uuid_as_written() {
+    let f = fixture().await;
+    let uuid = f.seeded.issue_uuid("demo", 1);
+    for id in ["AAC-1", uuid.as_str()] {
+        let response = f
+            .server
+            .call(CallRequest::resource(format!("aacworkflow://issues/{id}")).bearer(&f.alice))
+            .await;
+        assert!(response.result().is_ok(), "{id}");
+    }
+    for id in ["aac-1", "AAC-01", " AAC-1", &uuid.to_uppercase()] {
+        let response = f
+            .server
+            .call(CallRequest::resource(format!("aacworkflow://issues/{id}")).bearer(&f.alice))
+            .await;
+        let err = response.error().expect("refused");
+        assert_eq!(err.reason(), "not_found", "{id}");
+        assert!(
+            err.message().contains("aacworkflow://issues/AAC-1"),
+            "{id}: {}",
+            err.message()
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_refusal_of_a_read_is_recorded_once_with_its_kind() {
     let f = fixture().await;
