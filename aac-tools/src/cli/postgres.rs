@@ -240,9 +240,7 @@ async fn serve(
                 .verify(&token)
                 .await
                 .map_err(|e| super::serve::token_refused(context, e.message()))?;
-            crate::mcp::serve_stdio(server, Some(token))
-                .await
-                .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
+            super::serve::stdio_until_signal(server, token).await
         }
     }
 }

@@ -216,9 +216,13 @@ async fn stdio(
         read_only = server.is_read_only_mode(),
         "serving MCP on stdio"
     );
-    // SIGTERM or Ctrl-C ends the session as the end of stdin does: every call read so far
-    // is taken to its end and recorded before the process exits. A second signal exits
-    // at once.
+    stdio_until_signal(server, token).await
+}
+
+/// Serve MCP over stdio with `token` until stdin ends, or SIGTERM or Ctrl-C, which end
+/// the session as the end of stdin does: every call read so far is taken to its end and
+/// recorded before the process exits. A second signal exits at once. (Every backend.)
+pub(super) async fn stdio_until_signal(server: Server, token: String) -> Result<(), CliError> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let on_signal = shutdown.clone();
     // Taken over now, before the first request is read: a signal that came before the
