@@ -182,7 +182,21 @@ impl From<tokio_postgres::Error> for DbError {
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => err.to_string(),
+        None => {
+            // "error connecting to server" says nothing of why: its causes do
+            // ("Connection refused", a name that does not resolve, a timeout).
+            let mut text = err.to_string();
+            let mut source = std::error::Error::source(err);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !text.contains(&cause_text) {
+                    text.push_str(": ");
+                    text.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 

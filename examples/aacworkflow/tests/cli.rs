@@ -1207,3 +1207,26 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     let verify = target.run(&["audit", "--verify"]);
     assert!(verify.status.success(), "{}", stderr(&verify));
 }
+
+/// A PostgreSQL server that cannot be reached is named with why (the connection refused,
+/// the name unknown), in one line, not only "error connecting to server".
+#[test]
+fn an_unreachable_postgres_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = aacworkflow(dir.path())
+        .args(["token", "list"])
+        .env(
+            "AAC_DB",
+            format!("postgres://postgres@127.0.0.1:{port}/nope"),
+        )
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(line.contains("Connection refused"), "{line}");
+}
