@@ -621,36 +621,45 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     );
 }
 
+/// A session of a server whose destructive calls a person confirms (recording into
+/// `sink`, with `timeout` for the person's answer), whose client can elicit and has just
+/// called `forget_text` with `confirm: true`: the question it was sent.
+async fn asked_to_confirm(sink: &MemorySink, timeout: Option<std::time::Duration>) -> (Raw, Value) {
+    let mut server = builder(false)
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User);
+    if let Some(timeout) = timeout {
+        server = server.confirmation_timeout(timeout);
+    }
+    let mut raw = Raw::connect(server.build().unwrap(), "all", 1 << 16);
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(raw.next().await["id"], 0);
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+        .await;
+    let asked = raw.next().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    (raw, asked)
+}
+
 /// A client that goes away (it closes its stream) while its user is asked to confirm a
 /// destructive call abandoned the call: its one record says `cancelled` (499) every time,
 /// whichever the server notices first, the stream's end or the call's cancellation (a
 /// race that used to record some of them as `user_confirmation_unavailable`). Twelve
-/// sessions at once, each its own server: rmcp takes up to 5 s to end a closed session.
+/// sessions at once, each its own server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
     let mut sessions = Vec::new();
     for _ in 0..12 {
         let sink = MemorySink::new();
-        let server = builder(false)
-            .audit(sink.clone())
-            .confirmation(aac_tools::confirm::ConfirmPolicy::User)
-            .build()
-            .unwrap();
-        let mut raw = Raw::connect(server, "all", 1 << 16);
-        raw.line(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "raw", "version": "1"}}})
-            .to_string(),
-        )
-        .await;
-        assert_eq!(raw.next().await["id"], 0);
-        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-        raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
-            .await;
-        let asked = raw.next().await;
-        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let (raw, _) = asked_to_confirm(&sink, None).await;
         sessions.push((sink, raw));
     }
     let sinks: Vec<MemorySink> = sessions.into_iter().map(|(sink, _raw)| sink).collect();
@@ -676,27 +685,7 @@ async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
     let sink = MemorySink::new();
-    let server = builder(false)
-        .audit(sink.clone())
-        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
-        .confirmation_timeout(std::time::Duration::from_secs(3))
-        .build()
-        .unwrap();
-    let mut raw = Raw::connect(server, "all", 1 << 16);
-    raw.line(
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "raw", "version": "1"}}})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(raw.next().await["id"], 0);
-    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .await;
-    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
-        .await;
-    let asked = raw.next().await;
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let (mut raw, _) = asked_to_confirm(&sink, Some(std::time::Duration::from_secs(3))).await;
     // The input ends; the output stays open.
     raw.write.shutdown().await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -725,26 +714,7 @@ async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
 async fn an_answer_of_another_shape_is_a_no() {
     for answer in [json!({"action": "ACCEPT"}), json!({}), json!({"action": 1})] {
         let sink = MemorySink::new();
-        let server = builder(false)
-            .audit(sink.clone())
-            .confirmation(aac_tools::confirm::ConfirmPolicy::User)
-            .build()
-            .unwrap();
-        let mut raw = Raw::connect(server, "all", 1 << 16);
-        raw.line(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "raw", "version": "1"}}})
-            .to_string(),
-        )
-        .await;
-        assert_eq!(raw.next().await["id"], 0);
-        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-        raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
-            .await;
-        let asked = raw.next().await;
-        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
         raw.line(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": answer}).to_string())
             .await;
         let result = raw.next().await;
