@@ -225,10 +225,18 @@ impl McpHandler {
         request: CallRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolOutput, ToolError> {
-        // The transport's attempt for this request, if any, gives way to this one.
-        let mut repeated = None;
+        // The transport's attempt for this request, if any, gives way to this one; a
+        // prompt's arguments that repeat a key, which only the request as sent shows, are
+        // refused, as a tool's are.
+        let mut request = request;
+        let mut take_up = |pending: &super::PendingItem| {
+            pending.0.taken_up();
+            if request.kind == crate::audit::CallKind::Prompt {
+                request.repeated_key = pending.0.repeated_argument_key();
+            }
+        };
         if let Some(pending) = context.extensions.get::<super::PendingItem>() {
-            repeated = pending.0.taken_up();
+            take_up(pending);
         }
         #[cfg(feature = "http")]
         if let Some(pending) = context
@@ -236,17 +244,14 @@ impl McpHandler {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<super::PendingItem>())
         {
-            repeated = pending.0.taken_up();
+            take_up(pending);
         }
         let request = request
             .credentials(self.credentials(context))
             .transport(self.transport)
             .request_id(context.id.to_string())
             .cancellation(self.cancellation(context));
-        let mut attempt = self.shared.server.begin(request);
-        // A prompt's arguments that repeat a key are refused, as a tool's are.
-        attempt.arguments_repeat(repeated);
-        attempt.run().await.into_result()
+        self.shared.server.begin(request).run().await.into_result()
     }
 
     /// The credentials to check a subscription with again before each update: over HTTP

@@ -99,13 +99,16 @@ impl PendingAttempt {
     }
 
     /// The MCP handler began its own attempt for this request (a resource read, prompt or
-    /// completion): the gate's is not needed and leaves no record. What the handler's
-    /// attempt cannot see in the parsed request: the pointer to a key its `arguments`
-    /// repeat (rmcp kept the last).
-    pub(crate) fn taken_up(&self) -> Option<String> {
+    /// completion): the gate's is not needed and leaves no record.
+    pub(crate) fn taken_up(&self) {
         if let Some(attempt) = self.take() {
             attempt.forget();
         }
+    }
+
+    /// The pointer to a key the request's `arguments` repeat, as sent (rmcp kept the last
+    /// of them, so the parsed request cannot tell).
+    pub(crate) fn repeated_argument_key(&self) -> Option<String> {
         let pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
         crate::pipeline::probe::repeated_argument_key(&pending.body)
     }

@@ -557,69 +557,28 @@ enum Parsed {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     /// Not JSON, a notification we do not know, or an empty line: nothing to answer.
     Ignored,
-    /// JSON, but no message of the protocol: answered with "Invalid request" (or "Invalid
-    /// params" for a known method), under its id when it has a valid one, else `null`.
-    Invalid,
-    /// A request (an object with an `id` and a `method`) that does not parse: nested past
-    /// serde_json's 128 levels, a number out of range, cut short. Answered "Parse error"
-    /// under its id, so that its client does not wait for ever.
-    Unparsable,
+    /// No message of the protocol, answered with this error: JSON that is not a request of
+    /// MCP's shapes ("Invalid request", or "Invalid params" for a known method whose
+    /// `params` are of the wrong shape), or a request whose `id` and `method` can be read
+    /// but that does not parse (nested past serde_json's 128 levels, a number out of range,
+    /// cut short: "Parse error", so that its client does not wait for ever). Under the
+    /// line's `id` when it is a valid one, else `null` (JSON-RPC never leaves it out).
+    Refused {
+        id: serde_json::Value,
+        code: ErrorCode,
+        message: String,
+    },
 }
 
-/// Whether `line` is a JSON-RPC 2.0 object with `params`: then what is wrong is those.
-fn is_2_0_with_params(line: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|message| {
-        message.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
-            && message.get("params").is_some()
-    })
+/// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
+fn json_rpc_id(id: Option<serde_json::Value>) -> serde_json::Value {
+    id.filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .unwrap_or(serde_json::Value::Null)
 }
 
-/// The answer to a line that is [`Parsed::Invalid`] or [`Parsed::Unparsable`]: JSON-RPC's
-/// error object, with the line's `id` when it is a valid one (a string or an integer,
-/// read without parsing the rest), else `"id": null` (JSON-RPC: never left out).
-fn error_answer(line: &[u8], parsed: &Parsed) -> Vec<u8> {
-    let top = probe::top_level(line);
-    let id = valid_id(&top).unwrap_or(serde_json::Value::Null);
-    let (code, message) = match parsed {
-        Parsed::Unparsable => (
-            ErrorCode::PARSE_ERROR,
-            "Parse error: the message is not JSON this server can read (nested deeper than \
-             128 levels, a number out of range, or cut short)"
-                .to_owned(),
-        ),
-        _ => match top.method.as_deref() {
-            Some(
-                method @ ("tools/call"
-                | "resources/read"
-                | "resources/subscribe"
-                | "resources/unsubscribe"
-                | "prompts/get"
-                | "completion/complete"
-                | "tools/list"
-                | "resources/list"
-                | "resources/templates/list"
-                | "prompts/list"
-                | "logging/setLevel"
-                | "initialize"
-                | "ping"),
-            ) if !id.is_null() && is_2_0_with_params(line) => (
-                ErrorCode::INVALID_PARAMS,
-                format!("Invalid params: the params of `{method}` are not of its shape"),
-            ),
-            _ => (
-                ErrorCode::INVALID_REQUEST,
-                "Invalid request: not a JSON-RPC request, notification or response".to_owned(),
-            ),
-        },
-    };
-    error_line(id, code, message)
-}
-
-/// The `id` of [`probe::top_level`], if it is one JSON-RPC allows (a string or an integer).
-fn valid_id(top: &probe::TopLevel<'_>) -> Option<serde_json::Value> {
-    top.id
-        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
-        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+/// The `id` of [`probe::top_level`], read without parsing the rest of the line.
+fn top_level_id(top: &probe::TopLevel<'_>) -> serde_json::Value {
+    json_rpc_id(top.id.and_then(|raw| serde_json::from_slice(raw).ok()))
 }
 
 /// One line of a JSON-RPC error answer.
@@ -649,17 +608,38 @@ fn parse(line: &[u8]) -> Parsed {
     match serde_json::from_slice(line) {
         Ok(message) => Parsed::Message(Box::new(message)),
         Err(err) if err.is_data() => {
-            // A notification (an object without an id) is never answered (JSON-RPC);
-            // rmcp ignores the ones it does not know. Anything else (a request of the
-            // wrong shape, a batch, a bare value) gets "Invalid request", as from rmcp.
-            let notification = serde_json::from_slice::<serde_json::Value>(line)
-                .is_ok_and(|value| value.is_object() && value.get("id").is_none());
             tracing::debug!(error = %err, "a line that is not an MCP message");
-            if notification {
-                Parsed::Ignored
-            } else {
-                Parsed::Invalid
+            let value = serde_json::from_slice::<serde_json::Value>(line).ok();
+            let object = value.as_ref().and_then(serde_json::Value::as_object);
+            // A notification (an object without an id) is never answered (JSON-RPC);
+            // rmcp ignores the ones it does not know.
+            if object.is_some_and(|o| !o.contains_key("id")) {
+                return Parsed::Ignored;
             }
+            let id = json_rpc_id(object.and_then(|o| o.get("id")).cloned());
+            // rmcp reads a method it does not know as a custom request whatever its
+            // params: a 2.0 request with a method and params that it could not read is of
+            // a known method whose params are not of its shape.
+            let method = object
+                .filter(|o| {
+                    o.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
+                        && o.contains_key("params")
+                })
+                .and_then(|o| o.get("method"))
+                .and_then(serde_json::Value::as_str)
+                .filter(|_| !id.is_null());
+            let (code, message) = match method {
+                Some(method) => (
+                    ErrorCode::INVALID_PARAMS,
+                    format!("Invalid params: the params of `{method}` are not of its shape"),
+                ),
+                // A request of the wrong shape, a batch, a bare value: as from rmcp.
+                None => (
+                    ErrorCode::INVALID_REQUEST,
+                    "Invalid request: not a JSON-RPC request, notification or response".to_owned(),
+                ),
+            };
+            Parsed::Refused { id, code, message }
         }
         Err(err) => {
             // A request whose id and method can be read without parsing the rest is
@@ -667,7 +647,14 @@ fn parse(line: &[u8]) -> Parsed {
             let top = probe::top_level(line);
             if top.id.is_some() && top.method.is_some() {
                 tracing::debug!(error = %err, "a request that does not parse");
-                return Parsed::Unparsable;
+                return Parsed::Refused {
+                    id: top_level_id(&top),
+                    code: ErrorCode::PARSE_ERROR,
+                    message: "Parse error: the message is not JSON this server can read \
+                              (nested deeper than 128 levels, a number out of range, or cut \
+                              short)"
+                        .to_owned(),
+                };
             }
             // Not JSON: there is no id to answer to, and answering could start an error
             // storm with a peer that echoes it (rmcp and the other SDKs ignore it too).
@@ -838,14 +825,10 @@ where
                     max_values = MAX_VALUES,
                     "an incoming MCP message held too many JSON values; refused"
                 );
-                let id = valid_id(&probe::top_level(trim_line(&self.line)));
-                self.recording = Some(
-                    self.refusals.too_many_values(
-                        id.as_ref()
-                            .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_owned)),
-                    ),
-                );
-                if let Some(id) = id {
+                let id = top_level_id(&probe::top_level(trim_line(&self.line)));
+                let known = (!id.is_null()).then(|| probe::id_text(&id));
+                self.recording = Some(self.refusals.too_many_values(known));
+                if !id.is_null() {
                     let answer = error_line(
                         id,
                         ErrorCode::INVALID_REQUEST,
@@ -861,7 +844,7 @@ where
             let mut parsed = parse(&self.line);
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
-                Parsed::Ignored | Parsed::Invalid | Parsed::Unparsable => true,
+                Parsed::Ignored | Parsed::Refused { .. } => true,
             };
             if refused {
                 self.recording = self.refusals.of(trim_line(&self.line));
@@ -880,8 +863,8 @@ where
                     self.line.clear();
                     continue;
                 }
-                invalid @ (Parsed::Invalid | Parsed::Unparsable) => {
-                    let answer = error_answer(trim_line(&self.line), &invalid);
+                Parsed::Refused { id, code, message } => {
+                    let answer = error_line(id, code, message);
                     self.line.clear();
                     self.owed = Owed::Line(vec![Bytes::from(answer)]);
                     continue;

@@ -418,13 +418,7 @@ impl Attempt {
         // Arguments that repeat a key say two things; which one is meant cannot be known
         // (`confirm` false and true, say), so they are refused before anything reads them.
         if let Some(pointer) = &self.request.repeated_key {
-            return Err((
-                Check::Validate,
-                ToolError::invalid_arguments(
-                    pointer,
-                    "this key appears more than once in its object; arguments that repeat a key are ambiguous",
-                ),
-            ));
+            return Err((Check::Validate, repeated_key_error(pointer)));
         }
         let arguments = &mut self.request.arguments;
         // 4. confirm guard
@@ -554,10 +548,7 @@ impl Attempt {
             return Err((Check::Validate, err));
         }
         if let Some(pointer) = &self.request.repeated_key {
-            let err = ToolError::invalid_arguments(
-                pointer,
-                "this key appears more than once in its object; arguments that repeat a key are ambiguous",
-            );
+            let err = repeated_key_error(pointer);
             self.request.arguments = arguments;
             return Err((Check::Validate, err));
         }
@@ -1079,6 +1070,15 @@ fn find_target(server: &Server, request: &CallRequest) -> Result<Target, (Check,
         }
         CallKind::Tool => unreachable!("tools are found in `Attempt::authorize`"),
     }
+}
+
+/// The refusal of arguments that repeat a key at `pointer`: they say two things, and which
+/// one is meant cannot be known (`confirm` false and true, say).
+fn repeated_key_error(pointer: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        pointer,
+        "this key appears more than once in its object; arguments that repeat a key are ambiguous",
+    )
 }
 
 /// Step 6's end: the handler's output as the call's result. A panic (`None`) is a 500,

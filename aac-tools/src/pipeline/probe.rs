@@ -101,7 +101,9 @@ fn first_key_reading(body: &[u8]) -> Option<Value> {
         }
     }
 
-    repeated_key(body)?;
+    if !repeats_a_key(body) {
+        return None;
+    }
     FirstWins
         .deserialize(&mut serde_json::Deserializer::from_slice(body))
         .ok()
@@ -206,7 +208,7 @@ pub(crate) fn messages(value: &Value) -> Vec<&Value> {
 }
 
 /// A JSON-RPC id as a record keeps it.
-fn id_text(id: &Value) -> String {
+pub(crate) fn id_text(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -335,6 +337,17 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
 /// a call whose arguments repeat a key is refused rather than guessed at. JSON that does
 /// not parse has none (it is refused for that).
 pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
+    find_repeated_key(json, true)
+}
+
+/// Whether some object of `json` repeats a key ([`repeated_key`] without the pointer: one
+/// walk of the JSON, not two).
+fn repeats_a_key(json: &[u8]) -> bool {
+    find_repeated_key(json, false).is_some()
+}
+
+/// [`repeated_key`]; with `pointer` false, an empty pointer once a repeat is found.
+fn find_repeated_key(json: &[u8], pointer: bool) -> Option<String> {
     use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 
     if keys_all_differ(json) {
@@ -465,6 +478,9 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
     };
     if !walk(None) {
         return None;
+    }
+    if !pointer {
+        return Some(String::new());
     }
     let mut path = Vec::new();
     walk(Some(&mut path));
