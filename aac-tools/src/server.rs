@@ -642,6 +642,13 @@ impl Server {
         let _ = self.inner.resource_updates.send(uri.into());
     }
 
+    /// How many MCP sessions (or stdio connections) forward resource updates to their
+    /// client: those with a subscription, until the session ends. A gauge for operators;
+    /// a session that ended no longer counts, whether or not its resources changed since.
+    pub fn subscribed_sessions(&self) -> usize {
+        self.inner.resource_updates.receiver_count()
+    }
+
     /// Where [`Server::notify_resource_updated`] announces a change, for a call's `Ctx`.
     pub(crate) fn resource_update_sender(&self) -> tokio::sync::broadcast::Sender<String> {
         self.inner.resource_updates.clone()

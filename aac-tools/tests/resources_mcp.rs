@@ -375,3 +375,31 @@ async fn a_refused_read_is_a_json_rpc_error_recorded_once() {
         ]
     );
 }
+
+/// A connection's subscriptions end with it: once the client's input ends, nothing is
+/// kept for them, though the resource never changes again.
+#[tokio::test]
+async fn a_closed_connection_keeps_no_subscription() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let mut session = start(server.clone(), "watcher").await;
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                     "params": {"uri": "test://watched"}}),
+        )
+        .await;
+    let answer = session.response(2, &mut Vec::new()).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    assert_eq!(server.subscribed_sessions(), 1);
+    drop(session);
+    let mut left = server.subscribed_sessions();
+    for _ in 0..200 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        left = server.subscribed_sessions();
+    }
+    assert_eq!(left, 0, "the ended connection still forwards updates");
+}

@@ -2182,6 +2182,57 @@ async fn a_subscription_over_http_ends_when_its_token_is_revoked() {
     assert_eq!(next_update(&mut stream, 1_000).await, None);
 }
 
+/// Waits (up to 10 s) until no session forwards resource updates; how many still do.
+async fn subscriptions_gone(server: &aac_tools::Server) -> usize {
+    for _ in 0..200 {
+        if server.subscribed_sessions() == 0 {
+            return 0;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.subscribed_sessions()
+}
+
+/// A subscription lives as long as its session: a `DELETE` of the session drops it at
+/// once, though the resource never changes again (nothing kept per ended session), and
+/// a stateless server, whose requests have no session to deliver updates on, keeps
+/// nothing from any of them.
+#[tokio::test]
+async fn an_ended_session_keeps_no_subscription() {
+    let subscribe =
+        r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let (status, answer) = alice.send(subscribe).await;
+    assert_eq!(
+        (status, &answer[0]["result"]),
+        (200, &json!({})),
+        "{answer:?}"
+    );
+    assert_eq!(server.server.subscribed_sessions(), 1);
+    let session = alice.session.clone().unwrap();
+    let deleted = alice
+        .http
+        .delete(server.mcp())
+        .bearer_auth(&server.fixture.full)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(subscriptions_gone(&server.server).await, 0);
+
+    let stateless =
+        TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
+    let raw = RawMcp::new(&stateless.mcp(), Some(&stateless.fixture.full));
+    for _ in 0..20 {
+        let (status, _) = raw.send(subscribe).await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(subscriptions_gone(&stateless.server).await, 0);
+}
+
 /// An authenticated `resources/read` the MCP layer refuses before the handler (params of
 /// the wrong shape, a batch) is recorded once, as the gate's attempt; one the handler
 /// reads is recorded once too, by the handler alone.

@@ -118,12 +118,26 @@ pub(crate) struct McpHandler {
     subscriptions: Arc<std::sync::Mutex<std::collections::HashMap<String, Credentials>>>,
     /// Whether this session forwards resource updates yet (from its first subscription).
     forwarding: Arc<std::sync::atomic::AtomicBool>,
+    /// Cancelled when the last clone of this handler is dropped: the session is gone,
+    /// and so is the task forwarding its updates, whether or not an update comes.
+    life: Arc<Life>,
     /// Streamable HTTP with sessions: the end of each, which ends the calls it carries.
     #[cfg(feature = "http")]
     session_ends: Option<Arc<super::streamable::SessionEnds>>,
     /// stdio: cancelled when the client's input ends, which ends every wait for its
     /// answers.
     connection_closed: Option<CancellationToken>,
+}
+
+/// Cancels its token when dropped: the end of a session's handler (see
+/// [`McpHandler::forward_updates`]).
+#[derive(Default)]
+struct Life(CancellationToken);
+
+impl Drop for Life {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 /// Log messages below `info` are dropped until the client asks for them.
@@ -141,6 +155,7 @@ impl McpHandler {
             log_level: Arc::new(AtomicU8::new(level_rank(DEFAULT_LOG_LEVEL))),
             subscriptions: Arc::default(),
             forwarding: Arc::default(),
+            life: Arc::default(),
             #[cfg(feature = "http")]
             session_ends: None,
             connection_closed: None,
@@ -271,15 +286,23 @@ impl McpHandler {
 
     /// From the session's first subscription on: every update of a resource it is
     /// subscribed to becomes a `notifications/resources/updated`. Ends when the session
-    /// is gone (its handler dropped, or the client no longer takes notifications).
+    /// is gone (its handler dropped, or the client no longer takes notifications), at
+    /// once: a session that ended (a `DELETE`, evicted, a stateless request answered)
+    /// keeps nothing, even if the resources it subscribed to never change again.
     fn forward_updates(&self, peer: rmcp::Peer<RoleServer>) {
         let mut updates = self.shared.server.resource_updates();
         let server = self.shared.server.clone();
         let subscriptions = Arc::downgrade(&self.subscriptions);
+        let gone = self.life.0.clone();
         tokio::spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
             loop {
-                let uri = match updates.recv().await {
+                let received = tokio::select! {
+                    biased;
+                    () = gone.cancelled() => break,
+                    received = updates.recv() => received,
+                };
+                let uri = match received {
                     Ok(uri) => uri,
                     Err(RecvError::Lagged(skipped)) => {
                         tracing::warn!(skipped, "a session lagged behind resource updates");
