@@ -97,3 +97,68 @@ async fn what_the_type_refuses_after_the_schema_points_at_the_value() {
         );
     }
 }
+
+/// Free text for the NUL test.
+#[derive(Deserialize, JsonSchema)]
+struct Note {
+    /// Any text.
+    text: String,
+    /// Labels.
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+/// Echo a note.
+#[mcp_tool(read_only, scope = "t:read")]
+async fn note(args: Note) -> Result<Text, ToolError> {
+    Ok(Text(format!("{} {:?}", args.text, args.labels)))
+}
+
+/// U+0000 in a string or a key of the arguments is refused 400 on every backend alike,
+/// before the handler, at its pointer (PostgreSQL cannot store it: a tool would fail
+/// there and run on SQLite); and a record never holds the character, wherever the caller
+/// put it (a request id, a tool name), since PostgreSQL would refuse the record.
+#[tokio::test]
+async fn a_nul_character_is_refused_and_never_recorded() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let call = |arguments| server.call(CallRequest::new("note", Some(arguments)).bearer("t"));
+    for (arguments, pointer) in [
+        (json!({"text": "a\u{0}b"}), "/text"),
+        (
+            json!({"text": "a", "labels": ["ok", "b\u{0}"]}),
+            "/labels/1",
+        ),
+        (json!({"text": "a", "x\u{0}y": 1}), "/x\u{2400}y"),
+    ] {
+        let answer = call(arguments.clone()).await;
+        let err = answer.error().expect("refused");
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::BadRequest, "invalid_arguments"),
+            "{arguments}"
+        );
+        assert!(err.message().contains(pointer), "{}", err.message());
+        assert!(err.message().contains("U+0000"), "{}", err.message());
+        let record = sink.records().pop().unwrap();
+        assert_eq!(record.check, Some(Check::Validate), "{arguments}");
+    }
+    // Without it, the same call runs.
+    let answer = call(json!({"text": "a", "labels": ["b"]})).await;
+    assert!(answer.result().is_ok());
+
+    sink.clear();
+    let answer = server
+        .call(
+            CallRequest::new("no\u{0}such", Some(json!({})))
+                .bearer("t")
+                .request_id("id\u{0}7"),
+        )
+        .await;
+    assert_eq!(answer.error().unwrap().reason(), "unknown_tool");
+    let record = sink.records().pop().unwrap();
+    assert_eq!(record.tool, "no\u{2400}such");
+    assert_eq!(record.request_id.as_deref(), Some("id\u{2400}7"));
+    let json = serde_json::to_string(&record).unwrap();
+    assert!(!json.contains("\\u0000"), "{json}");
+}

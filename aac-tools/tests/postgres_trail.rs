@@ -1360,3 +1360,49 @@ async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_conn
     .expect("a record is refused, not held");
     assert!(refused.is_err());
 }
+
+/// U+0000, which PostgreSQL refuses in text, never reaches the trail: a tool name (no
+/// token needed) or a request id holding it is recorded with `␀` in its place, and the
+/// next call is served, where the character once failed the record's batch and stopped
+/// the sink; in arguments it is refused 400, before the handler, on every backend alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_character_is_recorded_visibly_and_never_stops_the_trail() {
+    let test = migrated().await;
+    let r = replica(&test).await;
+    let writer = writer(&r).await;
+    let (status, body) = post(r.addr, "%00", None, &json!({})).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = post(r.addr, "pgt%00add", Some(&writer), &json!({})).await;
+    assert_eq!(
+        (status, &body["reason"]),
+        (404, &json!("unknown_tool")),
+        "{body}"
+    );
+    let (status, body) = post(
+        r.addr,
+        "pgt_add",
+        Some(&writer),
+        &json!({"text": "a\u{0}b"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["reason"]),
+        (400, &json!("invalid_arguments")),
+        "{body}"
+    );
+    let (status, body) = post(r.addr, "pgt_add", Some(&writer), &json!({"text": "ok"})).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.dbname(&test.name);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let tools: Vec<String> = client
+        .query("SELECT tool FROM aac_audit ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(tools, ["\u{2400}", "pgt\u{2400}add", "pgt_add", "pgt_add"]);
+}

@@ -374,7 +374,32 @@ pub fn redact_arguments(arguments: Option<&Map<String, Value>>, keep: &[&str]) -
 
 /// Bound a record as a whole: its tool name and request id (see [`bounded`]), and, if its
 /// JSON is still over [`MAX_RECORD_BYTES`], its arguments, replaced by their hash.
+///
+/// Its text holds no U+0000: each is written `\u{2400}` (␀), the symbol for it. A caller
+/// chooses the tool name, the request id and the resource URI; PostgreSQL refuses the
+/// character in text, and one such record would fail the batch of records written with it.
 pub(crate) fn bound_record(record: &mut AuditRecord) {
+    let visible = |text: &mut String| {
+        if text.contains('\0') {
+            *text = text.replace('\0', "\u{2400}");
+        }
+    };
+    visible(&mut record.tool);
+    visible(&mut record.transport);
+    visible(&mut record.timestamp);
+    for text in [
+        &mut record.reason,
+        &mut record.principal,
+        &mut record.workspace,
+        &mut record.request_id,
+        &mut record.confirmed_by,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        visible(text);
+    }
+    record.scopes_provided.iter_mut().for_each(visible);
     if let std::borrow::Cow::Owned(tool) = bounded(&record.tool, MAX_NAME_BYTES) {
         record.tool = tool;
     }

@@ -434,6 +434,10 @@ impl Attempt {
         // boolean check is the fast path; the first error is looked for only on failure)
         let empty = Value::Object(Map::new());
         let instance = arguments.as_ref().unwrap_or(&empty);
+        // First: a schema's own message would quote the character.
+        if let Some(pointer) = nul_pointer(instance) {
+            return Err((Check::Validate, nul_error(&pointer)));
+        }
         let validator = entry.validator().map_err(|err| {
             tracing::error!(tool = %entry.name(), error = %err, "the input schema does not compile");
             (
@@ -551,6 +555,10 @@ impl Attempt {
             let err = repeated_key_error(pointer);
             self.request.arguments = arguments;
             return Err((Check::Validate, err));
+        }
+        if let Some(pointer) = arguments.as_ref().and_then(nul_pointer) {
+            self.request.arguments = arguments;
+            return Err((Check::Validate, nul_error(&pointer)));
         }
         if let Some(position) = target.prompt {
             let empty = Value::Object(Map::new());
@@ -1078,6 +1086,39 @@ fn repeated_key_error(pointer: &str) -> ToolError {
     ToolError::invalid_arguments(
         pointer,
         "this key appears more than once in its object; arguments that repeat a key are ambiguous",
+    )
+}
+
+/// The JSON pointer of the first string or key in `value` that holds U+0000, if any.
+///
+/// Refused on every backend alike: PostgreSQL cannot store it in text (a tool would fail
+/// there and succeed on SQLite), and C strings, logs and terminals end a string at it.
+fn nul_pointer(value: &Value) -> Option<String> {
+    fn escape(key: &str) -> String {
+        key.replace('~', "~0").replace('/', "~1")
+    }
+    match value {
+        Value::String(text) => text.contains('\0').then(String::new),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!("/{}", escape(key)));
+            }
+            nul_pointer(item).map(|rest| format!("/{}{rest}", escape(key)))
+        }),
+        _ => None,
+    }
+}
+
+/// The refusal of arguments holding U+0000 at `pointer` ([`nul_pointer`]).
+fn nul_error(pointer: &str) -> ToolError {
+    // The key itself may hold the character: the pointer is shown with it visible.
+    ToolError::invalid_arguments(
+        &pointer.replace('\0', "\u{2400}"),
+        "U+0000 (NUL) is not accepted in a string or a key",
     )
 }
 
