@@ -143,11 +143,14 @@ impl TokenStore {
         let Some((id, secret)) = parse(token) else {
             return Err(ToolError::invalid_token("malformed token"));
         };
+        // Why goes to the server's log, not to a caller who is not yet authenticated
+        // (role names, addresses, the database's own words).
         let unavailable = |why: String| {
+            tracing::warn!(error = %why, "the token store cannot be reached");
             ToolError::new(
                 crate::Status::Unavailable,
                 "token_store_unavailable",
-                format!("the token store cannot be reached, try again: {why}"),
+                "the token store cannot be reached, try again",
             )
         };
         let conn = get(&self.pool).await.map_err(unavailable)?;
