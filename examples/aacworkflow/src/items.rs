@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::backend::ReadStore;
 use crate::model::Issue;
-use crate::queries::{IssueFilter, ReadIssues};
+use crate::queries::ReadIssues;
 use crate::tools::caller;
 use crate::transact;
 
@@ -105,18 +105,10 @@ pub async fn complete_issue_key(
 ) -> Result<Vec<String>, ToolError> {
     let (workspace, _) = caller(&ctx)?;
     let typed = completion.value.to_ascii_uppercase();
-    let filter = IssueFilter {
-        status: None,
-        assignee: None,
-        before: None,
-        limit: 100,
-    };
-    let (rows, _) = transact!(db, |tx| tx.list_issues(&workspace, &filter).await)?;
-    Ok(rows
-        .into_iter()
-        .map(|(_, issue)| issue.key)
-        .filter(|key| key.starts_with(&typed))
-        .collect())
+    // Every match counts, not only among the newest issues: the answer's `total` is
+    // exact up to this many, and its first 100 values are the newest.
+    const MOST: u32 = 1000;
+    transact!(db, |tx| tx.issue_keys(&workspace, &typed, MOST).await)
 }
 
 async fn find(db: ReadStore, ctx: &Ctx, id: String) -> Result<Issue, ToolError> {

@@ -179,6 +179,15 @@ pub trait ReadIssues {
         workspace: &str,
         filter: &IssueFilter,
     ) -> impl Future<Output = Result<(Vec<(i64, Issue)>, bool), ToolError>>;
+
+    /// The keys of the issues of `workspace` that start with `typed` (as stored:
+    /// `AAC-12`), newest first, at most `limit`.
+    fn issue_keys(
+        &self,
+        workspace: &str,
+        typed: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<String>, ToolError>>;
 }
 
 /// Queries that read comments.

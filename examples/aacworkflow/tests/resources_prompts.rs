@@ -566,3 +566,64 @@ async fn a_change_to_an_issue_is_announced_to_its_subscribers() {
     assert_eq!(alice.updates().await, [by_uuid]);
     assert_eq!(theirs.updates().await, Vec::<String>::new());
 }
+
+/// Every issue of the workspace can be completed, not only the newest hundred: with 120
+/// issues, `AAC-1` offers `AAC-1` itself (the oldest) and `total` counts every match.
+#[tokio::test]
+async fn every_issue_key_completes_however_many_issues_there_are() {
+    let f = fixture().await;
+    let before = f
+        .server
+        .call(
+            CallRequest::completion("triage_issue", false, "issue_id", "", Map::new())
+                .bearer(&f.alice),
+        )
+        .await;
+    let existing = before.result().unwrap().structured_value().unwrap()["total"]
+        .as_u64()
+        .unwrap();
+    for i in existing..120 {
+        let created = f
+            .server
+            .call(
+                CallRequest::new("create_issue", Some(json!({"title": format!("issue {i}")})))
+                    .bearer(&f.alice),
+            )
+            .await;
+        assert!(created.result().is_ok(), "{created:?}");
+    }
+    let complete = |typed: &'static str| {
+        f.server.call(
+            CallRequest::completion("triage_issue", false, "issue_id", typed, Map::new())
+                .bearer(&f.alice),
+        )
+    };
+    let all = complete("").await;
+    let all = all.result().unwrap().structured_value().unwrap().clone();
+    assert_eq!(
+        (all["total"].clone(), all["hasMore"].clone()),
+        (json!(120), json!(true))
+    );
+    assert_eq!(all["values"].as_array().unwrap().len(), 100);
+    assert_eq!(all["values"][0], "AAC-120", "newest first");
+
+    let one = complete("aac-1").await;
+    let one = one.result().unwrap().structured_value().unwrap().clone();
+    let values: Vec<&str> = one["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    // AAC-1, AAC-10..19, AAC-100..120: 1 + 10 + 21.
+    assert_eq!(one["total"], 32, "{values:?}");
+    assert!(values.contains(&"AAC-1"), "{values:?}");
+    assert!(values.contains(&"AAC-15"), "{values:?}");
+    assert!(values.iter().all(|v| v.starts_with("AAC-1")), "{values:?}");
+    // Wildcards are what was typed, nothing more.
+    let like = complete("AAC-%").await;
+    assert_eq!(
+        like.result().unwrap().structured_value().unwrap()["total"],
+        0
+    );
+}

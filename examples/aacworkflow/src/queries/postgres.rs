@@ -105,6 +105,33 @@ impl<L: Level> ReadIssues for Tx<L> {
         rows.truncate(filter.limit as usize);
         Ok((rows, more))
     }
+
+    async fn issue_keys(
+        &self,
+        workspace: &str,
+        typed: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, ToolError> {
+        let client = self.client();
+        // `left`, not `LIKE`: what was typed is compared as it is, wildcards and all.
+        let stmt = client
+            .prepare_cached(
+                "SELECT w.key_prefix || '-' || i.number
+                 FROM issues i JOIN workspaces w ON w.id = i.workspace
+                 WHERE i.workspace = $1
+                   AND left(w.key_prefix || '-' || i.number, length($2::text)) = $2::text
+                 ORDER BY i.number DESC
+                 LIMIT $3",
+            )
+            .await?;
+        let keys = client
+            .query(&stmt, &[&workspace, &typed, &i64::from(limit)])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        Ok(keys)
+    }
 }
 
 impl<L: Level> ReadComments for Tx<L> {

@@ -91,6 +91,27 @@ impl<L: Level> ReadIssues for Tx<'_, L> {
         rows.truncate(filter.limit as usize);
         Ok((rows, more))
     }
+
+    async fn issue_keys(
+        &self,
+        workspace: &str,
+        typed: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, ToolError> {
+        // `substr`, not `LIKE`: what was typed is compared as it is, wildcards and all.
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT w.key_prefix || '-' || i.number
+             FROM issues i JOIN workspaces w ON w.id = i.workspace
+             WHERE i.workspace = ?1
+               AND substr(w.key_prefix || '-' || i.number, 1, length(?2)) = ?2
+             ORDER BY i.number DESC
+             LIMIT ?3",
+        )?;
+        let keys = stmt
+            .query_map(params![workspace, typed, limit], |row| row.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(keys)
+    }
 }
 
 impl<L: Level> ReadComments for Tx<'_, L> {
