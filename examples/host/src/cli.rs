@@ -24,7 +24,8 @@ options:
                    COMMAND as AAC_TOKEN
   --trust          trust the server's annotations (untrusted ones count as absent,
                    so every tool is treated as destructive)
-  --yes, -y        answer yes to every question (for scripts)
+  --yes, -y        answer yes to this host's questions (for scripts); a server that
+                   asks a person itself is still answered from the terminal
   --retries N      retries of a safe call after a transport failure (default 3)
   --backoff MS     delay before the first retry, doubling each time (default 250)
   --timeout SECS   give up on one request after SECS seconds (default 60)

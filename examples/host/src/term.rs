@@ -118,14 +118,16 @@ pub(crate) fn question(
 }
 
 /// The answer to a server's own confirmation: its question (made safe to print) and
-/// `[y/N]` on the terminal, or yes by `--yes`, said so.
+/// `[y/N]` on the terminal. Never answered by `--yes`: the server asks because a person,
+/// not a script or the model driving it, must say yes, and records that a person did.
 pub(crate) fn server_question(yes: bool) -> AskUser {
     Arc::new(move |question: String| {
         Box::pin(async move {
             let shown = format!("the server asks: {} [y/N]", clean(&question));
             if yes {
-                eprintln!("{shown} — answered yes by --yes");
-                return true;
+                eprintln!(
+                    "(--yes answers this host's questions, not the server's: it asks a person)"
+                );
             }
             eprint!("{shown} ");
             read_yes().await

@@ -396,6 +396,56 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[1]["outcome"], "success");
     assert_eq!(records[1]["confirmed_by"], "user");
+
+    // `--yes` is the script's yes, never the person's: with nobody at the terminal, the
+    // server's question is declined, and nothing is recorded as a person's yes.
+    let scripted = match via {
+        Via::Stdio => host(
+            &[
+                "--token",
+                token,
+                "--trust",
+                "--yes",
+                "delete_issue",
+                r#"{"issue_id":"AAC-3"}"#,
+                "--",
+                bin,
+                "--db",
+                db,
+                "serve",
+                "--confirm",
+                "user",
+            ],
+            "",
+        ),
+        Via::Http(server) => host(
+            &[
+                "--url",
+                &server.url,
+                "--token",
+                token,
+                "--trust",
+                "--yes",
+                "delete_issue",
+                r#"{"issue_id":"AAC-3"}"#,
+            ],
+            "",
+        ),
+    };
+    assert_eq!(scripted.code, 1, "{}", scripted.stderr);
+    assert!(
+        scripted.stderr.contains("user_declined"),
+        "{}",
+        scripted.stderr
+    );
+    assert!(
+        !scripted.stderr.contains("answered yes"),
+        "{}",
+        scripted.stderr
+    );
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records[2]["reason"], "user_declined");
 }
 
 #[test]
