@@ -2510,3 +2510,58 @@ async fn arguments_that_repeat_a_key_are_refused() {
     );
     assert_eq!(records[0].kind, aac_tools::audit::CallKind::Prompt);
 }
+
+/// A server shutting down answers the calls it took before it ends their sessions: a
+/// call running when the shutdown begins finishes and its answer reaches the client (its
+/// record says it ran; cut off, the client saw a failure for a call that had run, and a
+/// retry ran it twice). New connections are refused meanwhile, and `serve` returns.
+#[tokio::test]
+async fn a_call_running_when_the_server_shuts_down_is_answered() {
+    use futures_util::StreamExt;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "count_slowly", "arguments": {"to": 10}, "_meta": {"progressToken": 1}},
+    });
+    let response = raw.post().body(body.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    // The call runs: its first progress notification is here.
+    while !text.contains("notifications/progress") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
+            .await
+            .expect("progress within 30 s")
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let stopping = tokio::spawn(server.stop());
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(chunk) => text.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => break,
+            }
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream ends");
+    let answer = messages(&text)
+        .into_iter()
+        .find(|m| m["id"] == 9)
+        .unwrap_or_else(|| panic!("no answer to the call in {text}"));
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "counted to 10",
+        "{answer}"
+    );
+    let server = tokio::time::timeout(std::time::Duration::from_secs(30), stopping)
+        .await
+        .expect("serve returns")
+        .unwrap();
+    let records = server.sink.records();
+    let call = records.iter().find(|r| r.tool == "count_slowly").unwrap();
+    assert_eq!(call.status, 200);
+}

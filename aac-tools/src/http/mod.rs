@@ -78,6 +78,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 512;
 /// The default cap on the MCP sessions one principal keeps open: 128.
 pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 128;
+/// How long [`serve`], shutting down, waits for the `/mcp` calls it took to be answered
+/// before it ends the MCP sessions (and any call still running with them).
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 
 impl Default for HttpOptions {
     /// Sessions on; loopback hosts only (`localhost`, `127.0.0.1`, `::1`, any port);
@@ -262,22 +265,34 @@ impl HttpOptions {
 /// If a tool of the registry cannot be expressed as an rmcp tool, which would be a bug
 /// of this crate; [`serve`] reports it as an error instead.
 pub fn router(server: Server, options: HttpOptions) -> Router {
-    try_router(server, options).unwrap_or_else(|err| panic!("{err}"))
+    let sessions_stop = options.shutdown.clone();
+    try_router(server, options, sessions_stop)
+        .map(|(router, _)| router)
+        .unwrap_or_else(|err| panic!("{err}"))
 }
 
-fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
+/// The router, and what counts its `/mcp` POSTs in flight. The MCP sessions end when
+/// `sessions_stop` is cancelled.
+fn try_router(
+    server: Server,
+    options: HttpOptions,
+    sessions_stop: CancellationToken,
+) -> io::Result<(Router, Arc<routes::InFlight>)> {
     let mcp = McpService::new(
         server.clone(),
         StreamableOptions {
             stateless: options.stateless,
             max_body_bytes: options.max_body_bytes,
             shutdown: options.shutdown.clone(),
+            sessions_stop,
         },
     )?;
     let app = routes::App::new(server, options);
     let guard = Arc::new(guard::Guard::new(&app.options));
-    let mcp = routes::McpEndpoint::new(app.clone(), Arc::clone(&guard), mcp);
-    Ok(Router::new()
+    let in_flight = Arc::new(routes::InFlight::default());
+    let mcp =
+        routes::McpEndpoint::new(app.clone(), Arc::clone(&guard), mcp, Arc::clone(&in_flight));
+    let router = Router::new()
         .route("/tools", get(routes::list_tools))
         .route("/resources", get(routes::list_resources))
         .route("/prompts", get(routes::list_prompts))
@@ -299,7 +314,8 @@ fn try_router(server: Server, options: HttpOptions) -> io::Result<Router> {
         ))
         // Added after the guard layer, which it applies itself.
         .route_service("/mcp", mcp)
-        .layer(Detach))
+        .layer(Detach);
+    Ok((router, in_flight))
 }
 
 /// Takes each request to its answer on a task of its own. A client that closes its
@@ -393,7 +409,10 @@ pub async fn serve(
         count_loopback: options.count_loopback_peers,
         open: std::sync::Mutex::new(std::collections::HashMap::new()),
     });
-    let router = try_router(server.clone(), options)?;
+    // The MCP sessions outlast the shutdown's start: the calls taken are answered first.
+    let sessions_stop = CancellationToken::new();
+    let _sessions_stop_on_return = sessions_stop.clone().drop_guard();
+    let (router, in_flight) = try_router(server.clone(), options, sessions_stop.clone())?;
     // What the limit of refusals before authentication counted is recorded every few
     // seconds and when the server stops, not only with the peer's next refusal.
     let flusher = {
@@ -493,6 +512,16 @@ pub async fn serve(
             }
         });
     }
+    // Every call taken is answered before the sessions end (a call waiting for a person
+    // stopped waiting when the shutdown began, and is answered as cancelled); a call
+    // still running past the drain's limit is cut off with its session.
+    if !in_flight.idle(SHUTDOWN_DRAIN).await {
+        tracing::warn!(
+            limit_s = SHUTDOWN_DRAIN.as_secs(),
+            "calls still running when the shutdown's drain ended: their sessions end now"
+        );
+    }
+    sessions_stop.cancel();
     while connections.join_next().await.is_some() {}
     if let Ok(server) = flusher.await {
         server.flush_rate_limited().await;

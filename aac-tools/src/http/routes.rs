@@ -485,11 +485,68 @@ struct EndpointInner {
     app: App,
     guard: Arc<Guard>,
     mcp: McpService,
+    in_flight: Arc<InFlight>,
 }
 
 impl McpEndpoint {
-    pub(crate) fn new(app: App, guard: Arc<Guard>, mcp: McpService) -> McpEndpoint {
-        McpEndpoint(Arc::new(EndpointInner { app, guard, mcp }))
+    pub(crate) fn new(
+        app: App,
+        guard: Arc<Guard>,
+        mcp: McpService,
+        in_flight: Arc<InFlight>,
+    ) -> McpEndpoint {
+        McpEndpoint(Arc::new(EndpointInner {
+            app,
+            guard,
+            mcp,
+            in_flight,
+        }))
+    }
+}
+
+/// The `/mcp` POSTs being answered, their answers' bodies included: a server shutting
+/// down waits for them before it ends the MCP sessions, so that a call that ran is
+/// answered rather than cut off (its record says it ran).
+#[derive(Default)]
+pub(crate) struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlightGuard(Arc::clone(self))
+    }
+
+    /// Waits, at most `limit`, until none is in flight; whether none is.
+    pub(crate) async fn idle(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let idle = self.idle.notified();
+            if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.count.load(std::sync::atomic::Ordering::Acquire) == 0;
+            }
+        }
+    }
+}
+
+/// One POST in flight, until its answer's body is done with.
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -520,7 +577,18 @@ impl tower_service::Service<Request> for McpEndpoint {
                 );
                 return Ok(response);
             }
-            Ok(mcp_gate(&endpoint.app, request, &endpoint.mcp).await)
+            let in_flight = (request.method() == Method::POST).then(|| endpoint.in_flight.enter());
+            let response = mcp_gate(&endpoint.app, request, &endpoint.mcp).await;
+            Ok(match in_flight {
+                // Held by the body: an SSE answer is sent after its head.
+                Some(guard) => response.map(|body| {
+                    Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+                        let _held = &guard;
+                        frame
+                    }))
+                }),
+                None => response,
+            })
         })
     }
 }

@@ -124,8 +124,8 @@ pub(crate) struct McpHandler {
     /// Streamable HTTP with sessions: the end of each, which ends the calls it carries.
     #[cfg(feature = "http")]
     session_ends: Option<Arc<super::streamable::SessionEnds>>,
-    /// stdio: cancelled when the client's input ends, which ends every wait for its
-    /// answers.
+    /// Cancelled when the client's input ends (stdio) or the server shuts down
+    /// (Streamable HTTP), which ends every wait for its answers.
     connection_closed: Option<CancellationToken>,
 }
 
@@ -162,8 +162,9 @@ impl McpHandler {
         }
     }
 
-    /// A handler whose connection's end is `closed` (stdio): a call waiting for the
-    /// client's answer stops waiting when it is cancelled.
+    /// A handler whose connection's end is `closed` (stdio: its input ended; Streamable
+    /// HTTP: the server shuts down): a call waiting for the client's answer stops waiting
+    /// when it is cancelled.
     pub(crate) fn with_connection_closed(mut self, closed: CancellationToken) -> Self {
         self.connection_closed = Some(closed);
         self

@@ -30,8 +30,12 @@ pub(crate) struct StreamableOptions {
     pub(crate) stateless: bool,
     /// Bodies larger than this are refused with 413.
     pub(crate) max_body_bytes: usize,
-    /// Cancelled when the server shuts down: every session and stream ends.
+    /// Cancelled when the server begins to shut down: calls stop waiting for their
+    /// clients' answers (a person asked to confirm), and end as cancelled.
     pub(crate) shutdown: CancellationToken,
+    /// Cancelled when the calls taken have been answered (or past the drain's limit):
+    /// every session and stream ends.
+    pub(crate) sessions_stop: CancellationToken,
 }
 
 /// The `/mcp` endpoint: rmcp's Streamable HTTP service over our handler.
@@ -51,7 +55,7 @@ impl McpService {
             .with_legacy_session_mode(!options.stateless)
             .with_json_response(options.stateless)
             .with_max_request_body_bytes(options.max_body_bytes)
-            .with_cancellation_token(options.shutdown);
+            .with_cancellation_token(options.sessions_stop);
         let ends = Arc::new(SessionEnds::default());
         let sessions = Arc::new(Sessions {
             inner: LocalSessionManager::default(),
@@ -59,10 +63,12 @@ impl McpService {
         });
         // Stateless, a request has no session to end (a session id it sends names none).
         let stateful = !options.stateless;
+        let shutdown = options.shutdown;
         let service = StreamableHttpService::new(
             move || {
                 let handler =
-                    McpHandler::new(Arc::clone(&shared), CallTransport::StreamableHttp, None);
+                    McpHandler::new(Arc::clone(&shared), CallTransport::StreamableHttp, None)
+                        .with_connection_closed(shutdown.clone());
                 Ok(if stateful {
                     handler.with_session_ends(Arc::clone(&ends))
                 } else {
