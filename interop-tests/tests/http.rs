@@ -134,14 +134,18 @@ async fn missing_scope_is_a_real_403_recorded_once() {
     assert_eq!(records[1].principal.as_deref(), Some("bob"));
 }
 
+/// The body names the tool that runs, and so the tool the HTTP layer checks and records:
+/// an `Mcp-Name` header that names another (undefined before 2026-07-28, where rmcp
+/// refuses the mismatch) neither hides a write behind a read nor blames a read for a
+/// write. Without a token the refusal's record names the body's tool too.
 #[tokio::test]
-async fn the_mcp_name_header_names_the_tool_and_the_pipeline_still_checks_the_body() {
+async fn the_body_names_the_tool_whatever_the_mcp_name_header_says() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
     raw.initialize().await;
     let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
 
-    // The header is what the HTTP layer checks.
+    // A read that the header calls a write: the read is what runs, and the reader may.
     let response = raw
         .post()
         .header("mcp-name", "add_note")
@@ -149,10 +153,11 @@ async fn the_mcp_name_header_names_the_tool_and_the_pipeline_still_checks_the_bo
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 403);
-    assert!(challenge(&response).contains(r#"scope="notes:write""#));
+    assert_eq!(response.status(), 200);
+    let result = messages(&response.text().await.unwrap()).pop().unwrap();
+    assert_ne!(result["result"]["isError"], true, "{result}");
 
-    // A header that lies the other way gets past the HTTP layer, but not the pipeline.
+    // A write that the header calls a read: refused by the HTTP layer, a real 403.
     let lying = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
     let response = raw
         .post()
@@ -161,21 +166,28 @@ async fn the_mcp_name_header_names_the_tool_and_the_pipeline_still_checks_the_bo
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200);
-    let result = messages(&response.text().await.unwrap()).pop().unwrap();
-    assert_eq!(result["result"]["isError"], true);
-    assert_eq!(
-        error_body(&result["result"])["reason"],
-        "insufficient_scope"
-    );
+    assert_eq!(response.status(), 403);
+    assert!(challenge(&response).contains(r#"scope="notes:write""#));
+
+    // No token: the record names the body's tool.
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    let response = anonymous
+        .post()
+        .header("mcp-name", "list_notes")
+        .body(lying)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
 
     let records = server.sink.records();
     let checks: Vec<_> = records.iter().map(|r| (r.tool.as_str(), r.check)).collect();
     assert_eq!(
         checks,
         [
+            ("list_notes", None),
             ("add_note", Some(Check::Scope)),
-            ("add_note", Some(Check::Scope))
+            ("add_note", Some(Check::Authenticate))
         ]
     );
 }

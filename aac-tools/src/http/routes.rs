@@ -342,7 +342,9 @@ impl<'a> ToolsCall<'a> {
     /// The `tools/call` a request may carry, found by one borrowed parse of the body:
     ///
     /// - a JSON-RPC request whose method is `tools/call` (the first such one of a batch):
-    ///   the tool named by the `Mcp-Name` header when present, else by the body;
+    ///   the tool its body names, which is the one that runs (rmcp refuses an `Mcp-Name`
+    ///   header that contradicts it, where the protocol defines the header, and ignores it
+    ///   elsewhere); the header's only when the body names none;
     /// - a body that does not parse as JSON-RPC (malformed, a repeated key…) but says
     ///   `tools/call`, in the body or in the `Mcp-Method` header: a call of an unknown
     ///   tool ([`UNKNOWN_TOOL`]), so that its refusal is recorded all the same.
@@ -408,9 +410,11 @@ impl<'a> ToolsCall<'a> {
                     || body.windows(10).any(|w| w == b"tools/call")
                     || serde_json::from_slice::<Value>(body).is_ok_and(|v| mentions_call(&v));
                 return says_call.then(|| ToolsCall {
-                    tool: header("mcp-name")
-                        .map(str::to_owned)
-                        .or_else(|| lenient.as_ref().map(|r| r.tool.clone()))
+                    tool: lenient
+                        .as_ref()
+                        .map(|r| r.tool.clone())
+                        .filter(|tool| tool != UNKNOWN_TOOL)
+                        .or_else(|| header("mcp-name").map(str::to_owned))
                         .unwrap_or_else(|| UNKNOWN_TOOL.to_owned()),
                     id: lenient.and_then(|r| r.request_id),
                     arguments: None,
@@ -420,8 +424,8 @@ impl<'a> ToolsCall<'a> {
         };
         let params = probe.params;
         let tool = match (
-            header("mcp-name"),
             params.as_ref().and_then(|p| p.name.as_deref()),
+            header("mcp-name"),
         ) {
             (Some(name), _) | (None, Some(name)) => name.to_owned(),
             (None, None) => UNKNOWN_TOOL.to_owned(),
@@ -1239,18 +1243,23 @@ mod tests {
     }
 
     #[test]
-    fn probe_reads_header_then_body() {
+    fn probe_reads_the_body_then_the_header() {
         let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","arguments":{"x":1}}}"#;
         let h = HeaderMap::new();
         let call = ToolsCall::probe(&h, body).unwrap();
         assert_eq!((call.tool.as_str(), call.id.as_deref()), ("a", Some("7")));
         assert_eq!(call.arguments.map(RawValue::get), Some(r#"{"x":1}"#));
+        // The body names the tool that runs: a header that names another does not hide it
+        // (rmcp refuses the mismatch where the protocol defines the header).
         let mut h = HeaderMap::new();
         h.insert("mcp-name", "b".parse().unwrap());
-        assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");
-        // A header that says otherwise does not hide the call in the body.
+        assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "a");
+        // Nor a method header that says otherwise.
         h.insert("mcp-method", "tools/list".parse().unwrap());
-        assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "b");
+        assert_eq!(ToolsCall::probe(&h, body).unwrap().tool, "a");
+        // The header names the tool of a call whose body names none.
+        let nameless = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}"#;
+        assert_eq!(ToolsCall::probe(&h, nameless).unwrap().tool, "b");
         let none = HeaderMap::new();
         assert!(ToolsCall::probe(&none, br#"{"method":"tools/list","id":1}"#).is_none());
         assert!(ToolsCall::probe(&none, b"not json").is_none());
