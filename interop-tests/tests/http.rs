@@ -2577,3 +2577,59 @@ async fn a_call_running_when_the_server_shuts_down_is_answered() {
     let call = records.iter().find(|r| r.tool == "count_slowly").unwrap();
     assert_eq!(call.status, 200);
 }
+
+/// Two requests of one session in flight under one JSON-RPC id: rmcp matches answers to
+/// requests by id, and lost or swapped them while both were recorded as answered. The
+/// second is refused 409 and recorded; once the first is answered, its id is free again.
+#[tokio::test]
+async fn a_request_id_already_in_flight_in_the_session_is_refused_and_recorded() {
+    use futures_util::StreamExt;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let slow = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "count_slowly", "arguments": {"to": 10}, "_meta": {"progressToken": 1}},
+    });
+    let response = raw.post().body(slow.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    while !text.contains("notifications/progress") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
+            .await
+            .expect("progress within 30 s")
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // The same id, written another way (rmcp reads 7.0 as 7).
+    let again = r#"{"jsonrpc":"2.0","id":7.0,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
+    let refused = raw.post().body(again).send().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["reason"], "duplicate_request_id", "{body}");
+    // Another id is served meanwhile.
+    let (status, _) = raw.call(8, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+
+    while let Some(Ok(chunk)) = stream.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let answer = messages(&text).into_iter().find(|m| m["id"] == 7).unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "counted to 10");
+    // Answered: the id is free again.
+    let (status, _) = raw.call(7, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+
+    let records = server.sink.records();
+    let refusal = records
+        .iter()
+        .find(|r| r.reason.as_deref() == Some("duplicate_request_id"))
+        .unwrap_or_else(|| panic!("no record of the refusal: {records:?}"));
+    assert_eq!(
+        (refusal.tool.as_str(), refusal.check, refusal.status),
+        ("list_notes", Some(Check::Protocol), 409)
+    );
+    assert_eq!(refusal.principal.as_deref(), Some("alice"));
+}

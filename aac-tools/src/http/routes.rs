@@ -47,6 +47,8 @@ struct AppInner {
     resource: Option<ResourceUrls>,
     /// Who opened each MCP session.
     sessions: SessionOwners,
+    /// The JSON-RPC ids of each session's requests in flight.
+    request_ids: Arc<RequestIds>,
     /// Every scope some tool requires.
     every_scope: Vec<&'static str>,
 }
@@ -90,6 +92,7 @@ impl App {
                 full_manifest: std::sync::OnceLock::new(),
                 resource,
                 sessions: SessionOwners::new(options.max_sessions_per_principal),
+                request_ids: Arc::default(),
                 every_scope,
             }),
             options: Arc::new(options),
@@ -508,6 +511,59 @@ impl McpEndpoint {
     }
 }
 
+/// The JSON-RPC ids of the requests in flight in each MCP session (until their answers'
+/// bodies are done with). rmcp matches an answer to its request by id within a session:
+/// two requests in flight under one id had their answers lost or swapped (a
+/// `list_comments` answered with a `get_issue`'s result) while both were recorded as
+/// answered, and each unanswered stream held its connection for minutes.
+#[derive(Default)]
+pub(crate) struct RequestIds(std::sync::Mutex<std::collections::HashSet<(String, String)>>);
+
+impl RequestIds {
+    /// Take `id` in `session`: `None` if a request in flight holds it.
+    fn enter(self: &Arc<Self>, session: &str, id: String) -> Option<RequestIdGuard> {
+        let key = (session.to_owned(), id);
+        let mut ids = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        ids.insert(key.clone()).then(|| RequestIdGuard {
+            ids: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+/// A session's request id in flight, until its answer's body is done with.
+struct RequestIdGuard {
+    ids: Arc<RequestIds>,
+    key: (String, String),
+}
+
+impl Drop for RequestIdGuard {
+    fn drop(&mut self) {
+        self.ids
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
+
+/// The id of the JSON-RPC request `body` holds (a single request: a batch is refused
+/// whole by rmcp), as rmcp reads it: a number written `1e2` is the id `100`.
+fn request_id(body: &[u8]) -> Option<String> {
+    let top = probe::top_level(body);
+    top.method.as_ref()?;
+    let id: Value = serde_json::from_slice(top.id?).ok()?;
+    Some(match id {
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => format!("n:{i}"),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => format!("n:{}", f as i64),
+            _ => format!("n:{n}"),
+        },
+        Value::String(s) => format!("s:{s}"),
+        _ => return None,
+    })
+}
+
 /// The `/mcp` POSTs being answered, their answers' bodies included: a server shutting
 /// down waits for them before it ends the MCP sessions, so that a call that ran is
 /// answered rather than cut off (its record says it ran).
@@ -854,6 +910,38 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         return as_answered(is_delete, unreadable_body(json_body, &body, response));
     }
 
+    // One request in flight per id in a session: a second under the same id is refused,
+    // and recorded when it is a call.
+    let id_held = match (&session, is_post) {
+        (Some(id), true) => match request_id(&body) {
+            Some(request) => match app.inner.request_ids.enter(id, request) {
+                Some(held) => Some(held),
+                None => {
+                    let err = ToolError::new(
+                        Status::Conflict,
+                        "duplicate_request_id",
+                        "a request of this session with the same JSON-RPC id is still in \
+                         flight: ids must be unique among a session's requests in flight",
+                    );
+                    let err = match (&call, attempt.take(), item()) {
+                        (Some(call), Some(attempt), _) => {
+                            call.refuse(attempt, Check::Protocol, err).await
+                        }
+                        (_, _, Some(item)) => {
+                            let mut attempt = app.server().begin(item);
+                            attempt.authenticated(Arc::clone(&principal));
+                            attempt.refuse(Check::Protocol, err).await
+                        }
+                        _ => err,
+                    };
+                    return app.refusal(&parts.headers, &err, None);
+                }
+            },
+            None => None,
+        },
+        _ => None,
+    };
+
     // The scope check, to answer a real 403 that makes clients step up. A principal
     // with every scope any tool requires passes it without looking. Unknown and hidden
     // tools go on to the MCP handler, which answers them as tool errors.
@@ -959,7 +1047,17 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             }
         }
     }
-    as_answered(is_delete, response)
+    let response = as_answered(is_delete, response);
+    match id_held {
+        // Held by the body: an SSE answer is sent after its head.
+        Some(held) => response.map(|body| {
+            Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+                let _held = &held;
+                frame
+            }))
+        }),
+        None => response,
+    }
 }
 
 /// Whether the request says its body is JSON (`Content-Type: application/json`, with any
