@@ -799,3 +799,42 @@ async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
     );
     assert_eq!(records[1].outcome, Outcome::Success);
 }
+
+/// A client that leaves before it initializes a session (an empty input, a client that
+/// only asked which protocol versions the server speaks) ends the session as the end of
+/// input does: `serve_io` returns `Ok`, so `serve` exits 0.
+#[tokio::test]
+async fn a_client_that_leaves_before_initializing_is_an_end_not_a_failure() {
+    for input in [
+        &b""[..],
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{}}\n",
+    ] {
+        let (client, server_end) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(server_end);
+        let serving = tokio::spawn(aac_tools::mcp::serve_io(
+            server(false),
+            Some("t".to_owned()),
+            read,
+            write,
+        ));
+        // The client reads what it is answered, and stops writing.
+        let (client_read, mut client_write) = tokio::io::split(client);
+        let answers = tokio::spawn(async move {
+            let mut lines = BufReader::new(client_read).lines();
+            while let Ok(Some(_)) = lines.next_line().await {}
+        });
+        client_write.write_all(input).await.unwrap();
+        // The end of input (the stream stays open for the answers).
+        client_write.shutdown().await.unwrap();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(30), serving)
+            .await
+            .expect("serve_io returns at the end of input")
+            .unwrap();
+        answers.abort();
+        assert!(
+            ended.is_ok(),
+            "{:?}: {ended:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+}

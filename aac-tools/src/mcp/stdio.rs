@@ -157,10 +157,20 @@ where
     let shared = Shared::new(server)?;
     let closed = tokio_util::sync::CancellationToken::new();
     let handler = McpHandler::new(shared, Via::Stdio, token).with_connection_closed(closed.clone());
-    let running = handler
+    let running = match handler
         .serve(LineTransport::new(read, write, replay, refusals, closed))
         .await
-        .map_err(|err| io::Error::other(format!("the MCP session did not start: {err}")))?;
+    {
+        Ok(running) => running,
+        // The client left before it initialized a session (an empty input, a client that
+        // only probed the protocol's version): the end of its input, not a failure.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(err) => {
+            return Err(io::Error::other(format!(
+                "the MCP session did not start: {err}"
+            )));
+        }
+    };
     running
         .waiting()
         .await
