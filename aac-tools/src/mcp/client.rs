@@ -859,6 +859,47 @@ impl ToolResult {
 struct HostHandler {
     config: ClientConfig,
     ask_user: Option<AskUser>,
+    asking: Arc<Asking>,
+}
+
+/// Whether the person is being asked a server's question, and when they last answered
+/// one: a request's timeout does not run while they read and decide.
+#[derive(Default)]
+struct Asking {
+    now: std::sync::atomic::AtomicUsize,
+    last_answer: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Asking {
+    /// Until the returned guard is dropped, a person is being asked.
+    fn begin(self: &Arc<Self>) -> AskingGuard {
+        self.now.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        AskingGuard(Arc::clone(self))
+    }
+
+    /// When a request that began at `start` (or was last extended to it) times out after
+    /// `limit`: never while a person is asked, and `limit` after their last answer.
+    fn deadline(
+        &self,
+        start: tokio::time::Instant,
+        limit: Duration,
+    ) -> Option<tokio::time::Instant> {
+        if self.now.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return None;
+        }
+        let last = *self.last_answer.lock().unwrap_or_else(|e| e.into_inner());
+        Some(last.map_or(start, |last| last.max(start)) + limit)
+    }
+}
+
+struct AskingGuard(Arc<Asking>);
+
+impl Drop for AskingGuard {
+    fn drop(&mut self) {
+        *self.0.last_answer.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(tokio::time::Instant::now());
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl ClientHandler for HostHandler {
@@ -880,6 +921,7 @@ impl ClientHandler for HostHandler {
                     ..
                 },
             ) if requested_schema.properties.is_empty() => {
+                let _asking = self.asking.begin();
                 if ask(message).await {
                     ElicitationAction::Accept
                 } else {
@@ -899,6 +941,8 @@ pub struct Client {
     service: RunningService<RoleClient, HostHandler>,
     server_name: Option<String>,
     timeout: Option<Duration>,
+    /// Whether a person is answering a server's question (the timeout waits for them).
+    asking: Arc<Asking>,
     /// Over Streamable HTTP: tells the server's HTTP refusals from transport failures.
     http: Option<HttpReader>,
 }
@@ -926,7 +970,9 @@ impl Client {
                 Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
             ),
             ask_user: endpoint.ask_user.clone(),
+            asking: Arc::default(),
         };
+        let asking = Arc::clone(&config.asking);
         let mut http = None;
         let service = match &endpoint.kind {
             Kind::Stdio {
@@ -984,12 +1030,15 @@ impl Client {
             service,
             server_name,
             timeout: None,
+            asking,
             http,
         })
     }
 
     /// Give up on a request after `timeout` (a transport failure: the server may still
-    /// run it). No timeout by default.
+    /// run it), not counting the time a person spends answering the server's questions
+    /// asked meanwhile (a confirmation): the clock starts again from their answer. No
+    /// timeout by default.
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = Some(timeout);
         self
@@ -1107,10 +1156,31 @@ impl Client {
     ) -> Result<T, ClientError> {
         let answer = match self.timeout {
             None => request.await,
-            Some(limit) => match tokio::time::timeout(limit, request).await {
-                Ok(answer) => answer,
-                Err(_) => Err(ServiceError::Timeout { timeout: limit }),
-            },
+            Some(limit) => {
+                // The time a person spends on a server's question (a confirmation the
+                // server asks for while the call waits) is not the server's: the clock
+                // stops while they are asked and starts again from their answer.
+                let start = tokio::time::Instant::now();
+                tokio::pin!(request);
+                loop {
+                    let wake = self
+                        .asking
+                        .deadline(start, limit)
+                        .unwrap_or_else(|| tokio::time::Instant::now() + limit);
+                    tokio::select! {
+                        answer = &mut request => break answer,
+                        () = tokio::time::sleep_until(wake) => {
+                            if self
+                                .asking
+                                .deadline(start, limit)
+                                .is_some_and(|due| due <= tokio::time::Instant::now())
+                            {
+                                break Err(ServiceError::Timeout { timeout: limit });
+                            }
+                        }
+                    }
+                }
+            }
         };
         answer.map_err(|err| ClientError::from_service(err, what, self.http))
     }

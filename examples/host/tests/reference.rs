@@ -166,6 +166,33 @@ fn host(args: &[&str], stdin: &str) -> Run {
     }
 }
 
+/// [`host`], whose person types `stdin` only after `delay`.
+fn host_after(args: &[&str], stdin: &str, delay: std::time::Duration) -> Run {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+        .args(args)
+        .env("AAC_LOG", "warn")
+        .env_remove("AAC_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_owned();
+    let typing = std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    typing.join().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// The host's arguments to reach the server, after the tool and its arguments.
 enum Via<'a> {
     Stdio,
@@ -446,6 +473,40 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
     let records = reference.audit("delete_issue");
     assert_eq!(records.len(), 3, "{records:?}");
     assert_eq!(records[2]["reason"], "user_declined");
+}
+
+/// The host's `--timeout` is the server's time, not the person's: a person who answers the
+/// server's question after it has passed is still heard, and the call is sent once.
+#[test]
+fn a_person_slower_than_the_host_timeout_is_still_heard() {
+    let reference = Reference::new();
+    let bin = aacworkflow_bin();
+    let run = host_after(
+        &[
+            "--timeout",
+            "1",
+            "--token",
+            reference.token.as_str(),
+            "--trust",
+            "delete_issue",
+            r#"{"issue_id":"AAC-4"}"#,
+            "--",
+            bin.to_str().unwrap(),
+            "--db",
+            reference.db.to_str().unwrap(),
+            "serve",
+            "--confirm",
+            "user",
+        ],
+        "y\n",
+        std::time::Duration::from_millis(2500),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let deleted: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(deleted["key"], "AAC-4");
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 1, "sent once: {records:?}");
+    assert_eq!(records[0]["confirmed_by"], "user");
 }
 
 #[test]
