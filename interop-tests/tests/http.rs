@@ -2523,6 +2523,26 @@ async fn arguments_that_repeat_a_key_are_refused() {
     assert_eq!(records[0].kind, aac_tools::audit::CallKind::Prompt);
 }
 
+/// An answer's stream of bytes.
+type Chunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>;
+
+/// The answer stream of a `count_slowly` call with a progress token, read until its
+/// first progress notification (the call runs), and what was read.
+async fn running(response: reqwest::Response) -> (Chunks, String) {
+    use futures_util::StreamExt;
+    let mut stream: Chunks = Box::pin(response.bytes_stream().map(|r| r.map(|b| b.to_vec())));
+    let mut text = String::new();
+    while !text.contains("notifications/progress") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
+            .await
+            .expect("progress within 30 s")
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    (stream, text)
+}
+
 /// A server shutting down answers the calls it took before it ends their sessions: a
 /// call running when the shutdown begins finishes and its answer reaches the client (its
 /// record says it ran; cut off, the client saw a failure for a call that had run, and a
@@ -2539,17 +2559,8 @@ async fn a_call_running_when_the_server_shuts_down_is_answered() {
     });
     let response = raw.post().body(body.to_string()).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut text = String::new();
     // The call runs: its first progress notification is here.
-    while !text.contains("notifications/progress") {
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
-            .await
-            .expect("progress within 30 s")
-            .expect("the stream goes on")
-            .unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let (mut stream, mut text) = running(response).await;
     let stopping = tokio::spawn(server.stop());
     let rest = tokio::time::timeout(std::time::Duration::from_secs(30), async {
         while let Some(chunk) = stream.next().await {
@@ -2593,16 +2604,7 @@ async fn a_request_id_already_in_flight_in_the_session_is_refused_and_recorded()
     });
     let response = raw.post().body(slow.to_string()).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut text = String::new();
-    while !text.contains("notifications/progress") {
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
-            .await
-            .expect("progress within 30 s")
-            .expect("the stream goes on")
-            .unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let (mut stream, mut text) = running(response).await;
     // The same id, written another way (rmcp reads 7.0 as 7).
     let again = r#"{"jsonrpc":"2.0","id":7.0,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#;
     let refused = raw.post().body(again).send().await.unwrap();

@@ -141,32 +141,14 @@ struct Run {
 }
 
 fn host(args: &[&str], stdin: &str) -> Run {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
-        .args(["--timeout", "60"])
-        .args(args)
-        .env("AAC_LOG", "warn")
-        .env_remove("AAC_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let args: Vec<&str> = ["--timeout", "60"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    host_after(&args, stdin, std::time::Duration::ZERO)
 }
 
-/// [`host`], whose person types `stdin` only after `delay`.
+/// `aac-host ARGS`, whose person types `stdin` only after `delay`.
 fn host_after(args: &[&str], stdin: &str, delay: std::time::Duration) -> Run {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
