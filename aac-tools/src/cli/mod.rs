@@ -49,6 +49,7 @@ mod token;
 
 use std::ffi::OsString;
 use std::fmt;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -212,7 +213,8 @@ impl CliContext {
 
     /// `name: message` on stderr, the way the built-in commands report progress.
     pub fn note(&self, message: impl fmt::Display) {
-        eprintln!("{}: {message}", self.shared.name);
+        // Never a panic for a closed stderr.
+        let _ = writeln!(std::io::stderr(), "{}: {message}", self.shared.name);
     }
 }
 
@@ -595,7 +597,7 @@ impl Cli {
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("error: {err}");
+                let _ = writeln!(std::io::stderr(), "error: {err}");
                 ExitCode::FAILURE
             }
         }
@@ -669,6 +671,10 @@ fn init_logging(stdio: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr closed: a pipe whose reader left) is
+        // dropped; by default the subscriber reports it with `eprintln!`, which panics
+        // there, and the panic took down the task that handles SIGTERM.
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();

@@ -1230,3 +1230,50 @@ fn an_unreachable_postgres_says_why() {
     let line = one_line_error(&out);
     assert!(line.contains("Connection refused"), "{line}");
 }
+
+/// A server whose stderr is closed (a pipe whose reader left, `serve … 2>&1 | head -1`)
+/// still stops on SIGTERM: a log line it cannot write is dropped, where the logger's own
+/// report of it panicked the task that handles the signal, and the server served on.
+#[test]
+fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let mut child = target
+        .command()
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .env("AAC_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving MCP on") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
+    }
+    drop(err);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // A guard against a hang, not a timing assertion.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let status = status.expect("the server stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
