@@ -2207,15 +2207,19 @@ async fn subscriptions_gone(server: &aac_tools::Server) -> usize {
 
 /// A subscription lives as long as its session: a `DELETE` of the session drops it at
 /// once, though the resource never changes again (nothing kept per ended session), and
-/// a stateless server, whose requests have no session to deliver updates on, keeps
-/// nothing from any of them.
+/// a stateless server, whose requests have no session to deliver updates on, does not
+/// offer subscriptions and keeps nothing from a subscribe sent all the same.
 #[tokio::test]
 async fn an_ended_session_keeps_no_subscription() {
     let subscribe =
         r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#;
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
-    alice.initialize().await;
+    let init = alice.initialize().await;
+    assert_eq!(
+        init["result"]["capabilities"]["resources"]["subscribe"],
+        true
+    );
     let (status, answer) = alice.send(subscribe).await;
     assert_eq!(
         (status, &answer[0]["result"]),
@@ -2237,7 +2241,14 @@ async fn an_ended_session_keeps_no_subscription() {
 
     let stateless =
         TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
-    let raw = RawMcp::new(&stateless.mcp(), Some(&stateless.fixture.full));
+    let mut raw = RawMcp::new(&stateless.mcp(), Some(&stateless.fixture.full));
+    // No stream can carry an update: subscriptions are not offered.
+    let init = raw.initialize().await;
+    assert_eq!(
+        init["result"]["capabilities"]["resources"]["subscribe"], false,
+        "{init}"
+    );
+    raw.session = None;
     for _ in 0..20 {
         let (status, _) = raw.send(subscribe).await;
         assert_eq!(status, 200);

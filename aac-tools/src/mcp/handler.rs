@@ -47,6 +47,15 @@ pub(crate) struct Shared {
 impl Shared {
     /// Convert the registry's tool objects to rmcp tools, once.
     pub(crate) fn new(server: Server) -> io::Result<Arc<Shared>> {
+        Shared::with_subscriptions(server, true)
+    }
+
+    /// [`Shared::new`], advertising `resources.subscribe` only if `subscriptions` (a
+    /// stateless server has no stream to send updates on).
+    pub(crate) fn with_subscriptions(
+        server: Server,
+        subscriptions: bool,
+    ) -> io::Result<Arc<Shared>> {
         let entries = server.registry().tools();
         let mut tools = Vec::with_capacity(entries.len());
         let mut index = HashMap::with_capacity(entries.len());
@@ -81,7 +90,7 @@ impl Shared {
         });
         // Resources, prompts and completion are advertised only by a server that has some.
         if !registry.resources().is_empty() {
-            capabilities["resources"] = json!({"subscribe": true, "listChanged": false});
+            capabilities["resources"] = json!({"subscribe": subscriptions, "listChanged": false});
         }
         if !registry.prompts().is_empty() {
             capabilities["prompts"] = json!({"listChanged": false});

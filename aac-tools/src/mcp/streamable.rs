@@ -47,7 +47,8 @@ pub(crate) struct McpService {
 
 impl McpService {
     pub(crate) fn new(server: Server, options: StreamableOptions) -> io::Result<McpService> {
-        let shared = Shared::new(server)?;
+        // Stateless, no stream can carry an update: subscriptions are not offered.
+        let shared = Shared::with_subscriptions(server, !options.stateless)?;
         let config = StreamableHttpServerConfig::default()
             // Our HTTP layer checks Host and Origin for every route, /mcp included.
             .disable_allowed_hosts()
