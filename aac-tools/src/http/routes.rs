@@ -639,16 +639,7 @@ impl tower_service::Service<Request> for McpEndpoint {
             }
             let in_flight = (request.method() == Method::POST).then(|| endpoint.in_flight.enter());
             let response = mcp_gate(&endpoint.app, request, &endpoint.mcp).await;
-            Ok(match in_flight {
-                // Held by the body: an SSE answer is sent after its head.
-                Some(guard) => response.map(|body| {
-                    Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
-                        let _held = &guard;
-                        frame
-                    }))
-                }),
-                None => response,
-            })
+            Ok(held_by_body(response, in_flight))
         })
     }
 }
@@ -1047,9 +1038,13 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             }
         }
     }
-    let response = as_answered(is_delete, response);
-    match id_held {
-        // Held by the body: an SSE answer is sent after its head.
+    held_by_body(as_answered(is_delete, response), id_held)
+}
+
+/// `response`, whose body keeps `held` (a guard) until it is done with: an SSE answer is
+/// sent after its head, so the request is not over when the handler returns.
+fn held_by_body<T: Send + 'static>(response: Response, held: Option<T>) -> Response {
+    match held {
         Some(held) => response.map(|body| {
             Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
                 let _held = &held;
