@@ -65,6 +65,10 @@ pub struct CallRequest {
     pub(crate) subscription: bool,
     /// Where the arguments, as sent, repeat a key (a JSON pointer): the call is refused.
     pub(crate) repeated_key: Option<String>,
+    /// The credentials a transport verified before the attempt began (the `/mcp` gate's
+    /// bearer token, behind [`Credentials::Verified`]): verified again after a person's
+    /// answer, which may come long after.
+    pub(crate) presented: Credentials,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -90,6 +94,7 @@ impl CallRequest {
             kind: CallKind::Tool,
             subscription: false,
             repeated_key: None,
+            presented: Credentials::None,
         }
     }
 
@@ -153,6 +158,14 @@ impl CallRequest {
     /// Present these credentials.
     pub fn credentials(mut self, credentials: Credentials) -> CallRequest {
         self.credentials = credentials;
+        self
+    }
+
+    /// The credentials the transport verified to give [`Credentials::Verified`], to be
+    /// verified again after a person's answer.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn presented(mut self, credentials: Credentials) -> CallRequest {
+        self.presented = credentials;
         self
     }
 

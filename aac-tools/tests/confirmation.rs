@@ -2,6 +2,7 @@
 //! the 2026-07-28 request state (replay, tamper, expiry, another principal, other
 //! arguments), and one record per attempt with who confirmed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use aac_tools::audit::{AuditRecord, MemorySink, Outcome};
 use aac_tools::confirm::{Asking, ConfirmPolicy, MemoryLedger};
 use aac_tools::{
     BoxFuture, CallRequest, CallResponse, ClientPeer, LogLevel, Principal, Registry, Server,
-    StaticTokens, Text, ToolError, mcp_tool,
+    StaticTokens, Text, TokenVerifier, ToolError, mcp_tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -51,6 +52,8 @@ enum Answer {
     /// The client cancels the call (or goes away) while the question is open, as the
     /// MCP peer reports it.
     Cancelled,
+    /// While the person is asked, the caller's token is revoked; then they accept.
+    AcceptAfterRevoking(Arc<AtomicBool>),
 }
 
 struct FakeClient {
@@ -93,6 +96,10 @@ impl ClientPeer for FakeClient {
         Box::pin(async move {
             match answer {
                 Answer::Action(action) => Ok(json!({"action": action})),
+                Answer::AcceptAfterRevoking(revoked) => {
+                    revoked.store(true, Ordering::SeqCst);
+                    Ok(json!({"action": "accept"}))
+                }
                 Answer::Cancelled => Err(ToolError::bad_request(
                     "cancelled",
                     "the client cancelled the call while the server waited for its elicitation",
@@ -168,6 +175,72 @@ async fn elicitation_accept_runs_and_records_the_user() {
     assert_eq!(record.outcome, Outcome::Success);
     assert_eq!(record.confirmed_by.as_deref(), Some("user"));
     assert_eq!(sink.records().len(), 1);
+}
+
+/// Alice's token, until the flag says it was revoked.
+struct Revocable(Arc<AtomicBool>);
+
+impl TokenVerifier for Revocable {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, ToolError>> {
+        Box::pin(async move {
+            if token != "alice" || self.0.load(Ordering::SeqCst) {
+                return Err(ToolError::invalid_token("the token was revoked"));
+            }
+            Ok(Principal::new("alice", ["notes:write"]).in_workspace("w"))
+        })
+    }
+}
+
+/// A person's answer may come minutes after the call began: a token revoked meanwhile
+/// does not get the call run, even with the person's yes.
+#[tokio::test]
+async fn a_token_revoked_while_the_user_is_asked_is_refused_after_the_answer() {
+    let sink = MemorySink::new();
+    let revoked = Arc::new(AtomicBool::new(false));
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(Revocable(Arc::clone(&revoked)))
+        .audit(sink.clone())
+        .confirmation(ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    let client = FakeClient::new(Answer::AcceptAfterRevoking(Arc::clone(&revoked)));
+    let response = server
+        .call(call("drop_note", "N-revoked", &client, "alice"))
+        .await;
+    assert_eq!(
+        client.asked.lock().unwrap().len(),
+        1,
+        "the person was asked"
+    );
+    let err = response.error().expect("refused");
+    assert_eq!((err.status().code(), err.reason()), (401, "invalid_token"));
+    assert!(
+        err.message().contains("revoked") && err.message().contains("answered"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        !RAN.lock().unwrap().iter().any(|n| n == "N-revoked"),
+        "the handler ran"
+    );
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].outcome,
+            records[0].reason.as_deref(),
+            records[0].status
+        ),
+        (Outcome::Denied, Some("invalid_token"), 401)
+    );
+
+    // The same token, not revoked this time: the yes runs the call.
+    revoked.store(false, Ordering::SeqCst);
+    let client = FakeClient::new(Answer::Action("accept"));
+    let response = server
+        .call(call("drop_note", "N-kept-valid", &client, "alice"))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
 }
 
 #[tokio::test]

@@ -1071,8 +1071,8 @@ async fn asking_session(server: &TestServer) -> RawMcp {
 }
 
 /// `delete_note` of note 1 on `raw`'s session, its stream read until the server asks
-/// the person (`elicitation/create`); the rest of the stream.
-async fn delete_until_asked(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+/// the person (`elicitation/create`); the rest of the stream, and the question.
+async fn delete_until_asked(raw: &RawMcp) -> (tokio::sync::mpsc::UnboundedReceiver<Value>, Value) {
     let body = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}},
@@ -1087,7 +1087,7 @@ async fn delete_until_asked(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceive
             .expect("the question within 30 s")
             .expect("the call's stream is open");
         if message["method"] == "elicitation/create" {
-            return stream;
+            return (stream, message);
         }
     }
 }
@@ -1147,7 +1147,7 @@ const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(2);
 async fn a_call_whose_session_is_deleted_while_the_user_is_asked_is_cancelled_at_once() {
     let server = confirming_server(HttpOptions::default()).await;
     let raw = asking_session(&server).await;
-    let _stream = delete_until_asked(&raw).await;
+    let (_stream, _) = delete_until_asked(&raw).await;
     let deleted = reqwest::Client::new()
         .delete(server.mcp())
         .bearer_auth(&server.fixture.full)
@@ -1170,7 +1170,7 @@ async fn a_call_whose_session_is_deleted_while_the_user_is_asked_is_cancelled_at
 async fn a_call_whose_session_is_evicted_while_the_user_is_asked_is_cancelled_at_once() {
     let server = confirming_server(HttpOptions::default().max_sessions_per_principal(1)).await;
     let raw = asking_session(&server).await;
-    let _stream = delete_until_asked(&raw).await;
+    let (_stream, _) = delete_until_asked(&raw).await;
     let mut newer = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     newer.initialize().await;
     let waited = record_of_the_abandoned_delete(&server).await;
@@ -1188,7 +1188,7 @@ async fn a_call_whose_session_is_evicted_while_the_user_is_asked_is_cancelled_at
 async fn a_call_whose_user_is_asked_when_the_server_shuts_down_is_cancelled_at_once() {
     let server = confirming_server(HttpOptions::default()).await;
     let raw = asking_session(&server).await;
-    let _stream = delete_until_asked(&raw).await;
+    let (_stream, _) = delete_until_asked(&raw).await;
     let since = std::time::Instant::now();
     let server = server.stop().await;
     let stopped = since.elapsed();
@@ -1287,6 +1287,60 @@ async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sen
     assert_eq!(
         (records[0].outcome, records[0].confirmed_by.as_deref()),
         (Outcome::Success, Some("user"))
+    );
+}
+
+/// The gate verified alice's token when the call came; her token is revoked while her
+/// person is asked. Their yes, sent later on the same session, does not run the call: the
+/// token is verified again once they have answered.
+#[tokio::test]
+async fn a_token_revoked_while_the_user_is_asked_does_not_run_the_call() {
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let (mut stream, question) = delete_until_asked(&raw).await;
+    let store = aac_tools::sqlite::TokenStore::open(&server.fixture.db).unwrap();
+    // A second token of alice's (the session is hers, whichever token she shows) carries
+    // the answer: the one the call came with is revoked.
+    let second = store
+        .create("alice", Some("interop"), interop_tests::ALL_SCOPES, None)
+        .unwrap()
+        .token;
+    store.revoke(&server.fixture.full).unwrap();
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}});
+    let mut answering = RawMcp::new(&server.mcp(), Some(&second));
+    answering.session = raw.session.clone();
+    let (status, _) = answering.send(answer.to_string()).await;
+    assert_eq!(status, 202, "the answer is taken");
+    let result = loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), stream.recv())
+            .await
+            .expect("the result within 30 s")
+            .expect("the call's stream is open");
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert_eq!(result["result"]["isError"], true, "{result}");
+    let error = error_body(&result["result"]);
+    assert_eq!(
+        (error["status"].as_u64(), error["reason"].as_str()),
+        (Some(401), Some("invalid_token")),
+        "{error}"
+    );
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.tool == "delete_note")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].outcome,
+            records[0].reason.as_deref(),
+            records[0].status
+        ),
+        (Outcome::Denied, Some("invalid_token"), 401)
     );
 }
 

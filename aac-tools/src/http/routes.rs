@@ -862,6 +862,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         .map(str::to_owned);
     if let Some(attempt) = &mut attempt {
         attempt.authenticated(Arc::clone(&principal));
+        // Verified from them a moment ago; again if a person is asked.
+        attempt.presented(credentials(&parts.headers).unwrap_or_default());
     }
     if let Some(id) = &session
         && !app.inner.sessions.allows(id, &principal)

@@ -279,10 +279,10 @@ impl McpHandler {
         self.shared.server.begin(request).run().await.into_result()
     }
 
-    /// The credentials to check a subscription with again before each update: over HTTP
-    /// the token the subscribing request presented (the gate verified it once, for that
-    /// request), over stdio the connection's token.
-    fn subscriber_credentials(&self, context: &RequestContext<RoleServer>) -> Credentials {
+    /// The credentials to check again later (a subscription before each update, a call
+    /// after a person's answer): over HTTP the token the request presented (the gate
+    /// verified it once, for that request), over stdio the connection's token.
+    fn presented_credentials(&self, context: &RequestContext<RoleServer>) -> Credentials {
         #[cfg(feature = "http")]
         if let Some(verified) = context
             .extensions
@@ -477,7 +477,7 @@ impl ServerHandler for McpHandler {
         )
         .await
         .map_err(read_error)?;
-        let credentials = self.subscriber_credentials(&context);
+        let credentials = self.presented_credentials(&context);
         self.subscriptions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -627,6 +627,7 @@ impl ServerHandler for McpHandler {
             None => self.shared.server.begin(
                 CallRequest::new(tool, arguments)
                     .credentials(credentials)
+                    .presented(self.presented_credentials(&context))
                     .transport(self.transport)
                     .request_id(context.id.to_string())
                     .peer(peer)

@@ -718,9 +718,11 @@ impl Attempt {
                         "user_confirmation_unavailable",
                         format!("the client could not ask the user: {}", err.message()),
                     ))),
-                    Ok(Ok(answer)) => self
-                        .accept(answer.get("action").and_then(Value::as_str))
-                        .map_err(refuse),
+                    Ok(Ok(answer)) => {
+                        self.accept(answer.get("action").and_then(Value::as_str))
+                            .map_err(refuse)?;
+                        self.still_allowed(def, principal).await
+                    }
                 }
             }
             Asking::InputRequired => {
@@ -756,6 +758,45 @@ impl Attempt {
                 format!("this tool needs the user's confirmation through the client, but {why}"),
             ))),
         }
+    }
+
+    /// After a person's answer, which may come minutes after step 1: the caller's
+    /// credentials verified again (a token revoked or expired while the person was
+    /// asked is refused 401, as at step 1), and still the same principal with the
+    /// tool's scopes. Credentials a caller handed over already verified
+    /// ([`Credentials::Verified`], in-process) are taken as they are.
+    async fn still_allowed(
+        &self,
+        def: &ToolDef,
+        principal: &Principal,
+    ) -> Result<(), (Check, ToolError)> {
+        let presented = match (&self.request.presented, &self.request.credentials) {
+            (Credentials::None, credentials) => credentials,
+            (presented, _) => presented,
+        };
+        if matches!(presented, Credentials::Verified(_)) {
+            return Ok(());
+        }
+        let again = |why: &str| {
+            ToolError::invalid_token(format!(
+                "{why} (the token is verified again once the user has answered)"
+            ))
+        };
+        let fresh = self
+            .server
+            .authenticate(presented)
+            .await
+            .map_err(|err| (Check::Authenticate, again(err.message())))?;
+        if fresh.subject() != principal.subject() || fresh.workspace() != principal.workspace() {
+            return Err((
+                Check::Authenticate,
+                again("the token no longer names the principal that made the call"),
+            ));
+        }
+        if !fresh.has_scopes(def.scopes()) {
+            return Err((Check::Scope, ToolError::insufficient_scope(def.scopes())));
+        }
+        Ok(())
     }
 
     /// A 2026-07-28 retry: the state must be one this server sealed for this principal,
@@ -844,6 +885,13 @@ impl Attempt {
     #[cfg(feature = "http")]
     pub(crate) fn authenticated(&mut self, principal: Arc<Principal>) {
         self.principal = Some(principal);
+    }
+
+    /// The credentials the transport verified for [`Attempt::authenticated`]: a person's
+    /// answer may come long after, so they are verified again then.
+    #[cfg(feature = "http")]
+    pub(crate) fn presented(&mut self, credentials: Credentials) {
+        self.request.presented = credentials;
     }
 
     /// Another attempt records this call (the MCP handler began its own): this one ends
