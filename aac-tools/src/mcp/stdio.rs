@@ -52,8 +52,11 @@ use crate::server::{CallRequest, Credentials, Server};
 /// When stdin and stdout are pipes (the way MCP clients start servers), they are read
 /// and written on the runtime's I/O reactor, without a hand-off to a blocking thread
 /// per message (on Linux, through rmcp's `stdio_pipes`, which reopens them so that
-/// the process's own standard streams stay blocking); otherwise they are used as
-/// they are. The runtime needs I/O enabled (`#[tokio::main]` has it).
+/// the process's own standard streams stay blocking). Otherwise (a terminal, a file)
+/// stdin is read by a thread of its own, not the runtime's blocking pool: a read that
+/// may never end (a terminal nobody types in) then never holds the runtime, and so the
+/// process, once the session is over. The runtime needs I/O enabled (`#[tokio::main]`
+/// has it).
 ///
 /// ```no_run
 /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
@@ -61,7 +64,7 @@ use crate::server::{CallRequest, Credentials, Server};
 /// # }
 /// ```
 pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()> {
-    let (read, write) = rmcp::transport::stdio_pipes();
+    let (read, write) = standard_streams()?;
     serve_io(server, token, read, write).await
 }
 
@@ -87,8 +90,150 @@ pub async fn serve_stdio_until(
     token: Option<String>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> io::Result<()> {
-    let (read, write) = rmcp::transport::stdio_pipes();
+    let (read, write) = standard_streams()?;
     serve_io(server, token, UntilCancelled::new(read, shutdown), write).await
+}
+
+/// The process's stdin and stdout as a session's streams: rmcp's `stdio_pipes` when both
+/// are pipes (on Linux, it reads and writes them on the reactor), else stdin read by
+/// [`ThreadedStdin`] and stdout written as it is.
+fn standard_streams() -> io::Result<(StandardIn, StandardOut)> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let fifo = |fd: u8| {
+            std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.file_type().is_fifo())
+        };
+        if fifo(0) && fifo(1) {
+            let (read, write) = rmcp::transport::stdio_pipes();
+            return Ok((StandardIn::Pipe(read), StandardOut::Pipe(write)));
+        }
+    }
+    Ok((
+        StandardIn::Thread(ThreadedStdin::spawn()?),
+        StandardOut::Blocking(tokio::io::stdout()),
+    ))
+}
+
+/// stdin, read on the reactor or by a thread of its own.
+enum StandardIn {
+    Pipe(rmcp::transport::StdioReader),
+    Thread(ThreadedStdin),
+}
+
+impl AsyncRead for StandardIn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            StandardIn::Pipe(read) => Pin::new(read).poll_read(cx, buf),
+            StandardIn::Thread(read) => Pin::new(read).poll_read(cx, buf),
+        }
+    }
+}
+
+/// stdout, on the reactor or through tokio's blocking writes.
+enum StandardOut {
+    Pipe(rmcp::transport::StdioWriter),
+    Blocking(tokio::io::Stdout),
+}
+
+impl AsyncWrite for StandardOut {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            StandardOut::Pipe(write) => Pin::new(write).poll_write(cx, buf),
+            StandardOut::Blocking(write) => Pin::new(write).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            StandardOut::Pipe(write) => Pin::new(write).poll_flush(cx),
+            StandardOut::Blocking(write) => Pin::new(write).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            StandardOut::Pipe(write) => Pin::new(write).poll_shutdown(cx),
+            StandardOut::Blocking(write) => Pin::new(write).poll_shutdown(cx),
+        }
+    }
+}
+
+/// stdin read by a thread of its own, which hands over what it reads. Tokio's own stdin
+/// reads on the runtime's blocking pool, and a runtime does not finish shutting down
+/// until its blocking reads return: one of a terminal nobody types in never does, so a
+/// server stopped by SIGTERM would wait for a key. A plain thread does not hold the
+/// process: when `main` returns, it ends with it.
+struct ThreadedStdin {
+    chunks: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl ThreadedStdin {
+    fn spawn() -> io::Result<ThreadedStdin> {
+        let (send, chunks) = tokio::sync::mpsc::channel(4);
+        std::thread::Builder::new()
+            .name("aac-stdin".to_owned())
+            .spawn(move || {
+                use std::io::Read;
+                let mut stdin = std::io::stdin().lock();
+                let mut buf = vec![0; 64 * 1024];
+                loop {
+                    let read = match stdin.read(&mut buf) {
+                        Ok(0) => return,
+                        Ok(n) => Ok(buf[..n].to_vec()),
+                        Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(err) => Err(err),
+                    };
+                    let failed = read.is_err();
+                    // The session no longer reads (it ended): nothing more to hand over.
+                    if send.blocking_send(read).is_err() || failed {
+                        return;
+                    }
+                }
+            })?;
+        Ok(ThreadedStdin {
+            chunks,
+            chunk: Vec::new(),
+            at: 0,
+        })
+    }
+}
+
+impl AsyncRead for ThreadedStdin {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            if self.at < self.chunk.len() {
+                let n = buf.remaining().min(self.chunk.len() - self.at);
+                let at = self.at;
+                buf.put_slice(&self.chunk[at..at + n]);
+                self.at += n;
+                return Poll::Ready(Ok(()));
+            }
+            match std::task::ready!(self.chunks.poll_recv(cx)) {
+                Some(Ok(chunk)) => {
+                    self.chunk = chunk;
+                    self.at = 0;
+                }
+                Some(Err(err)) => return Poll::Ready(Err(err)),
+                // The end of stdin.
+                None => return Poll::Ready(Ok(())),
+            }
+        }
+    }
 }
 
 /// A reader that ends (reads nothing more, as at the end of its stream) once its token is

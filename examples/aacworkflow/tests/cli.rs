@@ -1208,6 +1208,84 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     assert!(verify.status.success(), "{}", stderr(&verify));
 }
 
+/// stdio `serve` whose stdout is a file (or a terminal), not a pipe, and whose stdin
+/// stays open: SIGTERM ends it at once, its call recorded. Its stdin used to be read on
+/// the runtime's blocking pool, whose read of a stdin where nothing more comes held the
+/// process until the client closed it.
+#[test]
+fn sigterm_stops_a_stdio_server_whose_stdout_is_not_a_pipe() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let token = target.run(&[
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "alice",
+        "--scopes",
+        "all",
+    ]);
+    let token = stdout(&token).trim().to_owned();
+    let out_path = target.dir.path().join("answers.jsonl");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_issues","arguments":{}}}"#,
+    ];
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    // A guard against a hang, not a timing assertion.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&out_path)
+        .unwrap()
+        .contains(r#""id":1"#)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no answer to the call"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // stdin stays open throughout: the client has not left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(stdin);
+    let status = status.expect("the server stops on SIGTERM with its stdin open");
+    assert!(status.success(), "{status:?}");
+    let audit = target.run(&["audit", "--tool", "list_issues", "--json"]);
+    assert_eq!(stdout(&audit).lines().count(), 1, "{}", stdout(&audit));
+}
+
 /// A PostgreSQL server that cannot be reached is named with why (the connection refused,
 /// the name unknown), in one line, not only "error connecting to server".
 #[test]
