@@ -617,6 +617,47 @@ async fn refusals_before_the_handler_are_recorded_once() {
     assert_eq!(record.transport, "http");
 }
 
+/// A `tools/call` without an id is a notification: nothing would ever answer it, and rmcp
+/// drops it. It is refused 400 (not accepted 202 and never run), and recorded with the
+/// status it was answered; the note it asked for is not added.
+#[tokio::test]
+async fn a_tools_call_sent_as_a_notification_is_refused_as_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    server.sink.clear();
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"add_note","arguments":{"text":"never"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["reason"], "not_dispatched", "{body}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].tool.as_str(),
+            records[0].status,
+            records[0].check,
+            records[0].principal.as_deref()
+        ),
+        ("add_note", 400, Some(Check::Protocol), Some("alice"))
+    );
+    // With an id, the same call runs: the session is still good.
+    let (status, answer) = raw.call(25, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+    let answer = answer.expect("an answer");
+    assert_eq!(
+        answer["result"]["structuredContent"]["notes"],
+        json!([]),
+        "{answer}"
+    );
+}
+
 /// Every refused request that may carry a `tools/call` leaves exactly one record, however
 /// it is dressed: a misleading `Mcp-Method` header, a batch, a repeated key, no token, an
 /// unknown token, or a header that contradicts the body (refused inside rmcp).

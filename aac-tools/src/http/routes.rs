@@ -949,6 +949,26 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         attempt = Some(pending);
     }
 
+    // A `tools/call` without an id is a notification: JSON-RPC never answers one and rmcp
+    // drops it, so it would be accepted (202) and never run. Streamable HTTP lets a server
+    // refuse a notification it does not accept: 400, as its record says.
+    if let Some(call) = &call
+        && call.id.is_none()
+        && !body.trim_ascii_start().starts_with(b"[")
+        && let top = probe::top_level(&body)
+        && top.id.is_none()
+        && top.method.as_deref() == Some("tools/call")
+        && let Some(pending) = attempt.take()
+    {
+        let err = ToolError::bad_request(
+            "not_dispatched",
+            "a `tools/call` without an `id` is a notification, which is never run: a call \
+             needs an id",
+        );
+        let err = call.refuse(pending, Check::Protocol, err).await;
+        return app.refusal(&parts.headers, &err, Some(&call.tool));
+    }
+
     let is_delete = parts.method == Method::DELETE;
     parts.extensions.insert(VerifiedPrincipal(
         Arc::clone(&principal),
