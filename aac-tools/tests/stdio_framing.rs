@@ -419,6 +419,19 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     let refused = raw.next().await;
     assert_eq!(refused["id"], 11, "{refused}");
     assert!(refused.get("error").is_some(), "{refused}");
+    // Calls serde_json cannot read (a number out of range, text after the message): answered
+    // "Parse error" under their id, recorded as the calls of the tools they name.
+    raw.line(r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"forget_text","arguments":{"n":1e999}}}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(
+        (&refused["id"], &refused["error"]["code"]),
+        (&json!(13), &json!(-32700)),
+        "{refused}"
+    );
+    raw.line(r#"{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"name":"echo_text","arguments":{}}} ?"#)
+        .await;
+    assert_eq!(raw.next().await["id"], "q");
     // Not calls: nothing recorded.
     raw.line("not json").await;
     raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;
@@ -440,6 +453,8 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
             ("(unknown)", None),
             ("(unknown)", Some("7")),
             ("forget_text", Some("11")),
+            ("forget_text", Some("13")),
+            ("echo_text", Some("q")),
         ],
         "{records:?}"
     );
@@ -464,8 +479,8 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
         "{answer}"
     );
     let records = sink.records();
-    assert_eq!(records.len(), 7);
-    assert_eq!(records[6].outcome, Outcome::Success);
+    assert_eq!(records.len(), 9);
+    assert_eq!(records[8].outcome, Outcome::Success);
 }
 
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before

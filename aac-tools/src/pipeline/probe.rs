@@ -18,6 +18,17 @@ pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
 /// unknown.
 pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        // Not JSON serde_json reads (a number out of range, nested too deep, cut short):
+        // its top level may still say which call it is, and under which id it is
+        // answered.
+        let top = top_level(body);
+        if top.method.as_deref() == Some("tools/call") {
+            let request = CallRequest::new(top.name.as_deref().unwrap_or(UNKNOWN_TOOL), None);
+            return Some(match top_id_text(&top) {
+                Some(id) => request.request_id(id),
+                None => request,
+            });
+        }
         return body
             .windows(10)
             .any(|w| w == b"tools/call")
@@ -110,13 +121,15 @@ fn first_key_reading(body: &[u8]) -> Option<Value> {
 }
 
 /// What the top level of a JSON object says, read without parsing the rest: the raw JSON
-/// of its `id` (a string or a scalar) and its `method`, when written without escapes in
-/// the key. For a line that does not parse (nested too deep, a number out of range, cut
+/// of its `id` (a string or a scalar), its `method` and its `params.name`, when written
+/// without escapes in the key (the first of a repeated one). For a line that does not parse (nested too deep, a number out of range, cut
 /// short): a request among it still deserves an answer under its id.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct TopLevel<'a> {
     pub(crate) id: Option<&'a [u8]>,
     pub(crate) method: Option<String>,
+    /// `params.name`, when `params` is an object (a `tools/call`'s tool, a prompt's name).
+    pub(crate) name: Option<String>,
 }
 
 /// [`TopLevel`] of `json`: one pass over the bytes, strings skipped whole.
@@ -135,14 +148,19 @@ pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
         (i + 1).min(json.len())
     }
     let mut depth = 0usize;
-    // At depth 1, whether the next string is a key (after `{` or `,`).
+    // At depth 1 (or 2 inside `params`), whether the next string is a key (after `{` or
+    // `,`).
     let mut key_next = false;
+    // Where the object that is the value of the top level's `params` opens, and whether
+    // the reading is inside it (at depth 2).
+    let mut params_at = None;
+    let mut in_params = false;
     let mut i = start.unwrap_or(0);
     while i < json.len() {
         match json[i] {
             b'"' => {
                 let end = string_end(json, i);
-                if depth == 1 && key_next {
+                if (depth == 1 || (depth == 2 && in_params)) && key_next {
                     key_next = false;
                     let key = &json[i + 1..end.saturating_sub(1).max(i + 1)];
                     // The value: after the colon and any space.
@@ -165,10 +183,18 @@ pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
                         }
                     };
                     let value = &json[v..value_end];
-                    match key {
-                        b"id" if top.id.is_none() && !value.is_empty() => top.id = Some(value),
-                        b"method" if top.method.is_none() => {
+                    match (depth, key) {
+                        (1, b"id") if top.id.is_none() && !value.is_empty() => {
+                            top.id = Some(value);
+                        }
+                        (1, b"method") if top.method.is_none() => {
                             top.method = serde_json::from_slice::<String>(value).ok();
+                        }
+                        (1, b"params") if params_at.is_none() && json.get(v) == Some(&b'{') => {
+                            params_at = Some(v);
+                        }
+                        (2, b"name") if top.name.is_none() => {
+                            top.name = serde_json::from_slice::<String>(value).ok();
                         }
                         _ => {}
                     }
@@ -180,10 +206,19 @@ pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
             }
             b'{' | b'[' => {
                 depth += 1;
-                key_next = depth == 1;
+                if depth == 2 && params_at == Some(i) {
+                    in_params = true;
+                }
+                key_next = depth == 1 || (depth == 2 && in_params);
             }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            b',' => key_next = depth == 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth < 2 {
+                    in_params = false;
+                }
+                key_next = false;
+            }
+            b',' => key_next = depth == 1 || (depth == 2 && in_params),
             _ => {}
         }
         i += 1;
@@ -205,6 +240,13 @@ pub(crate) fn messages(value: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     walk(value, &mut out);
     out
+}
+
+/// The id of [`top_level`] as a record keeps it, when it is one JSON-RPC allows (a string
+/// or an integer).
+pub(crate) fn top_id_text(top: &TopLevel<'_>) -> Option<String> {
+    let id = serde_json::from_slice::<Value>(top.id?).ok()?;
+    (id.is_string() || id.is_i64() || id.is_u64()).then(|| id_text(&id))
 }
 
 /// A JSON-RPC id as a record keeps it.
@@ -623,9 +665,22 @@ mod tests {
         );
         let top = top_level(deep.as_bytes());
         assert_eq!(
-            (top.id, top.method.as_deref()),
-            (Some(&b"7"[..]), Some("tools/call"))
+            (top.id, top.method.as_deref(), top.name.as_deref()),
+            (Some(&b"7"[..]), Some("tools/call"), Some("x"))
         );
+        // `params.name` after a nested value, and only there.
+        for (json, name) in [
+            (
+                r#"{"params":{"arguments":{"name":"inner","a":[{"name":"n"}]},"name":"t"}}"#,
+                Some("t"),
+            ),
+            (r#"{"params":{"meta":["name","x"]},"name":"top"}"#, None),
+            (r#"{"params":["name","x"]}"#, None),
+            (r#"{"x":{"name":"y"},"params":{"name":"z"#, None),
+            (r#"{"x":{"name":"y"},"params":{"name":"z"}"#, Some("z")),
+        ] {
+            assert_eq!(top_level(json.as_bytes()).name.as_deref(), name, "{json}");
+        }
         for (json, id, method) in [
             (
                 r#"{"method":"ping","id":"a\"b"}"#,
@@ -651,6 +706,40 @@ mod tests {
             let top = top_level(json.as_bytes());
             assert_eq!(top.id, id.map(str::as_bytes), "{json}");
             assert_eq!(top.method.as_deref(), method, "{json}");
+        }
+    }
+
+    /// A call serde_json cannot read (a number out of range, nesting past its limit, cut
+    /// short) is recorded as the call of the tool it names, under its id.
+    #[test]
+    fn an_unreadable_call_is_named_by_its_top_level() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":"q-1","method":"tools/call","params":{{"arguments":{{"a":{}1{}}},"name":"drop"}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for (json, tool, id) in [
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"n":1e999}}}"#,
+                "add",
+                Some("5"),
+            ),
+            (deep.as_str(), "drop", Some("q-1")),
+            (
+                r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"add"}} x"#,
+                "add",
+                Some("6"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/call","params":{"name":"add""#,
+                "add",
+                None,
+            ),
+            (r#"{"method":"ping","x":"tools/call""#, UNKNOWN_TOOL, None),
+        ] {
+            let request = tool_call_request(json.as_bytes()).expect(json);
+            assert_eq!(request.tool, tool, "{json}");
+            assert_eq!(request.request_id.as_deref(), id, "{json}");
         }
     }
 
