@@ -775,6 +775,12 @@ async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
         ),
         ("forget_text", Some(Check::Validate), Outcome::Denied)
     );
+    // The record says the key was repeated: its `confirm` holds only the last value.
+    assert_eq!(
+        records[0].arguments["$repeated_key"], "/confirm",
+        "{records:?}"
+    );
+    assert_eq!(records[0].arguments["confirm"], true);
 }
 
 /// A line of more JSON values than a message may hold (half a million: 16 MiB of `[[[…`

@@ -2596,6 +2596,22 @@ async fn arguments_that_repeat_a_key_are_refused() {
             refused("add_note", "streamable_http"),
         ]
     );
+    // Each refusal's record names the key repeated, on both routes.
+    let repeated: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| r.arguments.get("$repeated_key").cloned())
+        .collect();
+    assert_eq!(
+        repeated,
+        [
+            Some(json!("/confirm")),
+            Some(json!("/confirm")),
+            None,
+            Some(json!("/text"))
+        ]
+    );
     // The note is still there.
     let notes: Value = client
         .post(format!("{}/tools/list_notes", server.base))

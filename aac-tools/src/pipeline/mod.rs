@@ -641,6 +641,14 @@ impl Attempt {
             // No URI template variable can be named so (RFC 6570 names have no `$`).
             map.insert(SUBSCRIBE_KEY.to_owned(), Value::Bool(true));
         }
+        // Arguments that repeat a key were read keeping its last value: the record says
+        // which key was repeated, so that a reader does not take that value for the one
+        // meant (`confirm` false then true reads as `true`).
+        if let Some(pointer) = &self.request.repeated_key
+            && let Value::Object(map) = &mut arguments
+        {
+            map.insert(REPEATED_KEY.to_owned(), Value::String(pointer.clone()));
+        }
         let kind = self.request.kind;
         let level = if kind == CallKind::Tool {
             entry.map(|e| e.def().access_level())
@@ -1023,6 +1031,10 @@ const MAX_COMPLETION_VALUE_BYTES: usize = 1024;
 /// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
 /// a `resources/subscribe` performs, told apart from a `resources/read`.
 pub(crate) const SUBSCRIBE_KEY: &str = "$subscribe";
+
+/// The key a record of arguments that repeat a key adds (`"$repeated_key": "/confirm"`, a
+/// JSON pointer): the arguments it keeps hold only the last of the repeated values.
+pub(crate) const REPEATED_KEY: &str = "$repeated_key";
 
 /// Step 2 for a resource read (the resource or template `request.tool` names, its
 /// variables becoming the call's arguments), a prompt, or a completion (of a prompt's
