@@ -233,6 +233,50 @@ async fn update_and_delete_are_refused_by_the_table() {
     assert_eq!(outcome, "denied");
 }
 
+/// A trigger of someone else's that drops records as they are inserted
+/// (`BEFORE INSERT … RAISE(IGNORE)`): the sink's write fails (the caller is refused, never
+/// answered as recorded), and `verify` names the trigger, though the chain of what was
+/// stored still links.
+#[tokio::test]
+async fn a_trigger_that_drops_records_fails_the_write_and_the_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    let conn = Connection::open(&path).unwrap();
+    assert!(verify_chain(&conn).unwrap().foreign_triggers.is_empty());
+    conn.execute_batch(
+        "CREATE TRIGGER zz_hide BEFORE INSERT ON aac_audit WHEN NEW.tool = 'wipe' \
+         BEGIN SELECT RAISE(IGNORE); END;",
+    )
+    .unwrap();
+    let err = sink
+        .record(record("wipe", Outcome::Success, "2025-06-22T15:31:00Z"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("did not take a record"), "{err}");
+    // A record the trigger lets through is written and chained as ever.
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:32:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(rows(&conn), 2);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.foreign_triggers, ["zz_hide"]);
+    assert!(report.to_string().contains("zz_hide"), "{report}");
+    // `audit --verify` fails on it.
+    let mut out = Vec::new();
+    let err = AuditCommand {
+        verify: true,
+        ..AuditCommand::default()
+    }
+    .run(&conn, &mut out)
+    .unwrap_err();
+    assert!(err.to_string().contains("zz_hide"), "{err}");
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();

@@ -1188,6 +1188,51 @@ async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
     );
 }
 
+/// A trigger of the table owner's that drops some records (`RETURN NULL`): the call
+/// whose record is dropped is refused 503, never answered as recorded; the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_that_drops_records_fails_their_calls() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let token = writer(&a).await;
+    let owner = test.owner().await;
+    owner
+        .batch_execute(
+            "CREATE FUNCTION hide_count() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.tool = 'pgt_count' THEN RETURN NULL; END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER hide_count BEFORE INSERT ON aac_audit
+                 FOR EACH ROW EXECUTE FUNCTION hide_count();",
+        )
+        .await
+        .unwrap();
+    // Twice each: the first append of a connection reads the head, the next guesses it.
+    for _ in 0..2 {
+        let (status, body) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "one"})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    for _ in 0..2 {
+        let (status, body) = post(a.addr, "pgt_count", Some(&token), &json!({})).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["reason"], "audit_unavailable", "{body}");
+        // The sink reports not ready until a write succeeds.
+        let mut answered = Vec::new();
+        for _ in 0..5 {
+            let (status, _) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "x"})).await;
+            answered.push(status);
+            if status == 200 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert_eq!(answered.last(), Some(&200), "{answered:?}");
+    }
+    let trail = a.sink.mirror().await.unwrap();
+    assert!(verify_chain(&trail).unwrap().is_intact());
+}
+
 /// Replicas taking turns on one chain: a replica that wrote the head appends in one round
 /// trip, guessing the head is still its own; when another replica appended in between,
 /// the guess inserts nothing and the batch is chained to the real head. Every record is

@@ -366,6 +366,7 @@ impl PgBackend {
                         head: None,
                         skip_guess: 0,
                         in_doubt: None,
+                        short: None,
                     },
                     link,
                 }),
@@ -408,7 +409,15 @@ impl Backend for PgBackend {
                 return Err(AuditError::new("the audit database is not connected"));
             };
             let (err, lost) = match link.run(conn.append(&self.sql, &self.integer, batch), None) {
-                Ok(Ok(())) => return Ok(()),
+                Ok(Ok(())) => match conn.short.take() {
+                    None => return Ok(()),
+                    Some((rows, records)) => {
+                        return Err(AuditError::new(format!(
+                            "the audit database took {rows} rows for {records} records: a \
+                             trigger on `aac_audit` that is not the framework's drops records"
+                        )));
+                    }
+                },
                 Ok(Err(err)) => (describe(&err), !statement_error(&err)),
                 // The socket could not be waited on (never seen): what the database did
                 // with the batch is not known, and it is refused, saying so.
@@ -548,6 +557,9 @@ struct Conn {
     /// After a failed append: the head it would have left, when the statement that
     /// commits it was sent and the connection was lost before its answer came.
     in_doubt: Option<(i64, String)>,
+    /// After an append the database committed with fewer rows than records (a trigger
+    /// that is not the framework's returned `NULL` for some): how many, of how many.
+    short: Option<(u64, usize)>,
 }
 
 /// How many appends read the head first after a wrong guess: another replica is writing.
@@ -709,8 +721,15 @@ impl Conn {
             // (The database refused the insert: the `COMMIT` was a rollback.)
             (Err(err), _) | (_, Err(err)) => return Err(self.doubt(err, after)),
         };
-        // One row per element of the arrays, which are as long as the batch.
-        debug_assert_eq!(rows, batch.len() as u64);
+        // One row per element of the arrays, which are as long as the batch, unless a
+        // trigger that is not ours dropped some (a `BEFORE INSERT` returning `NULL`): the
+        // batch is then refused (`write_batch`), not answered as written, and the head
+        // read again.
+        if rows != batch.len() as u64 {
+            self.short = Some((rows, batch.len()));
+            self.head = None;
+            return Ok(());
+        }
         self.head = Some(after);
         Ok(())
     }

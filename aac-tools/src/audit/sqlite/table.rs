@@ -235,6 +235,27 @@ pub(crate) fn missing_triggers(conn: &Connection) -> Result<Vec<String>, AuditEr
     Ok(missing)
 }
 
+/// The triggers on `aac_audit` the sink did not create: one could drop records as they
+/// are inserted (`BEFORE INSERT … RAISE(IGNORE)`), so that a call runs unrecorded while
+/// the chain, linking each record to the last one stored, still verifies.
+pub(crate) fn foreign_triggers(conn: &Connection) -> Result<Vec<String>, AuditError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
+             ORDER BY name",
+        )
+        .map_err(sql_error)?;
+    let names = stmt
+        .query_map([AUDIT_TABLE], |r| r.get::<_, String>(0))
+        .map_err(sql_error)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_error)?;
+    Ok(names
+        .into_iter()
+        .filter(|name| !TRIGGERS.iter().any(|(ours, _)| ours == name))
+        .collect())
+}
+
 pub(crate) fn sql_error(err: rusqlite::Error) -> AuditError {
     AuditError::new(format!("audit database error: {err}"))
 }

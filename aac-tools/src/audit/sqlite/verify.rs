@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use super::row::Row;
 use super::table::{
-    AUDIT_TABLE, GENESIS_HASH, SELECT_COLUMNS, check_table, missing_triggers, sql_error,
+    AUDIT_TABLE, GENESIS_HASH, SELECT_COLUMNS, check_table, foreign_triggers, missing_triggers,
+    sql_error,
 };
 use crate::audit::AuditError;
 
@@ -25,6 +26,9 @@ pub struct ChainReport {
     /// missing or not the ones the sink creates: with them gone, the database no longer
     /// refuses an `UPDATE` or `DELETE` of a record. Empty when both are in place.
     pub missing_triggers: Vec<String>,
+    /// Triggers on `aac_audit` that the sink did not create: one can drop a record as it
+    /// is inserted, leaving a chain that verifies without it. Empty when there are none.
+    pub foreign_triggers: Vec<String>,
 }
 
 impl ChainReport {
@@ -47,6 +51,13 @@ impl ChainReport {
                 self.missing_triggers.join(", ")
             ));
         }
+        if !self.foreign_triggers.is_empty() {
+            problems.push(format!(
+                "triggers on `aac_audit` that are not the framework's ({}): one can drop \
+                 records as they are written, unseen by the chain",
+                self.foreign_triggers.join(", ")
+            ));
+        }
         problems
     }
 }
@@ -67,6 +78,13 @@ impl fmt::Display for ChainReport {
                 f,
                 "\nappend-only triggers missing or altered: {}",
                 self.missing_triggers.join(", ")
+            )?;
+        }
+        if !self.foreign_triggers.is_empty() {
+            write!(
+                f,
+                "\ntriggers on aac_audit that are not the framework's: {}",
+                self.foreign_triggers.join(", ")
             )?;
         }
         Ok(())
@@ -94,7 +112,8 @@ impl fmt::Display for BrokenLink {
 /// contents (an edited record).
 ///
 /// It also reports the append-only triggers that are missing or altered
-/// ([`ChainReport::missing_triggers`]), and fails, creating nothing, when there is no
+/// ([`ChainReport::missing_triggers`]) and any other trigger on the table
+/// ([`ChainReport::foreign_triggers`]), and fails, creating nothing, when there is no
 /// `aac_audit` table or one of other columns: a trail that is gone is not an empty one.
 ///
 /// Truncation of the newest records leaves an intact, shorter chain: compare
@@ -102,6 +121,7 @@ impl fmt::Display for BrokenLink {
 pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
     check_table(conn)?;
     let missing_triggers = missing_triggers(conn)?;
+    let foreign_triggers = foreign_triggers(conn)?;
     let mut stmt = conn
         .prepare(&format!(
             "SELECT {} FROM {AUDIT_TABLE} ORDER BY seq",
@@ -124,6 +144,7 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
                         problem: bad.problem,
                     }),
                     missing_triggers,
+                    foreign_triggers,
                 });
             }
         };
@@ -163,6 +184,7 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
                     problem,
                 }),
                 missing_triggers,
+                foreign_triggers,
             });
         }
         prev = Some((row.seq, row.hash));
@@ -172,5 +194,6 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
         head: prev,
         broken: None,
         missing_triggers,
+        foreign_triggers,
     })
 }

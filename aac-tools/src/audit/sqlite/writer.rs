@@ -327,11 +327,17 @@ impl Backend for SqliteBackend {
         let Some(connected) = self.conn.as_mut() else {
             return Err(AuditError::new("the audit database is not open"));
         };
-        append(&mut connected.conn, batch).map_err(|e| {
-            AuditError::new(format!(
+        append(&mut connected.conn, batch).map_err(|e| match e {
+            rusqlite::Error::StatementChangedRows(rows) => AuditError::new(format!(
+                "the audit database `{}` did not take a record ({rows} rows inserted for \
+                 one): a trigger on `aac_audit` that is not the framework's? (`audit \
+                 --verify` names it)",
+                self.path.display()
+            )),
+            e => AuditError::new(format!(
                 "cannot write to the audit database `{}`: {e}",
                 self.path.display()
-            ))
+            )),
         })
     }
 }
@@ -386,7 +392,12 @@ fn append_rows(conn: &Connection, batch: &[PreparedRow]) -> Result<(), rusqlite:
         params.push(&prev);
         params.push(&this);
         params.extend(row.values.trailing_params());
-        insert.execute(params.as_slice())?;
+        // One row, or the record is not in the table: a trigger that is not ours can
+        // drop it (`RAISE(IGNORE)`), and the call must not be answered as recorded.
+        let inserted = insert.execute(params.as_slice())?;
+        if inserted != 1 {
+            return Err(rusqlite::Error::StatementChangedRows(inserted));
+        }
         prev_hash = hash;
     }
     Ok(())
