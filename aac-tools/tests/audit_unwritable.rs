@@ -51,6 +51,17 @@ async fn count_and_delete(ctx: Ctx) -> Result<Ran, ToolError> {
     Ok(ran(&ctx))
 }
 
+/// Runs, and fails: nothing it did stands.
+#[mcp_tool(read_only, scope = "c:read")]
+async fn count_and_fail(ctx: Ctx) -> Result<Ran, ToolError> {
+    ran(&ctx);
+    Err(ToolError::new(
+        Status::Conflict,
+        "database_busy",
+        "the database is busy; try again",
+    ))
+}
+
 /// A server whose token `who` authenticates principal `who`.
 fn server(sink: SqliteSink, who: &str) -> Server {
     Server::builder(Registry::collect().unwrap())
@@ -252,4 +263,36 @@ async fn writes_that_start_failing_close_the_server_after_one_call() {
     assert!(sink.ready().is_ok());
     assert!(call().await.error().is_none());
     assert!(sink.verify().unwrap().is_intact());
+}
+
+/// A tool that ran and failed, whose record then cannot be written: the answer says it
+/// failed, with its own error, not that what it did stands.
+#[tokio::test]
+async fn a_failed_call_whose_record_fails_is_not_said_to_have_done_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    let server = server(sink.clone(), "failing");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER sabotage BEFORE INSERT ON aac_audit \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+        )
+        .unwrap();
+    let response = server
+        .call(CallRequest::new("count_and_fail", None).bearer("failing"))
+        .await;
+    let err = response.error().unwrap();
+    assert_eq!(
+        (err.status(), err.reason()),
+        (Status::Unavailable, "audit_unavailable")
+    );
+    let message = err.message();
+    assert!(
+        message.starts_with("the tool ran and failed (409 database_busy: the database is busy"),
+        "{message}"
+    );
+    assert!(!message.contains("stands"), "{message}");
+    assert!(message.contains("database or disk is full"), "{message}");
 }

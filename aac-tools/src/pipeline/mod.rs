@@ -362,17 +362,25 @@ impl Attempt {
         match written.await {
             Ok(()) => CallResponse::new(result, check),
             Err(err) if self.started_handler => {
-                // Not a refusal: the tool ran, and what it did stands. Its result is
-                // withheld, and the answer says so rather than that nothing happened.
+                // Not a refusal: the tool ran. Its result is withheld, and the answer says
+                // so rather than that nothing happened; a tool that failed is said to have
+                // failed, with its own error (a write it did not commit, a retry to make),
+                // not to have done something that stands.
                 tracing::error!(tool = %self.request.tool, error = %err, "the tool ran but its audit record could not be written; answering 503");
-                let err = ToolError::new(
-                    Status::Unavailable,
-                    "audit_unavailable",
-                    format!(
+                let message = match &result {
+                    Ok(_) => format!(
                         "the tool ran, but its audit record could not be written, so its \
                          result is withheld; what it did stands, unrecorded: {err}"
                     ),
-                );
+                    Err(failed) => format!(
+                        "the tool ran and failed ({} {}: {}), and its audit record could \
+                         not be written: {err}",
+                        failed.status().code(),
+                        failed.reason(),
+                        failed.message()
+                    ),
+                };
+                let err = ToolError::new(Status::Unavailable, "audit_unavailable", message);
                 CallResponse::new(Err(err), Some(Check::Audit))
             }
             Err(err) => {
