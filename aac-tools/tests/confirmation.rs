@@ -233,6 +233,7 @@ async fn a_token_revoked_while_the_user_is_asked_is_refused_after_the_answer() {
         ),
         (Outcome::Denied, Some("invalid_token"), 401)
     );
+    assert_eq!(records[0].confirmed_by.as_deref(), Some("user"));
 
     // The same token, not revoked this time: the yes runs the call.
     revoked.store(false, Ordering::SeqCst);

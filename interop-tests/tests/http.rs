@@ -1379,9 +1379,10 @@ async fn a_token_revoked_while_the_user_is_asked_does_not_run_the_call() {
         (
             records[0].outcome,
             records[0].reason.as_deref(),
-            records[0].status
+            records[0].status,
+            records[0].confirmed_by.as_deref()
         ),
-        (Outcome::Denied, Some("invalid_token"), 401)
+        (Outcome::Denied, Some("invalid_token"), 401, Some("user"))
     );
 }
 

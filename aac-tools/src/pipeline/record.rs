@@ -65,6 +65,9 @@ pub(super) fn build(facts: Facts<'_>) -> AuditRecord {
             // Who confirmed a call that ran (a handler error ran too).
             (Ok(_), Some(by)) => Some(by.to_owned()),
             (Err(_), Some(by)) if facts.check == Some(Check::Handler) => Some(by.to_owned()),
+            // A person said yes, and a check after their answer refused the call (its
+            // token revoked meanwhile): the record says they confirmed it.
+            (Err(_), Some(by @ "user")) => Some(by.to_owned()),
             _ => None,
         },
         kind: facts.kind,
