@@ -361,8 +361,15 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
             .unwrap();
         write
     });
+    // The oversized line is dropped unread, and answered under the id its start gives.
     let answer = next_message(&mut lines, 60).await;
-    assert_eq!(answer["id"], 8, "the oversized line was dropped: {answer}");
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&json!(7), &json!(-32600)),
+        "{answer}"
+    );
+    let answer = next_message(&mut lines, 60).await;
+    assert_eq!(answer["id"], 8, "the session goes on: {answer}");
     drop(writer.await.unwrap());
     let records = sink.records();
     assert_eq!(records.len(), 2, "{records:?}");
@@ -370,6 +377,7 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     assert_eq!(records[0].request_id.as_deref(), Some("y"));
     assert_eq!(records[0].reason.as_deref(), Some("not_dispatched"));
     assert_eq!(records[1].tool, "(unknown)");
+    assert_eq!(records[1].request_id.as_deref(), Some("7"));
     assert_eq!(records[1].status, 413);
     assert_eq!(records[1].reason.as_deref(), Some("body_too_large"));
     assert_eq!(records[1].check, Some(Check::Protocol));
@@ -858,4 +866,97 @@ async fn a_client_that_leaves_before_initializing_is_an_end_not_a_failure() {
             String::from_utf8_lossy(input)
         );
     }
+}
+
+/// A client that sends calls and never reads their answers stops being read once a few
+/// dozen answers wait to be written: the server does not go on running its calls and
+/// keeping their answers (2 GB in 16 s, measured before). Once it reads, every call is
+/// answered and recorded once.
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answers_stops_being_read() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let Raw {
+        mut lines,
+        mut write,
+    } = Raw::start(server, "all", 16 * 1024).await;
+    const CALLS: usize = 3000;
+    let writer = tokio::spawn(async move {
+        for i in 1..=CALLS {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"{i}"}}}}}}"#
+            );
+            write.write_all(line.as_bytes()).await.unwrap();
+            write.write_all(b"\n").await.unwrap();
+        }
+        write
+    });
+    // Absence can only be waited for: half a second is many times what the calls the
+    // server read took.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let ran = sink.records().len();
+    assert!(
+        ran < CALLS / 4,
+        "{ran} of {CALLS} calls ran while their answers were not read"
+    );
+    assert!(!writer.is_finished(), "the server no longer reads");
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < CALLS {
+        let answer = next_message(&mut lines, 30).await;
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answered.insert(answer["id"].as_u64().unwrap());
+    }
+    let _write = writer.await.unwrap();
+    assert_eq!(answered.len(), CALLS);
+    assert_eq!(sink.records().len(), CALLS);
+}
+
+/// A line over 16 MiB is dropped unread, but answered under the id its start gives (its
+/// client no longer waits for ever) and recorded as the call its start names, under that
+/// id; a last line without its `\n`, at the end of the input, is read as a line.
+#[tokio::test]
+async fn a_line_too_long_is_answered_under_its_id_and_a_last_line_needs_no_newline() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let Raw {
+        mut lines,
+        mut write,
+    } = Raw::start(server, "all", 1 << 20).await;
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"{}"}}}}}}"#,
+        "a".repeat(17 * 1024 * 1024)
+    );
+    let sending = tokio::spawn(async move {
+        write.write_all(long.as_bytes()).await.unwrap();
+        write.write_all(b"\n").await.unwrap();
+        // The last line, without its newline, then the end of the input.
+        write
+            .write_all(br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"last"}}}"#)
+            .await
+            .unwrap();
+        write.shutdown().await.unwrap();
+    });
+    let refused = next_message(&mut lines, 60).await;
+    assert_eq!(
+        (&refused["id"], &refused["error"]["code"]),
+        (&json!(7), &json!(-32600)),
+        "{refused}"
+    );
+    let last = next_message(&mut lines, 30).await;
+    assert_eq!(last["id"], 8, "{last}");
+    assert_eq!(
+        last["result"]["structuredContent"]["text"], "last",
+        "{last}"
+    );
+    sending.await.unwrap();
+    let records = sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.status))
+        .collect();
+    assert_eq!(
+        seen,
+        [("echo_text", Some("7"), 413), ("echo_text", Some("8"), 200)],
+        "{records:?}"
+    );
 }

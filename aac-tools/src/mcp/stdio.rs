@@ -9,10 +9,12 @@
 //! the later ones are answered with those bytes, without reaching rmcp. Only a request
 //! whose answer cannot differ is answered so: no parameters (no cursor, no `_meta`, which
 //! may carry a protocol version of its own), on a server whose list is the same for every
-//! principal. Everything else is rmcp's, exactly as its own transport does it: lines of
-//! at most 16 MiB (a longer one is dropped and logged), a byte-order mark and `\r`
-//! allowed, unparsable lines ignored, a well-formed request of the wrong shape answered
-//! with "Invalid request".
+//! principal. Everything else is rmcp's, as its own transport does it: lines of at most
+//! 16 MiB (a longer one is dropped and logged, and answered under the id its start
+//! gives), a byte-order mark and `\r` allowed, unparsable lines ignored, a well-formed
+//! request of the wrong shape answered with "Invalid request". Unlike rmcp's, no more
+//! is read while [`MAX_UNWRITTEN`] messages wait to be written: a client that does not
+//! read its answers stops being read.
 
 use std::future::Future;
 use std::io;
@@ -386,6 +388,8 @@ struct LineTransport<R, W> {
     /// Cancelled when the input ends (or fails): a call waiting for the client's answer
     /// (a person asked to confirm) stops waiting at once, rather than after rmcp's drain.
     closed: tokio_util::sync::CancellationToken,
+    /// The messages to the client not yet written: past [`MAX_UNWRITTEN`], no more is read.
+    unwritten: Arc<Unwritten>,
 }
 
 /// Reads a request's arguments back from its line, for the record of an attempt nobody
@@ -448,9 +452,10 @@ impl Refusals {
     }
 
     /// The record of a line over [`MAX_LINE`], dropped unread: it may have carried a
-    /// `tools/call`, so it is recorded as one of a tool nobody can know, as the `/mcp`
-    /// gate records a body over its limit.
-    fn too_long(&self) -> BoxFuture<'static, ()> {
+    /// `tools/call`, so it is recorded as one, as the `/mcp` gate records a body over its
+    /// limit: of the tool and under the id its first [`MAX_LINE`] bytes name, if they do,
+    /// else of a tool nobody can know.
+    fn too_long(&self, start: &TooLong) -> BoxFuture<'static, ()> {
         let err = ToolError::new(
             Status::PayloadTooLarge,
             "body_too_large",
@@ -458,7 +463,15 @@ impl Refusals {
                 "an MCP message over stdio is limited to {MAX_LINE} bytes; the line was dropped"
             ),
         );
-        self.refuse(CallRequest::new(UNKNOWN_TOOL, None), err)
+        let tool = match (&start.method, &start.name) {
+            (Some(method), Some(name)) if method == "tools/call" => name.as_str(),
+            _ => UNKNOWN_TOOL,
+        };
+        let mut request = CallRequest::new(tool, None);
+        if !start.id.is_null() {
+            request = request.request_id(probe::id_text(&start.id));
+        }
+        self.refuse(request, err)
     }
 
     /// The record of a line of more than [`MAX_VALUES`] JSON values, refused unparsed: as
@@ -665,6 +678,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             recording: None,
             pending: Arc::default(),
             closed,
+            unwritten: Arc::default(),
         }
     }
 
@@ -674,6 +688,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         loop {
             let available = self.read.fill_buf().await?;
             if available.is_empty() {
+                // The last line, without its `\n`: read as a line (as rmcp's own framing
+                // does), not dropped unanswered and unrecorded.
+                if !self.line.is_empty() && !self.discarding {
+                    return Ok(Line::Whole);
+                }
                 return Ok(Line::Eof);
             }
             let newline = available.iter().position(|&b| b == b'\n');
@@ -684,9 +703,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                     self.discarding = false;
                 }
             } else if self.line.len().saturating_add(take) > MAX_LINE {
+                let top = probe::top_level(&self.line);
+                let start = TooLong {
+                    id: top_level_id(&top),
+                    method: top.method,
+                    name: top.name,
+                };
                 self.line.clear();
                 self.discarding = newline.is_none();
-                step = Some(Line::TooLong);
+                step = Some(Line::TooLong(start));
             } else {
                 self.line.extend_from_slice(&available[..take]);
                 if newline.is_some() {
@@ -703,8 +728,67 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
 
 enum Line {
     Whole,
-    TooLong,
+    TooLong(TooLong),
     Eof,
+}
+
+/// What the start of a line over [`MAX_LINE`] says ([`probe::top_level`] of the part read
+/// before it was dropped): its id (`null` when it has none JSON-RPC allows), its method,
+/// its `params.name`.
+struct TooLong {
+    id: serde_json::Value,
+    method: Option<String>,
+    name: Option<String>,
+}
+
+/// How many answers (and other messages to the client) may wait to be written before no
+/// more is read: a client that sends requests and never reads its answers stops being
+/// read, rather than having the server run its calls and keep their answers without end.
+const MAX_UNWRITTEN: usize = 64;
+
+/// The messages handed to the transport and not yet written, and a wake-up for a reader
+/// waiting for them to go.
+#[derive(Default)]
+struct Unwritten {
+    count: std::sync::atomic::AtomicUsize,
+    written: tokio::sync::Notify,
+}
+
+/// One message counted in [`Unwritten`] until it is dropped (written, failed or given up).
+struct UnwrittenGuard(Arc<Unwritten>);
+
+impl UnwrittenGuard {
+    fn new(unwritten: &Arc<Unwritten>) -> UnwrittenGuard {
+        unwritten
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        UnwrittenGuard(Arc::clone(unwritten))
+    }
+}
+
+impl Drop for UnwrittenGuard {
+    fn drop(&mut self) {
+        self.0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.written.notify_waiters();
+    }
+}
+
+impl Unwritten {
+    /// Until fewer than [`MAX_UNWRITTEN`] messages wait to be written. Cancellation safe.
+    async fn room(&self) {
+        use std::sync::atomic::Ordering;
+        while self.count.load(Ordering::Acquire) >= MAX_UNWRITTEN {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.count.load(Ordering::Acquire) < MAX_UNWRITTEN {
+                return;
+            }
+            written.await;
+        }
+    }
 }
 
 /// What one line holds.
@@ -892,6 +976,7 @@ where
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let out = Arc::clone(&self.out);
         let lists = self.lists.clone();
+        let unwritten = UnwrittenGuard::new(&self.unwritten);
         // The answer to a request the framing began an attempt for: if rmcp answers it
         // with an error before the handler took it up, that refusal is recorded first.
         let answered = match &item {
@@ -941,7 +1026,9 @@ where
                 }
                 _ => vec![Bytes::from(serialize_line(&item)?)],
             };
-            out.lock().await.line(parts).await
+            let written = out.lock().await.line(parts).await;
+            drop(unwritten);
+            written
         }
     }
 
@@ -955,14 +1042,27 @@ where
                 tracing::error!(error = %err, "cannot write to the MCP stream");
                 return None;
             }
+            self.unwritten.room().await;
             match self.read_line().await {
                 Ok(Line::Whole) => {}
-                Ok(Line::TooLong) => {
+                Ok(Line::TooLong(start)) => {
                     tracing::error!(
                         max_line_length = MAX_LINE,
                         "an incoming MCP message was longer than the limit; dropped"
                     );
-                    self.recording = Some(self.refusals.too_long());
+                    self.recording = Some(self.refusals.too_long(&start));
+                    // A request whose id its start gives is answered, rather than left
+                    // waiting for ever.
+                    if !start.id.is_null() {
+                        let answer = error_line(
+                            start.id,
+                            ErrorCode::INVALID_REQUEST,
+                            format!(
+                                "Invalid request: a message over stdio is limited to {MAX_LINE} bytes; the line was dropped"
+                            ),
+                        );
+                        self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                    }
                     continue;
                 }
                 Ok(Line::Eof) => {
