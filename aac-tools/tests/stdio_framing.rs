@@ -440,6 +440,10 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     raw.line(r#"{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"name":"echo_text","arguments":{}}} ?"#)
         .await;
     assert_eq!(raw.next().await["id"], "q");
+    // Two messages on one line, a destructive call behind a harmless one: each recorded.
+    raw.line(r#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"a"}}}{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"b"}}}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 14);
     // Not calls: nothing recorded.
     raw.line("not json").await;
     raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;
@@ -463,6 +467,8 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
             ("forget_text", Some("11")),
             ("forget_text", Some("13")),
             ("echo_text", Some("q")),
+            ("echo_text", Some("14")),
+            ("forget_text", Some("15")),
         ],
         "{records:?}"
     );
@@ -487,8 +493,8 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
         "{answer}"
     );
     let records = sink.records();
-    assert_eq!(records.len(), 9);
-    assert_eq!(records[8].outcome, Outcome::Success);
+    assert_eq!(records.len(), 11);
+    assert_eq!(records[10].outcome, Outcome::Success);
 }
 
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before

@@ -2444,6 +2444,27 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         assert_eq!(record.reason.as_deref(), Some("not_dispatched"));
         assert_eq!(record.principal.as_deref(), Some("alice"), "{record:?}");
     }
+
+    // Messages one after the other in one body (not JSON-RPC, refused whole), a
+    // destructive call behind a harmless one: each call recorded.
+    server.sink.clear();
+    let delete = json!({"jsonrpc": "2.0", "id": 46, "method": "tools/call",
+        "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}}});
+    let (status, _) = raw.send(format!("{}{delete}", call(45, "d"))).await;
+    assert!(status >= 400 || status == 200, "{status}");
+    let records = server.sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.check))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("add_note", Some("45"), Some(Check::Protocol)),
+            ("delete_note", Some("46"), Some(Check::Protocol)),
+        ],
+        "{records:?}"
+    );
 }
 
 /// A client that sends a whole call and leaves at once (shuts its side down, then closes)

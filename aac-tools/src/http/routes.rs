@@ -764,7 +764,10 @@ async fn refuse_rest_of_batch(
     refusal: Option<(Check, &ToolError)>,
     answered: Status,
 ) {
-    if !body.trim_ascii_start().starts_with(b"[") {
+    // A batch, or messages one after the other (which no single JSON value reads).
+    if !body.trim_ascii_start().starts_with(b"[")
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
         return;
     }
     let (rest, more) = probe::rest_of_batch(body);

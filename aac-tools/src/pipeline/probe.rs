@@ -17,7 +17,10 @@ pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
 /// lenient reader could take it for a call). What it does not say is recorded as
 /// unknown.
 pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+    let Some(value) = serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| concatenated(body))
+    else {
         // Not JSON serde_json reads (a number out of range, nested too deep, cut short):
         // its top level may still say which call it is, and under which id it is
         // answered.
@@ -35,6 +38,18 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
             .then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
     tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
+}
+
+/// Several JSON values one after the other (`{…}{…}`, or with spaces between), which
+/// JSON-RPC does not allow and rmcp refuses whole, read as the batch a lenient reader
+/// would take them for (each one's calls are recorded, not only the first's): the values
+/// read before anything that does not parse. `None` for fewer than two.
+fn concatenated(body: &[u8]) -> Option<Value> {
+    let values: Vec<Value> = serde_json::Deserializer::from_slice(body)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .collect();
+    (values.len() >= 2).then_some(Value::Array(values))
 }
 
 /// The `tools/call` among the messages of `value`.
@@ -287,7 +302,9 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     }
     // A lenient reading (the last of repeated keys wins, else the first); in a batch, the
     // first item read.
-    let value = serde_json::from_slice::<Value>(body).ok()?;
+    let value = serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| concatenated(body))?;
     let first_reading;
     let message = match messages(&value).into_iter().find(|m| is_item(m)) {
         Some(message) => message,
@@ -350,9 +367,12 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// recorded already (its first `tools/call`, which [`tool_call_request`] reads, else its
 /// first read, prompt or completion, which [`item_request`] reads), in the batch's order,
 /// at most [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty
-/// when `body` is not a batch of several.
+/// when `body` is not a batch of several (or several values one after the other).
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
-    let Ok(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body) else {
+    let Some(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| concatenated(body))
+    else {
         return (Vec::new(), 0);
     };
     let batch = messages(&value);
