@@ -120,19 +120,57 @@ pub(crate) fn question(
 /// The answer to a server's own confirmation: its question (made safe to print) and
 /// `[y/N]` on the terminal. Never answered by `--yes`: the server asks because a person,
 /// not a script or the model driving it, must say yes, and records that a person did.
+/// Nor by stdin: asked and answered on the controlling terminal (`/dev/tty`), as `sudo`
+/// and `ssh` ask for a password, so that `echo y | aac-host …` is no yes; without a
+/// terminal there is nobody to ask, and the answer is no.
 pub(crate) fn server_question(yes: bool) -> AskUser {
     Arc::new(move |question: String| {
         Box::pin(async move {
-            let shown = format!("the server asks: {} [y/N]", clean(&question));
+            let shown = format!("the server asks: {} [y/N] ", clean(&question));
             if yes {
                 eprintln!(
                     "(--yes answers this host's questions, not the server's: it asks a person)"
                 );
             }
-            eprint!("{shown} ");
-            read_yes().await
+            tokio::task::spawn_blocking(move || ask_terminal(&shown))
+                .await
+                .unwrap_or(false)
         })
     })
+}
+
+/// `question` on the controlling terminal, and its answer from there: true only for `y`
+/// or `yes`; no terminal, or its end of input, is a no.
+fn ask_terminal(question: &str) -> bool {
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty");
+    let mut terminal = match terminal {
+        Ok(terminal) => terminal,
+        Err(err) => {
+            eprintln!(
+                "{question}\n(no terminal to ask a person on ({err}): the server's question \
+                 is answered no; stdin never answers it)"
+            );
+            return false;
+        }
+    };
+    if terminal.write_all(question.as_bytes()).is_err() || terminal.flush().is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    if std::io::BufReader::new(&terminal)
+        .read_line(&mut line)
+        .is_err()
+    {
+        return false;
+    }
+    if line.is_empty() {
+        let _ = terminal.write_all(b"\n");
+    }
+    let answer = line.trim().to_ascii_lowercase();
+    answer == "y" || answer == "yes"
 }
 
 /// One line from stdin: true only for `y` or `yes`; end of input is a no.

@@ -138,6 +138,8 @@ struct Run {
     code: i32,
     stdout: String,
     stderr: String,
+    /// What the person's terminal showed (a run on a terminal only).
+    terminal: String,
 }
 
 fn host(args: &[&str], stdin: &str) -> Run {
@@ -148,10 +150,13 @@ fn host(args: &[&str], stdin: &str) -> Run {
     host_after(&args, stdin, std::time::Duration::ZERO)
 }
 
-/// `aac-host ARGS`, whose person types `stdin` only after `delay`.
+/// `aac-host ARGS` with `stdin` piped in, in a session of its own without a terminal
+/// (`setsid`: a test run from a terminal must not have the host ask on it).
 fn host_after(args: &[&str], stdin: &str, delay: std::time::Duration) -> Run {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+    let mut child = Command::new("setsid")
+        .arg("--wait")
+        .arg(env!("CARGO_BIN_EXE_aac-host"))
         .args(args)
         .env("AAC_LOG", "warn")
         .env_remove("AAC_TOKEN")
@@ -172,6 +177,57 @@ fn host_after(args: &[&str], stdin: &str, delay: std::time::Duration) -> Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        terminal: String::new(),
+    }
+}
+
+/// `aac-host ARGS` on a terminal of its own (util-linux `script`, a pseudo-terminal that
+/// becomes its controlling terminal) at which its person types `typed` after `delay`;
+/// its stdout and stderr go to files, as a shell would redirect them.
+fn host_on_terminal(args: &[&str], typed: &str, delay: std::time::Duration) -> Run {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stdout");
+    let err = dir.path().join("stderr");
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let mut command = vec![
+        quote(env!("CARGO_BIN_EXE_aac-host")),
+        quote("--timeout"),
+        quote("60"),
+    ];
+    command.extend(args.iter().map(|a| quote(a)));
+    let command = format!(
+        "{} >{} 2>{}",
+        command.join(" "),
+        quote(out.to_str().unwrap()),
+        quote(err.to_str().unwrap())
+    );
+    let mut child = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .env("AAC_LOG", "warn")
+        .env("SHELL", "/bin/sh")
+        .env_remove("AAC_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let typed = typed.to_owned();
+    let typing = std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = input.write_all(typed.as_bytes());
+        // The person stays at the terminal until the host is done.
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        drop(input);
+    });
+    let shown = child.wait_with_output().unwrap();
+    drop(typing);
+    Run {
+        code: shown.status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(&out).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err).unwrap_or_default(),
+        terminal: String::from_utf8_lossy(&shown.stdout).into_owned(),
     }
 }
 
@@ -343,9 +399,17 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
     let bin = bin.to_str().unwrap();
     let db = reference.db.to_str().unwrap();
     let token = reference.token.as_str();
-    let run = |stdin: &str| match via {
-        Via::Stdio => host(
-            &[
+    // On the person's terminal (`on_terminal`), or with the answer piped to stdin.
+    let run_as = |typed: &str, on_terminal: bool| {
+        let run = |args: &[&str]| {
+            if on_terminal {
+                host_on_terminal(args, typed, std::time::Duration::ZERO)
+            } else {
+                host(args, typed)
+            }
+        };
+        match via {
+            Via::Stdio => run(&[
                 "--token",
                 token,
                 "--trust",
@@ -358,11 +422,8 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
                 "serve",
                 "--confirm",
                 "user",
-            ],
-            stdin,
-        ),
-        Via::Http(server) => host(
-            &[
+            ]),
+            Via::Http(server) => run(&[
                 "--url",
                 &server.url,
                 "--token",
@@ -370,12 +431,22 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
                 "--trust",
                 "delete_issue",
                 r#"{"issue_id":"AAC-2"}"#,
-            ],
-            stdin,
-        ),
+            ]),
+        }
     };
+    let run = |typed: &str| run_as(typed, true);
     let question = "the server asks: delete_issue: Delete issue AAC-2 with its comments and \
                     autopilot runs? This cannot be undone. [y/N]";
+
+    // A yes piped to stdin (`echo y | aac-host …`, what a model with a shell would do)
+    // is nobody's: without a terminal the question is answered no.
+    let piped = run_as("y\n", false);
+    assert_eq!(piped.code, 1, "{}", piped.stderr);
+    assert!(piped.stderr.contains("no terminal"), "{}", piped.stderr);
+    assert!(piped.stderr.contains("user_declined"), "{}", piped.stderr);
+    let records = reference.audit("delete_issue");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["reason"], "user_declined");
 
     let no = run("n\n");
     assert_eq!(no.code, 1, "{}", no.stderr);
@@ -389,22 +460,22 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
         "the host asked too: {}",
         no.stderr
     );
-    assert!(no.stderr.contains(question), "{}", no.stderr);
+    assert!(no.terminal.contains(question), "{}", no.terminal);
     assert!(no.stderr.contains("user_declined"), "{}", no.stderr);
     let records = reference.audit("delete_issue");
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0]["outcome"], "denied");
-    assert_eq!(records[0]["reason"], "user_declined");
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[1]["outcome"], "denied");
+    assert_eq!(records[1]["reason"], "user_declined");
 
     let yes = run("y\n");
     assert_eq!(yes.code, 0, "{}", yes.stderr);
-    assert!(yes.stderr.contains(question), "{}", yes.stderr);
+    assert!(yes.terminal.contains(question), "{}", yes.terminal);
     let deleted: Value = serde_json::from_str(&yes.stdout).unwrap();
     assert_eq!(deleted["key"], "AAC-2");
     let records = reference.audit("delete_issue");
-    assert_eq!(records.len(), 2, "{records:?}");
-    assert_eq!(records[1]["outcome"], "success");
-    assert_eq!(records[1]["confirmed_by"], "user");
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records[2]["outcome"], "success");
+    assert_eq!(records[2]["confirmed_by"], "user");
 
     // `--yes` is the script's yes, never the person's: with nobody at the terminal, the
     // server's question is declined, and nothing is recorded as a person's yes.
@@ -453,8 +524,8 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
         scripted.stderr
     );
     let records = reference.audit("delete_issue");
-    assert_eq!(records.len(), 3, "{records:?}");
-    assert_eq!(records[2]["reason"], "user_declined");
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(records[3]["reason"], "user_declined");
 }
 
 /// The host's `--timeout` is the server's time, not the person's: a person who answers the
@@ -463,7 +534,7 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
 fn a_person_slower_than_the_host_timeout_is_still_heard() {
     let reference = Reference::new();
     let bin = aacworkflow_bin();
-    let run = host_after(
+    let run = host_on_terminal(
         &[
             "--timeout",
             "1",
