@@ -206,19 +206,47 @@ fn shown(value: Option<&Value>) -> String {
     bound(&escape(&text), MAX_VALUE_CHARS)
 }
 
-/// Control and bidirectional-override characters as `\u{…}` escapes, so that a value
-/// cannot reorder, hide or fake lines of the question.
+/// Control characters and [invisible](is_invisible) ones as `\u{…}` escapes, so that a
+/// value cannot reorder, hide or fake lines of the question, nor pass for another value
+/// (`AAC-1` with a zero-width space, a tag character or a filler after it).
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') {
+        if c.is_control() || is_invisible(c) {
             out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// Characters that change how the text around them shows without showing themselves:
+/// the bidirectional controls, the zero-width and other default-ignorable ones (tag
+/// characters, variation selectors, the Hangul fillers), and the line and paragraph
+/// separators (a new line on some terminals). A confirmation question escapes them; a
+/// host that prints text from a server should too.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fffb}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
 }
 
 fn bound(text: &str, max: usize) -> String {
@@ -320,6 +348,18 @@ mod tests {
             Some(&long),
         );
         assert_eq!(q, format!("delete_issue: Delete {}…?", "x".repeat(199)));
+        // Invisible characters a model could add to pass one value for another.
+        let hidden = json!({"issue_id": "AAC-1\u{200b}\u{2060}\u{e0041}\u{3164}\u{115f}\u{fe0f}x"});
+        let q = question(
+            "delete_issue",
+            None,
+            Some("Delete {issue_id}?"),
+            Some(&hidden),
+        );
+        assert_eq!(
+            q,
+            "delete_issue: Delete AAC-1\\u{200b}\\u{2060}\\u{e0041}\\u{3164}\\u{115f}\\u{fe0f}x?"
+        );
         let q = question("delete_issue", None, None, Some(&long));
         assert_eq!(
             q,

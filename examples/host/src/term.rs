@@ -8,34 +8,9 @@ use aac_tools::host::{Consent, ToolPolicy};
 use aac_tools::mcp::client::AskUser;
 use serde_json::{Map, Value};
 
-/// Characters that change how text around them shows without showing themselves: the
-/// bidirectional controls, the zero-width and other default-ignorable ones, and the line
-/// and paragraph separators (a new line on some terminals).
-fn is_invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{ad}'
-            | '\u{34f}'
-            | '\u{61c}'
-            | '\u{115f}'..='\u{1160}'
-            | '\u{17b4}'..='\u{17b5}'
-            | '\u{180b}'..='\u{180f}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}'
-            | '\u{3164}'
-            | '\u{feff}'
-            | '\u{ffa0}'
-            | '\u{fff0}'..='\u{fffb}'
-            | '\u{1bca0}'..='\u{1bca3}'
-            | '\u{1d173}'..='\u{1d17a}'
-            | '\u{e0000}'..='\u{e0fff}'
-    )
-}
-
 /// True for a character printed escaped: a control character or an invisible one.
 fn must_escape(c: char) -> bool {
-    c.is_control() || is_invisible(c)
+    c.is_control() || aac_tools::confirm::is_invisible(c)
 }
 
 /// Server text on one line, with its control characters (line breaks and tabs included)
