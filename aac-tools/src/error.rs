@@ -40,10 +40,14 @@ pub enum Status {
     Internal,
     /// 503: a dependency is unavailable (for example the audit sink).
     Unavailable,
+    /// 499 (nginx's "client closed request"): the call was abandoned before it ran (its
+    /// client cancelled it or went away, or the server stopped while it waited).
+    ClientClosedRequest,
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 415, 429, 500 or 503.
+    /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 415, 429, 499, 500
+    /// or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
@@ -59,6 +63,7 @@ impl Status {
             Status::TooManyRequests => 429,
             Status::Internal => 500,
             Status::Unavailable => 503,
+            Status::ClientClosedRequest => 499,
         }
     }
 
@@ -78,6 +83,7 @@ impl Status {
             429 => Status::TooManyRequests,
             500 => Status::Internal,
             503 => Status::Unavailable,
+            499 => Status::ClientClosedRequest,
             _ => return None,
         })
     }

@@ -733,6 +733,24 @@ async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
         "{:?}",
         records[0]
     );
+    // The answer, if the client still reads, says what the record says, and does not
+    // blame the client alone (SIGTERM ends the input the same way).
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let body: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        (body["status"].as_u64(), body["reason"].as_str()),
+        (Some(499), Some("cancelled")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("or the server is stopping"),
+        "{body}"
+    );
     drop(raw);
 }
 

@@ -67,11 +67,16 @@ impl RmcpPeer {
     /// which of the two is noticed first is a race. A closed HTTP stream alone is not an
     /// end: the client may resume it.
     async fn request(&self, request: ServerRequest, what: &str) -> Result<ClientResult, ToolError> {
+        // Which of the ends it was cannot always be told (over stdio, SIGTERM ends the
+        // input as the client's leaving does): the answer names them all.
         let cancelled = || {
             ToolError::new(
-                Status::BadRequest,
+                Status::ClientClosedRequest,
                 "cancelled",
-                format!("the client cancelled the call while the server waited for its {what}"),
+                format!(
+                    "the call was abandoned while the server waited for its {what}: the \
+                     client cancelled it or went away, or the server is stopping"
+                ),
             )
         };
         let closed = async {
