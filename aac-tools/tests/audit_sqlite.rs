@@ -804,6 +804,23 @@ async fn the_audit_command_prints_records_summaries_and_verification() {
     let stats: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(stats["denied"], 4);
     assert_eq!(stats["most_refused_tools"][0]["tool"], "wipe");
+    // The listing, written one record at a time, is the table and the JSON lines of the
+    // records fetched at once.
+    let records = AuditQuery::new().fetch(&conn).unwrap();
+    assert_eq!(run(AuditCommand::default()), format_table(&records));
+    let json = run(AuditCommand {
+        json: true,
+        ..AuditCommand::default()
+    });
+    assert_eq!(json, format_json_lines(&records));
+    let last_two = AuditQuery::new().limit(2);
+    assert_eq!(
+        run(AuditCommand {
+            query: last_two.clone(),
+            ..AuditCommand::default()
+        }),
+        format_table(&last_two.fetch(&conn).unwrap())
+    );
     let out = run(AuditCommand {
         verify: true,
         ..AuditCommand::default()

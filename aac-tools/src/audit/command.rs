@@ -4,8 +4,9 @@ use std::io::Write;
 
 use rusqlite::Connection;
 
+use super::format::{TABLE_HEADER, aligned_line, json_text, printable, table_row};
 use super::sqlite::{check_table, verify_chain};
-use super::{AuditError, AuditQuery, format_json_lines, format_table};
+use super::{AuditError, AuditQuery};
 
 /// The `audit` command of a server's command line (the one `aac_tools::cli` gives every
 /// server): the records, the summary or the chain's verification, as text or JSON.
@@ -61,13 +62,47 @@ impl AuditCommand {
             }
             return Ok(());
         }
-        let records = self.query.fetch(conn)?;
-        let text = if self.json {
-            format_json_lines(&records)
-        } else {
-            format_table(&records)
-        };
-        out.write_all(text.as_bytes()).map_err(io)
+        // One record at a time, as it is read: a trail of any size is listed in the
+        // memory of one record (the table reads it twice, once for the columns' widths).
+        if self.json {
+            return self.query.for_each(conn, |record| {
+                let mut line = json_text(&record);
+                line.push('\n');
+                out.write_all(line.as_bytes()).map_err(io)
+            });
+        }
+        // Both reads in one read transaction: one snapshot of a trail a server may be
+        // appending to.
+        let snapshot = conn.is_autocommit();
+        if snapshot {
+            conn.execute_batch("BEGIN")
+                .map_err(super::sqlite::sql_error)?;
+        }
+        let listed = self.table(conn, out);
+        if snapshot {
+            let _ = conn.execute_batch("COMMIT");
+        }
+        listed
+    }
+
+    /// The records as an aligned table, read twice: once for the columns' widths.
+    fn table(&self, conn: &Connection, out: &mut dyn Write) -> Result<(), AuditError> {
+        let io = |e: std::io::Error| AuditError::new(format!("cannot write the output: {e}"));
+        let mut widths: Vec<usize> = TABLE_HEADER.iter().map(|h| h.chars().count()).collect();
+        self.query.for_each(conn, |record| {
+            for (w, cell) in widths.iter_mut().zip(table_row(&record)) {
+                *w = (*w).max(printable(&cell).chars().count());
+            }
+            Ok(())
+        })?;
+        out.write_all(aligned_line(&widths, TABLE_HEADER.iter().copied()).as_bytes())
+            .map_err(io)?;
+        self.query.for_each(conn, |record| {
+            let cells = table_row(&record);
+            let cells: Vec<_> = cells.iter().map(|cell| printable(cell)).collect();
+            let line = aligned_line(&widths, cells.iter().map(|cell| cell.as_ref()));
+            out.write_all(line.as_bytes()).map_err(io)
+        })
     }
 }
 

@@ -87,46 +87,46 @@ impl fmt::Display for AuditSummary {
 
 /// The records as an aligned text table, one line per record, with a header.
 pub fn format_table(records: &[StoredRecord]) -> String {
-    let rows: Vec<Vec<String>> = records
-        .iter()
-        .map(|s| {
-            let r = &s.record;
-            let dash = || "-".to_owned();
-            vec![
-                s.seq.to_string(),
-                r.timestamp.clone(),
-                r.tool.clone(),
-                r.outcome.as_str().to_owned(),
-                r.reason.clone().unwrap_or_else(dash),
-                r.status.to_string(),
-                r.principal.clone().unwrap_or_else(dash),
-                r.workspace.clone().unwrap_or_else(dash),
-                r.transport.clone(),
-                r.access_level
-                    .map(|a| a.as_str().to_owned())
-                    .unwrap_or_else(dash),
-                r.confirmed_by.clone().unwrap_or_else(dash),
-                format!("{:.3}", r.duration_us as f64 / 1000.0),
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "seq",
-            "timestamp",
-            "tool",
-            "outcome",
-            "reason",
-            "status",
-            "principal",
-            "workspace",
-            "transport",
-            "access",
-            "confirmed_by",
-            "ms",
-        ],
-        &rows,
-    )
+    let rows: Vec<Vec<String>> = records.iter().map(table_row).collect();
+    table(&TABLE_HEADER, &rows)
+}
+
+/// The header of [`format_table`].
+pub(crate) const TABLE_HEADER: [&str; 12] = [
+    "seq",
+    "timestamp",
+    "tool",
+    "outcome",
+    "reason",
+    "status",
+    "principal",
+    "workspace",
+    "transport",
+    "access",
+    "confirmed_by",
+    "ms",
+];
+
+/// One record's cells in [`format_table`], as stored (not yet made printable).
+pub(crate) fn table_row(s: &StoredRecord) -> Vec<String> {
+    let r = &s.record;
+    let dash = || "-".to_owned();
+    vec![
+        s.seq.to_string(),
+        r.timestamp.clone(),
+        r.tool.clone(),
+        r.outcome.as_str().to_owned(),
+        r.reason.clone().unwrap_or_else(dash),
+        r.status.to_string(),
+        r.principal.clone().unwrap_or_else(dash),
+        r.workspace.clone().unwrap_or_else(dash),
+        r.transport.clone(),
+        r.access_level
+            .map(|a| a.as_str().to_owned())
+            .unwrap_or_else(dash),
+        r.confirmed_by.clone().unwrap_or_else(dash),
+        format!("{:.3}", r.duration_us as f64 / 1000.0),
+    ]
 }
 
 /// The records as JSON lines, one [`StoredRecord`] JSON object per line.
@@ -181,22 +181,26 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut text = String::new();
-        for (i, cell) in cells.enumerate() {
-            if i > 0 {
-                text.push_str("  ");
-            }
-            let _ = write!(text, "{cell:<width$}", width = widths[i]);
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(&mut header.iter().copied());
+    out.push_str(&aligned_line(&widths, header.iter().copied()));
     for row in &rows {
-        line(&mut row.iter().map(|cell| cell.as_ref()));
+        out.push_str(&aligned_line(&widths, row.iter().map(|cell| cell.as_ref())));
     }
     out
+}
+
+/// One line of a table: each cell (already [`printable`]) padded to its column's width,
+/// two spaces between columns, no trailing space, and a newline.
+pub(crate) fn aligned_line<'a>(widths: &[usize], cells: impl Iterator<Item = &'a str>) -> String {
+    let mut text = String::new();
+    for (i, cell) in cells.enumerate() {
+        if i > 0 {
+            text.push_str("  ");
+        }
+        let _ = write!(text, "{cell:<width$}", width = widths[i]);
+    }
+    let mut line = text.trim_end().to_owned();
+    line.push('\n');
+    line
 }
 
 /// `text` safe to print on a terminal: control characters and anything else that is not

@@ -131,6 +131,21 @@ impl AuditQuery {
     /// `conn` is any connection to the database (a read-only one is enough), for example
     /// a tool's `tx.conn()` or [`open_reader`](super::open_reader).
     pub fn fetch(&self, conn: &Connection) -> Result<Vec<StoredRecord>, AuditError> {
+        let mut records = Vec::new();
+        self.for_each(conn, |record| {
+            records.push(record);
+            Ok(())
+        })?;
+        Ok(records)
+    }
+
+    /// [`AuditQuery::fetch`], one record at a time, without holding them all: for a trail
+    /// larger than memory. Stops at the first error `each` returns.
+    pub fn for_each(
+        &self,
+        conn: &Connection,
+        mut each: impl FnMut(StoredRecord) -> Result<(), AuditError>,
+    ) -> Result<(), AuditError> {
         let (filter, params) = self.filter();
         let columns = &*SELECT_COLUMNS;
         let sql = match self.limit {
@@ -144,14 +159,13 @@ impl AuditQuery {
         let mut rows = stmt
             .query(rusqlite::params_from_iter(params.iter()))
             .map_err(sql_error)?;
-        let mut records = Vec::new();
         while let Some(row) = rows.next().map_err(sql_error)? {
             let row = Row::read(row).map_err(|bad| {
                 AuditError::new(format!("audit record {}: {}", bad.seq, bad.problem))
             })?;
-            records.push(row.into_stored()?);
+            each(row.into_stored()?)?;
         }
-        Ok(records)
+        Ok(())
     }
 
     /// A summary of the matching records, for spotting anomalies (the limit is ignored).
