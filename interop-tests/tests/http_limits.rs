@@ -323,6 +323,33 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
     assert_eq!(last.reason.as_deref(), Some("rate_limited"));
     assert_eq!(last.principal.as_deref(), Some("alice"));
     assert_eq!(last.status, 429);
+
+    // Past the first refusal, a principal's flood is answered 429 and counted, not
+    // recorded call by call: it cannot grow the trail faster than its rate.
+    for _ in 0..50 {
+        assert_eq!(valid_call(&server).await, 429);
+    }
+    assert_eq!(server.sink.records().len(), 4);
+    // The count is recorded (every 10 s by `http::serve`, and when it stops).
+    server.server.flush_rate_limited().await;
+    let records = server.sink.records();
+    assert_eq!(records.len(), 5, "{records:?}");
+    let counted = &records[4];
+    assert_eq!(
+        (
+            counted.tool.as_str(),
+            counted.principal.as_deref(),
+            counted.status,
+            counted.check
+        ),
+        (
+            "(rate limited)",
+            Some("alice"),
+            429,
+            Some(aac_tools::audit::Check::RateLimit)
+        )
+    );
+    assert_eq!(counted.arguments["suppressed"], 50);
 }
 
 /// The reference server's `trigger_autopilot` (`rate = "30/min"`) over REST: past 30 calls

@@ -56,6 +56,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) confirm_timeout: u64,
+    /// The most calls (and reads, prompts, completions) one principal may make, every tool
+    /// together, such as `20/s` or `600/min`; past it, 429 and a `rate_limited` record.
+    /// Bounds how fast one token can grow the audit trail. Default: no limit
+    #[arg(long, value_name = "RATE")]
+    pub(crate) rate_limit: Option<crate::Rate>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -213,6 +213,7 @@ async fn serve(
         .read_only_mode(args.read_only)
         .confirmation(args.confirm)
         .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .rate_limit_per_principal(args.rate_limit)
         .request_state_keys(super::serve::request_state_keys()?)
         // Single use of request states beside the trail: any replica refuses a replay.
         .request_state_ledger(ledger)

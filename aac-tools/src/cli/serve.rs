@@ -125,6 +125,7 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
         .read_only_mode(args.read_only)
         .confirmation(args.confirm)
         .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .rate_limit_per_principal(args.rate_limit)
         .request_state_keys(request_state_keys()?)
         // Single use of request states, in the audit database: any replica sharing it
         // refuses a replay.

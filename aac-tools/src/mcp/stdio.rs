@@ -301,6 +301,7 @@ where
         server: server.clone(),
         token: token.clone(),
     };
+    let counts = server.clone();
     let shared = Shared::new(server)?;
     let closed = tokio_util::sync::CancellationToken::new();
     let handler = McpHandler::new(shared, Via::Stdio, token).with_connection_closed(closed.clone());
@@ -318,10 +319,11 @@ where
             )));
         }
     };
-    running
-        .waiting()
-        .await
-        .map_err(|err| io::Error::other(format!("the MCP session failed: {err}")))?;
+    let ended = running.waiting().await;
+    // What the principal's rate counted and did not record (past the rate, refusals are
+    // counted), before the session's end is reported.
+    counts.flush_rate_limited().await;
+    ended.map_err(|err| io::Error::other(format!("the MCP session failed: {err}")))?;
     Ok(())
 }
 

@@ -59,6 +59,33 @@ impl Rate {
     }
 }
 
+/// `COUNT/UNIT`, the unit `s`, `min`, `h` or `day`: `30/min`, `20/s` (as the
+/// `rate = "…"` of `#[mcp_tool]`).
+impl std::str::FromStr for Rate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Rate, String> {
+        let bad = || {
+            format!(
+                "`{text}` is not a rate: a count of at least 1, `/`, and a unit `s`, `min`, `h` or `day`, such as `20/s`"
+            )
+        };
+        let (count, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let secs = match unit.trim() {
+            "s" => 1,
+            "min" => 60,
+            "h" => 3600,
+            "day" => 86_400,
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(bad());
+        }
+        Ok(Rate::new(count, Duration::from_secs(secs)))
+    }
+}
+
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}s", self.count, self.per.as_secs_f64())
@@ -74,6 +101,8 @@ struct Bucket {
     tokens: f64,
     at: Instant,
     suppressed: u64,
+    /// An event was refused since the last one that went ahead.
+    refused: bool,
 }
 
 /// Whether an event may go ahead.
@@ -82,8 +111,9 @@ pub(crate) enum Verdict {
     /// Go ahead; `suppressed` events of this key were refused since the last one that went
     /// ahead (to report now).
     Allowed { suppressed: u64 },
-    /// Refused: retry after this long.
-    Limited { retry_after: Duration },
+    /// Refused: retry after this long. `first`: the first refusal of this key since an
+    /// event went ahead.
+    Limited { retry_after: Duration, first: bool },
 }
 
 /// Token buckets by key.
@@ -127,8 +157,19 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         Suppressed { by_key, overflow }
     }
 
-    /// Take one token for `key`, if there is one.
+    /// Take one token for `key`, if there is one; every refusal is counted (in
+    /// [`Verdict::Allowed::suppressed`] and [`Limiter::take_suppressed`]).
     pub(crate) fn check(&self, key: &K) -> Verdict {
+        self.check_counting(key, true)
+    }
+
+    /// [`Limiter::check`], but the first refusal of a key since an event went ahead is not
+    /// counted: its caller records it on its own, and counts only the rest.
+    pub(crate) fn check_counting_after_first(&self, key: &K) -> Verdict {
+        self.check_counting(key, false)
+    }
+
+    fn check_counting(&self, key: &K, count_first: bool) -> Verdict {
         let now = Instant::now();
         let capacity = f64::from(self.rate.count);
         let per_token = self.rate.refill().as_secs_f64();
@@ -143,6 +184,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
                 *self.overflow.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                 return Verdict::Limited {
                     retry_after: self.rate.refill(),
+                    first: false,
                 };
             }
         }
@@ -150,19 +192,25 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             tokens: capacity,
             at: now,
             suppressed: 0,
+            refused: false,
         });
         let refilled = now.duration_since(bucket.at).as_secs_f64() / per_token;
         bucket.tokens = (bucket.tokens + refilled).min(capacity);
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
+            bucket.refused = false;
             let suppressed = std::mem::take(&mut bucket.suppressed);
             Verdict::Allowed { suppressed }
         } else {
-            bucket.suppressed += 1;
+            let first = !std::mem::replace(&mut bucket.refused, true);
+            if count_first || !first {
+                bucket.suppressed += 1;
+            }
             let wait = (1.0 - bucket.tokens) * per_token;
             Verdict::Limited {
                 retry_after: Duration::from_secs_f64(wait),
+                first,
             }
         }
     }
@@ -269,5 +317,40 @@ mod tests {
         }
         assert_eq!(limiter.buckets.lock().unwrap().len(), MAX_KEYS);
         assert_eq!(limiter.take_suppressed().overflow, 500);
+    }
+
+    /// A caller that records the first refusal itself: the first of a run is not counted,
+    /// the rest are, and an event that goes ahead reports them and starts a new run.
+    #[test]
+    fn the_first_refusal_of_a_run_can_be_left_uncounted() {
+        let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
+        assert_eq!(
+            limiter.check_counting_after_first(&1),
+            Verdict::Allowed { suppressed: 0 }
+        );
+        assert!(matches!(
+            limiter.check_counting_after_first(&1),
+            Verdict::Limited { first: true, .. }
+        ));
+        for _ in 0..3 {
+            assert!(matches!(
+                limiter.check_counting_after_first(&1),
+                Verdict::Limited { first: false, .. }
+            ));
+        }
+        assert_eq!(
+            limiter.take_suppressed(),
+            Suppressed {
+                by_key: vec![(1, 3)],
+                overflow: 0
+            }
+        );
+        // `check` counts every refusal, the first included.
+        assert!(matches!(limiter.check(&2), Verdict::Allowed { .. }));
+        assert!(matches!(
+            limiter.check(&2),
+            Verdict::Limited { first: true, .. }
+        ));
+        assert_eq!(limiter.take_suppressed().by_key, vec![(2, 1)]);
     }
 }

@@ -77,6 +77,8 @@ pub struct Attempt {
     confirmed_by: Option<&'static str>,
     /// A 2026-07-28 call that waits for the person's answer.
     input_required: Option<InputRequired>,
+    /// Refused past a principal's rate and counted, not recorded on its own.
+    counted: bool,
 }
 
 impl fmt::Debug for Attempt {
@@ -118,6 +120,7 @@ impl Server {
             recorded: false,
             confirmed_by: None,
             input_required: None,
+            counted: false,
         }
     }
 
@@ -139,7 +142,45 @@ impl Server {
     /// that a flood that stops still leaves its count. [`http::serve`](crate::http::serve)
     /// calls it every few seconds and when it stops.
     pub async fn flush_rate_limited(&self) {
-        let (Some(limiter), Some(sink)) = (&self.limits().unauthenticated, self.audit()) else {
+        let Some(sink) = self.audit() else {
+            return;
+        };
+        // Principals past their rate (their own, or a tool's): one record each.
+        let limits = self.limits();
+        let tools = self.registry().tools();
+        let per_tool = limits
+            .per_tool
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((Some(tools.get(i)?.name()), l.as_ref()?)));
+        for (tool, limiter) in limits.principal.iter().map(|l| (None, l)).chain(per_tool) {
+            let taken = limiter.take_suppressed();
+            for ((subject, workspace), count) in taken.by_key {
+                let record = record::suppressed_of(
+                    &subject,
+                    workspace.as_deref(),
+                    tool,
+                    count,
+                    crate::context::Transport::InProcess,
+                );
+                if let Err(err) = sink.record(record).await {
+                    tracing::error!(error = %err, count, "the count of rate-limited calls could not be recorded");
+                }
+            }
+            if taken.overflow > 0 {
+                let record = record::suppressed_of(
+                    "(untracked principals)",
+                    None,
+                    tool,
+                    taken.overflow,
+                    crate::context::Transport::InProcess,
+                );
+                if let Err(err) = sink.record(record).await {
+                    tracing::error!(error = %err, "the count of rate-limited calls could not be recorded");
+                }
+            }
+        }
+        let Some(limiter) = &self.limits().unauthenticated else {
             return;
         };
         let taken = limiter.take_suppressed();
@@ -305,7 +346,7 @@ impl Attempt {
         let peer = limits::peer_key(self.request.peer_addr?);
         let limiter = self.server.limits().unauthenticated.as_ref()?;
         match limiter.check(&peer) {
-            Verdict::Limited { retry_after } => {
+            Verdict::Limited { retry_after, .. } => {
                 // Counted, to be recorded with this peer's next recorded refusal.
                 self.recorded = true;
                 Some(ToolError::rate_limited(retry_after))
@@ -328,6 +369,42 @@ impl Attempt {
         }
     }
 
+    /// A principal's rate (its own, or a tool's): past it, the first refusal since its
+    /// last call that went ahead is recorded as any refusal; the rest are answered 429
+    /// and only counted (a principal cannot grow the trail faster than its rate allows),
+    /// their count recorded before its next call that goes ahead, and by
+    /// [`Server::flush_rate_limited`].
+    async fn rate_limited(
+        &mut self,
+        verdict: Verdict,
+        principal: &Principal,
+        tool: Option<&str>,
+    ) -> Result<(), (Check, ToolError)> {
+        match verdict {
+            Verdict::Limited { retry_after, first } => {
+                self.counted = !first;
+                Err((Check::RateLimit, ToolError::rate_limited(retry_after)))
+            }
+            Verdict::Allowed { suppressed: 0 } => Ok(()),
+            Verdict::Allowed { suppressed } => {
+                if let Some(sink) = self.server.audit()
+                    && let Err(err) = sink
+                        .record(record::suppressed_of(
+                            principal.subject(),
+                            principal.workspace(),
+                            tool,
+                            suppressed,
+                            self.request.transport,
+                        ))
+                        .await
+                {
+                    tracing::error!(error = %err, suppressed, subject = principal.subject(), "the count of rate-limited calls could not be recorded");
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Write the record (if the server keeps a trail) and make the answer.
     async fn finish(
         &mut self,
@@ -341,6 +418,11 @@ impl Attempt {
             && let Some(limited) = self.limit_unauthenticated().await
         {
             return CallResponse::new(Err(limited), Some(Check::RateLimit));
+        }
+        // Past a principal's rate: counted, not recorded one by one (`rate_limited`).
+        if self.counted {
+            self.recorded = true;
+            return CallResponse::new(result, check);
         }
         let Some(sink) = self.server.audit().cloned() else {
             self.recorded = true;
@@ -404,10 +486,9 @@ impl Attempt {
                 principal.workspace().map(str::to_owned),
             )
         };
-        if let Some(limiter) = &self.server.limits().principal
-            && let Verdict::Limited { retry_after } = limiter.check(&key())
-        {
-            return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
+        if let Some(limiter) = &self.server.limits().principal {
+            let limited = limiter.check_counting_after_first(&key());
+            self.rate_limited(limited, &principal, None).await?;
         }
         // 2. find the tool, 3. scopes
         self.authorize()?;
@@ -417,10 +498,10 @@ impl Attempt {
         let server = self.server.clone();
         let entry = self.entry(&server).expect("authorized: the tool exists");
         // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
-        if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i])
-            && let Verdict::Limited { retry_after } = limiter.check(&key())
-        {
-            return Err((Check::RateLimit, ToolError::rate_limited(retry_after)));
+        if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i]) {
+            let limited = limiter.check_counting_after_first(&key());
+            self.rate_limited(limited, &principal, Some(entry.name()))
+                .await?;
         }
         let def = entry.def();
         // Arguments that repeat a key say two things; which one is meant cannot be known

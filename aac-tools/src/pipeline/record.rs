@@ -122,3 +122,34 @@ pub(super) fn suppressed(
         kind: CallKind::Tool,
     }
 }
+
+/// The one record that counts the calls of one principal refused past its rate (its own,
+/// or one tool's: then `tool`) that were answered 429 without a record of their own.
+pub(super) fn suppressed_of(
+    subject: &str,
+    workspace: Option<&str>,
+    tool: Option<&str>,
+    count: u64,
+    transport: Transport,
+) -> AuditRecord {
+    let mut record = AuditRecord {
+        tool: tool.unwrap_or("(rate limited)").to_owned(),
+        outcome: Outcome::Denied,
+        reason: Some("rate_limited".to_owned()),
+        check: Some(Check::RateLimit),
+        status: Status::TooManyRequests.code(),
+        scopes_provided: Vec::new(),
+        timestamp: crate::audit::now_timestamp(),
+        principal: Some(subject.to_owned()),
+        workspace: workspace.map(str::to_owned),
+        transport: transport.as_str().to_owned(),
+        request_id: None,
+        duration_us: 0,
+        access_level: None,
+        arguments: serde_json::json!({"suppressed": count}),
+        confirmed_by: None,
+        kind: CallKind::Tool,
+    };
+    bound_record(&mut record);
+    record
+}

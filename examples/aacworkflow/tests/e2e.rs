@@ -843,3 +843,57 @@ async fn a_tools_own_rate_limits_each_user_over_stdio() {
         let _ = client.cancel().await;
     }
 }
+
+/// `serve --rate-limit 2/h`: past two calls, every call of that user is refused 429; the
+/// first refusal is recorded as any refusal, the rest are counted and their count is
+/// recorded when the session ends. A rate that does not read is refused at start.
+#[tokio::test]
+async fn serve_rate_limit_bounds_each_user_and_counts_the_flood() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let admin = env.stdio(&alice, &["--rate-limit", "2/h"]).await;
+    ok(&admin, "get_issue", json!({"issue_id": "AAC-1"})).await;
+    ok(&admin, "list_issues", json!({})).await;
+    for _ in 0..6 {
+        refused(
+            &admin,
+            "get_issue",
+            json!({"issue_id": "AAC-1"}),
+            429,
+            "rate_limited",
+        )
+        .await;
+    }
+    let _ = admin.cancel().await;
+    // The session's end records the count (a guard against a hang, not a timing check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let limited = loop {
+        let limited = env.audit(&["--reason", "rate_limited"]);
+        if limited.len() >= 2 || std::time::Instant::now() > deadline {
+            break limited;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(limited.len(), 2, "{limited:?}");
+    assert_eq!(
+        (&limited[0]["tool"], &limited[0]["principal"]),
+        (&json!("get_issue"), &json!("alice"))
+    );
+    assert_eq!(
+        (
+            &limited[1]["tool"],
+            &limited[1]["principal"],
+            &limited[1]["arguments"]["suppressed"]
+        ),
+        (&json!("(rate limited)"), &json!("alice"), &json!(5))
+    );
+
+    let out = env
+        .command()
+        .args(["serve", "--rate-limit", "0/s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`0/s` is not a rate"), "{stderr}");
+}
