@@ -1882,6 +1882,32 @@ async fn stateless_mode_serves_without_sessions() {
     assert_eq!(server.sink.records().len(), 2);
 }
 
+/// A stateless server whose destructive tool needs a person: a session-protocol client
+/// that declared elicitation is told why it cannot be asked (no session to ask through),
+/// not that it declared no elicitation.
+#[tokio::test]
+async fn a_stateless_server_says_why_it_cannot_ask_the_user() {
+    let server = confirming_server(HttpOptions::default().stateless(true)).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"1"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (status, answer) = raw
+        .call(1, "delete_note", json!({"id": 1, "confirm": true}))
+        .await;
+    assert_eq!(status, 200);
+    let answer = answer.expect("an answer");
+    let error = error_body(&answer["result"]);
+    assert_eq!(error["reason"], "user_confirmation_unavailable", "{error}");
+    let message = error["error"].as_str().unwrap();
+    assert!(message.contains("this server is stateless"), "{message}");
+    assert!(!message.contains("declared no form"), "{message}");
+}
+
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
 
 fn jwt(claims: Value) -> String {

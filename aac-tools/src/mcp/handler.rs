@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     tools: Vec<Tool>,
     index: HashMap<&'static str, usize>,
     info: ServerConfig,
+    /// Served without sessions (stateless Streamable HTTP): nothing can be sent to the
+    /// client but the answer, so the person cannot be asked by an elicitation.
+    stateless: bool,
 }
 
 impl Shared {
@@ -109,6 +112,7 @@ impl Shared {
             tools,
             index,
             info,
+            stateless: !subscriptions,
         }))
     }
 }
@@ -604,7 +608,7 @@ impl ServerHandler for McpHandler {
             context.meta.get_progress_token(),
             level,
             cancel.clone(),
-            asking(&context, modern),
+            asking(&context, modern, self.shared.stateless),
         )
         .ending_with(self.connection_closed.clone());
         let tool = request.name.into_owned();
@@ -652,7 +656,7 @@ impl ServerHandler for McpHandler {
 /// How the person behind this request's client can be asked: by an elicitation on a
 /// session whose client declared the capability (form mode), by `InputRequiredResult` on
 /// 2026-07-28 when the request's client capabilities include elicitation.
-fn asking(context: &RequestContext<RoleServer>, modern: bool) -> Asking {
+fn asking(context: &RequestContext<RoleServer>, modern: bool, stateless: bool) -> Asking {
     let form = |caps: &rmcp::model::ClientCapabilities| {
         caps.elicitation
             .as_ref()
@@ -670,12 +674,17 @@ fn asking(context: &RequestContext<RoleServer>, modern: bool) -> Asking {
             ),
         };
     }
+    if stateless {
+        return Asking::Unavailable(
+            "this server is stateless: a request has no session through which to ask the \
+             user (on protocol 2026-07-28 it is asked with `InputRequiredResult`)"
+                .to_owned(),
+        );
+    }
     match context.peer.peer_info() {
         Some(info) if form(&info.capabilities) => Asking::Elicit,
         Some(_) => Asking::Unavailable(
-            "the client declared no form `elicitation` capability at initialize \
-             (a stateless request declares none)"
-                .to_owned(),
+            "the client declared no form `elicitation` capability at initialize".to_owned(),
         ),
         None => Asking::Unavailable("the client has not initialized".to_owned()),
     }
