@@ -215,7 +215,14 @@ fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditE
     if !defer {
         return Ok(Connected { conn, wal: None });
     }
-    let mut wal_path = path.as_os_str().to_owned();
+    // The log of the file SQLite opened: the path as SQLite resolved it (symbolic links
+    // followed), not as given, or a sync could go to another file's log (a stale `-wal`
+    // beside a link to the database).
+    let database = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| path.to_path_buf(), std::path::PathBuf::from);
+    let mut wal_path = database.into_os_string();
     wal_path.push("-wal");
     match File::open(&wal_path) {
         Ok(wal) => Ok(Connected {
@@ -528,5 +535,39 @@ impl AuditSink for SqliteSink {
                 Box::pin(async move { Err(err) })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database reached through a symbolic link, with a stale `-wal` beside the link:
+    /// the log synced is the one beside the file SQLite writes, not the stale one.
+    #[cfg(unix)]
+    #[test]
+    fn the_log_synced_is_the_one_of_the_file_sqlite_opened() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        let link = dir.path().join("link");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&link).unwrap();
+        drop(SqliteSink::open(real.join("app.db")).unwrap());
+        std::os::unix::fs::symlink(real.join("app.db"), link.join("app.db")).unwrap();
+        std::fs::write(link.join("app.db-wal"), b"").unwrap();
+        let builder = SqliteSink::builder(link.join("app.db"));
+        let connected = connect(&link.join("app.db"), &builder).unwrap();
+        let synced = connected
+            .wal
+            .expect("the log is synced by the sink")
+            .metadata()
+            .unwrap();
+        let written = std::fs::metadata(real.join("app.db-wal")).unwrap();
+        assert_eq!(
+            (synced.dev(), synced.ino()),
+            (written.dev(), written.ino()),
+            "the sink syncs the log SQLite writes"
+        );
     }
 }
