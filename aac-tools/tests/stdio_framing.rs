@@ -984,3 +984,40 @@ async fn a_line_too_long_is_answered_under_its_id_and_a_last_line_needs_no_newli
         "{records:?}"
     );
 }
+
+/// A second request under the id of a call still in flight (here, waiting for a person) is
+/// refused under that id and recorded once; the first call is still answered, under its
+/// id, when the person answers (rmcp alone answered one of the two and lost the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_under_the_id_of_a_call_in_flight_is_refused() {
+    let sink = MemorySink::new();
+    let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"again"}}}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(
+        (&refused["id"], &refused["error"]["code"]),
+        (&json!(1), &json!(-32600)),
+        "{refused}"
+    );
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}}).to_string(),
+    )
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let records = sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.reason.as_deref(), r.status))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("echo_text", Some("duplicate_request_id"), 409),
+            ("forget_text", Some("user_declined"), 403),
+        ],
+        "{records:?}"
+    );
+}

@@ -453,6 +453,19 @@ impl Refusals {
         }))
     }
 
+    /// The record of a call (read, prompt, completion) refused because a request of the
+    /// connection with its id is still in flight.
+    fn in_flight(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
+        let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
+        let err = ToolError::new(
+            Status::Conflict,
+            "duplicate_request_id",
+            "a request of this connection with the same JSON-RPC id is still in flight: ids \
+             must be unique among a connection's requests in flight",
+        );
+        Some(self.refuse(request, err))
+    }
+
     /// The record of a line over [`MAX_LINE`], dropped unread: it may have carried a
     /// `tools/call`, so it is recorded as one, as the `/mcp` gate records a body over its
     /// limit: of the tool and under the id its first [`MAX_LINE`] bytes name, if they do,
@@ -1099,6 +1112,30 @@ where
                 continue;
             }
             let mut parsed = parse(&self.line);
+            // One request in flight per id: a second under the id of a call (or read,
+            // prompt, completion) not yet answered is refused, and recorded when it is one
+            // (rmcp would answer one of the two and lose the other).
+            if let Parsed::Message(message) = &parsed
+                && let JsonRpcMessage::Request(request) = message.as_ref()
+                && self
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(&request.id)
+            {
+                let id = serde_json::to_value(&request.id).unwrap_or_default();
+                self.recording = self.refusals.in_flight(trim_line(&self.line));
+                let answer = error_line(
+                    id,
+                    ErrorCode::INVALID_REQUEST,
+                    "Invalid request: a request with this id is still in flight: ids must be \
+                     unique among a connection's requests in flight"
+                        .to_owned(),
+                );
+                self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                self.line.clear();
+                continue;
+            }
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
                 Parsed::Ignored | Parsed::Refused { .. } => true,
