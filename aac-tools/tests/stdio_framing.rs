@@ -311,6 +311,18 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
             json!(9),
             -32602,
         ),
+        // A key of the message repeated, an id past 64 bits signed: "Invalid request",
+        // not "Invalid params".
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"ping","method":"tools/list","params":{}}"#,
+            json!(11),
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"tools/list","params":{}}"#,
+            json!(18446744073709551615u64),
+            -32600,
+        ),
     ] {
         raw.line(line).await;
         let answer = raw.next().await;
@@ -331,6 +343,13 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     );
     raw.line(&deep).await;
     let parse_error = raw.next().await;
+    assert!(
+        parse_error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("recursion limit exceeded"),
+        "the parser's own reason: {parse_error}"
+    );
     assert_eq!(
         (
             parse_error["id"].clone(),

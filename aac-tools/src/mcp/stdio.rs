@@ -882,13 +882,31 @@ fn parse(line: &[u8]) -> Parsed {
                 .and_then(|o| o.get("method"))
                 .and_then(serde_json::Value::as_str)
                 .filter(|_| !id.is_null());
-            let (code, message) = match method {
-                Some(method) => (
+            // A key of the message itself repeated, or an id no request can have, is said
+            // as what it is, not taken for params of the wrong shape.
+            let repeated = probe::repeated_key(line)
+                .filter(|pointer| pointer.len() > 1 && !pointer[1..].contains('/'));
+            let huge_id = object
+                .and_then(|o| o.get("id"))
+                .is_some_and(|id| id.is_u64() && !id.is_i64());
+            let (code, message) = match (method, repeated) {
+                (_, Some(pointer)) => (
+                    ErrorCode::INVALID_REQUEST,
+                    format!(
+                        "Invalid request: the key `{}` appears more than once in the message",
+                        &pointer[1..]
+                    ),
+                ),
+                _ if huge_id => (
+                    ErrorCode::INVALID_REQUEST,
+                    "Invalid request: an integer id must fit in 64 bits, signed".to_owned(),
+                ),
+                (Some(method), None) => (
                     ErrorCode::INVALID_PARAMS,
                     format!("Invalid params: the params of `{method}` are not of its shape"),
                 ),
                 // A request of the wrong shape, a batch, a bare value: as from rmcp.
-                None => (
+                (None, None) => (
                     ErrorCode::INVALID_REQUEST,
                     "Invalid request: not a JSON-RPC request, notification or response".to_owned(),
                 ),
@@ -904,10 +922,10 @@ fn parse(line: &[u8]) -> Parsed {
                 return Parsed::Refused {
                     id: top_level_id(&top),
                     code: ErrorCode::PARSE_ERROR,
-                    message: "Parse error: the message is not JSON this server can read \
-                              (nested deeper than 128 levels, a number out of range, or cut \
-                              short)"
-                        .to_owned(),
+                    message: format!(
+                        "Parse error: the message is not JSON this server can read: {}",
+                        crate::audit::bounded(&err.to_string(), 300)
+                    ),
                 };
             }
             // Not JSON: there is no id to answer to, and answering could start an error
