@@ -603,12 +603,15 @@ pub(crate) fn migrating(sql: &str) -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK}); {sql} COMMIT;")
 }
 
-/// The versions of each component's schema.
 /// Whether `err` is two sessions meeting on a role, cluster-wide (another database's
 /// grants creating or altering the same role at once): worth another try.
 fn met_on_a_role(err: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
     err.as_db_error().is_some_and(|db| {
-        *db.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+        // `role "…" already exists`: another database's grant created it between this
+        // one's look and its `CREATE ROLE`.
+        *db.code() == SqlState::UNIQUE_VIOLATION
+            || *db.code() == SqlState::DUPLICATE_OBJECT
             || db.message().contains("concurrently")
     })
 }
