@@ -1046,7 +1046,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                 .headers()
                 .get(SESSION_ID)
                 .and_then(|v| v.to_str().ok())
-                && let Some(evicted) = app.inner.sessions.opened(opened, &principal)
+                && let Some(evicted) = app
+                    .inner
+                    .sessions
+                    .opened(opened, &principal, |id| mcp.is_open(id))
             {
                 tracing::warn!(
                     subject = %principal,

@@ -8,15 +8,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::principal::Principal;
 
-/// rmcp closes a session after 5 minutes without a request; an owner idle for longer
-/// than this belongs to a session that is gone.
-const IDLE: Duration = Duration::from_secs(15 * 60);
-
-/// How many sessions are opened between two sweeps of idle owners.
+/// How many sessions are opened between two sweeps of the owners of sessions that are
+/// gone (closed by rmcp, which ends a session after 5 minutes without a message either
+/// way, or by the client's leaving).
 const SWEEP_EVERY: usize = 256;
 
 struct Owner {
@@ -95,9 +93,18 @@ impl SessionOwners {
     }
 
     /// `principal` opened session `id`. Past the cap, the principal's least recently
-    /// used session is forgotten here and returned, for the caller to close.
+    /// used session is forgotten here and returned, for the caller to close. Now and then
+    /// the owners of sessions that are no longer open (`is_open` says which are) are
+    /// forgotten: never the owner of a session that is, however long its client has been
+    /// silent (rmcp keeps a session alive while it sends the client updates, and an
+    /// ownerless session would be anyone's).
     #[must_use = "a session past the cap must be closed"]
-    pub(crate) fn opened(&self, id: &str, principal: &Principal) -> Option<String> {
+    pub(crate) fn opened(
+        &self,
+        id: &str,
+        principal: &Principal,
+        is_open: impl Fn(&str) -> bool,
+    ) -> Option<String> {
         let now = Instant::now();
         let mut table = self.table();
         let owner = Owner {
@@ -129,7 +136,7 @@ impl SessionOwners {
                 owners,
                 by_principal,
             } = &mut *table;
-            owners.retain(|_, owner| now.duration_since(owner.last_seen) < IDLE);
+            owners.retain(|id, _| is_open(id));
             by_principal.retain(|_, ids| {
                 ids.retain(|id| owners.contains_key(id));
                 !ids.is_empty()
@@ -146,6 +153,8 @@ impl SessionOwners {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -154,7 +163,7 @@ mod tests {
         let alice = Principal::new("alice", ["a:read"]).in_workspace("w1");
         let alice_elsewhere = Principal::new("alice", ["a:read"]).in_workspace("w2");
         let bob = Principal::new("bob", ["a:read"]).in_workspace("w1");
-        assert_eq!(owners.opened("s1", &alice), None);
+        assert_eq!(owners.opened("s1", &alice, |_| true), None);
         assert!(owners.allows("s1", &alice));
         assert!(owners.allows("s1", &Principal::new("alice", ["x:y"]).in_workspace("w1")));
         assert!(!owners.allows("s1", &bob));
@@ -171,26 +180,46 @@ mod tests {
         let alice_elsewhere = Principal::new("alice", ["a:read"]).in_workspace("w2");
         let bob = Principal::new("bob", ["a:read"]).in_workspace("w1");
         for id in ["a1", "a2", "a3"] {
-            assert_eq!(owners.opened(id, &alice), None);
+            assert_eq!(owners.opened(id, &alice, |_| true), None);
             std::thread::sleep(Duration::from_millis(2));
         }
         // Others have caps of their own.
-        assert_eq!(owners.opened("b1", &bob), None);
-        assert_eq!(owners.opened("w1", &alice_elsewhere), None);
+        assert_eq!(owners.opened("b1", &bob, |_| true), None);
+        assert_eq!(owners.opened("w1", &alice_elsewhere, |_| true), None);
         // a1 was used last: a2 is the least recently used.
         assert!(owners.allows("a1", &alice));
         std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(owners.opened("a4", &alice).as_deref(), Some("a2"));
-        assert_eq!(owners.opened("a5", &alice).as_deref(), Some("a3"));
-        assert_eq!(owners.opened("a6", &alice).as_deref(), Some("a1"));
+        assert_eq!(owners.opened("a4", &alice, |_| true).as_deref(), Some("a2"));
+        assert_eq!(owners.opened("a5", &alice, |_| true).as_deref(), Some("a3"));
+        assert_eq!(owners.opened("a6", &alice, |_| true).as_deref(), Some("a1"));
         // A forgotten session is unknown here (rmcp, which closed it, answers 404).
         assert!(owners.allows("a2", &bob));
         assert!(!owners.allows("a6", &bob));
         // A closed session frees its place.
         owners.closed("a4");
-        assert_eq!(owners.opened("a7", &alice), None);
-        assert_eq!(owners.opened("a8", &alice).as_deref(), Some("a5"));
+        assert_eq!(owners.opened("a7", &alice, |_| true), None);
+        assert_eq!(owners.opened("a8", &alice, |_| true).as_deref(), Some("a5"));
         assert!(owners.allows("b1", &bob));
         assert!(owners.allows("w1", &alice_elsewhere));
+    }
+
+    /// The owner of a session that is still open is never forgotten, however long its
+    /// client is silent and however many sessions others open; the owner of a session
+    /// that is gone is, at the next sweep.
+    #[test]
+    fn an_open_session_keeps_its_owner() {
+        let owners = SessionOwners::new(SWEEP_EVERY * 2);
+        let alice = Principal::new("alice", ["a:read"]).in_workspace("w1");
+        let bob = Principal::new("bob", ["a:read"]).in_workspace("w1");
+        let open = |id: &str| id == "kept";
+        assert_eq!(owners.opened("kept", &alice, open), None);
+        assert_eq!(owners.opened("ended", &alice, open), None);
+        for i in 0..SWEEP_EVERY {
+            let _ = owners.opened(&format!("b{i}"), &bob, open);
+        }
+        assert!(!owners.allows("kept", &bob), "still alice's");
+        assert!(owners.allows("kept", &alice));
+        // Forgotten here: rmcp, which no longer has it, answers 404.
+        assert!(owners.allows("ended", &bob));
     }
 }

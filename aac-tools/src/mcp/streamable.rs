@@ -101,6 +101,11 @@ impl McpService {
 
     /// End session `id` and its streams, as a `DELETE` of it would (an unknown id is
     /// ignored).
+    /// Whether session `id` is open.
+    pub(crate) fn is_open(&self, id: &str) -> bool {
+        self.sessions.ends.is_open(id)
+    }
+
     pub(crate) async fn close_session(&self, id: &str) {
         if let Err(err) = self.sessions.close_session(&id.into()).await {
             tracing::debug!(session = id, error = %err, "closing an MCP session failed");
@@ -130,6 +135,11 @@ struct Calls(Vec<CancellationToken>);
 impl SessionEnds {
     fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Calls>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether session `id` is open (its worker runs).
+    fn is_open(&self, id: &str) -> bool {
+        self.ends().contains_key(id)
     }
 
     /// Session `id` is open.
