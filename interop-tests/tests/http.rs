@@ -1908,6 +1908,78 @@ async fn a_stateless_server_says_why_it_cannot_ask_the_user() {
     assert!(!message.contains("declared no form"), "{message}");
 }
 
+/// Two `Authorization` headers (a proxy may read the other one) are refused 401, not read
+/// as the first; a body in a content coding (`Content-Encoding: gzip`) is refused 415
+/// unread, on `/mcp` and over REST, and each is recorded.
+#[tokio::test]
+async fn two_tokens_and_compressed_bodies_are_refused_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    let full = &server.fixture.full;
+    let reader = &server.fixture.reader;
+    let rest = |tool: &str| client.post(format!("{}/tools/{tool}", server.base));
+    let response = rest("add_note")
+        .header("authorization", format!("Bearer {full}"))
+        .header("authorization", format!("Bearer {reader}"))
+        .body(r#"{"text": "whose?"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "invalid_token", "{body}");
+
+    let mut raw = RawMcp::new(&server.mcp(), Some(full));
+    raw.initialize().await;
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"zipped"}}}"#;
+    let response = raw
+        .post()
+        .header("content-encoding", "gzip")
+        .body(call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    let response = rest("add_note")
+        .bearer_auth(full)
+        .header("content-encoding", "deflate")
+        .body(r#"{"text": "zipped"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "unsupported_content_encoding", "{body}");
+    // `identity` is no coding.
+    let response = rest("add_note")
+        .bearer_auth(full)
+        .header("content-encoding", "identity")
+        .body(r#"{"text": "plain"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let records: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.kind == aac_tools::audit::CallKind::Tool)
+        .map(|r| (r.tool, r.reason, r.status))
+        .collect();
+    let refused =
+        |tool: &str, reason: &str, status: u16| (tool.to_owned(), Some(reason.to_owned()), status);
+    assert_eq!(
+        records,
+        [
+            refused("add_note", "invalid_token", 401),
+            refused("(unknown)", "unsupported_content_encoding", 415),
+            refused("add_note", "unsupported_content_encoding", 415),
+            ("add_note".to_owned(), None, 200),
+        ]
+    );
+}
+
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
 
 fn jwt(claims: Value) -> String {

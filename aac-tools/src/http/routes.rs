@@ -189,9 +189,17 @@ fn quoted(text: &str) -> String {
 
 /// The request's credentials: a bearer token, none, or a refusal of a malformed header.
 fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
         return Ok(Credentials::None);
     };
+    // Which one counts is not for us to guess (a proxy in front may read the other), as
+    // with two `Host` headers.
+    if values.next().is_some() {
+        return Err(ToolError::invalid_token(
+            "more than one Authorization header: send one",
+        ));
+    }
     let value = value
         .to_str()
         .map_err(|_| ToolError::invalid_token("the Authorization header is not valid text"))?;
@@ -208,8 +216,29 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
     Ok(Credentials::Bearer(token.to_owned()))
 }
 
-/// Read a body up to the limit (413 beyond it) within the body timeout (408 past it).
-async fn read_body(body: Body, options: &HttpOptions) -> Result<Bytes, ToolError> {
+/// Read a body up to the limit (413 beyond it) within the body timeout (408 past it). A
+/// body in a content coding (`Content-Encoding: gzip`…) is refused unread, 415: read as
+/// it is, a compressed call would be no call at all to every check, and to its record.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    options: &HttpOptions,
+) -> Result<Bytes, ToolError> {
+    let codings = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .find(|coding| !coding.is_empty() && coding != "identity");
+    if let Some(coding) = codings {
+        return Err(ToolError::new(
+            Status::UnsupportedMediaType,
+            "unsupported_content_encoding",
+            format!(
+                "the body's Content-Encoding `{}` is not supported: send it uncompressed",
+                crate::audit::bounded(&coding, 64)
+            ),
+        ));
+    }
     let limit = options.max_body_bytes;
     let too_large = || {
         ToolError::new(
@@ -724,7 +753,7 @@ pub(crate) async fn refused_by_guard(
         let _ = attempt.authenticate().await;
         return json_error(&attempt.refuse(Check::Protocol, err).await);
     }
-    let body = match read_body(body, &app.options).await {
+    let body = match read_body(body, &parts.headers, &app.options).await {
         Ok(bytes) => bytes,
         Err(_) => return unread_body(app, &parts, err).await,
     };
@@ -809,7 +838,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {
-        match read_body(body, &app.options).await {
+        match read_body(body, &parts.headers, &app.options).await {
             Ok(bytes) => bytes,
             Err(err) => return unread_body(app, &parts, err).await,
         }
@@ -1230,7 +1259,7 @@ pub(crate) async fn call_tool(
     let tool = attempt.tool().to_owned();
     let refused = |err: ToolError| app.refusal(&headers, &err, Some(&tool));
 
-    let body = match read_body(body, &app.options).await {
+    let body = match read_body(body, &headers, &app.options).await {
         Ok(bytes) => bytes,
         Err(err) => {
             // For the record only (a caller without a valid token counts against its
@@ -1361,6 +1390,12 @@ mod tests {
         assert_eq!(credentials(&h).err().unwrap().reason(), "invalid_token");
         h.insert(header::AUTHORIZATION, "Bearer".parse().unwrap());
         assert_eq!(credentials(&h).err().unwrap().reason(), "invalid_token");
+        // Two: which one counts is not guessed.
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        h.append(header::AUTHORIZATION, "Bearer def".parse().unwrap());
+        let err = credentials(&h).err().unwrap();
+        assert_eq!(err.reason(), "invalid_token");
+        assert!(err.message().contains("more than one"), "{err}");
     }
 
     #[test]
