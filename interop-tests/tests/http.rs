@@ -1980,6 +1980,31 @@ async fn two_tokens_and_compressed_bodies_are_refused_and_recorded() {
     );
 }
 
+/// A stateless server does not offer subscriptions (`subscribe: false`): a subscribe is
+/// refused (no stream could carry an update), recorded as refused, not as a success.
+#[tokio::test]
+async fn a_stateless_server_refuses_a_subscription() {
+    let server =
+        TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let (status, answer) = raw
+        .send(r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer[0]["error"]["code"], -32601, "{answer:?}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].check, records[0].kind),
+        (
+            Outcome::Denied,
+            Some(Check::Protocol),
+            aac_tools::audit::CallKind::Resource
+        ),
+        "{records:?}"
+    );
+}
+
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
 
 fn jwt(claims: Value) -> String {

@@ -471,6 +471,17 @@ impl ServerHandler for McpHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        // Not offered without sessions (the capability says `subscribe: false`): no stream
+        // could ever carry an update, and a success would say otherwise. The read is not
+        // performed; the request is recorded as refused, as any rmcp refuses.
+        if self.shared.stateless {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "resources/subscribe is not offered: this server is stateless, with no \
+                 stream to send updates on",
+                None,
+            ));
+        }
         // Subscribing is reading: the read runs through the pipeline (checks, the handler,
         // one record saying `"$subscribe": true`), its contents dropped. A caller the
         // resource's own handler refuses (another workspace's URI) is not subscribed,
