@@ -2005,6 +2005,24 @@ async fn a_stateless_server_refuses_a_subscription() {
     );
 }
 
+/// A call whose numeric id is written `1e2` is answered under 100 (rmcp reads it so) and
+/// recorded under the same id.
+#[tokio::test]
+async fn a_call_is_recorded_under_the_id_it_is_answered_under() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    server.sink.clear();
+    let (status, answer) = raw
+        .send(r#"{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer[0]["id"], 100, "{answer:?}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].request_id.as_deref(), Some("100"));
+}
+
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
 
 fn jwt(claims: Value) -> String {

@@ -462,10 +462,7 @@ impl<'a> ToolsCall<'a> {
             (Some(name), _) | (None, Some(name)) => name.to_owned(),
             (None, None) => UNKNOWN_TOOL.to_owned(),
         };
-        let id = probe.id.map(|id| match id {
-            Value::String(s) => s,
-            other => other.to_string(),
-        });
+        let id = probe.id.as_ref().map(probe::id_text);
         Some(ToolsCall {
             tool,
             id,

@@ -264,10 +264,20 @@ pub(crate) fn top_id_text(top: &TopLevel<'_>) -> Option<String> {
     (id.is_string() || id.is_i64() || id.is_u64()).then(|| id_text(&id))
 }
 
-/// A JSON-RPC id as a record keeps it.
+/// A JSON-RPC id as a record keeps it: as the answer carries it (rmcp reads a number
+/// written `1.0`, `1e2` or `-0` as the integer 1, 100 or 0, and answers under that).
 pub(crate) fn id_text(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),
+        Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
+            match n.as_f64() {
+                // Within i64, where every integral float is an integer (2^63 is not).
+                Some(f) if f.fract() == 0.0 && f.abs() < 9.223_372_036_854_775e18 => {
+                    format!("{}", f as i64)
+                }
+                _ => n.to_string(),
+            }
+        }
         other => other.to_string(),
     }
 }
@@ -760,6 +770,23 @@ mod tests {
             let request = tool_call_request(json.as_bytes()).expect(json);
             assert_eq!(request.tool, tool, "{json}");
             assert_eq!(request.request_id.as_deref(), id, "{json}");
+        }
+    }
+
+    /// Ids as the answer carries them: an integral number however written.
+    #[test]
+    fn ids_are_kept_as_they_are_answered() {
+        for (id, text) in [
+            (serde_json::json!("a"), "a"),
+            (serde_json::json!(7), "7"),
+            (serde_json::json!(1.0), "1"),
+            (serde_json::json!(1e2), "100"),
+            (serde_json::json!(-0.0), "0"),
+            (serde_json::json!(-3.0), "-3"),
+            (serde_json::json!(1.5), "1.5"),
+            (serde_json::json!(1e300), "1e+300"),
+        ] {
+            assert_eq!(id_text(&id), text, "{id}");
         }
     }
 
