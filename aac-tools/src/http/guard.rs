@@ -28,18 +28,43 @@ impl Authority {
             // A port that is no port (`:99999999`) makes no authority: compared with a
             // port-pinned allowed host, it would be compared with nothing.
             Ok(a) if a.as_str().contains('@') || (a.port_u16().is_none() && has_port(&a)) => None,
+            // Exactly a host and a port (`[::1]x` is neither), and a bracketed host is an
+            // IPv6 address (`[127.0.0.1]` is not): what another reader of the header, a
+            // proxy in front, could take for something else is refused.
+            Ok(a) if !well_formed(&a) => None,
             Ok(a) => Some(Authority {
                 host: normalize_host(a.host()),
                 port: a.port_u16(),
             }),
             // A bare IPv6 address (`::1`) is not an authority; take it as a host.
-            Err(_) if text.contains(':') && !text.contains('/') => Some(Authority {
+            Err(_) if text.parse::<std::net::Ipv6Addr>().is_ok() => Some(Authority {
                 host: normalize_host(text),
                 port: None,
             }),
             Err(_) => None,
         }
     }
+}
+
+/// Whether `authority` is a host (a bracketed one an IPv6 address) and nothing after it
+/// but `:` and a port's digits.
+fn well_formed(authority: &axum::http::uri::Authority) -> bool {
+    let text = authority.as_str();
+    let host = authority.host();
+    let Some(rest) = text.strip_prefix(host) else {
+        return false;
+    };
+    let bracketed_ok = match host.strip_prefix('[') {
+        Some(inner) => inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => !host.contains(']'),
+    };
+    bracketed_ok
+        && (rest.is_empty()
+            || rest
+                .strip_prefix(':')
+                .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit())))
 }
 
 /// Whether `authority` writes a port (digits after the host's last `:`), which
@@ -338,6 +363,16 @@ mod tests {
         assert!(!ok(&g, "evil.example.com:8080", None));
         assert!(!ok(&g, "127.0.0.1.evil.example.com", None));
         assert!(!ok(&g, "user@127.0.0.1", None));
+        // Malformed, read otherwise by another reader: refused.
+        for host in ["[::1", "[::1]x", "[127.0.0.1]", "[::1]]", "::1]"] {
+            assert!(!ok(&g, host, None), "{host}");
+            assert!(
+                !ok(&g, "localhost", Some(&format!("http://{host}"))),
+                "origin {host}"
+            );
+        }
+        assert!(ok(&g, "[::1]", None));
+        assert!(ok(&g, "::1", None));
     }
 
     /// A request that names two hosts, or a port that is none, is refused: whichever a
@@ -454,6 +489,10 @@ mod tests {
             "a-b.example:1",
             "a_b.example",
             "",
+            "[::1",
+            "[::1]x",
+            "[127.0.0.1]",
+            "[::1]:",
         ];
         for g in &guards {
             for host in hosts {
