@@ -17,6 +17,7 @@ pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
 /// lenient reader could take it for a call). What it does not say is recorded as
 /// unknown.
 pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
+    let body = without_bom(body);
     let Some(value) = serde_json::from_slice::<Value>(body)
         .ok()
         .or_else(|| concatenated(body))
@@ -38,6 +39,13 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
             .then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
     tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
+}
+
+/// `body` without a UTF-8 byte-order mark in front: rmcp refuses a body that begins with
+/// one, but a lenient reader (and the stdio framing) reads past it, so its call is
+/// recorded as the call it is.
+fn without_bom(body: &[u8]) -> &[u8] {
+    body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body)
 }
 
 /// Several JSON values one after the other (`{…}{…}`, or with spaces between), which
@@ -285,6 +293,7 @@ pub(crate) fn id_text(id: &Value) -> String {
 /// The `resources/read` (or `resources/subscribe`), `prompts/get` or `completion/complete`
 /// in `body`, if any (the first of a batch), as the attempt that records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
+    let body = without_bom(body);
     const ITEM_METHODS: [&str; 4] = [
         "resources/read",
         "resources/subscribe",
@@ -379,6 +388,7 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// at most [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty
 /// when `body` is not a batch of several (or several values one after the other).
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
+    let body = without_bom(body);
     let Some(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body)
         .ok()
         .or_else(|| concatenated(body))
@@ -771,6 +781,17 @@ mod tests {
             assert_eq!(request.tool, tool, "{json}");
             assert_eq!(request.request_id.as_deref(), id, "{json}");
         }
+    }
+
+    /// A byte-order mark in front does not hide the call behind it.
+    #[test]
+    fn a_call_behind_a_byte_order_mark_is_read() {
+        let body = b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"add\"}}";
+        let request = tool_call_request(body).expect("a call");
+        assert_eq!(
+            (request.tool.as_str(), request.request_id.as_deref()),
+            ("add", Some("3"))
+        );
     }
 
     /// Ids as the answer carries them: an integral number however written.
