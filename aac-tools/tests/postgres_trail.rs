@@ -1149,17 +1149,7 @@ async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
     assert_eq!(body["reason"], "audit_unavailable", "{body}");
     // The sink reports not ready until a write succeeds: a call or two may be refused
     // before theirs does; then calls are answered again, on the same connection.
-    let mut answered = Vec::new();
-    for _ in 0..5 {
-        let (status, body) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "two"})).await;
-        answered.push(status);
-        if status == 200 {
-            break;
-        }
-        assert_eq!(status, 503, "{body}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    assert_eq!(answered.last(), Some(&200), "{answered:?}");
+    answered_again(a.addr, &token).await;
 
     let trail = a.sink.mirror().await.unwrap();
     let report = verify_chain(&trail).unwrap();
@@ -1186,6 +1176,23 @@ async fn an_append_refused_halfway_is_rolled_back_and_the_next_one_commits() {
         0,
         "no connection left in the aborted transaction"
     );
+}
+
+/// `pgt_add` until it is answered 200 again (at most five tries, 200 ms apart): a sink
+/// whose write failed reports not ready until one succeeds, so a call or two may be
+/// refused 503 first.
+async fn answered_again(addr: SocketAddr, token: &str) {
+    let mut answered = Vec::new();
+    for _ in 0..5 {
+        let (status, body) = post(addr, "pgt_add", Some(token), &json!({"text": "again"})).await;
+        answered.push(status);
+        if status == 200 {
+            return;
+        }
+        assert_eq!(status, 503, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("not answered again: {answered:?}");
 }
 
 /// A trigger of the table owner's that drops some records (`RETURN NULL`): the call
@@ -1217,17 +1224,7 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
         let (status, body) = post(a.addr, "pgt_count", Some(&token), &json!({})).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["reason"], "audit_unavailable", "{body}");
-        // The sink reports not ready until a write succeeds.
-        let mut answered = Vec::new();
-        for _ in 0..5 {
-            let (status, _) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "x"})).await;
-            answered.push(status);
-            if status == 200 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        assert_eq!(answered.last(), Some(&200), "{answered:?}");
+        answered_again(a.addr, &token).await;
     }
     let trail = a.sink.mirror().await.unwrap();
     assert!(verify_chain(&trail).unwrap().is_intact());

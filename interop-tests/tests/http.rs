@@ -1133,19 +1133,35 @@ async fn delete_until_asked(raw: &RawMcp) -> (tokio::sync::mpsc::UnboundedReceiv
     }
 }
 
+/// The answer to request `id` on a stream of a call (a guard against a hang: 30 s).
+async fn answer_to(stream: &mut tokio::sync::mpsc::UnboundedReceiver<Value>, id: u64) -> Value {
+    loop {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), stream.recv())
+            .await
+            .expect("the answer within 30 s")
+            .expect("the stream is open");
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
+/// The records of `tool`'s calls.
+fn records_of(server: &TestServer, tool: &str) -> Vec<aac_tools::audit::AuditRecord> {
+    server
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.tool == tool)
+        .collect()
+}
+
 /// The one record of the `delete_note` call and how long it took to come: the call that
 /// was left waiting for the person must end when its session does, not when the
 /// confirmation times out (120 s here).
 async fn record_of_the_abandoned_delete(server: &TestServer) -> std::time::Duration {
     let since = std::time::Instant::now();
-    let deletes = || {
-        server
-            .sink
-            .records()
-            .into_iter()
-            .filter(|r| r.tool == "delete_note")
-            .collect::<Vec<_>>()
-    };
+    let deletes = || records_of(server, "delete_note");
     while deletes().is_empty() && since.elapsed() < std::time::Duration::from_secs(30) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -1307,23 +1323,10 @@ async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sen
     let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}});
     let (status, _) = raw.send(answer.to_string()).await;
     assert_eq!(status, 202);
-    let result = loop {
-        let message = tokio::time::timeout(std::time::Duration::from_secs(30), resumed.recv())
-            .await
-            .expect("the result within 30 s")
-            .expect("the resumed stream is open");
-        if message["id"] == 7 {
-            break message;
-        }
-    };
+    let result = answer_to(&mut resumed, 7).await;
     assert_eq!(result["result"]["isError"], false, "{result}");
     assert_eq!(result["result"]["structuredContent"]["deleted"], true);
-    let records: Vec<_> = server
-        .sink
-        .records()
-        .into_iter()
-        .filter(|r| r.tool == "delete_note")
-        .collect();
+    let records = records_of(&server, "delete_note");
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
         (records[0].outcome, records[0].confirmed_by.as_deref()),
@@ -1352,15 +1355,7 @@ async fn a_token_revoked_while_the_user_is_asked_does_not_run_the_call() {
     answering.session = raw.session.clone();
     let (status, _) = answering.send(answer.to_string()).await;
     assert_eq!(status, 202, "the answer is taken");
-    let result = loop {
-        let message = tokio::time::timeout(std::time::Duration::from_secs(30), stream.recv())
-            .await
-            .expect("the result within 30 s")
-            .expect("the call's stream is open");
-        if message["id"] == 7 {
-            break message;
-        }
-    };
+    let result = answer_to(&mut stream, 7).await;
     assert_eq!(result["result"]["isError"], true, "{result}");
     let error = error_body(&result["result"]);
     assert_eq!(
@@ -1368,12 +1363,7 @@ async fn a_token_revoked_while_the_user_is_asked_does_not_run_the_call() {
         (Some(401), Some("invalid_token")),
         "{error}"
     );
-    let records: Vec<_> = server
-        .sink
-        .records()
-        .into_iter()
-        .filter(|r| r.tool == "delete_note")
-        .collect();
+    let records = records_of(&server, "delete_note");
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
         (

@@ -1125,18 +1125,7 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     use std::io::{BufRead, Write};
     use std::process::Stdio;
     let target = Target::new();
-    assert!(target.run(&["init", "--demo"]).status.success());
-    let token = target.run(&[
-        "token",
-        "create",
-        "--workspace",
-        "demo",
-        "--user",
-        "alice",
-        "--scopes",
-        "all",
-    ]);
-    let token = stdout(&token).trim().to_owned();
+    let token = alices_demo_token(&target);
     let before = target.count_issues();
     let mut child = target
         .command()
@@ -1217,18 +1206,7 @@ fn sigterm_stops_a_stdio_server_whose_stdout_is_not_a_pipe() {
     use std::io::Write;
     use std::process::Stdio;
     let target = Target::new();
-    assert!(target.run(&["init", "--demo"]).status.success());
-    let token = target.run(&[
-        "token",
-        "create",
-        "--workspace",
-        "demo",
-        "--user",
-        "alice",
-        "--scopes",
-        "all",
-    ]);
-    let token = stdout(&token).trim().to_owned();
+    let token = alices_demo_token(&target);
     let out_path = target.dir.path().join("answers.jsonl");
     let out = std::fs::File::create(&out_path).unwrap();
     let mut child = target
@@ -1267,18 +1245,7 @@ fn sigterm_stops_a_stdio_server_whose_stdout_is_not_a_pipe() {
         .unwrap();
     assert!(killed.success());
     // stdin stays open throughout: the client has not left.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = exited_within_30_s(&mut child);
     drop(stdin);
     let status = status.expect("the server stops on SIGTERM with its stdin open");
     assert!(status.success(), "{status:?}");
@@ -1339,19 +1306,40 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
         .status()
         .unwrap();
     assert!(killed.success());
-    // A guard against a hang, not a timing assertion.
+    let status = exited_within_30_s(&mut child);
+    let status = status.expect("the server stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+/// `init --demo` in `target`, and a token of alice's with every scope.
+fn alices_demo_token(target: &Target) -> String {
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let token = target.run(&[
+        "token",
+        "create",
+        "--workspace",
+        "demo",
+        "--user",
+        "alice",
+        "--scopes",
+        "all",
+    ]);
+    stdout(&token).trim().to_owned()
+}
+
+/// How `child` exited, if it did within 30 s (a guard against a hang, not a timing
+/// assertion); killed otherwise.
+fn exited_within_30_s(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
+            return Some(status);
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            return None;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let status = status.expect("the server stops on SIGTERM");
-    assert!(status.success(), "{status:?}");
+    }
 }
