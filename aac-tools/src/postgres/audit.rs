@@ -926,6 +926,19 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
             .collect();
         mirror.push(cells)?;
     }
+    // The framework puts no trigger on the table: any there is someone else's, and one
+    // could drop records as they are written (`audit --verify` names it).
+    let foreign = client
+        .query(
+            "SELECT tgname::text FROM pg_trigger \
+             WHERE tgrelid = to_regclass($1) AND NOT tgisinternal ORDER BY tgname",
+            &[&AUDIT_TABLE],
+        )
+        .await
+        .map_err(unreachable)?;
+    for row in &foreign {
+        mirror.foreign_trigger(&row.get::<_, String>(0))?;
+    }
     drop(client);
     task.abort();
     mirror.finish()

@@ -173,6 +173,18 @@ impl Mirror {
         Ok(())
     }
 
+    /// A trigger named `name` on the other backend's table, which the framework did not
+    /// create: one of that name (doing nothing) on the copy, so that `verify_chain` names
+    /// it among the foreign triggers.
+    pub(crate) fn foreign_trigger(&self, name: &str) -> Result<(), AuditError> {
+        let quoted = name.replace('"', "\"\"");
+        self.conn
+            .execute_batch(&format!(
+                "CREATE TRIGGER \"{quoted}\" AFTER INSERT ON aac_audit WHEN 0 BEGIN SELECT 1; END;"
+            ))
+            .map_err(sql_error)
+    }
+
     /// The copied table, for `verify_chain`, `AuditQuery` and the summaries.
     pub(crate) fn finish(self) -> Result<Connection, AuditError> {
         self.conn.execute_batch("COMMIT").map_err(sql_error)?;
