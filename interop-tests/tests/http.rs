@@ -2013,6 +2013,42 @@ async fn a_call_is_recorded_under_the_id_it_is_answered_under() {
     assert_eq!(records[0].request_id.as_deref(), Some("100"));
 }
 
+/// rmcp answers 404 on an open session for a request it reads as of no session (a
+/// 2026-07-28 `ping` naming the session): the session is still open, and still its
+/// owner's alone, never anyone's.
+#[tokio::test]
+async fn a_404_on_an_open_session_does_not_forget_its_owner() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let session = alice.session.clone().unwrap();
+    let response = alice
+        .post()
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "ping")
+        .body(r#"{"jsonrpc":"2.0","id":"p1","method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)
+        .send()
+        .await
+        .unwrap();
+    let answered = response.status().as_u16();
+    let mut bob = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    bob.session = Some(session);
+    let (status, _) = bob.call(9, "list_notes", json!({})).await;
+    assert_eq!(
+        status, 404,
+        "bob is refused alice's session (the ping was {answered})"
+    );
+    let records = server.sink.records();
+    let last = records.last().unwrap();
+    assert_eq!(
+        (last.reason.as_deref(), last.principal.as_deref()),
+        (Some("session_not_found"), Some("bob"))
+    );
+    // And it is still alice's.
+    let (status, _) = alice.call(10, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+}
+
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";
 
 fn jwt(claims: Value) -> String {

@@ -1086,8 +1086,12 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             }
         }
         Some(id) => {
+            // The owner goes with the session, never before: rmcp also answers 404 for a
+            // method it does not know on a session that is open (a 2026-07-28 request),
+            // and an ownerless session would be anyone's.
             let status = response.status();
-            if status == StatusCode::NOT_FOUND || (is_delete && status.is_success()) {
+            let ended = status == StatusCode::NOT_FOUND || (is_delete && status.is_success());
+            if ended && !mcp.is_open(id) {
                 app.inner.sessions.closed(id);
             }
         }
