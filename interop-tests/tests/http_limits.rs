@@ -350,6 +350,25 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
         )
     );
     assert_eq!(counted.arguments["suppressed"], 50);
+
+    // Refusals a transport makes (a body that is not JSON, a batch refused whole) go
+    // through the same rate: past it, they are counted too, not recorded one by one.
+    server.sink.clear();
+    for _ in 0..20 {
+        let response = reqwest::Client::new()
+            .post(format!("{}/tools/list_notes", server.base))
+            .bearer_auth(&server.fixture.full)
+            .body("not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 429);
+    }
+    assert_eq!(server.sink.records().len(), 0, "{:?}", server.sink.records());
+    server.server.flush_rate_limited().await;
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].arguments["suppressed"], 20);
 }
 
 /// The reference server's `trigger_autopilot` (`rate = "30/min"`) over REST: past 30 calls

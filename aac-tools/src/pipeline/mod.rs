@@ -79,6 +79,8 @@ pub struct Attempt {
     input_required: Option<InputRequired>,
     /// Refused past a principal's rate and counted, not recorded on its own.
     counted: bool,
+    /// The principal's own rate has seen this attempt.
+    rated: bool,
 }
 
 impl fmt::Debug for Attempt {
@@ -121,6 +123,7 @@ impl Server {
             confirmed_by: None,
             input_required: None,
             counted: false,
+            rated: false,
         }
     }
 
@@ -405,6 +408,35 @@ impl Attempt {
         }
     }
 
+    /// Before the record of a refusal of a verified principal that the checks did not put
+    /// through its rate: past the rate, the first such refusal is recorded as it is, the
+    /// rest are answered 429 and only counted (`Some`, the answer); under it, what was
+    /// counted since is recorded first.
+    async fn limit_principal(&mut self) -> Option<ToolError> {
+        let principal = Arc::clone(self.principal.as_ref()?);
+        let limiter = self.server.limits().principal.as_ref()?;
+        self.rated = true;
+        let key = (
+            principal.subject().to_owned(),
+            principal.workspace().map(str::to_owned),
+        );
+        match limiter.check_counting_after_first(&key) {
+            Verdict::Limited {
+                retry_after,
+                first: false,
+            } => {
+                self.recorded = true;
+                Some(ToolError::rate_limited(retry_after))
+            }
+            Verdict::Limited { first: true, .. } => None,
+            verdict @ Verdict::Allowed { .. } => {
+                // Records what was counted, if anything; never refuses.
+                let _ = self.rate_limited(verdict, &principal, None).await;
+                None
+            }
+        }
+    }
+
     /// Write the record (if the server keeps a trail) and make the answer.
     async fn finish(
         &mut self,
@@ -416,6 +448,15 @@ impl Attempt {
         if check.is_some()
             && self.principal.is_none()
             && let Some(limited) = self.limit_unauthenticated().await
+        {
+            return CallResponse::new(Err(limited), Some(Check::RateLimit));
+        }
+        // A verified principal's refusal that its rate has not seen (a transport's: a body
+        // that is not JSON, a batch, a scope refused at the gate…) goes through that rate
+        // too, or a token past its rate could still grow the trail without bound.
+        if check.is_some()
+            && !self.rated
+            && let Some(limited) = self.limit_principal().await
         {
             return CallResponse::new(Err(limited), Some(Check::RateLimit));
         }
@@ -487,6 +528,7 @@ impl Attempt {
             )
         };
         if let Some(limiter) = &self.server.limits().principal {
+            self.rated = true;
             let limited = limiter.check_counting_after_first(&key());
             self.rate_limited(limited, &principal, None).await?;
         }
