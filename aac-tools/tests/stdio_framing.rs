@@ -41,6 +41,27 @@ mod framed {
     }
 }
 
+mod held {
+    use super::*;
+    use framed::{Echo, Said};
+
+    /// How many `held_text` calls have started.
+    pub(crate) static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    /// Until set, `held_text` calls wait.
+    pub(crate) static RELEASED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Says the text back once released.
+    #[mcp_tool(read_only, idempotent, scope = "echo:read")]
+    pub(crate) async fn held_text(args: Echo) -> Result<Said, ToolError> {
+        HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        while !RELEASED.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(Said { text: args.text })
+    }
+}
+
 fn server(filter_by_scope: bool) -> Server {
     builder(filter_by_scope).audit_disabled().build().unwrap()
 }
@@ -1039,4 +1060,77 @@ async fn a_request_under_the_id_of_a_call_in_flight_is_refused() {
         ],
         "{records:?}"
     );
+}
+
+/// Calls that take long are never read past a few dozen in hand: a client that sends
+/// thousands without waiting for their answers does not get thousands run at once (with
+/// a client that did not read, 4 GB in 10 s). Once they are answered, the rest are read,
+/// and every call is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_hand_are_bounded_whatever_the_client_sends() {
+    use std::sync::atomic::Ordering;
+    let sink = MemorySink::new();
+    let registry = Registry::collect_module(&format!("{}::held", module_path!())).unwrap();
+    let server = Server::builder(registry)
+        .verifier(StaticTokens::new().with("all", Principal::new("all", ["echo:read"])))
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let Raw {
+        mut lines,
+        mut write,
+    } = Raw::start(server, "all", 1 << 20).await;
+    const CALLS: usize = 1000;
+    let writer = tokio::spawn(async move {
+        for i in 1..=CALLS {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"held_text","arguments":{{"text":"{i}"}}}}}}"#
+            );
+            write.write_all(line.as_bytes()).await.unwrap();
+            write.write_all(b"\n").await.unwrap();
+        }
+        write
+    });
+    // Absence can only be waited for: half a second is many times what reading took.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = held::HELD.load(Ordering::SeqCst);
+    assert!(
+        (1..=100).contains(&started),
+        "{started} calls of {CALLS} were started at once"
+    );
+    held::RELEASED.store(true, Ordering::SeqCst);
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < CALLS {
+        let answer = next_message(&mut lines, 30).await;
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answered.insert(answer["id"].as_u64().unwrap());
+    }
+    let _write = writer.await.unwrap();
+    assert_eq!(sink.records().len(), CALLS);
+}
+
+/// A call cancelled while in hand is no longer in flight: its id may be sent again (MCP
+/// forbids it, plain JSON-RPC clients do it) and is not refused as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_frees_its_id() {
+    let sink = MemorySink::new();
+    let (mut raw, _) = asked_to_confirm(&sink, None).await;
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#)
+        .await;
+    // Its record says it was abandoned, once the cancellation is taken.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sink.records().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"again"}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "again",
+        "{answer}"
+    );
+    let records = sink.records();
+    let reasons: Vec<_> = records.iter().map(|r| r.reason.as_deref()).collect();
+    assert_eq!(reasons, [Some("cancelled"), None], "{records:?}");
 }

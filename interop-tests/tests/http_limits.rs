@@ -364,7 +364,12 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
             .unwrap();
         assert_eq!(response.status(), 429);
     }
-    assert_eq!(server.sink.records().len(), 0, "{:?}", server.sink.records());
+    assert_eq!(
+        server.sink.records().len(),
+        0,
+        "{:?}",
+        server.sink.records()
+    );
     server.server.flush_rate_limited().await;
     let records = server.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");

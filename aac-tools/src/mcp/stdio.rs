@@ -13,8 +13,9 @@
 //! 16 MiB (a longer one is dropped and logged, and answered under the id its start
 //! gives), a byte-order mark and `\r` allowed, unparsable lines ignored, a well-formed
 //! request of the wrong shape answered with "Invalid request". Unlike rmcp's, no more
-//! is read while [`MAX_UNWRITTEN`] messages wait to be written: a client that does not
-//! read its answers stops being read.
+//! is read while [`MAX_UNWRITTEN`] messages wait to be written or [`MAX_IN_FLIGHT`]
+//! requests are in hand: a client that does not read its answers, or sends faster than
+//! they come, stops being read.
 
 use std::future::Future;
 use std::io;
@@ -93,7 +94,8 @@ pub async fn serve_stdio_until(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> io::Result<()> {
     let (read, write) = standard_streams()?;
-    serve_io(server, token, UntilCancelled::new(read, shutdown), write).await
+    let read = UntilCancelled::new(read, shutdown.clone());
+    serve_io_until(server, token, read, write, Some(shutdown)).await
 }
 
 /// The process's stdin and stdout as a session's streams: rmcp's `stdio_pipes` when both
@@ -113,7 +115,7 @@ fn standard_streams() -> io::Result<(StandardIn, StandardOut)> {
     }
     Ok((
         StandardIn::Thread(ThreadedStdin::spawn()?),
-        StandardOut::Blocking(tokio::io::stdout()),
+        StandardOut::Thread(ThreadedStdout::spawn()?),
     ))
 }
 
@@ -136,10 +138,10 @@ impl AsyncRead for StandardIn {
     }
 }
 
-/// stdout, on the reactor or through tokio's blocking writes.
+/// stdout, on the reactor or written by a thread of its own.
 enum StandardOut {
     Pipe(rmcp::transport::StdioWriter),
-    Blocking(tokio::io::Stdout),
+    Thread(ThreadedStdout),
 }
 
 impl AsyncWrite for StandardOut {
@@ -150,22 +152,109 @@ impl AsyncWrite for StandardOut {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             StandardOut::Pipe(write) => Pin::new(write).poll_write(cx, buf),
-            StandardOut::Blocking(write) => Pin::new(write).poll_write(cx, buf),
+            StandardOut::Thread(write) => Pin::new(write).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             StandardOut::Pipe(write) => Pin::new(write).poll_flush(cx),
-            StandardOut::Blocking(write) => Pin::new(write).poll_flush(cx),
+            StandardOut::Thread(write) => Pin::new(write).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             StandardOut::Pipe(write) => Pin::new(write).poll_shutdown(cx),
-            StandardOut::Blocking(write) => Pin::new(write).poll_shutdown(cx),
+            StandardOut::Thread(write) => Pin::new(write).poll_shutdown(cx),
         }
+    }
+}
+
+/// stdout written by a thread of its own, which takes what is written through a short
+/// queue. Tokio's own stdout writes on the runtime's blocking pool, and a runtime does not
+/// finish shutting down until its blocking writes return: one to a client that no longer
+/// reads never does, so a server stopped by SIGTERM would wait for ever. A plain thread
+/// does not hold the process. The queue is short (a few writes), so a client that does
+/// not read still holds the writer back, and so stops being read.
+struct ThreadedStdout {
+    chunks: tokio_util::sync::PollSender<Vec<u8>>,
+    /// Fires when the thread is done (everything written, or stdout failed).
+    done: tokio::sync::oneshot::Receiver<()>,
+    /// At shutdown, how long the thread has left to write what is queued.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// How long a shutdown waits for the queued answers to be written (rmcp waits as long for
+/// the answers in hand): past it, a client that does not read loses them, and the
+/// process is free to exit.
+const STDOUT_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl ThreadedStdout {
+    fn spawn() -> io::Result<ThreadedStdout> {
+        let (send, mut chunks) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+        let (finished, done) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("aac-stdout".to_owned())
+            .spawn(move || {
+                use std::io::Write;
+                let mut stdout = std::io::stdout().lock();
+                while let Some(chunk) = chunks.blocking_recv() {
+                    if stdout
+                        .write_all(&chunk)
+                        .and_then(|()| stdout.flush())
+                        .is_err()
+                    {
+                        // The reader left: nothing more can be written.
+                        break;
+                    }
+                }
+                let _ = finished.send(());
+            })?;
+        Ok(ThreadedStdout {
+            chunks: tokio_util::sync::PollSender::new(send),
+            done,
+            deadline: None,
+        })
+    }
+}
+
+impl AsyncWrite for ThreadedStdout {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed");
+        if std::task::ready!(self.chunks.poll_reserve(cx)).is_err() {
+            return Poll::Ready(Err(gone()));
+        }
+        match self.chunks.send_item(buf.to_vec()) {
+            Ok(()) => Poll::Ready(Ok(buf.len())),
+            Err(_) => Poll::Ready(Err(gone())),
+        }
+    }
+
+    /// What was written is the thread's to write (and flush) as it comes.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Nothing more is queued; returns once the thread has written what was (a client
+    /// that reads gets every answer before the process exits), or after [`STDOUT_DRAIN`].
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.chunks.close();
+        if Pin::new(&mut self.done).poll(cx).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(STDOUT_DRAIN)));
+        if deadline.as_mut().poll(cx).is_ready() {
+            tracing::warn!("stdout is not read: the answers not yet written are dropped");
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
     }
 }
 
@@ -295,6 +384,22 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
+    serve_io_until(server, token, read, write, None).await
+}
+
+/// [`serve_io`], whose wait for room to read (a client that does not read its answers)
+/// also ends when `stop` is cancelled.
+async fn serve_io_until<R, W>(
+    server: Server,
+    token: Option<String>,
+    read: R,
+    write: W,
+    stop: Option<tokio_util::sync::CancellationToken>,
+) -> io::Result<()>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
     // A list that depends on who asks is never replayed.
     let replay = !server.listing().filters_by_scope();
     let refusals = Refusals {
@@ -306,7 +411,9 @@ where
     let closed = tokio_util::sync::CancellationToken::new();
     let handler = McpHandler::new(shared, Via::Stdio, token).with_connection_closed(closed.clone());
     let running = match handler
-        .serve(LineTransport::new(read, write, replay, refusals, closed))
+        .serve(LineTransport::new(
+            read, write, replay, refusals, closed, stop,
+        ))
         .await
     {
         Ok(running) => running,
@@ -390,8 +497,11 @@ struct LineTransport<R, W> {
     /// Cancelled when the input ends (or fails): a call waiting for the client's answer
     /// (a person asked to confirm) stops waiting at once, rather than after rmcp's drain.
     closed: tokio_util::sync::CancellationToken,
-    /// The messages to the client not yet written: past [`MAX_UNWRITTEN`], no more is read.
-    unwritten: Arc<Unwritten>,
+    /// What is in hand: past [`MAX_UNWRITTEN`] or [`MAX_IN_FLIGHT`], no more is read.
+    backlog: Arc<Backlog>,
+    /// Cancelled when the server stops (SIGTERM): a wait for room ends then too, as if
+    /// the input had ended.
+    stop: Option<tokio_util::sync::CancellationToken>,
 }
 
 /// Reads a request's arguments back from its line, for the record of an attempt nobody
@@ -678,6 +788,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         replay: bool,
         refusals: Refusals,
         closed: tokio_util::sync::CancellationToken,
+        stop: Option<tokio_util::sync::CancellationToken>,
     ) -> Self {
         LineTransport {
             read: BufReader::new(read),
@@ -693,7 +804,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             recording: None,
             pending: Arc::default(),
             closed,
-            unwritten: Arc::default(),
+            backlog: Arc::default(),
+            stop,
         }
     }
 
@@ -761,47 +873,109 @@ struct TooLong {
 /// read, rather than having the server run its calls and keep their answers without end.
 const MAX_UNWRITTEN: usize = 64;
 
-/// The messages handed to the transport and not yet written, and a wake-up for a reader
-/// waiting for them to go.
+/// How many of the client's requests may be in hand (read, not yet answered) before no
+/// more is read, unless the server waits for an answer of the client's (a person asked to
+/// confirm), which can only come by reading on: calls that take long, or a client that
+/// sends faster than they are answered, never pile up more than this.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// What the connection has in hand: the messages to the client not yet written, the
+/// client's requests not yet answered, the server's requests the client has not yet
+/// answered; and a wake-up for a reader waiting for any of them to change.
 #[derive(Default)]
-struct Unwritten {
-    count: std::sync::atomic::AtomicUsize,
-    written: tokio::sync::Notify,
+struct Backlog {
+    unwritten: std::sync::atomic::AtomicUsize,
+    in_flight: StdMutex<std::collections::HashSet<RequestId>>,
+    asking: StdMutex<std::collections::HashSet<RequestId>>,
+    changed: tokio::sync::Notify,
 }
 
-/// One message counted in [`Unwritten`] until it is dropped (written, failed or given up).
-struct UnwrittenGuard(Arc<Unwritten>);
+/// One message counted in [`Backlog::unwritten`] until it is dropped (written, failed or
+/// given up).
+struct UnwrittenGuard(Arc<Backlog>);
 
 impl UnwrittenGuard {
-    fn new(unwritten: &Arc<Unwritten>) -> UnwrittenGuard {
-        unwritten
-            .count
+    fn new(backlog: &Arc<Backlog>) -> UnwrittenGuard {
+        backlog
+            .unwritten
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        UnwrittenGuard(Arc::clone(unwritten))
+        UnwrittenGuard(Arc::clone(backlog))
     }
 }
 
 impl Drop for UnwrittenGuard {
     fn drop(&mut self) {
         self.0
-            .count
+            .unwritten
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        self.0.written.notify_waiters();
+        self.0.changed.notify_waiters();
     }
 }
 
-impl Unwritten {
-    /// Until fewer than [`MAX_UNWRITTEN`] messages wait to be written. Cancellation safe.
-    async fn room(&self) {
+impl Backlog {
+    fn set(
+        set: &StdMutex<std::collections::HashSet<RequestId>>,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a request of the client's under `id` is in hand.
+    fn in_flight(&self, id: &RequestId) -> bool {
+        Backlog::set(&self.in_flight).contains(id)
+    }
+
+    /// The client's request `id` is handed on to be answered.
+    fn took(&self, id: RequestId) {
+        Backlog::set(&self.in_flight).insert(id);
+    }
+
+    /// The client's request `id` is answered, or cancelled (then no answer comes).
+    fn done(&self, id: &RequestId) {
+        if Backlog::set(&self.in_flight).remove(id) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// The server asks the client (`id`): its answer comes on the input.
+    fn asked(&self, id: RequestId) {
+        Backlog::set(&self.asking).insert(id);
+        self.changed.notify_waiters();
+    }
+
+    /// The client answered the server's request `id`.
+    fn answered(&self, id: &RequestId) {
+        if Backlog::set(&self.asking).remove(id) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn has_room(&self) -> bool {
         use std::sync::atomic::Ordering;
-        while self.count.load(Ordering::Acquire) >= MAX_UNWRITTEN {
-            let written = self.written.notified();
-            tokio::pin!(written);
-            written.as_mut().enable();
-            if self.count.load(Ordering::Acquire) < MAX_UNWRITTEN {
-                return;
+        self.unwritten.load(Ordering::Acquire) < MAX_UNWRITTEN
+            && (Backlog::set(&self.in_flight).len() < MAX_IN_FLIGHT
+                || !Backlog::set(&self.asking).is_empty())
+    }
+
+    /// Until there is room to read the next message ([`MAX_UNWRITTEN`], [`MAX_IN_FLIGHT`]),
+    /// or `stop` is cancelled (then `false`: read nothing more). Cancellation safe.
+    async fn room(&self, stop: Option<&tokio_util::sync::CancellationToken>) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.has_room() {
+                return true;
             }
-            written.await;
+            let stopped = async {
+                match stop {
+                    Some(stop) => stop.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = changed => {}
+                () = stopped => return false,
+            }
         }
     }
 }
@@ -1009,7 +1183,19 @@ where
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let out = Arc::clone(&self.out);
         let lists = self.lists.clone();
-        let unwritten = UnwrittenGuard::new(&self.unwritten);
+        let unwritten = UnwrittenGuard::new(&self.backlog);
+        // An answer of a request of the client's: it is no longer in hand. A request of
+        // the server's: its answer will come on the input.
+        match &item {
+            JsonRpcMessage::Response(answer) => self.backlog.done(&answer.id),
+            JsonRpcMessage::Error(answer) => {
+                if let Some(id) = &answer.id {
+                    self.backlog.done(id);
+                }
+            }
+            JsonRpcMessage::Request(request) => self.backlog.asked(request.id.clone()),
+            _ => {}
+        }
         // The answer to a request the framing began an attempt for: if rmcp answers it
         // with an error before the handler took it up, that refusal is recorded first.
         let answered = match &item {
@@ -1075,7 +1261,11 @@ where
                 tracing::error!(error = %err, "cannot write to the MCP stream");
                 return None;
             }
-            self.unwritten.room().await;
+            if !self.backlog.room(self.stop.as_ref()).await {
+                // Stopped while waiting for room: as if the input had ended.
+                self.closed.cancel();
+                return None;
+            }
             match self.read_line().await {
                 Ok(Line::Whole) => {}
                 Ok(Line::TooLong(start)) => {
@@ -1135,11 +1325,7 @@ where
             // (rmcp would answer one of the two and lose the other).
             if let Parsed::Message(message) = &parsed
                 && let JsonRpcMessage::Request(request) = message.as_ref()
-                && self
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .contains_key(&request.id)
+                && self.backlog.in_flight(&request.id)
             {
                 let id = serde_json::to_value(&request.id).unwrap_or_default();
                 self.recording = self.refusals.in_flight(trim_line(&self.line));
@@ -1197,12 +1383,38 @@ where
                     kept.asked.push(id.clone());
                 }
             }
+            match message.as_ref() {
+                // In hand until answered (or cancelled).
+                JsonRpcMessage::Request(request) => self.backlog.took(request.id.clone()),
+                // The client's answer to the server's request.
+                JsonRpcMessage::Response(answer) => self.backlog.answered(&answer.id),
+                JsonRpcMessage::Error(answer) => {
+                    if let Some(id) = &answer.id {
+                        self.backlog.answered(id);
+                    }
+                }
+                // A cancelled request is answered by nobody (MCP): no longer in hand.
+                JsonRpcMessage::Notification(notification) => {
+                    if let ClientNotification::CancelledNotification(cancelled) =
+                        &notification.notification
+                        && let Some(id) = &cancelled.params.request_id
+                    {
+                        self.backlog.done(id);
+                    }
+                }
+            }
             return Some(*message);
         }
     }
 
+    /// The end of the output: once what is being written is written, or after
+    /// [`STDOUT_DRAIN`] (a client that does not read holds a write for ever, and the
+    /// session must still end).
     async fn close(&mut self) -> Result<(), io::Error> {
-        let mut out = self.out.lock().await;
+        let Ok(mut out) = tokio::time::timeout(STDOUT_DRAIN, self.out.lock()).await else {
+            tracing::warn!("the MCP output is not read: the answers not yet written are dropped");
+            return Ok(());
+        };
         if let Some(mut write) = out.write.take() {
             write.shutdown().await?;
         }

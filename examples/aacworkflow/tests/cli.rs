@@ -1253,6 +1253,66 @@ fn sigterm_stops_a_stdio_server_whose_stdout_is_not_a_pipe() {
     assert_eq!(stdout(&audit).lines().count(), 1, "{}", stdout(&audit));
 }
 
+/// A stdio server whose client has stopped reading (its stdout full, answers waiting)
+/// still stops on SIGTERM, with stdout a pipe (read on the reactor) or a socket (as Node.js
+/// hosts start servers: written by a thread of its own). It used to wait for ever: for
+/// room to read the signal's end of input, or in the blocking pool's write to stdout.
+#[test]
+fn sigterm_stops_a_stdio_server_whose_client_no_longer_reads() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    for socket in [false, true] {
+        let (stdout, _unread) = if socket {
+            let (server_end, client_end) = std::os::unix::net::UnixStream::pair().unwrap();
+            (
+                Stdio::from(std::os::fd::OwnedFd::from(server_end)),
+                Some(client_end),
+            )
+        } else {
+            (Stdio::piped(), None)
+        };
+        let mut child = target
+            .command()
+            .arg("serve")
+            .env("AAC_TOKEN", &token)
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let _unread_pipe = child.stdout.take();
+        let writer = std::thread::spawn(move || {
+            let mut lines = vec![
+                r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+            ];
+            for i in 1..=3000 {
+                lines.push(format!(
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"list_issues","arguments":{{}}}}}}"#
+                ));
+            }
+            // Blocks once the server stops reading; fails once it has exited.
+            let _ = stdin.write_all((lines.join("\n") + "\n").as_bytes());
+            stdin
+        });
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = exited_within_30_s(&mut child);
+        assert!(
+            status.is_some(),
+            "socket stdout: {socket}: the server did not stop on SIGTERM"
+        );
+        drop(writer.join());
+    }
+}
+
 /// A PostgreSQL server that cannot be reached is named with why (the connection refused,
 /// the name unknown), in one line, not only "error connecting to server".
 #[test]
