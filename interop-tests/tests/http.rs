@@ -647,6 +647,50 @@ async fn a_tools_call_sent_as_a_notification_is_refused_as_recorded() {
         ),
         ("add_note", 400, Some(Check::Protocol), Some("alice"))
     );
+    // A read, a prompt or a completion without an id: the same.
+    server.sink.clear();
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"resources/read","params":{"uri":"notes://all"}}"#,
+        r#"{"jsonrpc":"2.0","method":"prompts/get","params":{"name":"summarize_notes"}}"#,
+    ] {
+        let response = raw.post().body(body).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+    }
+    let statuses: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.kind, r.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (aac_tools::audit::CallKind::Resource, 400),
+            (aac_tools::audit::CallKind::Prompt, 400)
+        ]
+    );
+    // Calls behind it in the same body are recorded too.
+    server.sink.clear();
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"list_notes","arguments":{}}}{"jsonrpc":"2.0","id":"p1","method":"tools/call","params":{"name":"delete_note","arguments":{"id":1,"confirm":true}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let seen: Vec<_> = server
+        .sink
+        .records()
+        .into_iter()
+        .map(|r| (r.tool, r.request_id))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("list_notes".to_owned(), None),
+            ("delete_note".to_owned(), Some("p1".to_owned()))
+        ]
+    );
     // With an id, the same call runs: the session is still good.
     let (status, answer) = raw.call(25, "list_notes", json!({})).await;
     assert_eq!(status, 200);

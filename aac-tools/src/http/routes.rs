@@ -956,6 +956,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                         }
                         _ => err,
                     };
+                    refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status())
+                        .await;
                     return app.refusal(&parts.headers, &err, None);
                 }
             },
@@ -995,7 +997,28 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
              needs an id",
         );
         let err = call.refuse(pending, Check::Protocol, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
         return app.refusal(&parts.headers, &err, Some(&call.tool));
+    }
+    // The same for a resource read, prompt or completion sent without an id.
+    if call.is_none()
+        && is_post
+        && !body.trim_ascii_start().starts_with(b"[")
+        && let top = probe::top_level(&body)
+        && top.id.is_none()
+        && top.method.is_some()
+        && let Some(item) = item()
+    {
+        let err = ToolError::bad_request(
+            "not_dispatched",
+            "a request without an `id` is a notification, which is never answered: a read, \
+             prompt or completion needs an id",
+        );
+        let mut attempt = app.server().begin(item);
+        attempt.authenticated(Arc::clone(&principal));
+        let err = attempt.refuse(Check::Protocol, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
+        return app.refusal(&parts.headers, &err, None);
     }
 
     let is_delete = parts.method == Method::DELETE;
