@@ -279,8 +279,9 @@ pub(crate) fn id_text(id: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
             match n.as_f64() {
-                // Within i64, where every integral float is an integer (2^63 is not).
-                Some(f) if f.fract() == 0.0 && f.abs() < 9.223_372_036_854_775e18 => {
+                // Below 2^53, where rmcp takes an integral float for an integer (and every
+                // such float is one exactly); past it, it refuses the id.
+                Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
                     format!("{}", f as i64)
                 }
                 _ => n.to_string(),
@@ -806,6 +807,7 @@ mod tests {
             (serde_json::json!(-3.0), "-3"),
             (serde_json::json!(1.5), "1.5"),
             (serde_json::json!(1e300), "1e+300"),
+            (serde_json::json!(1e17), "1e+17"),
         ] {
             assert_eq!(id_text(&id), text, "{id}");
         }
