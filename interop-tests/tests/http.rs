@@ -967,6 +967,8 @@ async fn a_call_the_host_or_origin_guard_refuses_is_recorded_once() {
             .header("host", host.to_owned())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
+            // A REST call's record keeps it, refused by the guard too (MCP's has its own).
+            .header("x-request-id", "rest-guard")
             .body(body.to_owned());
         if let Some(origin) = origin {
             request = request.header("origin", origin.to_owned());
@@ -1080,8 +1082,20 @@ async fn a_call_the_host_or_origin_guard_refuses_is_recorded_once() {
             refused("add_note", "origin_not_allowed", true, &mcp, Some("31")),
             refused("add_note", "host_not_allowed", true, &mcp, Some("31")),
             refused("list_notes", "host_not_allowed", true, &mcp, Some("32")),
-            refused("add_note", "host_not_allowed", true, &rest, None),
-            refused("add_note", "origin_not_allowed", false, &rest, None),
+            refused(
+                "add_note",
+                "host_not_allowed",
+                true,
+                &rest,
+                Some("rest-guard")
+            ),
+            refused(
+                "add_note",
+                "origin_not_allowed",
+                false,
+                &rest,
+                Some("rest-guard")
+            ),
         ]
     );
 }

@@ -697,6 +697,20 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
     json_error(&attempt.refuse(Check::Protocol, err).await)
 }
 
+/// A REST call's request id: its `X-Request-Id`, any value, as text (bytes that are not
+/// UTF-8 replaced), a long one cut as its record would cut it (marked with its hash and
+/// length).
+fn with_rest_request_id(request: CallRequest, headers: &HeaderMap) -> CallRequest {
+    match headers
+        .get("x-request-id")
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+    {
+        Some(id) => request.request_id(crate::audit::bounded(&id, crate::audit::MAX_NAME_BYTES)),
+        None => request,
+    }
+}
+
 /// Where a request the `Host`/`Origin` guard refused was going.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -745,7 +759,7 @@ pub(crate) async fn refused_by_guard(
         if let Some(peer) = peer {
             request = request.peer_addr(peer);
         }
-        let mut attempt = begin(request);
+        let mut attempt = begin(with_rest_request_id(request, &parts.headers));
         // For the record only: the refusal is the guard's, whoever sent it.
         let _ = attempt.authenticate().await;
         return json_error(&attempt.refuse(Check::Protocol, err).await);
@@ -1266,15 +1280,7 @@ pub(crate) async fn call_tool(
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);
     }
-    // Any value, as text (bytes that are not UTF-8 replaced), a long one cut as its
-    // record would cut it (marked with its hash and length).
-    if let Some(id) = headers
-        .get("x-request-id")
-        .filter(|v| !v.is_empty())
-        .map(|v| String::from_utf8_lossy(v.as_bytes()))
-    {
-        request = request.request_id(crate::audit::bounded(&id, crate::audit::MAX_NAME_BYTES));
-    }
+    let mut request = with_rest_request_id(request, &headers);
     let credentials = credentials(&headers);
     if let Ok(credentials) = &credentials {
         request = request.credentials(credentials.clone());
