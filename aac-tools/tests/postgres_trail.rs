@@ -1231,6 +1231,25 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
     let report = verify_chain(&trail).unwrap();
     assert!(report.is_intact(), "{report}");
     assert_eq!(report.foreign_triggers, ["hide_count"]);
+    // One named as the framework's own are on SQLite, and a rule, are named too.
+    owner
+        .batch_execute(
+            "CREATE TRIGGER aac_audit_no_update BEFORE INSERT ON aac_audit
+                 FOR EACH ROW EXECUTE FUNCTION hide_count();
+             CREATE RULE skip_pings AS ON INSERT TO aac_audit
+                 WHERE NEW.tool = 'pgt_ping' DO INSTEAD NOTHING;",
+        )
+        .await
+        .unwrap();
+    let report = verify_chain(&a.sink.mirror().await.unwrap()).unwrap();
+    assert_eq!(
+        report.foreign_triggers,
+        [
+            "aac_audit_no_update (not the framework's)",
+            "hide_count",
+            "rule skip_pings"
+        ]
+    );
 }
 
 /// Replicas taking turns on one chain: a replica that wrote the head appends in one round

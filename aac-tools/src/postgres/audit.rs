@@ -414,7 +414,7 @@ impl Backend for PgBackend {
                     Some((rows, records)) => {
                         return Err(AuditError::new(format!(
                             "the audit database took {rows} rows for {records} records: a \
-                             trigger on `aac_audit` that is not the framework's drops records"
+                             trigger or rule on `aac_audit` that is not the framework's drops records"
                         )));
                     }
                 },
@@ -938,6 +938,17 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
         .map_err(unreachable)?;
     for row in &foreign {
         mirror.foreign_trigger(&row.get::<_, String>(0))?;
+    }
+    // A rule rewrites an insert as a trigger can (`DO INSTEAD NOTHING`): named as one.
+    let rules = client
+        .query(
+            "SELECT rulename::text FROM pg_rules WHERE tablename = $1 ORDER BY rulename",
+            &[&AUDIT_TABLE],
+        )
+        .await
+        .map_err(unreachable)?;
+    for row in &rules {
+        mirror.foreign_trigger(&format!("rule {}", row.get::<_, String>(0)))?;
     }
     drop(client);
     task.abort();

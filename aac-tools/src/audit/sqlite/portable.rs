@@ -177,6 +177,21 @@ impl Mirror {
     /// create: one of that name (doing nothing) on the copy, so that `verify_chain` names
     /// it among the foreign triggers.
     pub(crate) fn foreign_trigger(&self, name: &str) -> Result<(), AuditError> {
+        // A name the copy's own triggers already have (`aac_audit_no_update` given to a
+        // trigger of the other backend) is told apart.
+        let taken: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .map_err(sql_error)?;
+        let name = if taken {
+            format!("{name} (not the framework's)")
+        } else {
+            name.to_owned()
+        };
         let quoted = name.replace('"', "\"\"");
         self.conn
             .execute_batch(&format!(
