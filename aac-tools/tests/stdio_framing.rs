@@ -480,10 +480,18 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     raw.line(r#"{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"name":"echo_text","arguments":{}}} ?"#)
         .await;
     assert_eq!(raw.next().await["id"], "q");
-    // Two messages on one line, a destructive call behind a harmless one: each recorded.
+    // Two messages on one line, a destructive call behind a harmless one: each recorded,
+    // and each answered under its own id.
     raw.line(r#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"a"}}}{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"b"}}}"#)
         .await;
-    assert_eq!(raw.next().await["id"], 14);
+    for id in [14, 15] {
+        let refused = raw.next().await;
+        assert_eq!(
+            (&refused["id"], &refused["error"]["code"]),
+            (&json!(id), &json!(-32600)),
+            "{refused}"
+        );
+    }
     // Not calls: nothing recorded.
     raw.line("not json").await;
     raw.line(r#"{"jsonrpc":"2.0","id":9,"method":42}"#).await;
@@ -890,6 +898,7 @@ async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
         ),
         (Some("20"), 413, Some("body_too_large"))
     );
+    assert_eq!(records[0].tool, "echo_text", "the call its start names");
     assert_eq!(records[1].outcome, Outcome::Success);
 }
 

@@ -601,7 +601,7 @@ impl Refusals {
 
     /// The record of a line of more than [`MAX_VALUES`] JSON values, refused unparsed: as
     /// [`Self::too_long`], under the line's id when it can be read.
-    fn too_many_values(&self, id: Option<String>) -> BoxFuture<'static, ()> {
+    fn too_many_values(&self, id: Option<String>, tool: Option<&str>) -> BoxFuture<'static, ()> {
         let err = ToolError::new(
             Status::PayloadTooLarge,
             "body_too_large",
@@ -610,7 +610,7 @@ impl Refusals {
                  refused unparsed"
             ),
         );
-        let mut request = CallRequest::new(UNKNOWN_TOOL, None);
+        let mut request = CallRequest::new(tool.unwrap_or(UNKNOWN_TOOL), None);
         if let Some(id) = id {
             request = request.request_id(id);
         }
@@ -996,6 +996,9 @@ enum Parsed {
         code: ErrorCode,
         message: String,
     },
+    /// Several messages one after the other on the line (`{…}{…}`), which JSON-RPC over
+    /// stdio does not allow: every request among them is answered, under its own id.
+    RefusedEach(Vec<serde_json::Value>),
 }
 
 /// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
@@ -1088,6 +1091,23 @@ fn parse(line: &[u8]) -> Parsed {
             Parsed::Refused { id, code, message }
         }
         Err(err) => {
+            // Messages one after the other: each request among them waits for an answer.
+            let values: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(line)
+                .into_iter::<serde_json::Value>()
+                .map_while(Result::ok)
+                .collect();
+            if values.len() >= 2 {
+                let ids = values
+                    .iter()
+                    .filter_map(serde_json::Value::as_object)
+                    .filter(|o| o.contains_key("method"))
+                    .map(|o| json_rpc_id(o.get("id").cloned()))
+                    .filter(|id| !id.is_null())
+                    // Bounded: the line's values are (`MAX_VALUES`), its answers are too.
+                    .take(MAX_EACH_ANSWERED)
+                    .collect();
+                return Parsed::RefusedEach(ids);
+            }
             // A request whose id and method can be read without parsing the rest is
             // waiting for an answer: it gets one.
             let top = probe::top_level(line);
@@ -1109,6 +1129,10 @@ fn parse(line: &[u8]) -> Parsed {
         }
     }
 }
+
+/// The most requests of one line of several messages that are answered (each is
+/// recorded, up to the batch's bound).
+const MAX_EACH_ANSWERED: usize = 64;
 
 /// The id of a `tools/list` whose answer cannot differ from the last one: no cursor and
 /// no `_meta`.
@@ -1303,9 +1327,15 @@ where
                     max_values = MAX_VALUES,
                     "an incoming MCP message held too many JSON values; refused"
                 );
-                let id = top_level_id(&probe::top_level(trim_line(&self.line)));
+                let top = probe::top_level(trim_line(&self.line));
+                let id = top_level_id(&top);
                 let known = (!id.is_null()).then(|| probe::id_text(&id));
-                self.recording = Some(self.refusals.too_many_values(known));
+                // The call its top level names, as for an over-long line.
+                let tool = top
+                    .name
+                    .as_deref()
+                    .filter(|_| top.method.as_deref() == Some("tools/call"));
+                self.recording = Some(self.refusals.too_many_values(known, tool));
                 if !id.is_null() {
                     let answer = error_line(
                         id,
@@ -1342,7 +1372,7 @@ where
             }
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
-                Parsed::Ignored | Parsed::Refused { .. } => true,
+                Parsed::Ignored | Parsed::Refused { .. } | Parsed::RefusedEach(_) => true,
             };
             if refused {
                 self.recording = self.refusals.of(trim_line(&self.line));
@@ -1365,6 +1395,23 @@ where
                     let answer = error_line(id, code, message);
                     self.line.clear();
                     self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                    continue;
+                }
+                Parsed::RefusedEach(ids) => {
+                    let answers = ids
+                        .into_iter()
+                        .map(|id| {
+                            Bytes::from(error_line(
+                                id,
+                                ErrorCode::INVALID_REQUEST,
+                                "Invalid request: one JSON-RPC message per line, and this line \
+                                 holds several"
+                                    .to_owned(),
+                            ))
+                        })
+                        .collect();
+                    self.line.clear();
+                    self.owed = Owed::Line(answers);
                     continue;
                 }
             };
