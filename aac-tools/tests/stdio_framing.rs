@@ -949,21 +949,9 @@ async fn a_client_that_leaves_before_initializing_is_an_end_not_a_failure() {
 async fn a_client_that_does_not_read_its_answers_stops_being_read() {
     let sink = MemorySink::new();
     let server = builder(false).audit(sink.clone()).build().unwrap();
-    let Raw {
-        mut lines,
-        mut write,
-    } = Raw::start(server, "all", 16 * 1024).await;
+    let Raw { mut lines, write } = Raw::start(server, "all", 16 * 1024).await;
     const CALLS: usize = 3000;
-    let writer = tokio::spawn(async move {
-        for i in 1..=CALLS {
-            let line = format!(
-                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"{i}"}}}}}}"#
-            );
-            write.write_all(line.as_bytes()).await.unwrap();
-            write.write_all(b"\n").await.unwrap();
-        }
-        write
-    });
+    let writer = send_calls(write, "echo_text", CALLS);
     // Absence can only be waited for: half a second is many times what the calls the
     // server read took.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -973,14 +961,8 @@ async fn a_client_that_does_not_read_its_answers_stops_being_read() {
         "{ran} of {CALLS} calls ran while their answers were not read"
     );
     assert!(!writer.is_finished(), "the server no longer reads");
-    let mut answered = std::collections::BTreeSet::new();
-    while answered.len() < CALLS {
-        let answer = next_message(&mut lines, 30).await;
-        assert_eq!(answer["result"]["isError"], false, "{answer}");
-        answered.insert(answer["id"].as_u64().unwrap());
-    }
+    answer_all(&mut lines, CALLS).await;
     let _write = writer.await.unwrap();
-    assert_eq!(answered.len(), CALLS);
     assert_eq!(sink.records().len(), CALLS);
 }
 
@@ -1085,21 +1067,9 @@ async fn calls_in_hand_are_bounded_whatever_the_client_sends() {
         .audit(sink.clone())
         .build()
         .unwrap();
-    let Raw {
-        mut lines,
-        mut write,
-    } = Raw::start(server, "all", 1 << 20).await;
+    let Raw { mut lines, write } = Raw::start(server, "all", 1 << 20).await;
     const CALLS: usize = 1000;
-    let writer = tokio::spawn(async move {
-        for i in 1..=CALLS {
-            let line = format!(
-                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"held_text","arguments":{{"text":"{i}"}}}}}}"#
-            );
-            write.write_all(line.as_bytes()).await.unwrap();
-            write.write_all(b"\n").await.unwrap();
-        }
-        write
-    });
+    let writer = send_calls(write, "held_text", CALLS);
     // Absence can only be waited for: half a second is many times what reading took.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let started = held::HELD.load(Ordering::SeqCst);
@@ -1108,12 +1078,7 @@ async fn calls_in_hand_are_bounded_whatever_the_client_sends() {
         "{started} calls of {CALLS} were started at once"
     );
     held::RELEASED.store(true, Ordering::SeqCst);
-    let mut answered = std::collections::BTreeSet::new();
-    while answered.len() < CALLS {
-        let answer = next_message(&mut lines, 30).await;
-        assert_eq!(answer["result"]["isError"], false, "{answer}");
-        answered.insert(answer["id"].as_u64().unwrap());
-    }
+    answer_all(&mut lines, CALLS).await;
     let _write = writer.await.unwrap();
     assert_eq!(sink.records().len(), CALLS);
 }
@@ -1142,4 +1107,33 @@ async fn a_cancelled_call_frees_its_id() {
     let records = sink.records();
     let reasons: Vec<_> = records.iter().map(|r| r.reason.as_deref()).collect();
     assert_eq!(reasons, [Some("cancelled"), None], "{records:?}");
+}
+
+/// Writes calls 1 to `calls` of `tool` (text: their number), one line each, on a task of
+/// its own (the server may stop reading for a while); the write half when done.
+fn send_calls(
+    mut write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    tool: &'static str,
+    calls: usize,
+) -> tokio::task::JoinHandle<tokio::io::WriteHalf<tokio::io::DuplexStream>> {
+    tokio::spawn(async move {
+        for i in 1..=calls {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"text":"{i}"}}}}}}"#
+            );
+            write.write_all(line.as_bytes()).await.unwrap();
+            write.write_all(b"\n").await.unwrap();
+        }
+        write
+    })
+}
+
+/// Reads until calls 1 to `calls` are each answered once, without an error.
+async fn answer_all(lines: &mut Lines, calls: usize) {
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < calls {
+        let answer = next_message(lines, 30).await;
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answered.insert(answer["id"].as_u64().unwrap());
+    }
 }
