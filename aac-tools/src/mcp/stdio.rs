@@ -55,10 +55,11 @@ use crate::server::{CallRequest, Credentials, Server};
 /// When stdin and stdout are pipes (the way MCP clients start servers), they are read
 /// and written on the runtime's I/O reactor, without a hand-off to a blocking thread
 /// per message (on Linux, through rmcp's `stdio_pipes`, which reopens them so that
-/// the process's own standard streams stay blocking). Otherwise (a terminal, a file)
-/// stdin is read by a thread of its own, not the runtime's blocking pool: a read that
-/// may never end (a terminal nobody types in) then never holds the runtime, and so the
-/// process, once the session is over. The runtime needs I/O enabled (`#[tokio::main]`
+/// the process's own standard streams stay blocking). Otherwise (a terminal, a file, a
+/// socket) stdin is read and stdout written by threads of their own, not the runtime's
+/// blocking pool: a read that may never end (a terminal nobody types in), or a write to
+/// a client that no longer reads, then never holds the runtime, and so the process,
+/// once the session is over. The runtime needs I/O enabled (`#[tokio::main]`
 /// has it).
 ///
 /// ```no_run
@@ -100,7 +101,7 @@ pub async fn serve_stdio_until(
 
 /// The process's stdin and stdout as a session's streams: rmcp's `stdio_pipes` when both
 /// are pipes (on Linux, it reads and writes them on the reactor), else stdin read by
-/// [`ThreadedStdin`] and stdout written as it is.
+/// [`ThreadedStdin`] and stdout written by [`ThreadedStdout`].
 fn standard_streams() -> io::Result<(StandardIn, StandardOut)> {
     #[cfg(target_os = "linux")]
     {
