@@ -867,7 +867,15 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             .then(|| item_request(&body, peer))
             .flatten()
     };
-    let principal = match app.authenticate(&parts.headers).await {
+    // Read once: verified here, carried to the attempt and the MCP layer, which verify
+    // them again later (after a person's answer, before a subscription's update).
+    let presented = credentials(&parts.headers);
+    let verified = match &presented {
+        Ok(presented) => app.server().authenticate(presented).await,
+        Err(err) => Err(err.clone()),
+    };
+    let presented = presented.unwrap_or_default();
+    let principal = match verified {
         Ok(principal) => principal,
         Err(err) => {
             let refusal = err.clone();
@@ -906,7 +914,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     if let Some(attempt) = &mut attempt {
         attempt.authenticated(Arc::clone(&principal));
         // Verified from them a moment ago; again if a person is asked.
-        attempt.presented(credentials(&parts.headers).unwrap_or_default());
+        attempt.presented(presented.clone());
     }
     if let Some(id) = &session
         && !app.inner.sessions.allows(id, &principal)
@@ -994,53 +1002,47 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         attempt = Some(pending);
     }
 
-    // A `tools/call` without an id is a notification: JSON-RPC never answers one and rmcp
-    // drops it, so it would be accepted (202) and never run. Streamable HTTP lets a server
-    // refuse a notification it does not accept: 400, as its record says.
-    if let Some(call) = &call
-        && call.id.is_none()
+    // The read, prompt or completion the body holds, if it is not a call (read once).
+    let item_request = item();
+    // A request without an id is a notification: JSON-RPC never answers one and rmcp
+    // drops it, so a call (or a read, prompt, completion) would be accepted (202) and never
+    // run. Streamable HTTP lets a server refuse a notification it does not accept: 400, as
+    // its record says, and every call behind it in the body is recorded too.
+    let idless = match &call {
+        Some(call) => call.id.is_none(),
+        None => item_request.is_some(),
+    };
+    if idless
         && !body.trim_ascii_start().starts_with(b"[")
         && let top = probe::top_level(&body)
         && top.id.is_none()
-        && top.method.as_deref() == Some("tools/call")
-        && let Some(pending) = attempt.take()
+        && (call.is_none() || top.method.as_deref() == Some("tools/call"))
     {
         let err = ToolError::bad_request(
             "not_dispatched",
-            "a `tools/call` without an `id` is a notification, which is never run: a call \
-             needs an id",
+            "a request without an `id` is a notification, which is never answered: a call, \
+             read, prompt or completion needs an id",
         );
-        let err = call.refuse(pending, Check::Protocol, err).await;
+        let (err, tool) = match (&call, attempt.take(), item_request) {
+            (Some(call), Some(pending), _) => (
+                call.refuse(pending, Check::Protocol, err).await,
+                Some(call.tool.as_str()),
+            ),
+            (_, _, Some(item)) => {
+                let mut attempt = app.server().begin(item);
+                attempt.authenticated(Arc::clone(&principal));
+                (attempt.refuse(Check::Protocol, err).await, None)
+            }
+            _ => (err, None),
+        };
         refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
-        return app.refusal(&parts.headers, &err, Some(&call.tool));
-    }
-    // The same for a resource read, prompt or completion sent without an id.
-    if call.is_none()
-        && is_post
-        && !body.trim_ascii_start().starts_with(b"[")
-        && let top = probe::top_level(&body)
-        && top.id.is_none()
-        && top.method.is_some()
-        && let Some(item) = item()
-    {
-        let err = ToolError::bad_request(
-            "not_dispatched",
-            "a request without an `id` is a notification, which is never answered: a read, \
-             prompt or completion needs an id",
-        );
-        let mut attempt = app.server().begin(item);
-        attempt.authenticated(Arc::clone(&principal));
-        let err = attempt.refuse(Check::Protocol, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
-        return app.refusal(&parts.headers, &err, None);
+        return app.refusal(&parts.headers, &err, tool);
     }
 
     let is_delete = parts.method == Method::DELETE;
-    parts.extensions.insert(VerifiedPrincipal(
-        Arc::clone(&principal),
-        // Verified from them a moment ago.
-        credentials(&parts.headers).unwrap_or_default(),
-    ));
+    parts
+        .extensions
+        .insert(VerifiedPrincipal(Arc::clone(&principal), presented));
     let pending = attempt.map(|mut a| {
         // The probe kept the arguments' text: no second read of the body.
         let repeated = match call.as_ref().and_then(|c| c.arguments) {
@@ -1055,7 +1057,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     }
     // A resource read, prompt or completion the MCP layer might refuse before the handler
     // begins its attempt (malformed params, a batch): recorded then, as a call would be.
-    let pending_item = item().map(|item| {
+    let pending_item = item_request.map(|item| {
         let mut attempt = app.server().begin(item);
         attempt.authenticated(Arc::clone(&principal));
         PendingAttempt::new(attempt, body.clone(), item_arguments)
