@@ -158,7 +158,9 @@ impl Server {
             .filter_map(|(i, l)| Some((Some(tools.get(i)?.name()), l.as_ref()?)));
         for (tool, limiter) in limits.principal.iter().map(|l| (None, l)).chain(per_tool) {
             let taken = limiter.take_suppressed();
-            for ((subject, workspace), count) in taken.by_key {
+            let untracked = (taken.overflow > 0)
+                .then(|| (("(untracked principals)".to_owned(), None), taken.overflow));
+            for ((subject, workspace), count) in taken.by_key.into_iter().chain(untracked) {
                 let record = record::suppressed_of(
                     &subject,
                     workspace.as_deref(),
@@ -168,18 +170,6 @@ impl Server {
                 );
                 if let Err(err) = sink.record(record).await {
                     tracing::error!(error = %err, count, "the count of rate-limited calls could not be recorded");
-                }
-            }
-            if taken.overflow > 0 {
-                let record = record::suppressed_of(
-                    "(untracked principals)",
-                    None,
-                    tool,
-                    taken.overflow,
-                    crate::context::Transport::InProcess,
-                );
-                if let Err(err) = sink.record(record).await {
-                    tracing::error!(error = %err, "the count of rate-limited calls could not be recorded");
                 }
             }
         }
@@ -416,11 +406,7 @@ impl Attempt {
         let principal = Arc::clone(self.principal.as_ref()?);
         let limiter = self.server.limits().principal.as_ref()?;
         self.rated = true;
-        let key = (
-            principal.subject().to_owned(),
-            principal.workspace().map(str::to_owned),
-        );
-        match limiter.check_counting_after_first(&key) {
+        match limiter.check_counting_after_first(&rate_key(&principal)) {
             Verdict::Limited {
                 retry_after,
                 first: false,
@@ -521,12 +507,7 @@ impl Attempt {
             .authenticate()
             .await
             .map_err(|e| (Check::Authenticate, e))?;
-        let key = || {
-            (
-                principal.subject().to_owned(),
-                principal.workspace().map(str::to_owned),
-            )
-        };
+        let key = || rate_key(&principal);
         if let Some(limiter) = &self.server.limits().principal {
             self.rated = true;
             let limited = limiter.check_counting_after_first(&key());
@@ -1121,6 +1102,14 @@ impl Drop for Attempt {
 }
 
 /// What a `requestState` binds of the principal: subject and workspace.
+/// A principal as its rates count it: its subject in its workspace.
+fn rate_key(principal: &Principal) -> (String, Option<String>) {
+    (
+        principal.subject().to_owned(),
+        principal.workspace().map(str::to_owned),
+    )
+}
+
 fn principal_binding(principal: &Principal) -> String {
     format!(
         "{}\n{}",
