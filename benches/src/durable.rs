@@ -45,12 +45,13 @@ pub fn fdatasync_latencies(dir: &Path, count: usize) -> io::Result<Vec<u64>> {
     Ok(latencies)
 }
 
-/// SQLite's own cost of one audit record, with none of aac-tools' code: `count`
-/// transactions, each what the sink's append does for a lone record (`BEGIN IMMEDIATE`,
-/// read the chain's head, insert one row, `COMMIT`), on a fresh `aac_audit` table in
+/// SQLite's own cost of audit records, with none of aac-tools' code: `count`
+/// transactions, each what the sink's append does for a batch of `rows` records
+/// (`BEGIN IMMEDIATE`, read the chain's head, insert `rows` rows, `COMMIT`; one row is a
+/// lone caller's record, several a batch under load), on a fresh `aac_audit` table in
 /// `dir` (write-ahead log, `synchronous = NORMAL`, prepared statements), each inserting
-/// a copy of the last row of the trail `source` (a real record of the run). Latencies in
-/// nanoseconds.
+/// copies of the last row of the trail `source` (a real record of the run). Latencies of
+/// whole transactions, in nanoseconds.
 ///
 /// With `evict`, 16 MiB are touched between transactions (outside the timing), so that
 /// each one starts with SQLite's code and data out of the CPU caches, as it does in a
@@ -60,6 +61,7 @@ pub fn sqlite_commit_latencies(
     source: &Path,
     dir: &Path,
     count: usize,
+    rows: usize,
     evict: bool,
 ) -> io::Result<Vec<u64>> {
     use rusqlite::types::Value;
@@ -119,10 +121,12 @@ pub fn sqlite_commit_latencies(
                 e => Err(e),
             })
             .map_err(failed)?;
-        values[0] = Value::Integer(seq + 1);
-        conn.prepare_cached(&insert)
-            .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
-            .map_err(failed)?;
+        for k in 0..rows.max(1) {
+            values[0] = Value::Integer(seq + 1 + k as i64);
+            conn.prepare_cached(&insert)
+                .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
+                .map_err(failed)?;
+        }
         conn.prepare_cached("COMMIT")
             .and_then(|mut s| s.execute([]))
             .map_err(failed)?;

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use aac_bench::compile;
 use aac_bench::load::{Plan, ServerProcess, http_run};
-use aac_bench::mem::{RssSampler, rss_kib};
+use aac_bench::mem::{RssSampler, cpu_time, rss_kib};
 use aac_bench::pipeline::{Fixture, McpSession};
 use aac_bench::postgres_audit;
 use aac_bench::report::{self, EndToEnd, Goal, Memory, PipelineLine};
@@ -359,6 +359,8 @@ fn drive(args: &[String]) -> io::Result<()> {
         let mut server =
             ServerProcess::spawn(&exe, variant, transport, audit_db.as_deref()).await?;
         eprintln!("server pid {}", server.pid());
+        let cpu_before = (cpu_time(server.pid()), cpu_time(0));
+        let mut clients = 1;
         let result = match scenario.as_str() {
             "stdio" | "stdio-pipelined" => {
                 let mut client = server.stdio_client().await?;
@@ -370,7 +372,7 @@ fn drive(args: &[String]) -> io::Result<()> {
                 }
             }
             http => {
-                let clients: usize = http
+                clients = http
                     .strip_prefix("http-")
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(usage)?;
@@ -390,6 +392,19 @@ fn drive(args: &[String]) -> io::Result<()> {
             result.calls,
             plan.warmup_calls,
         );
+        // What each call cost the two processes in CPU time, warm-up included: with
+        // both cores busy, what decides how two servers' throughputs compare.
+        if let ((Some(server_then), Some(client_then)), Some(server_now), Some(client_now)) =
+            (cpu_before, cpu_time(server.pid()), cpu_time(0))
+        {
+            let calls = (result.calls + plan.warmup_calls * clients as u64).max(1) as f64;
+            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
+            println!(
+                "CPU per call (user + system, warm-up included): server {:.1} µs, client {:.1} µs",
+                per_call(server_now.saturating_sub(server_then)),
+                per_call(client_now.saturating_sub(client_then)),
+            );
+        }
         if transport == TransportKind::Stdio {
             // Its client is gone: it ends by itself (and writes its sink's figures).
             server.finish(Duration::from_secs(60)).await;
@@ -567,6 +582,9 @@ const SCENARIO_NAMES: [&str; 5] = [
 /// well, its sink's append per record, and PostgreSQL's durable single-row commit from
 /// this process, back to back and with the rest of a call between two.
 fn attribution(options: &Options) -> io::Result<report::Attribution> {
+    /// The rows of the batch probe: about what a batch holds over stdio with 32 calls in
+    /// flight and the durable sink (9–11 records, `drive a stdio-pipelined`).
+    const BATCH_ROWS: usize = 10;
     let exe = std::env::current_exe()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -633,19 +651,20 @@ fn attribution(options: &Options) -> io::Result<report::Attribution> {
                     .or_default()
                     .push(busy_ns as f64 / records.max(1) as f64);
                 if variant == Variant::AacDurableNormal {
-                    for evict in [false, true] {
+                    for (rows, evict) in [(1, false), (1, true), (BATCH_ROWS, false)] {
                         let mut sqlite = aac_bench::durable::sqlite_commit_latencies(
                             db,
                             dir.path(),
                             1000,
+                            rows,
                             evict,
                         )?;
                         sqlite.sort_unstable();
                         let p50 = aac_bench::stats::percentile(&sqlite, 50.0);
-                        if evict {
-                            at.sqlite_cold.push(p50);
-                        } else {
-                            at.sqlite.push(p50);
+                        match (rows, evict) {
+                            (1, false) => at.sqlite.push(p50),
+                            (1, true) => at.sqlite_cold.push(p50),
+                            _ => at.sqlite_batch.push(p50 / rows as u64),
                         }
                     }
                 }
