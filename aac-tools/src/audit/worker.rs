@@ -7,7 +7,12 @@
 //! back once nothing is waiting.
 //!
 //! So a lone caller pays one write and one flush, and nothing else; concurrent callers
-//! share one flush per batch. Whatever does not depend on the order of records (encoding
+//! share one flush per batch. Under load a caller that finds the log idle does not lead:
+//! while the last write had company (records queued behind a leader, or a batch of
+//! several), the log is contended, and a leader's batch of one would pay a whole
+//! transaction for one record while the next ones queue behind it; its record goes to
+//! the writer thread, which waits briefly for the others. The first write that finds
+//! nobody behind it makes the log uncontended again. Whatever does not depend on the order of records (encoding
 //! them, for instance) is done by the callers before they join the queue
 //! ([`Backend::prepare`]).
 //!
@@ -177,6 +182,9 @@ struct Queue<I> {
     handed_over: bool,
     /// Records waiting for the next batch.
     jobs: Vec<Job<I>>,
+    /// The last write had company: records queued behind it, or it was a batch of
+    /// several. A caller that finds the log idle leads only when this is false.
+    contended: bool,
     /// Every [`Worker`] is gone: the writer thread ends once the queue is empty.
     closed: bool,
 }
@@ -262,6 +270,7 @@ impl<B: Backend> Shared<B> {
     /// records queued meanwhile.
     fn release(&self) {
         let mut queue = lock(&self.queue);
+        queue.contended = !queue.jobs.is_empty();
         if queue.jobs.is_empty() {
             queue.busy = false;
             if queue.closed {
@@ -321,6 +330,10 @@ impl<B: Backend> Shared<B> {
             if queue.jobs.is_empty() {
                 queue.handed_over = false;
                 queue.busy = false;
+                // After a batch of several, the next caller queues for this thread
+                // (which then waits for the others) rather than write alone; after a
+                // batch of one, it leads.
+                queue.contended = last_batch > 1;
                 last_batch = 0;
                 continue;
             }
@@ -439,6 +452,7 @@ impl<B: Backend> Worker<B> {
                 busy: false,
                 handed_over: false,
                 jobs: Vec::new(),
+                contended: false,
                 closed: false,
             }),
             handover: Condvar::new(),
@@ -500,7 +514,7 @@ impl<B: Backend> Worker<B> {
         if !shared.health.alive.load(Ordering::Acquire) {
             return Box::pin(async { Err(AuditError::new("the audit writer thread has stopped")) });
         }
-        if queue.busy || !may_lead_here() {
+        if queue.busy || queue.contended || !may_lead_here() {
             let (reply, answer) = oneshot::channel();
             queue.jobs.push(Job {
                 record: item,
@@ -757,6 +771,83 @@ mod tests {
             "{} batches for 200 concurrent records: no group commit",
             stats.batches
         );
+    }
+
+    /// Under load a caller that finds the log idle does not write alone: after a write
+    /// with records queued behind it, the next record goes to the writer thread; after a
+    /// write that had no company, callers lead again.
+    #[test]
+    fn after_contention_an_idle_log_is_left_to_the_writer_thread_until_a_write_goes_alone() {
+        let seen = Arc::new(Seen {
+            delay: Duration::from_millis(20),
+            ..Seen::default()
+        });
+        let sink = worker(&seen);
+        let idle = |sink: &Worker<Probe>| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while lock(&sink.shared.queue).busy {
+                assert!(Instant::now() < deadline, "the log never went idle");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // A leader outside any runtime writes `first` (20 ms); two records queue behind it
+        // and are written together by the writer thread.
+        let leader = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                futures_ready(sink.record(record("first"))).unwrap();
+                std::thread::current().id()
+            })
+        };
+        while seen.writes.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(sink.record(record("second")));
+        drop(sink.record(record("third")));
+        let leader = leader.join().unwrap();
+        idle(&sink);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let on_a_worker = |name: &'static str| {
+            let sink = sink.clone();
+            runtime.block_on(async move {
+                tokio::spawn(async move {
+                    let here = std::thread::current().id();
+                    sink.record(record(name)).await.unwrap();
+                    here
+                })
+                .await
+                .unwrap()
+            })
+        };
+        // The log is idle, but its last write was a batch of two: `fourth` goes to the
+        // writer thread, alone.
+        let fourth = on_a_worker("fourth");
+        idle(&sink);
+        // That write had no company: `fifth` leads, on its own thread.
+        let fifth = on_a_worker("fifth");
+        let batches = lock(&seen.batches).clone();
+        let names: Vec<Vec<String>> = batches.iter().map(|(_, b)| b.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                vec!["first"],
+                vec!["second", "third"],
+                vec!["fourth"],
+                vec!["fifth"]
+            ]
+        );
+        let writer = batches[1].0;
+        assert_eq!(
+            batches[0].0, leader,
+            "the first record was written by its caller"
+        );
+        assert_ne!(writer, leader);
+        assert_eq!(batches[2].0, writer, "`fourth` went to the writer thread");
+        assert_ne!(fourth, writer);
+        assert_eq!(batches[3].0, fifth, "`fifth` was written by its caller");
     }
 
     /// On a current-thread runtime the caller cannot block: the writer thread writes.
