@@ -7,14 +7,16 @@
 //! back once nothing is waiting.
 //!
 //! So a lone caller pays one write and one flush, and nothing else; concurrent callers
-//! share one flush per batch. Under load a caller that finds the log idle does not lead:
-//! while the last write had company (records queued behind a leader, or a batch of
-//! several), the log is contended, and a leader's batch of one would pay a whole
-//! transaction for one record while the next ones queue behind it; its record goes to
-//! the writer thread, which waits briefly for the others. The first write that finds
-//! nobody behind it makes the log uncontended again. Whatever does not depend on the order of records (encoding
+//! share one flush per batch. Whatever does not depend on the order of records (encoding
 //! them, for instance) is done by the callers before they join the queue
 //! ([`Backend::prepare`]).
+//!
+//! Under load a caller that finds the log idle does not lead: while the last write had
+//! company (records queued behind a leader, or a batch of several), the log is
+//! contended, and a leader's batch of one would pay a whole transaction for one record
+//! while the next ones queue behind it; its record goes to the writer thread, which
+//! waits briefly for the others. The first write that finds nobody behind it makes the
+//! log uncontended again.
 //!
 //! A caller leads only on a thread that may block: a worker of a multi-threaded tokio
 //! runtime (whose other workers steal its queued tasks while it writes; with a single
@@ -778,8 +780,10 @@ mod tests {
     /// write that had no company, callers lead again.
     #[test]
     fn after_contention_an_idle_log_is_left_to_the_writer_thread_until_a_write_goes_alone() {
+        // Long enough for the two records below to queue while `first` is written, on a
+        // busy machine too.
         let seen = Arc::new(Seen {
-            delay: Duration::from_millis(20),
+            delay: Duration::from_millis(100),
             ..Seen::default()
         });
         let sink = worker(&seen);
@@ -790,7 +794,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
         };
-        // A leader outside any runtime writes `first` (20 ms); two records queue behind it
+        // A leader outside any runtime writes `first` (100 ms); two records queue behind it
         // and are written together by the writer thread.
         let leader = {
             let sink = sink.clone();
