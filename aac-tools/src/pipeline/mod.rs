@@ -507,10 +507,9 @@ impl Attempt {
             .authenticate()
             .await
             .map_err(|e| (Check::Authenticate, e))?;
-        let key = || rate_key(&principal);
         if let Some(limiter) = &self.server.limits().principal {
             self.rated = true;
-            let limited = limiter.check_counting_after_first(&key());
+            let limited = limiter.check_counting_after_first(&rate_key(&principal));
             self.rate_limited(limited, &principal, None).await?;
         }
         // 2. find the tool, 3. scopes
@@ -522,7 +521,7 @@ impl Attempt {
         let entry = self.entry(&server).expect("authorized: the tool exists");
         // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
         if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i]) {
-            let limited = limiter.check_counting_after_first(&key());
+            let limited = limiter.check_counting_after_first(&rate_key(&principal));
             self.rate_limited(limited, &principal, Some(entry.name()))
                 .await?;
         }
@@ -1101,7 +1100,6 @@ impl Drop for Attempt {
     }
 }
 
-/// What a `requestState` binds of the principal: subject and workspace.
 /// A principal as its rates count it: its subject in its workspace.
 fn rate_key(principal: &Principal) -> (String, Option<String>) {
     (
@@ -1110,6 +1108,7 @@ fn rate_key(principal: &Principal) -> (String, Option<String>) {
     )
 }
 
+/// What a `requestState` binds of the principal: subject and workspace.
 fn principal_binding(principal: &Principal) -> String {
     format!(
         "{}\n{}",
