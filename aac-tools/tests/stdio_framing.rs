@@ -1134,6 +1134,12 @@ async fn answer_all(lines: &mut Lines, calls: usize) {
     while answered.len() < calls {
         let answer = next_message(lines, 30).await;
         assert_eq!(answer["result"]["isError"], false, "{answer}");
-        answered.insert(answer["id"].as_u64().unwrap());
+        let id = answer["id"].as_u64().unwrap();
+        assert!(
+            (1..=calls as u64).contains(&id),
+            "an id never sent: {answer}"
+        );
+        assert!(answered.insert(id), "answered twice: {answer}");
     }
+    assert_eq!(answered.len(), calls);
 }

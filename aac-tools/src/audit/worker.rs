@@ -667,29 +667,35 @@ mod tests {
         let sink = worker(&seen);
         // One record is being written (150 ms); meanwhile two more are queued for the
         // writer thread, their futures dropped (an abandoned call's record).
-        let leader = {
-            let sink = sink.clone();
-            std::thread::spawn(move || {
-                futures_block_on(sink.record(record("first"))).unwrap();
-            })
-        };
-        while seen.writes.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
-        drop(sink.record(record("second")));
-        drop(sink.record(record("third")));
+        let leader = queue_behind_a_leader(&sink, &seen, "first", &["second", "third"]);
         drop(sink);
         leader.join().unwrap();
         assert_eq!(written(&seen), ["first", "second", "third"]);
     }
 
-    /// Poll `future` to its end on a current-thread runtime of this thread's (where a
-    /// caller cannot block, so its record goes to the writer thread).
-    fn futures_block_on<F: std::future::Future>(future: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(future)
+    /// A thread outside any runtime leads with `first`; once its write is under way,
+    /// `queued` are queued behind it, their futures dropped. The leader's thread, which
+    /// ends with its id once `first` is written.
+    fn queue_behind_a_leader(
+        sink: &Worker<Probe>,
+        seen: &Seen,
+        first: &'static str,
+        queued: &[&str],
+    ) -> std::thread::JoinHandle<ThreadId> {
+        let leader = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                futures_ready(sink.record(record(first))).unwrap();
+                std::thread::current().id()
+            })
+        };
+        while seen.writes.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        for name in queued {
+            drop(sink.record(record(name)));
+        }
+        leader
     }
 
     /// A lone caller on a runtime worker writes its own record on its own thread: no
@@ -796,19 +802,9 @@ mod tests {
         };
         // A leader outside any runtime writes `first` (100 ms); two records queue behind it
         // and are written together by the writer thread.
-        let leader = {
-            let sink = sink.clone();
-            std::thread::spawn(move || {
-                futures_ready(sink.record(record("first"))).unwrap();
-                std::thread::current().id()
-            })
-        };
-        while seen.writes.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
-        drop(sink.record(record("second")));
-        drop(sink.record(record("third")));
-        let leader = leader.join().unwrap();
+        let leader = queue_behind_a_leader(&sink, &seen, "first", &["second", "third"])
+            .join()
+            .unwrap();
         idle(&sink);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
