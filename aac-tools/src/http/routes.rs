@@ -368,6 +368,9 @@ struct ToolsCall<'a> {
     arguments: Option<&'a RawValue>,
     /// The whole body, for the arguments of a call the strict reading could not parse.
     body: &'a [u8],
+    /// The body is this one request, read strictly: its id as [`request_id`] reads it
+    /// (`Some(None)`: it has none), without a second reading of the body.
+    request_key: Option<Option<String>>,
 }
 
 impl<'a> ToolsCall<'a> {
@@ -389,7 +392,8 @@ impl<'a> ToolsCall<'a> {
         // with its method left out), and whether it is only responses.
         let mut methodless = false;
         let mut responses = false;
-        let parsed = if body.trim_ascii_start().starts_with(b"[") {
+        let batch = body.trim_ascii_start().starts_with(b"[");
+        let parsed = if batch {
             // A batch nested in a batch is not JSON-RPC: read leniently, below.
             let nested = serde_json::from_slice::<Vec<&RawValue>>(body).map_or(true, |batch| {
                 batch
@@ -427,6 +431,7 @@ impl<'a> ToolsCall<'a> {
                     id: None,
                     arguments: None,
                     body,
+                    request_key: None,
                 });
             }
             Some(None) => return None,
@@ -451,6 +456,7 @@ impl<'a> ToolsCall<'a> {
                     id: lenient.and_then(|r| r.request_id),
                     arguments: None,
                     body,
+                    request_key: None,
                 });
             }
         };
@@ -463,11 +469,14 @@ impl<'a> ToolsCall<'a> {
             (None, None) => UNKNOWN_TOOL.to_owned(),
         };
         let id = probe.id.as_ref().map(probe::id_text);
+        // A strict reading has no repeated key: its id is the first the bytes hold.
+        let request_key = (!batch).then(|| probe.id.as_ref().and_then(request_key));
         Some(ToolsCall {
             tool,
             id,
             arguments: params.and_then(|p| p.arguments),
             body,
+            request_key,
         })
     }
 
@@ -578,7 +587,11 @@ impl Drop for RequestIdGuard {
 fn request_id(body: &[u8]) -> Option<String> {
     let top = probe::top_level(body);
     top.method.as_ref()?;
-    let id: Value = serde_json::from_slice(top.id?).ok()?;
+    request_key(&serde_json::from_slice(top.id?).ok()?)
+}
+
+/// A JSON-RPC id as [`RequestIds`] keys it: a number and a string never collide.
+fn request_key(id: &Value) -> Option<String> {
     Some(match id {
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => format!("n:{i}"),
@@ -957,7 +970,11 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // One request in flight per id in a session: a second under the same id is refused,
     // and recorded when it is a call.
     let id_held = match (&session, is_post) {
-        (Some(id), true) => match request_id(&body) {
+        (Some(id), true) => match call
+            .as_ref()
+            .and_then(|call| call.request_key.clone())
+            .unwrap_or_else(|| request_id(&body))
+        {
             Some(request) => match app.inner.request_ids.enter(id, request) {
                 Some(held) => Some(held),
                 None => {
@@ -1393,6 +1410,48 @@ pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_strictly_read_call_keys_its_id_as_a_second_reading_would() {
+        let headers = HeaderMap::new();
+        let call = |id: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0",{id}"method":"tools/call","params":{{"name":"t","arguments":{{"id":9}}}}}}"#
+            )
+        };
+        let mut keyed = 0;
+        for id in [
+            r#""id":1,"#,
+            r#""id":"1","#,
+            r#""id" : "a\"b","#,
+            r#""id":1e2,"#,
+            r#""id":-0,"#,
+            r#""id":1.5,"#,
+            r#""id":18446744073709551615,"#,
+            r#""id":null,"#,
+            r#""id":true,"#,
+            r#""id":{"n":1},"#,
+            "",
+        ] {
+            let body = call(id);
+            let probed = ToolsCall::probe(&headers, body.as_bytes()).expect("a tools/call");
+            let key = probed.request_key.expect("read strictly");
+            assert_eq!(key, request_id(body.as_bytes()), "{body}");
+            keyed += usize::from(key.is_some());
+        }
+        assert_eq!(keyed, 7);
+        // The id after `params`, and read again when the body is not one strict request.
+        let after = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":7}"#;
+        let probed = ToolsCall::probe(&headers, after.as_bytes()).expect("a tools/call");
+        assert_eq!(probed.request_key, Some(Some("n:7".to_owned())));
+        for body in [
+            r#"{"id":1,"id":2,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"[{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t"}}]"#,
+        ] {
+            let probed = ToolsCall::probe(&headers, body.as_bytes()).expect("a tools/call");
+            assert_eq!(probed.request_key, None, "{body}");
+        }
+    }
 
     #[test]
     fn metadata_url_inserts_the_well_known_path() {
