@@ -1083,6 +1083,89 @@ async fn calls_in_hand_are_bounded_whatever_the_client_sends() {
     assert_eq!(sink.records().len(), CALLS);
 }
 
+/// A client that never answers the questions of a server whose person confirms: the
+/// input is read on (the answers can only come that way), but past 64 requests in hand a
+/// further one is refused at once ("Server busy", -32000, under its id) and recorded (429
+/// `too_many_in_flight`), rather than kept waiting with its request (a flood of calls
+/// padded to 8 MB each took 1.5 GB). When the input ends, the calls in hand are each
+/// recorded too: one record per call sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_those_in_hand_are_refused_while_questions_wait() {
+    let sink = MemorySink::new();
+    let server = builder(false)
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    let mut raw = Raw::connect(server, "all", 1 << 20);
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(raw.next().await["id"], 0);
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    const CALLS: u64 = 200;
+    let Raw { mut lines, write } = raw;
+    let writer = tokio::spawn(async move {
+        let mut write = write;
+        for i in 1..=CALLS {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"forget_text","arguments":{{"text":"{i}","confirm":true}}}}}}"#
+            );
+            write.write_all(line.as_bytes()).await.unwrap();
+            write.write_all(b"\n").await.unwrap();
+        }
+        write
+    });
+    let (mut asked, mut busy) = (0, std::collections::BTreeSet::new());
+    while asked + busy.len() < CALLS as usize {
+        let message = next_message(&mut lines, 30).await;
+        if message["method"] == "elicitation/create" {
+            asked += 1;
+            continue;
+        }
+        assert_eq!(message["error"]["code"], -32000, "{message}");
+        assert!(
+            message["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Server busy"),
+            "{message}"
+        );
+        assert!(busy.insert(message["id"].as_u64().unwrap()), "{message}");
+    }
+    assert_eq!(asked, 64, "{} refused", busy.len());
+    let refused: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.reason.as_deref() == Some("too_many_in_flight"))
+        .collect();
+    assert_eq!(refused.len(), busy.len());
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.status == 429 && r.tool == "forget_text")
+    );
+    // The input ends: each call in hand is recorded, as abandoned.
+    let mut write = writer.await.unwrap();
+    write.shutdown().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sink.records().len() < CALLS as usize && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), CALLS as usize);
+    let cancelled = records
+        .iter()
+        .filter(|r| r.reason.as_deref() == Some("cancelled"))
+        .count();
+    assert_eq!(cancelled, 64, "{records:?}");
+}
+
 /// A call cancelled while in hand is no longer in flight: its id may be sent again (MCP
 /// forbids it, plain JSON-RPC clients do it) and is not refused as a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -577,6 +577,21 @@ impl Refusals {
         Some(self.refuse(request, err))
     }
 
+    /// The record of a call (read, prompt, completion) refused because [`MAX_IN_FLIGHT`]
+    /// requests of the connection are in hand.
+    fn busy(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
+        let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
+        let err = ToolError::new(
+            Status::TooManyRequests,
+            "too_many_in_flight",
+            format!(
+                "{MAX_IN_FLIGHT} requests of this connection were in hand, waiting for answers \
+                 to the server's questions: nothing was called"
+            ),
+        );
+        Some(self.refuse(request, err))
+    }
+
     /// The record of a line over [`MAX_LINE`], dropped unread: it may have carried a
     /// `tools/call`, so it is recorded as one, as the `/mcp` gate records a body over its
     /// limit: of the tool and under the id its first [`MAX_LINE`] bytes name, if they do,
@@ -880,6 +895,11 @@ const MAX_UNWRITTEN: usize = 64;
 /// sends faster than they are answered, never pile up more than this.
 const MAX_IN_FLIGHT: usize = 64;
 
+/// The JSON-RPC error of a request refused because [`MAX_IN_FLIGHT`] are in hand (one of
+/// the codes JSON-RPC leaves to servers): worth sending again later, unlike "Invalid
+/// request".
+const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
+
 /// What the connection has in hand: the messages to the client not yet written, the
 /// client's requests not yet answered, the server's requests the client has not yet
 /// answered; and a wake-up for a reader waiting for any of them to change.
@@ -948,6 +968,13 @@ impl Backlog {
         if Backlog::set(&self.asking).remove(id) {
             self.changed.notify_waiters();
         }
+    }
+
+    /// Whether a further request of the client's may be taken: fewer than
+    /// [`MAX_IN_FLIGHT`] are in hand. (Past it, the input is still read while the server
+    /// waits for answers of the client's, and requests are refused.)
+    fn takes_requests(&self) -> bool {
+        Backlog::set(&self.in_flight).len() < MAX_IN_FLIGHT
     }
 
     fn has_room(&self) -> bool {
@@ -1366,6 +1393,29 @@ where
                     "Invalid request: a request with this id is still in flight: ids must be \
                      unique among a connection's requests in flight"
                         .to_owned(),
+                );
+                self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                self.line.clear();
+                continue;
+            }
+            // Past MAX_IN_FLIGHT requests in hand the input is read on only for the client's
+            // answers to the server's questions (a person asked to confirm): a further
+            // request is refused, and recorded when it is a call, rather than kept (each
+            // call waiting for a person holds its request, up to MAX_LINE bytes of it).
+            if let Parsed::Message(message) = &parsed
+                && let JsonRpcMessage::Request(request) = message.as_ref()
+                && !self.backlog.takes_requests()
+            {
+                let id = serde_json::to_value(&request.id).unwrap_or_default();
+                self.recording = self.refusals.busy(trim_line(&self.line));
+                let answer = error_line(
+                    id,
+                    SERVER_BUSY,
+                    format!(
+                        "Server busy: {MAX_IN_FLIGHT} requests of this connection are in hand, \
+                         waiting for answers to the server's questions; send it again once \
+                         they are answered"
+                    ),
                 );
                 self.owed = Owed::Line(vec![Bytes::from(answer)]);
                 self.line.clear();
