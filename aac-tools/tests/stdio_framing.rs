@@ -672,6 +672,7 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     let last = records.last().unwrap();
     assert_eq!(last.tool, "(unknown)");
     assert!(last.reason.as_deref() == Some("not_dispatched"), "{last:?}");
+    assert_eq!(last.arguments, json!({"more_calls": 8}), "{last:?}");
 
     // Batches nested in a batch (not JSON-RPC either): each call recorded once, as the
     // `/mcp` gate records them.

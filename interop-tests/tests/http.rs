@@ -2690,6 +2690,17 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         ],
         "{records:?}"
     );
+
+    // A batch of 40: 32 recorded one by one, then one record that counts the rest, the
+    // count in its arguments.
+    server.sink.clear();
+    let many: Vec<Value> = (0..40).map(|i| call(100 + i, "m")).collect();
+    let _ = raw.send(Value::Array(many).to_string()).await;
+    let records = server.sink.records();
+    assert_eq!(records.len(), 33, "{records:?}");
+    let last = records.last().unwrap();
+    assert_eq!(last.tool, "(unknown)", "{last:?}");
+    assert_eq!(last.arguments, json!({"more_calls": 8}), "{last:?}");
 }
 
 /// A client that sends a whole call and leaves at once (shuts its side down, then closes)

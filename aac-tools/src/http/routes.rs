@@ -842,10 +842,14 @@ async fn refuse_rest_of_batch(
             Some((check, err)) => (check, err.clone()),
             None => (Check::Protocol, not_dispatched(0)),
         };
-        (request, Some(check), err)
+        (request, Some(check), err, None)
     });
-    let counted = counted.map(|(request, err)| (request, Some(Check::Protocol), err));
-    for (request, check, err) in each.chain(counted) {
+    // The count in the record's arguments too, for whoever reads the trail.
+    let counted = counted.map(|(request, err)| {
+        let account = serde_json::json!({"more_calls": more});
+        (request, Some(Check::Protocol), err, Some(account))
+    });
+    for (request, check, err, account) in each.chain(counted) {
         let mut request = request.transport(Transport::StreamableHttp);
         if let Some(peer) = peer {
             request = request.peer_addr(peer);
@@ -853,6 +857,9 @@ async fn refuse_rest_of_batch(
         let mut attempt = app.server().begin(request);
         if let Some(principal) = principal {
             attempt.authenticated(Arc::clone(principal));
+        }
+        if let Some(account) = account {
+            attempt.account(account);
         }
         attempt.refuse(check.unwrap_or(Check::Protocol), err).await;
     }

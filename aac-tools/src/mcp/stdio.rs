@@ -555,7 +555,10 @@ impl Refusals {
                      batch held {more} more calls, not recorded one by one"
                 ),
             );
-            records.push(self.refuse(CallRequest::new(UNKNOWN_TOOL, None), counted));
+            // The count in the record's arguments too, for whoever reads the trail.
+            let mut attempt = self.begin(CallRequest::new(UNKNOWN_TOOL, None));
+            attempt.account(serde_json::json!({"more_calls": more}));
+            records.push(refuse(attempt, counted));
         }
         Some(Box::pin(async move {
             for record in records {

@@ -994,6 +994,14 @@ impl Attempt {
         self.request.repeated_key = pointer;
     }
 
+    /// What the record keeps as its arguments, as it is: the framework's own account of a
+    /// refusal (how many calls of a batch one record counts), not a caller's values, so
+    /// nothing to redact.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn account(&mut self, arguments: Value) {
+        self.redacted = Some(arguments);
+    }
+
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
         self.request.arguments = arguments;
