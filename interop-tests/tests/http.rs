@@ -2991,6 +2991,16 @@ async fn a_request_id_already_in_flight_in_the_session_is_refused_and_recorded()
     assert_eq!(refused.status(), 409);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["reason"], "duplicate_request_id", "{body}");
+    // Its key or method written with escapes, as rmcp reads them (a scan of the raw bytes
+    // missed them, and the call's answer was lost or swapped with the ping's).
+    for ping in [
+        r#"{"jsonrpc":"2.0","\u0069d":7,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":7,"m\u0065thod":"ping"}"#,
+        r#"{"jsonrpc":"2.0","\u0069d":7,"method":"tools/call","params":{"name":5}}"#,
+    ] {
+        let refused = raw.post().body(ping).send().await.unwrap();
+        assert_eq!(refused.status(), 409, "{ping}");
+    }
     // Another id is served meanwhile.
     let (status, _) = raw.call(8, "list_notes", json!({})).await;
     assert_eq!(status, 200);

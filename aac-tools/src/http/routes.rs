@@ -585,9 +585,53 @@ impl Drop for RequestIdGuard {
 /// The id of the JSON-RPC request `body` holds (a single request: a batch is refused
 /// whole by rmcp), as rmcp reads it: a number written `1e2` is the id `100`.
 fn request_id(body: &[u8]) -> Option<String> {
-    let top = probe::top_level(body);
-    top.method.as_ref()?;
-    request_key(&serde_json::from_slice(top.id?).ok()?)
+    match Head::of(body) {
+        Some(head) => {
+            head.method?;
+            match head.id {
+                HeadId::Present(id) => request_key(&id),
+                HeadId::Absent => None,
+            }
+        }
+        None => {
+            let top = probe::top_level(body);
+            top.method.as_ref()?;
+            request_key(&serde_json::from_slice(top.id?).ok()?)
+        }
+    }
+}
+
+/// The id and method of the one JSON-RPC message a body holds, read as rmcp reads them:
+/// strictly, escapes decoded (`"\u0069d"` is the key `id`, which a scan of the raw bytes
+/// would miss, letting a second request under an id in flight through).
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: HeadId,
+    #[serde(default)]
+    method: Option<serde::de::IgnoredAny>,
+}
+
+impl Head {
+    /// `None` when the body is not one JSON object without a repeated `id` or `method`
+    /// (rmcp refuses it too): then only the raw top level can say anything.
+    fn of(body: &[u8]) -> Option<Head> {
+        serde_json::from_slice(body).ok()
+    }
+}
+
+/// A message's `id`: absent, or present (`null` included).
+#[derive(Default)]
+enum HeadId {
+    #[default]
+    Absent,
+    Present(Value),
+}
+
+impl<'de> Deserialize<'de> for HeadId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(HeadId::Present)
+    }
 }
 
 /// A JSON-RPC id as [`RequestIds`] keys it: a number and a string never collide.
@@ -1039,7 +1083,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     if idless
         && !body.trim_ascii_start().starts_with(b"[")
         && let top = probe::top_level(&body)
-        && top.id.is_none()
+        && match Head::of(&body) {
+            Some(head) => matches!(head.id, HeadId::Absent),
+            None => top.id.is_none(),
+        }
         && (call.is_none() || top.method.as_deref() == Some("tools/call"))
     {
         let err = ToolError::bad_request(
@@ -1447,6 +1494,23 @@ mod tests {
             keyed += usize::from(key.is_some());
         }
         assert_eq!(keyed, 7);
+        // Any request's id as rmcp reads it, escapes decoded.
+        for body in [
+            r#"{"jsonrpc":"2.0","\u0069d":7,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"m\u0065thod":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":"ping","id":7}"#,
+        ] {
+            assert_eq!(
+                request_id(body.as_bytes()).as_deref(),
+                Some("n:7"),
+                "{body}"
+            );
+        }
+        assert_eq!(request_id(br#"{"jsonrpc":"2.0","id":7}"#), None);
+        assert_eq!(
+            request_id(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            None
+        );
         // The id after `params`, and read again when the body is not one strict request.
         let after = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":7}"#;
         let probed = ToolsCall::probe(&headers, after.as_bytes()).expect("a tools/call");
