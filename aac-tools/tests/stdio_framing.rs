@@ -545,6 +545,58 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     assert_eq!(records[10].outcome, Outcome::Success);
 }
 
+/// A call hidden after bytes no reader gets past (`{…} x {…}`, `{…},{…}`), or spelled
+/// `tools\/call` in a line that is not JSON, is recorded all the same (an unknown tool):
+/// a lenient reader on the way could take it for a call. Nothing runs.
+#[tokio::test]
+async fn a_call_hidden_behind_unreadable_bytes_or_escapes_is_recorded() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let echo = |id: u64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"a"}}}}}}"#
+        )
+    };
+    let forget = r#"{"jsonrpc":"2.0","id":99,"method":"tools\/call","params":{"name":"forget_text","arguments":{"text":"b","confirm":true}}}"#;
+    let plain_forget = forget.replace(r"tools\/call", "tools/call");
+    let cases = [
+        (
+            format!("{} x {plain_forget}", echo(1)),
+            vec![("echo_text", Some("1")), ("(unknown)", None)],
+        ),
+        (
+            format!("{},{forget}", echo(2)),
+            vec![("echo_text", Some("2")), ("(unknown)", None)],
+        ),
+        (format!("xx{forget}"), vec![("(unknown)", None)]),
+        (format!("[{forget},]"), vec![("(unknown)", None)]),
+        (format!("/*c*/{forget}"), vec![("(unknown)", None)]),
+    ];
+    for (n, (line, expected)) in cases.into_iter().enumerate() {
+        let before = sink.records().len();
+        raw.line(&line).await;
+        let ping = 1000 + n as u64;
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{ping},"method":"ping"}}"#
+        ))
+        .await;
+        while raw.next().await["id"] != ping {}
+        let records = sink.records();
+        let seen: Vec<(&str, Option<&str>)> = records[before..]
+            .iter()
+            .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+            .collect();
+        assert_eq!(seen, expected, "{line}");
+        assert!(
+            records[before..]
+                .iter()
+                .all(|r| r.reason.as_deref() == Some("not_dispatched")),
+            "{line}: {records:?}"
+        );
+    }
+}
+
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before
 /// `initialize`, or naming a protocol version rmcp does not support) is recorded once,
 /// before its answer is written, with what rmcp said; a call rmcp hands on is recorded

@@ -2691,6 +2691,27 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         "{records:?}"
     );
 
+    // A call after bytes no reader gets past, or spelled `tools\/call` in a body that is
+    // not JSON: recorded all the same, as an unknown tool.
+    let escaped = delete.to_string().replace("tools/call", r"tools\/call");
+    for (body, expected) in [
+        (
+            format!("{} x {delete}", call(47, "e")),
+            vec![("add_note", Some("47")), ("(unknown)", None)],
+        ),
+        (format!("xx{escaped}"), vec![("(unknown)", None)]),
+    ] {
+        server.sink.clear();
+        let (status, _) = raw.send(body.clone()).await;
+        assert!(status >= 400, "{status}: {body}");
+        let records = server.sink.records();
+        let seen: Vec<_> = records
+            .iter()
+            .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+            .collect();
+        assert_eq!(seen, expected, "{body}");
+    }
+
     // A batch of 40: 32 recorded one by one, then one record that counts the rest, the
     // count in its arguments.
     server.sink.clear();

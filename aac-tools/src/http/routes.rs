@@ -444,7 +444,7 @@ impl<'a> ToolsCall<'a> {
                 let lenient = probe::tool_call_request(body);
                 let says_call = lenient.is_some()
                     || header("mcp-method") == Some("tools/call")
-                    || body.windows(10).any(|w| w == b"tools/call")
+                    || probe::says_tools_call(body)
                     || serde_json::from_slice::<Value>(body).is_ok_and(|v| mentions_call(&v));
                 return says_call.then(|| ToolsCall {
                     tool: lenient

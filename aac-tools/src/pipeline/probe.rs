@@ -33,12 +33,65 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
                 None => request,
             });
         }
-        return body
-            .windows(10)
-            .any(|w| w == b"tools/call")
-            .then(|| CallRequest::new(UNKNOWN_TOOL, None));
+        return says_tools_call(body).then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
     tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
+}
+
+/// Whether `bytes` (JSON or not) hold the string `tools/call`, as it is or in a JSON string
+/// written with escapes (`"tools\/call"`, `"\u0074ools/call"`): text a lenient reader may
+/// take for a call. One pass; only short strings with a backslash are unescaped.
+pub(crate) fn says_tools_call(bytes: &[u8]) -> bool {
+    const CALL: &[u8] = b"tools/call";
+    if bytes.windows(CALL.len()).any(|w| w == CALL) {
+        return true;
+    }
+    // `tools/call` escaped char by char (`\u0074`, 6 bytes each) fits in 62 bytes with
+    // its quotes.
+    const LONGEST: usize = 2 + 6 * 10;
+    let mut i = 0;
+    while let Some(open) = bytes[i..].iter().position(|&b| b == b'"').map(|p| i + p) {
+        let mut end = open + 1;
+        let mut escaped = false;
+        while end < bytes.len() && bytes[end] != b'"' {
+            if bytes[end] == b'\\' {
+                escaped = true;
+                end += 1;
+            }
+            end += 1;
+        }
+        if end >= bytes.len() {
+            return false;
+        }
+        let literal = &bytes[open..=end];
+        if escaped
+            && literal.len() <= LONGEST
+            && serde_json::from_slice::<String>(literal).is_ok_and(|text| text == "tools/call")
+        {
+            return true;
+        }
+        i = end + 1;
+    }
+    false
+}
+
+/// Whether `body` goes on, after the JSON values that can be read from its start, with
+/// bytes that cannot be read and that [say](says_tools_call) `tools/call`: a call that a
+/// reader skipping what it cannot read (`{…} x {…}`, `{…},{…}`) would find, and that no
+/// reading of the values has.
+fn unread_tail_says_call(body: &[u8]) -> bool {
+    let mut values =
+        serde_json::Deserializer::from_slice(body).into_iter::<serde::de::IgnoredAny>();
+    let mut read = 0;
+    loop {
+        match values.next() {
+            Some(Ok(_)) => read += 1,
+            Some(Err(_)) => break,
+            None => return false,
+        }
+    }
+    // Nothing read: the body's first call is what the other readings find.
+    read > 0 && says_tools_call(&body[values.byte_offset()..])
 }
 
 /// `body` without a UTF-8 byte-order mark in front: rmcp refuses a body that begins with
@@ -390,6 +443,21 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// when `body` is not a batch of several (or several values one after the other).
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let body = without_bom(body);
+    let (mut kept, mut more) = rest_of_values(body);
+    // What comes after bytes no reading gets past, if it says `tools/call`: one record of
+    // an unknown tool, in the batch's bound.
+    if unread_tail_says_call(body) {
+        if kept.len() < MAX_BATCH_RECORDS - 1 {
+            kept.push(CallRequest::new(UNKNOWN_TOOL, None));
+        } else {
+            more += 1;
+        }
+    }
+    (kept, more)
+}
+
+/// [`rest_of_batch`] of the values read from the start of `body`.
+fn rest_of_values(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let Some(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body)
         .ok()
         .or_else(|| concatenated(body))
@@ -785,6 +853,62 @@ mod tests {
     }
 
     /// A byte-order mark in front does not hide the call behind it.
+    #[test]
+    fn tools_call_is_seen_however_a_string_escapes_it() {
+        for text in [
+            r#"xx{"method":"tools/call"}"#,
+            r#"xx{"method":"tools\/call"}"#,
+            r#"/*c*/{"method":"\u0074ools\/c\u0061ll"}"#,
+            r#"["\u0074\u006f\u006f\u006c\u0073\u002f\u0063\u0061\u006c\u006c",]"#,
+        ] {
+            assert!(says_tools_call(text.as_bytes()), "{text}");
+        }
+        for text in [
+            r#"{"method":"tools\/list"}"#,
+            r#"{"method":"tools/cal"}"#,
+            r#""tools\/call"#,
+            "",
+            r#"\""#,
+        ] {
+            assert!(!says_tools_call(text.as_bytes()), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_call_after_bytes_no_reader_gets_past_is_one_more_record() {
+        let get = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get"}}"#;
+        let del = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"del"}}"#;
+        let escaped = del.replace("tools/call", r"tools\/call");
+        let tools = |(rest, more): (Vec<CallRequest>, usize)| {
+            (rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(), more)
+        };
+        for body in [
+            format!("{get} x {del}"),
+            format!("{get},{escaped}"),
+            format!("{get}{get} x {escaped}"),
+        ] {
+            let (rest, more) = tools(rest_of_batch(body.as_bytes()));
+            assert_eq!(
+                rest.last().map(String::as_str),
+                Some(UNKNOWN_TOOL),
+                "{body}"
+            );
+            assert_eq!(more, 0, "{body}");
+        }
+        // Read whole, or nothing read (the first reading has it), or nothing after: none.
+        for body in [
+            format!("{get}{del}"),
+            format!("xx{del}"),
+            format!("{get} x "),
+        ] {
+            let (rest, _) = tools(rest_of_batch(body.as_bytes()));
+            assert!(!rest.iter().any(|t| t == UNKNOWN_TOOL), "{body}: {rest:?}");
+        }
+        // A call the framing could not read at all, escaped: still a call.
+        let request = tool_call_request(format!("xx{escaped}").as_bytes()).expect("a call");
+        assert_eq!(request.tool, UNKNOWN_TOOL);
+    }
+
     #[test]
     fn a_call_behind_a_byte_order_mark_is_read() {
         let body = b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"add\"}}";
