@@ -510,6 +510,7 @@ impl ServerBuilder {
                 listing,
                 limits: Limits {
                     unauthenticated: self.unauthenticated_rate.map(Limiter::new),
+                    stdio_unauthenticated: self.principal_rate.map(Limiter::new),
                     principal: self.principal_rate.map(Limiter::new),
                     per_tool,
                 },

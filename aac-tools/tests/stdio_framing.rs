@@ -597,6 +597,70 @@ async fn a_call_hidden_behind_unreadable_bytes_or_escapes_is_recorded() {
     }
 }
 
+/// A stdio connection whose token no longer verifies (revoked, say) is refused 401 on
+/// every call; with a per-principal rate set, those refusals are recorded at that rate
+/// and the rest counted in one record (`{"peer": "stdio", "suppressed": n}`) when the
+/// session ends, as a token-less HTTP peer's are: revoking a hostile agent's token does
+/// not let it grow the trail as fast as it can send. Without a rate, each is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_token_fails_is_recorded_at_the_principal_rate() {
+    for rate in [
+        Some(aac_tools::Rate::new(
+            5,
+            std::time::Duration::from_secs(3600),
+        )),
+        None,
+    ] {
+        let sink = MemorySink::new();
+        let server = builder(false)
+            .audit(sink.clone())
+            .rate_limit_per_principal(rate)
+            .build()
+            .unwrap();
+        let Raw { mut lines, write } = Raw::start(server, "revoked", 1 << 20).await;
+        const CALLS: usize = 50;
+        let writer = send_calls(write, "echo_text", CALLS);
+        let mut statuses = std::collections::BTreeMap::new();
+        for _ in 0..CALLS {
+            let answer = next_message(&mut lines, 30).await;
+            let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+            let body: Value = serde_json::from_str(text).unwrap();
+            *statuses
+                .entry(body["status"].as_u64().unwrap())
+                .or_insert(0) += 1;
+        }
+        let mut write = writer.await.unwrap();
+        write.shutdown().await.unwrap();
+        // The session ends: what was counted is recorded.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let records = loop {
+            let records = sink.records();
+            if records.iter().any(|r| r.tool == "(rate limited)") || rate.is_none() {
+                break records;
+            }
+            assert!(std::time::Instant::now() < deadline, "{records:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        let refused = records.iter().filter(|r| r.status == 401).count();
+        match rate {
+            Some(_) => {
+                assert_eq!(statuses, [(401, 5), (429, 45)].into(), "{records:?}");
+                assert_eq!(refused, 5, "{records:?}");
+                let counted: Vec<_> = records
+                    .iter()
+                    .filter(|r| r.tool == "(rate limited)")
+                    .map(|r| r.arguments.clone())
+                    .collect();
+                assert_eq!(counted, [json!({"peer": "stdio", "suppressed": 45})]);
+            }
+            None => {
+                assert_eq!(statuses, [(401, CALLS as u64)].into());
+                assert_eq!(refused, CALLS, "{records:?}");
+            }
+        }
+    }
+}
+
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before
 /// `initialize`, or naming a protocol version rmcp does not support) is recorded once,
 /// before its answer is written, with what rmcp said; a call rmcp hands on is recorded

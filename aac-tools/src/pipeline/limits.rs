@@ -236,6 +236,10 @@ pub(crate) fn peer_key(addr: IpAddr) -> IpAddr {
 pub(crate) struct Limits {
     /// Refusals before authentication, by peer address (HTTP).
     pub(crate) unauthenticated: Option<Limiter<IpAddr>>,
+    /// Refusals of a stdio connection without a verified principal (its token revoked,
+    /// expired, unknown), which has no peer address: at the per-principal rate, when one
+    /// is set (a revoked token would otherwise grow the trail as fast as it can send).
+    pub(crate) stdio_unauthenticated: Option<Limiter<()>>,
     /// Calls by principal (subject and workspace).
     pub(crate) principal: Option<Limiter<PrincipalKey>>,
     /// Calls of one tool by principal, for the tools with a `rate`; same positions as

@@ -173,6 +173,13 @@ impl Server {
                 }
             }
         }
+        if let Some(limiter) = &self.limits().stdio_unauthenticated {
+            for ((), count) in limiter.take_suppressed().by_key {
+                if let Err(err) = sink.record(record::suppressed_on_stdio(count)).await {
+                    tracing::error!(error = %err, count, "the count of rate-limited refusals could not be recorded");
+                }
+            }
+        }
         let Some(limiter) = &self.limits().unauthenticated else {
             return;
         };
@@ -336,7 +343,10 @@ impl Attempt {
     /// address, the refusal is answered 429 and only counted (`Some`, the answer); else
     /// what was counted since is recorded first, in one record.
     async fn limit_unauthenticated(&mut self) -> Option<ToolError> {
-        let peer = limits::peer_key(self.request.peer_addr?);
+        let Some(peer) = self.request.peer_addr else {
+            return self.limit_stdio_unauthenticated().await;
+        };
+        let peer = limits::peer_key(peer);
         let limiter = self.server.limits().unauthenticated.as_ref()?;
         match limiter.check(&peer) {
             Verdict::Limited { retry_after, .. } => {
@@ -356,6 +366,30 @@ impl Attempt {
                         .await
                 {
                     tracing::error!(error = %err, suppressed, %peer, "the count of rate-limited refusals could not be recorded");
+                }
+                None
+            }
+        }
+    }
+
+    /// [`Self::limit_unauthenticated`] over stdio, where there is no peer address: the
+    /// connection's refusals are counted at the per-principal rate, when one is set.
+    async fn limit_stdio_unauthenticated(&mut self) -> Option<ToolError> {
+        if !matches!(self.request.transport, crate::context::Transport::Stdio) {
+            return None;
+        }
+        let limiter = self.server.limits().stdio_unauthenticated.as_ref()?;
+        match limiter.check(&()) {
+            Verdict::Limited { retry_after, .. } => {
+                self.recorded = true;
+                Some(ToolError::rate_limited(retry_after))
+            }
+            Verdict::Allowed { suppressed: 0 } => None,
+            Verdict::Allowed { suppressed } => {
+                if let Some(sink) = self.server.audit()
+                    && let Err(err) = sink.record(record::suppressed_on_stdio(suppressed)).await
+                {
+                    tracing::error!(error = %err, suppressed, "the count of rate-limited refusals could not be recorded");
                 }
                 None
             }

@@ -103,6 +103,15 @@ pub(super) fn suppressed(
         Some(v4) => v4.to_string(),
         None => "(untracked peers)".to_owned(),
     };
+    suppressed_from(&peer, count, transport)
+}
+
+/// [`suppressed`] of the refusals of a stdio connection without a verified principal.
+pub(super) fn suppressed_on_stdio(count: u64) -> AuditRecord {
+    suppressed_from("stdio", count, Transport::Stdio)
+}
+
+fn suppressed_from(peer: &str, count: u64, transport: Transport) -> AuditRecord {
     AuditRecord {
         tool: "(rate limited)".to_owned(),
         outcome: Outcome::Denied,
