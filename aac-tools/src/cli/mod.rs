@@ -42,6 +42,7 @@
 mod args;
 mod audit;
 mod db;
+mod logs;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod serve;
@@ -594,6 +595,8 @@ impl Cli {
         } else {
             Err(CliError::new(format!("no handler for the command `{sub}`")))
         };
+        // The last log lines, if stderr is read at all.
+        logs::flush(std::time::Duration::from_millis(500));
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
@@ -670,7 +673,11 @@ fn init_logging(stdio: bool) {
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(if stdio { "warn" } else { "info" }));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Written by a thread of its own: a host that never reads the server's stderr
+        // fills its pipe, and a log line written there blocked the server's thread (and,
+        // with it, every call and SIGTERM). Past `logs::QUEUE` lines waiting, lines are
+        // dropped and counted.
+        .with_writer(logs::writer())
         // A log line that cannot be written (stderr closed: a pipe whose reader left) is
         // dropped; by default the subscriber reports it with `eprintln!`, which panics
         // there, and the panic took down the task that handles SIGTERM.

@@ -1313,6 +1313,84 @@ fn sigterm_stops_a_stdio_server_whose_client_no_longer_reads() {
     }
 }
 
+/// A host that never reads the server's stderr: once the pipe is full (64 KiB, a few
+/// hundred warnings), a log line written there blocked the thread that wrote it, and with
+/// it the server (a red-team run: 293 of 1,001 calls answered, SIGTERM ignored). Log
+/// lines are written by a thread of their own and dropped when they cannot be: every call
+/// is answered, and SIGTERM ends the session.
+#[test]
+fn a_stderr_nobody_reads_never_blocks_the_server() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    let mut child = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _unread_stderr = child.stderr.take();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (answers, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if answers.send(message["id"].clone()).is_err() {
+                break;
+            }
+        }
+    });
+    const CALLS: usize = 2000;
+    let mut lines = vec![
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ];
+    // Arguments of the wrong shape: each answered -32602, each logged as a warning.
+    for i in 1..=CALLS {
+        lines.push(format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"get_issue","arguments":[{i}]}}}}"#
+        ));
+    }
+    lines.push(r#"{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"list_issues","arguments":{}}}"#.to_owned());
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all((lines.join("\n") + "\n").as_bytes());
+        stdin
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = 0;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let id = answered
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{seen} answers, then none"));
+        seen += 1;
+        if id == "last" {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        CALLS + 2,
+        "the initialize answer, every call, the last"
+    );
+    let _stdin = writer.join().unwrap();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        exited_within_30_s(&mut child).is_some(),
+        "the server did not stop on SIGTERM"
+    );
+}
+
 /// A PostgreSQL server that cannot be reached is named with why (the connection refused,
 /// the name unknown), in one line, not only "error connecting to server".
 #[test]

@@ -1,0 +1,114 @@
+//! The CLI's log lines, written to stderr by a thread of their own, so that a log line
+//! never blocks the server: a host that starts a stdio server and never reads its stderr
+//! fills the pipe (64 KiB), and a worker thread blocked in that write held up every call
+//! and SIGTERM. Past [`QUEUE`] lines waiting to be written, a line is dropped and
+//! counted; the count is written before the next line that is.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How many log lines may wait to be written.
+pub(crate) const QUEUE: usize = 1024;
+
+struct Logs {
+    lines: SyncSender<Vec<u8>>,
+    /// Lines handed over and not yet written.
+    pending: AtomicUsize,
+    /// Lines dropped since the last that was written.
+    dropped: AtomicU64,
+}
+
+static LOGS: OnceLock<Option<Arc<Logs>>> = OnceLock::new();
+
+/// The logs' writer thread, started at the first use (`None`: no thread could start,
+/// and lines go to stderr directly).
+fn logs() -> Option<&'static Arc<Logs>> {
+    LOGS.get_or_init(|| {
+        let (lines, queue) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUE);
+        let logs = Arc::new(Logs {
+            lines,
+            pending: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+        });
+        let thread_logs = Arc::clone(&logs);
+        std::thread::Builder::new()
+            .name("aac-logs".to_owned())
+            .spawn(move || {
+                let mut stderr = std::io::stderr();
+                for line in queue {
+                    let dropped = thread_logs.dropped.swap(0, Ordering::AcqRel);
+                    if dropped > 0 {
+                        let _ = writeln!(
+                            stderr,
+                            "({dropped} log lines dropped: stderr was not read fast enough)"
+                        );
+                    }
+                    let _ = stderr.write_all(&line);
+                    thread_logs.pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            })
+            .ok()
+            .map(|_| logs)
+    })
+    .as_ref()
+}
+
+/// One log line (or part of one) for the logs' thread.
+pub(crate) struct QueuedStderr;
+
+impl Write for QueuedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(logs) = logs() else {
+            return std::io::stderr().write(buf);
+        };
+        logs.pending.fetch_add(1, Ordering::AcqRel);
+        match logs.lines.try_send(buf.to_vec()) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                logs.pending.fetch_sub(1, Ordering::AcqRel);
+                logs.dropped.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The `tracing_subscriber` writer of the CLI's logs.
+pub(crate) fn writer() -> fn() -> QueuedStderr {
+    || QueuedStderr
+}
+
+/// Wait, at most `limit`, for the lines handed over to be written (before the process
+/// exits); a stderr nobody reads is not waited for longer.
+pub(crate) fn flush(limit: Duration) {
+    let Some(Some(logs)) = LOGS.get() else {
+        return;
+    };
+    let deadline = Instant::now() + limit;
+    while logs.pending.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_handed_over_without_waiting_and_written_by_the_flush() {
+        for i in 0..16 {
+            let line = format!("(a test of the log queue: line {i})\n");
+            assert_eq!(writer()().write(line.as_bytes()).unwrap(), line.len());
+        }
+        flush(Duration::from_secs(10));
+        let logs = logs().expect("the logs' thread");
+        assert_eq!(logs.pending.load(Ordering::Acquire), 0);
+    }
+}
