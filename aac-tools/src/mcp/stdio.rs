@@ -498,6 +498,10 @@ struct LineTransport<R, W> {
     /// Cancelled when the input ends (or fails): a call waiting for the client's answer
     /// (a person asked to confirm) stops waiting at once, rather than after rmcp's drain.
     closed: tokio_util::sync::CancellationToken,
+    /// When the input ended: from then on, the answers still to write have
+    /// [`STDOUT_DRAIN`] in all (the writes waiting and the end of the output share it),
+    /// not each its own.
+    ended_at: Arc<std::sync::OnceLock<tokio::time::Instant>>,
     /// What is in hand: past [`MAX_UNWRITTEN`] or [`MAX_IN_FLIGHT`], no more is read.
     backlog: Arc<Backlog>,
     /// Cancelled when the server stops (SIGTERM): a wait for room ends then too, as if
@@ -823,9 +827,17 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             recording: None,
             pending: Arc::default(),
             closed,
+            ended_at: Arc::default(),
             backlog: Arc::default(),
             stop,
         }
+    }
+
+    /// The input ended (or the server stops): calls waiting for the client stop waiting,
+    /// and the answers still to write have [`STDOUT_DRAIN`] from now.
+    fn end_input(&self) {
+        let _ = self.ended_at.set(tokio::time::Instant::now());
+        self.closed.cancel();
     }
 
     /// Read up to the next `\n` into `self.line`, never past [`MAX_LINE`]. Cancellation
@@ -1239,6 +1251,9 @@ where
         let out = Arc::clone(&self.out);
         let lists = self.lists.clone();
         let unwritten = UnwrittenGuard::new(&self.backlog);
+        let closed = self.closed.clone();
+        let ended_at = Arc::clone(&self.ended_at);
+        let started = tokio::time::Instant::now();
         // An answer of a request of the client's: it is no longer in hand. A request of
         // the server's: its answer will come on the input.
         match &item {
@@ -1300,7 +1315,19 @@ where
                 }
                 _ => vec![Bytes::from(serialize_line(&item)?)],
             };
-            let written = out.lock().await.line(parts).await;
+            // Once the input ended, a write the client does not take gives up at the
+            // drain's end, or [`STDOUT_DRAIN`] after it began if it began later (an
+            // answer of a call that ran long): rmcp waits for the calls' answers before
+            // it ends the output, and that wait and the output's end each took a drain of
+            // their own (SIGTERM took 10 s, not 5).
+            let write = async { out.lock().await.line(parts).await };
+            let written = tokio::select! {
+                written = write => written,
+                () = drained(&closed, &ended_at, started) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the MCP output is not read: an answer was dropped",
+                )),
+            };
             drop(unwritten);
             written
         }
@@ -1318,7 +1345,7 @@ where
             }
             if !self.backlog.room(self.stop.as_ref()).await {
                 // Stopped while waiting for room: as if the input had ended.
-                self.closed.cancel();
+                self.end_input();
                 return None;
             }
             match self.read_line().await {
@@ -1344,12 +1371,12 @@ where
                     continue;
                 }
                 Ok(Line::Eof) => {
-                    self.closed.cancel();
+                    self.end_input();
                     return None;
                 }
                 Err(err) => {
                     tracing::error!(error = %err, "cannot read the MCP stream");
-                    self.closed.cancel();
+                    self.end_input();
                     return None;
                 }
             }
@@ -1512,15 +1539,43 @@ where
     /// [`STDOUT_DRAIN`] (a client that does not read holds a write for ever, and the
     /// session must still end).
     async fn close(&mut self) -> Result<(), io::Error> {
-        let Ok(mut out) = tokio::time::timeout(STDOUT_DRAIN, self.out.lock()).await else {
+        let deadline = drain_end(&self.ended_at);
+        let dropped = || {
             tracing::warn!("the MCP output is not read: the answers not yet written are dropped");
-            return Ok(());
+            Ok(())
+        };
+        let Ok(mut out) = tokio::time::timeout_at(deadline, self.out.lock()).await else {
+            return dropped();
         };
         if let Some(mut write) = out.write.take() {
-            write.shutdown().await?;
+            let Ok(shut) = tokio::time::timeout_at(deadline, write.shutdown()).await else {
+                return dropped();
+            };
+            shut?;
         }
         Ok(())
     }
+}
+
+/// When the answers still to write are given up: [`STDOUT_DRAIN`] after the input ended,
+/// or from now if it has not.
+fn drain_end(ended_at: &std::sync::OnceLock<tokio::time::Instant>) -> tokio::time::Instant {
+    ended_at
+        .get()
+        .copied()
+        .unwrap_or_else(tokio::time::Instant::now)
+        + STDOUT_DRAIN
+}
+
+/// Resolves, once the input has ended, at the drain's end or [`STDOUT_DRAIN`] after
+/// `started`, whichever is later.
+async fn drained(
+    closed: &tokio_util::sync::CancellationToken,
+    ended_at: &std::sync::OnceLock<tokio::time::Instant>,
+    started: tokio::time::Instant,
+) {
+    closed.cancelled().await;
+    tokio::time::sleep_until(drain_end(ended_at).max(started + STDOUT_DRAIN)).await;
 }
 
 fn serialize_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {

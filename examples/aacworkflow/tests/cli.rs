@@ -1304,10 +1304,19 @@ fn sigterm_stops_a_stdio_server_whose_client_no_longer_reads() {
             .status()
             .unwrap();
         assert!(killed.success());
+        let signalled = std::time::Instant::now();
         let status = exited_within_30_s(&mut child);
         assert!(
             status.is_some(),
             "socket stdout: {socket}: the server did not stop on SIGTERM"
+        );
+        // One drain of 5 s for the answers nobody reads, not one for rmcp's wait for them
+        // and another for the output's end (10 s before): 9 s leaves room for a busy
+        // machine, not for a second drain.
+        let took = signalled.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(9),
+            "socket stdout: {socket}: SIGTERM took {took:?}"
         );
         drop(writer.join());
     }
