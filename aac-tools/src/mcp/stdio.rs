@@ -1339,9 +1339,29 @@ where
                 recording.await;
                 self.recording = None;
             }
-            if let Err(err) = self.pay().await {
-                tracing::error!(error = %err, "cannot write to the MCP stream");
-                return None;
+            // What `receive` owes (a refusal of its own, a replayed list) is written
+            // before the next line is read; a client that does not read holds that write,
+            // and SIGTERM must still end the session (it waited for ever).
+            let stop = self.stop.clone();
+            let paid = match &stop {
+                Some(stop) => tokio::select! {
+                    paid = self.pay() => Some(paid),
+                    () = stop.cancelled() => None,
+                },
+                None => Some(self.pay().await),
+            };
+            match paid {
+                Some(Ok(())) => {}
+                Some(Err(err)) => {
+                    tracing::error!(error = %err, "cannot write to the MCP stream");
+                    self.end_input();
+                    return None;
+                }
+                None => {
+                    // Stopped while that write waited: as if the input had ended.
+                    self.end_input();
+                    return None;
+                }
             }
             if !self.backlog.room(self.stop.as_ref()).await {
                 // Stopped while waiting for room: as if the input had ended.

@@ -1322,6 +1322,56 @@ fn sigterm_stops_a_stdio_server_whose_client_no_longer_reads() {
     }
 }
 
+/// The same, when what waits to be written is the framing's own answer (a line it
+/// refuses before rmcp: a call followed by junk): that write held the reading of the
+/// input, and SIGTERM, for ever (a red-team run killed it after 45 s).
+#[test]
+fn sigterm_stops_a_stdio_server_whose_own_refusal_cannot_be_written() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    let mut child = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _unread_pipe = child.stdout.take();
+    let mut lines = vec![
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ];
+    for i in 1..=40 {
+        lines.push(format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"list_issues","arguments":{{}}}}}}"#
+        ));
+    }
+    for i in 101..=105 {
+        lines.push(format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"list_issues"}}}} x"#
+        ));
+    }
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        exited_within_30_s(&mut child).is_some(),
+        "the server did not stop on SIGTERM"
+    );
+    drop(stdin);
+}
+
 /// A host that never reads the server's stderr: once the pipe is full (64 KiB, a few
 /// hundred warnings), a log line written there blocked the thread that wrote it, and with
 /// it the server (a red-team run: 293 of 1,001 calls answered, SIGTERM ignored). Log
