@@ -464,8 +464,28 @@ fn rest_of_values(body: &[u8]) -> (Vec<CallRequest>, usize) {
     else {
         return (Vec::new(), 0);
     };
-    let batch = messages(&value);
-    let first = batch.iter().position(|m| is_call(m)).or_else(|| {
+    let mut batch = messages(&value);
+    // The call recorded already: the first of this reading, else of the reading that
+    // keeps the first of repeated keys (as `tool_call_request` finds it).
+    let mut first = batch.iter().position(|m| is_call(m));
+    // A message that repeats a key (`"method":"tools/call",…,"method":"ping"`) is a call
+    // to a reader that keeps the first: each such message is recorded as the call it may
+    // be, as it is alone, not only the batch's first.
+    let first_wins = repeats_a_key(body)
+        .then(|| first_key_reading(body))
+        .flatten();
+    if let Some(first_wins) = &first_wins {
+        let other = messages(first_wins);
+        if other.len() == batch.len() {
+            first = first.or_else(|| other.iter().position(|m| is_call(m)));
+            for (mine, theirs) in batch.iter_mut().zip(other) {
+                if !is_call(mine) && is_call(theirs) {
+                    *mine = theirs;
+                }
+            }
+        }
+    }
+    let first = first.or_else(|| {
         batch
             .iter()
             .position(|m| serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some()))
@@ -907,6 +927,42 @@ mod tests {
         // A call the framing could not read at all, escaped: still a call.
         let request = tool_call_request(format!("xx{escaped}").as_bytes()).expect("a call");
         assert_eq!(request.tool, UNKNOWN_TOOL);
+    }
+
+    #[test]
+    fn each_call_of_a_batch_behind_a_repeated_method_key_is_found() {
+        let call = |id: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"t{id}"}}}}"#
+            )
+        };
+        let hidden = |id: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"t{id}"}},"method":"ping"}}"#
+            )
+        };
+        let tools = |body: &str| {
+            let first = tool_call_request(body.as_bytes()).map(|r| r.tool);
+            let (rest, more) = rest_of_batch(body.as_bytes());
+            (
+                first,
+                rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(),
+                more,
+            )
+        };
+        assert_eq!(
+            tools(&format!("[{},{}]", call("a"), hidden("b"))),
+            (Some("ta".to_owned()), vec!["tb".to_owned()], 0)
+        );
+        assert_eq!(
+            tools(&format!("[{},{}]", hidden("b"), call("a"))),
+            (Some("ta".to_owned()), vec!["tb".to_owned()], 0)
+        );
+        let many: Vec<String> = (0..40).map(|i| hidden(&i.to_string())).collect();
+        let (first, rest, more) = tools(&format!("[{}]", many.join(",")));
+        assert_eq!(first.as_deref(), Some("t0"));
+        assert_eq!((rest.len(), more), (31, 8));
+        assert_eq!(rest[0], "t1");
     }
 
     #[test]
