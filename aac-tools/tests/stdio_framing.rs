@@ -572,6 +572,22 @@ async fn a_call_hidden_behind_unreadable_bytes_or_escapes_is_recorded() {
         (format!("xx{forget}"), vec![("(unknown)", None)]),
         (format!("[{forget},]"), vec![("(unknown)", None)]),
         (format!("/*c*/{forget}"), vec![("(unknown)", None)]),
+        // As JSON5 reads strings, or in UTF-16.
+        (
+            forget.replace(r"tools\/call", r"\x74ools/call"),
+            vec![("(unknown)", None)],
+        ),
+        (forget.replace('"', "'"), vec![("(unknown)", None)]),
+        (
+            String::from_utf8(
+                plain_forget
+                    .encode_utf16()
+                    .flat_map(u16::to_le_bytes)
+                    .collect(),
+            )
+            .unwrap(),
+            vec![("(unknown)", None)],
+        ),
     ];
     for (n, (line, expected)) in cases.into_iter().enumerate() {
         let before = sink.records().len();

@@ -38,41 +38,114 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
     tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
 }
 
-/// Whether `bytes` (JSON or not) hold the string `tools/call`, as it is or in a JSON string
-/// written with escapes (`"tools\/call"`, `"\u0074ools/call"`): text a lenient reader may
-/// take for a call. One pass; only short strings with a backslash are unescaped.
+/// Whether `bytes` (JSON or not) hold the string `tools/call`, as it is or in a string
+/// written as a lenient reader would read it: JSON escapes (`"tools\/call"`,
+/// `"\u0074ools/call"`), JSON5's (single quotes, `\x74`, `\o` for `o`, `\` before a line
+/// end), or the text in UTF-16 or UTF-32 (which some readers detect): text a lenient
+/// reader may take for a call. Linear in the length.
 pub(crate) fn says_tools_call(bytes: &[u8]) -> bool {
-    const CALL: &[u8] = b"tools/call";
+    says_in_ascii(bytes)
+        // UTF-16 or UTF-32: the ASCII of it is its bytes without the zeros.
+        || (bytes.contains(&0) && says_in_ascii(&bytes.iter().copied().filter(|&b| b != 0).collect::<Vec<u8>>()))
+}
+
+const CALL: &[u8] = b"tools/call";
+
+/// [`says_tools_call`] of text read as ASCII.
+fn says_in_ascii(bytes: &[u8]) -> bool {
     if bytes.windows(CALL.len()).any(|w| w == CALL) {
         return true;
     }
-    // `tools/call` escaped char by char (`\u0074`, 6 bytes each) fits in 62 bytes with
-    // its quotes.
-    const LONGEST: usize = 2 + 6 * 10;
+    if !bytes.contains(&b'\\') {
+        return false;
+    }
+    let bytes = without_line_continuations(bytes);
+    (0..bytes.len()).any(|at| matches!(bytes[at], b'"' | b'\'') && quoted_call_at(&bytes, at))
+}
+
+/// `bytes` without the line continuations of JSON5 (a `\` before a line end: LF, CR, CRLF,
+/// U+2028, U+2029), which a string reads as nothing.
+fn without_line_continuations(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
-    while let Some(open) = bytes[i..].iter().position(|&b| b == b'"').map(|p| i + p) {
-        let mut end = open + 1;
-        let mut escaped = false;
-        while end < bytes.len() && bytes[end] != b'"' {
-            if bytes[end] == b'\\' {
-                escaped = true;
-                end += 1;
-            }
-            end += 1;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            let rest = &bytes[i + 1..];
+            let end = if rest.starts_with(b"\r\n") {
+                3
+            } else if rest.starts_with(b"\n") || rest.starts_with(b"\r") {
+                2
+            } else if rest.starts_with("\u{2028}".as_bytes())
+                || rest.starts_with("\u{2029}".as_bytes())
+            {
+                4
+            } else {
+                // An escape: kept whole (`\\` is not a continuation).
+                out.extend_from_slice(&bytes[i..(i + 2).min(bytes.len())]);
+                i += 2;
+                continue;
+            };
+            i += end;
+            continue;
         }
-        if end >= bytes.len() {
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Whether the string that opens with the quote at `at` reads `tools/call` and closes
+/// there. Stops at the first character that differs (never past the next quote), so that
+/// trying every quote of a text stays linear.
+fn quoted_call_at(bytes: &[u8], at: usize) -> bool {
+    let quote = bytes[at];
+    let mut i = at + 1;
+    for &want in CALL {
+        let Some(&b) = bytes.get(i) else {
+            return false;
+        };
+        let (got, next) = if b == b'\\' {
+            match lenient_escape(bytes, i) {
+                Some(decoded) => decoded,
+                None => return false,
+            }
+        } else {
+            (u32::from(b), i + 1)
+        };
+        if got != u32::from(want) {
             return false;
         }
-        let literal = &bytes[open..=end];
-        if escaped
-            && literal.len() <= LONGEST
-            && serde_json::from_slice::<String>(literal).is_ok_and(|text| text == "tools/call")
-        {
-            return true;
-        }
-        i = end + 1;
+        i = next;
     }
-    false
+    bytes.get(i) == Some(&quote)
+}
+
+/// The character of the escape at `at` (a `\`) and where it ends, as JSON and JSON5 read
+/// it: `\uXXXX`, `\u{X…}`, `\xXX`, the letters of control characters, else the character
+/// itself (`\/`, `\o`).
+fn lenient_escape(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
+    let hex = |digits: &[u8]| {
+        std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| u32::from_str_radix(d, 16).ok())
+    };
+    let next = *bytes.get(at + 1)?;
+    Some(match next {
+        b'u' if bytes.get(at + 2) == Some(&b'{') => {
+            let close = bytes[at + 3..].iter().take(9).position(|&b| b == b'}')?;
+            (hex(&bytes[at + 3..at + 3 + close])?, at + 4 + close)
+        }
+        b'u' => (hex(bytes.get(at + 2..at + 6)?)?, at + 6),
+        b'x' => (hex(bytes.get(at + 2..at + 4)?)?, at + 4),
+        b'b' => (0x08, at + 2),
+        b'f' => (0x0c, at + 2),
+        b'n' => (u32::from(b'\n'), at + 2),
+        b'r' => (u32::from(b'\r'), at + 2),
+        b't' => (u32::from(b'\t'), at + 2),
+        b'v' => (0x0b, at + 2),
+        b'0' => (0, at + 2),
+        other => (u32::from(other), at + 2),
+    })
 }
 
 /// Whether `body` goes on, after the JSON values that can be read from its start, with
@@ -880,15 +953,35 @@ mod tests {
             r#"xx{"method":"tools\/call"}"#,
             r#"/*c*/{"method":"\u0074ools\/c\u0061ll"}"#,
             r#"["\u0074\u006f\u006f\u006c\u0073\u002f\u0063\u0061\u006c\u006c",]"#,
+            // JSON5: other escapes, single quotes, a line continued.
+            r#"{"method":"t\ools/call"}"#,
+            r#"{"method":"tools\/c\all"}"#,
+            r#"{"method":"\x74ools/call"}"#,
+            r#"{'method':'tools\/call'}"#,
+            r#"{'method':'\u{74}ools\u002fcall'}"#,
+            "{\"method\":\"tools/\\\ncall\"}",
+            "{\"method\":\"tools/\\\u{2028}call\"}",
+            // An apostrophe before it does not hide it.
+            r#"don't {"method":"tools\/call"}"#,
         ] {
             assert!(says_tools_call(text.as_bytes()), "{text}");
         }
+        // In UTF-16 or UTF-32.
+        let text = r#"{"method":"tools\/call"}"#;
+        let utf16: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let utf32: Vec<u8> = text
+            .chars()
+            .flat_map(|c| u32::from(c).to_be_bytes())
+            .collect();
+        assert!(says_tools_call(&utf16) && says_tools_call(&utf32));
         for text in [
             r#"{"method":"tools\/list"}"#,
             r#"{"method":"tools/cal"}"#,
             r#""tools\/call"#,
             "",
             r#"\""#,
+            r#"{"method":"\tool\u0073\/cal"}"#,
+            "{\"method\":\"tools/\\\\\ncall\"}",
         ] {
             assert!(!says_tools_call(text.as_bytes()), "{text}");
         }
