@@ -526,6 +526,19 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
             more += 1;
         }
     }
+    // Nothing of it can be read as JSON (a batch nested past serde_json's 128 levels,
+    // say): the calls it names past the first (recorded already) are counted.
+    if kept.is_empty()
+        && more == 0
+        && serde_json::from_slice::<Value>(body).is_err()
+        && concatenated(body).is_none()
+    {
+        more = body
+            .windows(CALL.len())
+            .filter(|w| *w == CALL)
+            .count()
+            .saturating_sub(1);
+    }
     (kept, more)
 }
 
@@ -1050,6 +1063,25 @@ mod tests {
         assert_eq!(
             tools(&format!("[{},{}]", hidden("b"), call("a"))),
             (Some("ta".to_owned()), vec!["tb".to_owned()], 0)
+        );
+        // Nested past serde_json's depth: nothing read, the calls named counted.
+        let deep = format!(
+            "{}[{}]{}",
+            "[".repeat(130),
+            call("a").repeat(1),
+            "]".repeat(130)
+        );
+        let calls: Vec<String> = (0..40).map(|i| call(&i.to_string())).collect();
+        let deep_many = format!(
+            "{}[{}]{}",
+            "[".repeat(130),
+            calls.join(","),
+            "]".repeat(130)
+        );
+        assert_eq!(tools(&deep), (Some(UNKNOWN_TOOL.to_owned()), vec![], 0));
+        assert_eq!(
+            tools(&deep_many),
+            (Some(UNKNOWN_TOOL.to_owned()), vec![], 39)
         );
         let many: Vec<String> = (0..40).map(|i| hidden(&i.to_string())).collect();
         let (first, rest, more) = tools(&format!("[{}]", many.join(",")));
