@@ -1065,12 +1065,7 @@ mod tests {
             (Some("ta".to_owned()), vec!["tb".to_owned()], 0)
         );
         // Nested past serde_json's depth: nothing read, the calls named counted.
-        let deep = format!(
-            "{}[{}]{}",
-            "[".repeat(130),
-            call("a").repeat(1),
-            "]".repeat(130)
-        );
+        let deep = format!("{}[{}]{}", "[".repeat(130), call("a"), "]".repeat(130));
         let calls: Vec<String> = (0..40).map(|i| call(&i.to_string())).collect();
         let deep_many = format!(
             "{}[{}]{}",
