@@ -232,7 +232,7 @@ impl McpHandler {
     /// The attempt the `/mcp` gate or the stdio framing began for this request, if any.
     fn pending_attempt(&self, context: &RequestContext<RoleServer>) -> Option<Attempt> {
         if let Some(pending) = context.extensions.get::<super::PendingAttempt>() {
-            return pending.take();
+            return pending.take_call();
         }
         #[cfg(feature = "http")]
         if let Some(pending) = context
@@ -240,7 +240,7 @@ impl McpHandler {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<super::PendingAttempt>())
         {
-            return pending.take();
+            return pending.take_call();
         }
         #[cfg(not(feature = "http"))]
         let _ = context;

@@ -98,6 +98,18 @@ impl PendingAttempt {
             .take()
     }
 
+    /// Take a call's attempt up (once), and let go of the request as sent, which only an
+    /// attempt nobody took up needs (a call waiting for a person held a copy of its whole
+    /// line, up to 16 MiB over stdio, besides rmcp's reading of it).
+    pub(crate) fn take_call(&self) -> Option<crate::Attempt> {
+        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let attempt = pending.attempt.take();
+        if attempt.is_some() {
+            pending.body = tokio_util::bytes::Bytes::new();
+        }
+        attempt
+    }
+
     /// The MCP handler began its own attempt for this request (a resource read, prompt or
     /// completion): the gate's is not needed and leaves no record.
     pub(crate) fn taken_up(&self) {
