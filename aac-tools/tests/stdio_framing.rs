@@ -831,17 +831,10 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     );
 }
 
-/// A session of a server whose destructive calls a person confirms (recording into
-/// `sink`, with `timeout` for the person's answer), whose client can elicit and has just
-/// called `forget_text` with `confirm: true`: the question it was sent.
-async fn asked_to_confirm(sink: &MemorySink, timeout: Option<std::time::Duration>) -> (Raw, Value) {
-    let mut server = builder(false)
-        .audit(sink.clone())
-        .confirmation(aac_tools::confirm::ConfirmPolicy::User);
-    if let Some(timeout) = timeout {
-        server = server.confirmation_timeout(timeout);
-    }
-    let mut raw = Raw::connect(server.build().unwrap(), "all", 1 << 16);
+/// A session of `server` (token `all`, a pipe of `capacity` bytes) whose client can
+/// elicit: a person can be asked through it.
+async fn eliciting(server: Server, capacity: usize) -> Raw {
+    let mut raw = Raw::connect(server, "all", capacity);
     raw.line(
         &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
@@ -852,6 +845,20 @@ async fn asked_to_confirm(sink: &MemorySink, timeout: Option<std::time::Duration
     assert_eq!(raw.next().await["id"], 0);
     raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .await;
+    raw
+}
+
+/// A session of a server whose destructive calls a person confirms (recording into
+/// `sink`, with `timeout` for the person's answer), whose client can elicit and has just
+/// called `forget_text` with `confirm: true`: the question it was sent.
+async fn asked_to_confirm(sink: &MemorySink, timeout: Option<std::time::Duration>) -> (Raw, Value) {
+    let mut server = builder(false)
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User);
+    if let Some(timeout) = timeout {
+        server = server.confirmation_timeout(timeout);
+    }
+    let mut raw = eliciting(server.build().unwrap(), 1 << 16).await;
     raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
         .await;
     let asked = raw.next().await;
@@ -1230,17 +1237,7 @@ async fn requests_past_those_in_hand_are_refused_while_questions_wait() {
         .confirmation(aac_tools::confirm::ConfirmPolicy::User)
         .build()
         .unwrap();
-    let mut raw = Raw::connect(server, "all", 1 << 20);
-    raw.line(
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "raw", "version": "1"}}})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(raw.next().await["id"], 0);
-    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .await;
+    let raw = eliciting(server, 1 << 20).await;
     const CALLS: u64 = 200;
     let Raw { mut lines, write } = raw;
     let writer = tokio::spawn(async move {

@@ -343,12 +343,23 @@ impl Attempt {
     /// address, the refusal is answered 429 and only counted (`Some`, the answer); else
     /// what was counted since is recorded first, in one record.
     async fn limit_unauthenticated(&mut self) -> Option<ToolError> {
-        let Some(peer) = self.request.peer_addr else {
-            return self.limit_stdio_unauthenticated().await;
+        // By peer address; over stdio, which has none, the connection's refusals go
+        // through the per-principal rate, when one is set (a revoked token would otherwise
+        // grow the trail as fast as it can send).
+        let (verdict, peer) = {
+            let limits = self.server.limits();
+            match self.request.peer_addr {
+                Some(addr) => {
+                    let peer = limits::peer_key(addr);
+                    (limits.unauthenticated.as_ref()?.check(&peer), Some(peer))
+                }
+                None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
+                    (limits.stdio_unauthenticated.as_ref()?.check(&()), None)
+                }
+                None => return None,
+            }
         };
-        let peer = limits::peer_key(peer);
-        let limiter = self.server.limits().unauthenticated.as_ref()?;
-        match limiter.check(&peer) {
+        match verdict {
             Verdict::Limited { retry_after, .. } => {
                 // Counted, to be recorded with this peer's next recorded refusal.
                 self.recorded = true;
@@ -356,40 +367,16 @@ impl Attempt {
             }
             Verdict::Allowed { suppressed: 0 } => None,
             Verdict::Allowed { suppressed } => {
+                let record = match peer {
+                    Some(peer) => {
+                        record::suppressed(Some(peer), suppressed, self.request.transport)
+                    }
+                    None => record::suppressed_on_stdio(suppressed),
+                };
                 if let Some(sink) = self.server.audit()
-                    && let Err(err) = sink
-                        .record(record::suppressed(
-                            Some(peer),
-                            suppressed,
-                            self.request.transport,
-                        ))
-                        .await
+                    && let Err(err) = sink.record(record).await
                 {
-                    tracing::error!(error = %err, suppressed, %peer, "the count of rate-limited refusals could not be recorded");
-                }
-                None
-            }
-        }
-    }
-
-    /// [`Self::limit_unauthenticated`] over stdio, where there is no peer address: the
-    /// connection's refusals are counted at the per-principal rate, when one is set.
-    async fn limit_stdio_unauthenticated(&mut self) -> Option<ToolError> {
-        if !matches!(self.request.transport, crate::context::Transport::Stdio) {
-            return None;
-        }
-        let limiter = self.server.limits().stdio_unauthenticated.as_ref()?;
-        match limiter.check(&()) {
-            Verdict::Limited { retry_after, .. } => {
-                self.recorded = true;
-                Some(ToolError::rate_limited(retry_after))
-            }
-            Verdict::Allowed { suppressed: 0 } => None,
-            Verdict::Allowed { suppressed } => {
-                if let Some(sink) = self.server.audit()
-                    && let Err(err) = sink.record(record::suppressed_on_stdio(suppressed)).await
-                {
-                    tracing::error!(error = %err, suppressed, "the count of rate-limited refusals could not be recorded");
+                    tracing::error!(error = %err, suppressed, ?peer, "the count of rate-limited refusals could not be recorded");
                 }
                 None
             }

@@ -1127,20 +1127,9 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     let target = Target::new();
     let token = alices_demo_token(&target);
     let before = target.count_issues();
-    let mut child = target
-        .command()
-        .arg("serve")
-        .env("AAC_TOKEN", &token)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stdio_serve(&target, &token, Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
-    let mut lines = vec![
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
-    ];
+    let mut lines = opening_lines();
     for i in 1..=300 {
         lines.push(format!(
             r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"create_issue","arguments":{{"title":"t{i}"}}}}}}"#
@@ -1168,11 +1157,7 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     first_rx
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("a first answer");
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     let status = child.wait().unwrap();
     drop(stdin);
     let answers = reader.join().unwrap();
@@ -1239,11 +1224,7 @@ fn sigterm_stops_a_stdio_server_whose_stdout_is_not_a_pipe() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     // stdin stays open throughout: the client has not left.
     let status = exited_within_30_s(&mut child);
     drop(stdin);
@@ -1299,11 +1280,7 @@ fn sigterm_stops_a_stdio_server_whose_client_no_longer_reads() {
             stdin
         });
         std::thread::sleep(std::time::Duration::from_secs(2));
-        let killed = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        sigterm(&child);
         let signalled = std::time::Instant::now();
         let status = exited_within_30_s(&mut child);
         assert!(
@@ -1331,21 +1308,10 @@ fn sigterm_stops_a_stdio_server_whose_own_refusal_cannot_be_written() {
     use std::process::Stdio;
     let target = Target::new();
     let token = alices_demo_token(&target);
-    let mut child = target
-        .command()
-        .arg("serve")
-        .env("AAC_TOKEN", &token)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stdio_serve(&target, &token, Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let _unread_pipe = child.stdout.take();
-    let mut lines = vec![
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
-    ];
+    let mut lines = opening_lines();
     for i in 1..=40 {
         lines.push(format!(
             r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"list_issues","arguments":{{}}}}}}"#
@@ -1360,11 +1326,7 @@ fn sigterm_stops_a_stdio_server_whose_own_refusal_cannot_be_written() {
         .write_all((lines.join("\n") + "\n").as_bytes())
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     assert!(
         exited_within_30_s(&mut child).is_some(),
         "the server did not stop on SIGTERM"
@@ -1383,15 +1345,7 @@ fn a_stderr_nobody_reads_never_blocks_the_server() {
     use std::process::Stdio;
     let target = Target::new();
     let token = alices_demo_token(&target);
-    let mut child = target
-        .command()
-        .arg("serve")
-        .env("AAC_TOKEN", &token)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = stdio_serve(&target, &token, Stdio::piped());
     let _unread_stderr = child.stderr.take();
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -1406,10 +1360,7 @@ fn a_stderr_nobody_reads_never_blocks_the_server() {
         }
     });
     const CALLS: usize = 2000;
-    let mut lines = vec![
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
-    ];
+    let mut lines = opening_lines();
     // Arguments of the wrong shape: each answered -32602, each logged as a warning.
     for i in 1..=CALLS {
         lines.push(format!(
@@ -1439,11 +1390,7 @@ fn a_stderr_nobody_reads_never_blocks_the_server() {
         "the initialize answer, every call, the last"
     );
     let _stdin = writer.join().unwrap();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     assert!(
         exited_within_30_s(&mut child).is_some(),
         "the server did not stop on SIGTERM"
@@ -1498,11 +1445,7 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
         assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
     }
     drop(err);
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     let status = exited_within_30_s(&mut child);
     let status = status.expect("the server stops on SIGTERM");
     assert!(status.success(), "{status:?}");
@@ -1539,4 +1482,34 @@ fn exited_within_30_s(child: &mut std::process::Child) -> Option<std::process::E
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// `serve` over stdio with `token`, its stdin and stdout piped, its stderr `stderr`.
+fn stdio_serve(target: &Target, token: &str, stderr: std::process::Stdio) -> std::process::Child {
+    target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// The lines that open an MCP session over stdio: `initialize`, then `initialized`.
+fn opening_lines() -> Vec<String> {
+    vec![
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ]
+}
+
+/// Send SIGTERM to `child`.
+fn sigterm(child: &std::process::Child) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
 }
