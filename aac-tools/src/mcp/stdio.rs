@@ -1253,7 +1253,6 @@ where
         let unwritten = UnwrittenGuard::new(&self.backlog);
         let closed = self.closed.clone();
         let ended_at = Arc::clone(&self.ended_at);
-        let started = tokio::time::Instant::now();
         // An answer of a request of the client's: it is no longer in hand. A request of
         // the server's: its answer will come on the input.
         match &item {
@@ -1321,9 +1320,11 @@ where
             // it ends the output, and that wait and the output's end each took a drain of
             // their own (SIGTERM took 10 s, not 5).
             let write = async { out.lock().await.line(parts).await };
+            // The write first: one that goes through at once never waits on the input's end.
             let written = tokio::select! {
+                biased;
                 written = write => written,
-                () = drained(&closed, &ended_at, started) => Err(io::Error::new(
+                () = drained(&closed, &ended_at) => Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "the MCP output is not read: an answer was dropped",
                 )),
@@ -1342,23 +1343,21 @@ where
             // What `receive` owes (a refusal of its own, a replayed list) is written
             // before the next line is read; a client that does not read holds that write,
             // and SIGTERM must still end the session (it waited for ever).
-            let stop = self.stop.clone();
-            let paid = match &stop {
-                Some(stop) => tokio::select! {
-                    paid = self.pay() => Some(paid),
-                    () = stop.cancelled() => None,
-                },
-                None => Some(self.pay().await),
-            };
-            match paid {
-                Some(Ok(())) => {}
-                Some(Err(err)) => {
+            if !matches!(self.owed, Owed::Nothing) {
+                let paid = match self.stop.clone() {
+                    Some(stop) => tokio::select! {
+                        biased;
+                        paid = self.pay() => Some(paid),
+                        () = stop.cancelled() => None,
+                    },
+                    None => Some(self.pay().await),
+                };
+                if let Some(Err(err)) = &paid {
                     tracing::error!(error = %err, "cannot write to the MCP stream");
-                    self.end_input();
-                    return None;
                 }
-                None => {
-                    // Stopped while that write waited: as if the input had ended.
+                // A write that failed, or stopped while it waited: as if the input had
+                // ended.
+                if !matches!(paid, Some(Ok(()))) {
                     self.end_input();
                     return None;
                 }
@@ -1587,13 +1586,13 @@ fn drain_end(ended_at: &std::sync::OnceLock<tokio::time::Instant>) -> tokio::tim
         + STDOUT_DRAIN
 }
 
-/// Resolves, once the input has ended, at the drain's end or [`STDOUT_DRAIN`] after
-/// `started`, whichever is later.
+/// Resolves, once the input has ended, at the drain's end or [`STDOUT_DRAIN`] after the
+/// write began to wait (its first poll), whichever is later.
 async fn drained(
     closed: &tokio_util::sync::CancellationToken,
     ended_at: &std::sync::OnceLock<tokio::time::Instant>,
-    started: tokio::time::Instant,
 ) {
+    let started = tokio::time::Instant::now();
     closed.cancelled().await;
     tokio::time::sleep_until(drain_end(ended_at).max(started + STDOUT_DRAIN)).await;
 }
