@@ -516,7 +516,13 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// when `body` is not a batch of several (or several values one after the other).
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let body = without_bom(body);
-    let (mut kept, mut more) = rest_of_values(body);
+    let read = serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| concatenated(body));
+    let (mut kept, mut more) = match &read {
+        Some(value @ Value::Array(_)) => rest_of_values(body, value),
+        _ => (Vec::new(), 0),
+    };
     // What comes after bytes no reading gets past, if it says `tools/call`: one record of
     // an unknown tool, in the batch's bound.
     if unread_tail_says_call(body) {
@@ -528,11 +534,7 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     }
     // Nothing of it can be read as JSON (a batch nested past serde_json's 128 levels,
     // say): the calls it names past the first (recorded already) are counted.
-    if kept.is_empty()
-        && more == 0
-        && serde_json::from_slice::<Value>(body).is_err()
-        && concatenated(body).is_none()
-    {
+    if read.is_none() && kept.is_empty() {
         more = body
             .windows(CALL.len())
             .filter(|w| *w == CALL)
@@ -542,15 +544,10 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     (kept, more)
 }
 
-/// [`rest_of_batch`] of the values read from the start of `body`.
-fn rest_of_values(body: &[u8]) -> (Vec<CallRequest>, usize) {
-    let Some(value @ Value::Array(_)) = serde_json::from_slice::<Value>(body)
-        .ok()
-        .or_else(|| concatenated(body))
-    else {
-        return (Vec::new(), 0);
-    };
-    let mut batch = messages(&value);
+/// [`rest_of_batch`] of `value`, the batch read from `body` (or its values one after the
+/// other).
+fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
+    let mut batch = messages(value);
     // The call recorded already: the first of this reading, else of the reading that
     // keeps the first of repeated keys (as `tool_call_request` finds it).
     let mut first = batch.iter().position(|m| is_call(m));
