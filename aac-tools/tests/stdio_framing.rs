@@ -613,6 +613,52 @@ async fn a_call_hidden_behind_unreadable_bytes_or_escapes_is_recorded() {
     }
 }
 
+/// A read, prompt or completion in a line no reader parses (UTF-16, trailing junk, single
+/// quotes) is recorded as what its bytes say, as a call is: nothing is read.
+#[tokio::test]
+async fn a_read_prompt_or_completion_no_reader_parses_is_recorded() {
+    use aac_tools::audit::CallKind;
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let mut n = 0;
+    for (method, params, kind) in [
+        (
+            "resources/read",
+            r#"{"uri":"notes://all"}"#,
+            CallKind::Resource,
+        ),
+        ("prompts/get", r#"{"name":"review"}"#, CallKind::Prompt),
+        (
+            "completion/complete",
+            r#"{"ref":{"type":"ref/prompt","name":"review"},"argument":{"name":"id","value":"1"}}"#,
+            CallKind::Completion,
+        ),
+    ] {
+        let message =
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}"#);
+        let utf16 =
+            String::from_utf8(message.encode_utf16().flat_map(u16::to_le_bytes).collect()).unwrap();
+        for line in [utf16, format!("{message} x"), message.replace('"', "'")] {
+            n += 1;
+            let before = sink.records().len();
+            raw.line(&line).await;
+            let ping = 2000 + n;
+            raw.line(&format!(
+                r#"{{"jsonrpc":"2.0","id":{ping},"method":"ping"}}"#
+            ))
+            .await;
+            while raw.next().await["id"] != ping {}
+            let records = sink.records();
+            let seen: Vec<(CallKind, Option<&str>)> = records[before..]
+                .iter()
+                .map(|r| (r.kind, r.reason.as_deref()))
+                .collect();
+            assert_eq!(seen, [(kind, Some("not_dispatched"))], "{line:?}");
+        }
+    }
+}
+
 /// A stdio connection whose token no longer verifies (revoked, say) is refused 401 on
 /// every call; with a per-principal rate set, those refusals are recorded at that rate
 /// and the rest counted in one record (`{"peer": "stdio", "suppressed": n}`) when the

@@ -2617,6 +2617,88 @@ async fn a_read_the_mcp_layer_refuses_is_recorded_once_and_a_read_it_takes_once(
     }
 }
 
+/// A read whose request also says `tools/call` (a `name` of another shape beside its URI,
+/// the text in its id, an `Mcp-Method` header naming a tool) is the read the MCP layer
+/// takes: one record of it, none of a call that never was. And a read, prompt or
+/// completion in a body nothing parses (UTF-16, trailing junk, cut short) is recorded as
+/// what its bytes say, with a token or without.
+#[tokio::test]
+async fn a_read_is_recorded_as_a_read_whatever_else_its_request_says() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    for (body, headers) in [
+        (
+            r#"{"jsonrpc":"2.0","id":51,"method":"resources/read","params":{"uri":"notes://all","name":5}}"#,
+            true,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"tools/call","method":"resources/read","params":{"uri":"notes://all","name":[1]}}"#,
+            false,
+        ),
+    ] {
+        server.sink.clear();
+        let mut request = raw.post().body(body);
+        if headers {
+            request = request
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "delete_note");
+        }
+        let response = request.send().await.unwrap();
+        let _ = response.text().await;
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{body}: {records:#?}");
+        assert_eq!(
+            (
+                records[0].kind,
+                records[0].tool.as_str(),
+                records[0].outcome
+            ),
+            (CallKind::Resource, "notes://all", Outcome::Success),
+            "{body}"
+        );
+    }
+
+    let anonymous = RawMcp::new(&server.mcp(), None);
+    for (method, params, kind) in [
+        (
+            "resources/read",
+            r#"{"uri":"notes://all"}"#,
+            CallKind::Resource,
+        ),
+        ("prompts/get", r#"{"name":"review_note"}"#, CallKind::Prompt),
+        (
+            "completion/complete",
+            r#"{"ref":{"type":"ref/resource","uri":"notes://notes/{id}"},"argument":{"name":"id","value":"1"}}"#,
+            CallKind::Completion,
+        ),
+    ] {
+        let message =
+            format!(r#"{{"jsonrpc":"2.0","id":61,"method":"{method}","params":{params}}}"#);
+        let utf16: Vec<u8> = message
+            .encode_utf16()
+            .flat_map(|unit| unit.to_le_bytes())
+            .collect();
+        let cut = message.as_bytes()[..message.len() - 3].to_vec();
+        for body in [utf16, format!("{message} x").into_bytes(), cut] {
+            for (client, check) in [(&raw, Check::Protocol), (&anonymous, Check::Authenticate)] {
+                server.sink.clear();
+                let response = client.post().body(body.clone()).send().await.unwrap();
+                assert!(response.status().as_u16() >= 400, "{message}");
+                let records = server.sink.records();
+                let shown = String::from_utf8_lossy(&body).into_owned();
+                assert_eq!(records.len(), 1, "{shown:?}: {records:#?}");
+                assert_eq!(
+                    (records[0].kind, records[0].check),
+                    (kind, Some(check)),
+                    "{shown:?}"
+                );
+            }
+        }
+    }
+}
+
 /// A batch is refused whole (no call of it runs), and each call it holds leaves its
 /// record, not only the first: a confirmed delete hidden behind a harmless first call is
 /// in the trail. Without a token (401) and from an authenticated session (the MCP layer

@@ -376,6 +376,42 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
     assert_eq!(records[0].arguments["suppressed"], 20);
 }
 
+/// Requests the MCP layer refuses after the gate let them through (a read whose params
+/// have the wrong shape, in a session) are recorded when the gate's attempt is dropped:
+/// that record goes through the principal's rate too, so a token cannot grow the trail
+/// past it with them.
+#[tokio::test]
+async fn requests_the_mcp_layer_refuses_are_recorded_at_the_principals_rate() {
+    let options = Options {
+        principal_rate: Some(aac_tools::Rate::new(3, Duration::from_secs(3600))),
+        ..Options::default()
+    };
+    let server = TestServer::start(HttpOptions::default(), options).await;
+    let mut raw = common::RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    for (id, body) in [
+        r#"{"jsonrpc":"2.0","id":ID,"method":"resources/read","params":{"uri":5}}"#,
+        r#"{"jsonrpc":"2.0","id":ID,"method":"prompts/get","params":{"name":"x","arguments":[1]}}"#,
+        r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"list_notes","arguments":[1]}}"#,
+    ]
+    .iter()
+    .cycle()
+    .take(30)
+    .enumerate()
+    {
+        let _ = raw.send(body.replace("ID", &(id + 1).to_string())).await;
+    }
+    let records = server.sink.records();
+    // Three within the rate, the first past it, the rest counted.
+    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(records[3].reason.as_deref(), Some("not_dispatched"));
+    server.server.flush_rate_limited().await;
+    let records = server.sink.records();
+    assert_eq!(records.len(), 5, "{records:#?}");
+    assert_eq!(records[4].arguments["suppressed"], 26);
+    assert_eq!(records[4].principal.as_deref(), Some("alice"));
+}
+
 /// The reference server's `trigger_autopilot` (`rate = "30/min"`) over REST: past 30 calls
 /// of one user in a minute, HTTP 429 with `Retry-After`, and one record of it.
 #[tokio::test]

@@ -305,6 +305,28 @@ impl Probe<'_> {
     }
 }
 
+/// Whether every message of `body` (one object, or a batch of objects) has a method,
+/// read strictly (escapes decoded, a repeated key refused), and none is `tools/call`.
+fn strictly_no_call(body: &[u8], batch: bool) -> bool {
+    #[derive(Deserialize)]
+    struct MethodOf<'a> {
+        #[serde(default, borrow)]
+        method: Option<Cow<'a, str>>,
+    }
+    let object = |raw: &RawValue| raw.get().trim_ascii_start().starts_with('{');
+    let other = |raw: &&RawValue| {
+        object(raw)
+            && serde_json::from_str::<MethodOf<'_>>(raw.get())
+                .is_ok_and(|m| m.method.is_some_and(|m| m != "tools/call"))
+    };
+    if batch {
+        serde_json::from_slice::<Vec<&RawValue>>(body)
+            .is_ok_and(|messages| !messages.is_empty() && messages.iter().all(other))
+    } else {
+        serde_json::from_slice::<&RawValue>(body).is_ok_and(|raw| other(&raw))
+    }
+}
+
 #[derive(Deserialize)]
 struct ProbeParams<'a> {
     #[serde(default, borrow)]
@@ -435,6 +457,11 @@ impl<'a> ToolsCall<'a> {
                 });
             }
             Some(None) => return None,
+            // Messages whose methods a strict reading finds, none of them a call (a read
+            // whose params hold a `name` of another shape, say): the MCP layer dispatches
+            // them as what they say, whatever the header or the bytes mention; they are
+            // items of their own kind, recorded as such.
+            None if strictly_no_call(body, batch) => return None,
             None => {
                 // What a lenient reader sees (the last of repeated keys wins, any shape
                 // of params, batches nested), the header, or the bytes: an ambiguous body

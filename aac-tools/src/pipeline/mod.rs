@@ -1088,6 +1088,11 @@ impl Drop for Attempt {
         let Some(sink) = self.server.audit().cloned() else {
             return;
         };
+        // As in `finish`: a record its principal's (or peer's) rate has not seen goes
+        // through it, or requests the MCP layer drops could grow the trail past any rate.
+        if self.counted_on_drop(&sink) {
+            return;
+        }
         let (check, error, status) = if self.dispatched {
             // An error, with nginx's "client closed request" status. Once the handler
             // has started, the attempt finishes on its own task, so this happens only
@@ -1117,15 +1122,80 @@ impl Drop for Attempt {
         if self.dispatched {
             record.outcome = crate::audit::Outcome::Error;
         }
-        // The sink takes the record before it returns the future (the contract of
-        // `AuditSink::record`), so it is handed off here, on whatever thread drops the
-        // attempt, runtime or not; its durability is the sink's to report (the built-in
-        // sinks log a record they could not write).
-        let mut written = sink.record(record);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        if let Poll::Ready(Err(err)) = written.as_mut().poll(&mut cx) {
-            tracing::error!(error = %err, "the record of an abandoned call could not be written");
-        }
+        hand_off(&sink, record, "the record of an abandoned call");
+    }
+}
+
+impl Attempt {
+    /// The rate check of a record written on drop, which cannot wait: past the rate of
+    /// its principal (or, unauthenticated, of its peer) it is only counted (`true`); a
+    /// count the rate kept is handed to the sink before it.
+    fn counted_on_drop(&mut self, sink: &Arc<dyn crate::audit::AuditSink>) -> bool {
+        let server = self.server.clone();
+        let limits = server.limits();
+        let count = match &self.principal {
+            Some(principal) if !self.rated => {
+                let Some(limiter) = &limits.principal else {
+                    return false;
+                };
+                match limiter.check_counting_after_first(&rate_key(principal)) {
+                    Verdict::Limited { first: false, .. } => return true,
+                    Verdict::Limited { first: true, .. } | Verdict::Allowed { suppressed: 0 } => {
+                        return false;
+                    }
+                    Verdict::Allowed { suppressed } => record::suppressed_of(
+                        principal.subject(),
+                        principal.workspace(),
+                        None,
+                        suppressed,
+                        self.request.transport,
+                    ),
+                }
+            }
+            Some(_) => return false,
+            None => {
+                let (verdict, peer) = match self.request.peer_addr {
+                    Some(addr) => {
+                        let peer = limits::peer_key(addr);
+                        let Some(limiter) = &limits.unauthenticated else {
+                            return false;
+                        };
+                        (limiter.check(&peer), Some(peer))
+                    }
+                    None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
+                        let Some(limiter) = &limits.stdio_unauthenticated else {
+                            return false;
+                        };
+                        (limiter.check(&()), None)
+                    }
+                    None => return false,
+                };
+                match verdict {
+                    Verdict::Limited { .. } => return true,
+                    Verdict::Allowed { suppressed: 0 } => return false,
+                    Verdict::Allowed { suppressed } => match peer {
+                        Some(peer) => {
+                            record::suppressed(Some(peer), suppressed, self.request.transport)
+                        }
+                        None => record::suppressed_on_stdio(suppressed),
+                    },
+                }
+            }
+        };
+        hand_off(sink, count, "the count of rate-limited refusals");
+        false
+    }
+}
+
+/// Hand `record` to the sink without waiting for it: the sink takes the record before it
+/// returns the future (the contract of `AuditSink::record`), so it is handed off on
+/// whatever thread runs this, runtime or not; its durability is the sink's to report (the
+/// built-in sinks log a record they could not write).
+fn hand_off(sink: &Arc<dyn crate::audit::AuditSink>, record: AuditRecord, what: &str) {
+    let mut written = sink.record(record);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if let Poll::Ready(Err(err)) = written.as_mut().poll(&mut cx) {
+        tracing::error!(error = %err, "{what} could not be written");
     }
 }
 

@@ -44,23 +44,28 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
 /// end), or the text in UTF-16 or UTF-32 (which some readers detect): text a lenient
 /// reader may take for a call. Linear in the length.
 pub(crate) fn says_tools_call(bytes: &[u8]) -> bool {
-    says_in_ascii(bytes)
+    says(bytes, CALL)
+}
+
+/// Whether `bytes` say `word` as [`says_tools_call`] says `tools/call`.
+fn says(bytes: &[u8], word: &[u8]) -> bool {
+    says_in_ascii(bytes, word)
         // UTF-16 or UTF-32: the ASCII of it is its bytes without the zeros.
-        || (bytes.contains(&0) && says_in_ascii(&bytes.iter().copied().filter(|&b| b != 0).collect::<Vec<u8>>()))
+        || (bytes.contains(&0) && says_in_ascii(&bytes.iter().copied().filter(|&b| b != 0).collect::<Vec<u8>>(), word))
 }
 
 const CALL: &[u8] = b"tools/call";
 
-/// [`says_tools_call`] of text read as ASCII.
-fn says_in_ascii(bytes: &[u8]) -> bool {
-    if bytes.windows(CALL.len()).any(|w| w == CALL) {
+/// [`says`] of text read as ASCII.
+fn says_in_ascii(bytes: &[u8], word: &[u8]) -> bool {
+    if bytes.windows(word.len()).any(|w| w == word) {
         return true;
     }
     if !bytes.contains(&b'\\') {
         return false;
     }
     let bytes = without_line_continuations(bytes);
-    (0..bytes.len()).any(|at| matches!(bytes[at], b'"' | b'\'') && quoted_call_at(&bytes, at))
+    (0..bytes.len()).any(|at| matches!(bytes[at], b'"' | b'\'') && quoted_word_at(&bytes, at, word))
 }
 
 /// `bytes` without the line continuations of JSON5 (a `\` before a line end: LF, CR, CRLF,
@@ -94,13 +99,13 @@ fn without_line_continuations(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Whether the string that opens with the quote at `at` reads `tools/call` and closes
-/// there. Stops at the first character that differs (never past the next quote), so that
-/// trying every quote of a text stays linear.
-fn quoted_call_at(bytes: &[u8], at: usize) -> bool {
+/// Whether the string that opens with the quote at `at` reads `word` and closes there.
+/// Stops at the first character that differs (never past the next quote), so that trying
+/// every quote of a text stays linear.
+fn quoted_word_at(bytes: &[u8], at: usize, word: &[u8]) -> bool {
     let quote = bytes[at];
     let mut i = at + 1;
-    for &want in CALL {
+    for &want in word {
         let Some(&b) = bytes.get(i) else {
             return false;
         };
@@ -421,12 +426,6 @@ pub(crate) fn id_text(id: &Value) -> String {
 /// in `body`, if any (the first of a batch), as the attempt that records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     let body = without_bom(body);
-    const ITEM_METHODS: [&str; 4] = [
-        "resources/read",
-        "resources/subscribe",
-        "prompts/get",
-        "completion/complete",
-    ];
     let is_item = |m: &Value| {
         m.get("method")
             .and_then(Value::as_str)
@@ -448,9 +447,12 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     }
     // A lenient reading (the last of repeated keys wins, else the first); in a batch, the
     // first item read.
-    let value = serde_json::from_slice::<Value>(body)
+    let Some(value) = serde_json::from_slice::<Value>(body)
         .ok()
-        .or_else(|| concatenated(body))?;
+        .or_else(|| concatenated(body))
+    else {
+        return unreadable_item(body);
+    };
     let first_reading;
     let message = match messages(&value).into_iter().find(|m| is_item(m)) {
         Some(message) => message,
@@ -491,6 +493,45 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
         request = request.request_id(id_text(id));
     }
     Some(request)
+}
+
+/// The methods of the requests that are recorded as attempts besides `tools/call`.
+const ITEM_METHODS: [&str; 4] = [
+    "resources/read",
+    "resources/subscribe",
+    "prompts/get",
+    "completion/complete",
+];
+
+/// The read, prompt or completion of a body serde_json cannot read (a string that is not
+/// UTF-8, a number out of range, nested too deep, cut short, UTF-16…): by its top level,
+/// else by the method its bytes [say](says) (as for a `tools/call`, what a lenient reader
+/// could take it for); what it names is unknown.
+fn unreadable_item(body: &[u8]) -> Option<CallRequest> {
+    let top = top_level(body);
+    let method = match top.method.as_deref() {
+        Some(method) if ITEM_METHODS.contains(&method) => method,
+        _ => ITEM_METHODS
+            .into_iter()
+            .find(|method| says(body, method.as_bytes()))?,
+    };
+    let unknown = || UNKNOWN_TOOL.to_owned();
+    let request = match method {
+        "resources/read" => CallRequest::resource(unknown()),
+        "resources/subscribe" => CallRequest::resource(unknown()).subscription(),
+        "prompts/get" => CallRequest::prompt(top.name.clone().unwrap_or_else(unknown), None),
+        _ => CallRequest::completion(
+            unknown(),
+            false,
+            String::new(),
+            String::new(),
+            serde_json::Map::new(),
+        ),
+    };
+    Some(match top_id_text(&top) {
+        Some(id) => request.request_id(id),
+        None => request,
+    })
 }
 
 /// The arguments of the `tools/call` in `body`, for the record of an attempt the MCP
