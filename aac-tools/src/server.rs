@@ -488,6 +488,7 @@ impl ServerBuilder {
             ledger: self
                 .state_ledger
                 .unwrap_or_else(|| Arc::new(MemoryLedger::new())),
+            asked: Arc::default(),
         };
         let registry = self.registry.with_confirmation(self.confirmation);
         let listing = Listing::new(&registry, self.read_only_mode, self.filter_list_by_scope);

@@ -505,3 +505,108 @@ async fn a_call_cancelled_while_the_user_is_asked_is_recorded_as_abandoned() {
         (Outcome::Error, None, Some("cancelled"), 499)
     );
 }
+
+/// Calls waiting for a person are bounded per principal: each holds its call (and the
+/// transport its request) until answered, so a client that never answers cannot pile them
+/// up. Past 16, a call is refused at once (429, recorded) without a question; another
+/// principal is not affected, and a place is given back when a call stops waiting.
+#[tokio::test]
+async fn questions_waiting_for_a_person_are_bounded_per_principal() {
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(
+            StaticTokens::new()
+                .with(
+                    "alice",
+                    Principal::new("alice", ["notes:write"]).in_workspace("w"),
+                )
+                .with(
+                    "bob",
+                    Principal::new("bob", ["notes:write"]).in_workspace("w"),
+                ),
+        )
+        .audit(sink.clone())
+        .confirmation(ConfirmPolicy::User)
+        .confirmation_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let silent = FakeClient::new(Answer::Never);
+    let waiting: Vec<_> = (0..16)
+        .map(|i| {
+            let server = server.clone();
+            let request = call("drop_note", &format!("Q-{i}"), &silent, "alice");
+            tokio::spawn(async move { server.call(request).await })
+        })
+        .collect();
+    while silent.asked.lock().unwrap().len() < 16 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let response = server
+        .call(call("drop_note", "Q-16", &silent, "alice"))
+        .await;
+    assert_eq!(reason(&response), Some("too_many_questions_waiting"));
+    assert_eq!(response.error().unwrap().status().code(), 429);
+    assert_eq!(silent.asked.lock().unwrap().len(), 16, "no 17th question");
+    let record = last(&sink);
+    assert_eq!(
+        (
+            record.reason.as_deref(),
+            record.status,
+            record.principal.as_deref()
+        ),
+        (Some("too_many_questions_waiting"), 429, Some("alice"))
+    );
+    // Bob asks his own person.
+    let yes = FakeClient::new(Answer::Action("accept"));
+    let response = server.call(call("drop_note", "Q-bob", &yes, "bob")).await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    // One call stops waiting (its client went away): its place is free again.
+    let mut waiting = waiting.into_iter();
+    let first = waiting.next().unwrap();
+    first.abort();
+    let _ = first.await;
+    let response = server.call(call("drop_note", "Q-17", &yes, "alice")).await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    for task in waiting {
+        task.abort();
+    }
+}
+
+/// A redeemed nonce is remembered for a while after its state expires: the expiry is
+/// checked before the ledger is asked, with that replica's clock, so one forgotten as soon
+/// as it expired would let a replay through (the second ticking over between the check
+/// and the ledger, or a replica whose clock runs behind another's).
+#[tokio::test]
+async fn a_redeemed_nonce_is_remembered_past_its_expiry() {
+    use aac_tools::confirm::{RequestStateLedger, SqliteLedger};
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledgers: Vec<(&str, Box<dyn RequestStateLedger>)> = vec![
+        ("memory", Box::new(MemoryLedger::new())),
+        (
+            "sqlite",
+            Box::new(SqliteLedger::open(dir.path().join("ledger.db")).unwrap()),
+        ),
+    ];
+    for (name, ledger) in ledgers {
+        // Expired 100 s ago by this clock: a replica 100 s behind still accepts it.
+        assert!(ledger.redeem("n-1", now - 100).await.unwrap(), "{name}");
+        // Another redemption, which forgets what is long expired.
+        assert!(ledger.redeem("n-2", now + 300).await.unwrap(), "{name}");
+        assert!(
+            !ledger.redeem("n-1", now - 100).await.unwrap(),
+            "{name}: a replay"
+        );
+        // Long expired: forgotten, and no longer presentable anyway.
+        let long_ago = now - aac_tools::confirm::KEEP_AFTER_EXPIRY - 10;
+        assert!(ledger.redeem("n-3", long_ago).await.unwrap(), "{name}");
+        assert!(ledger.redeem("n-4", now + 300).await.unwrap(), "{name}");
+        assert!(ledger.redeem("n-3", long_ago).await.unwrap(), "{name}");
+    }
+}

@@ -1100,6 +1100,15 @@ async fn a_request_state_redeemed_on_one_replica_is_refused_by_another() {
         "a replay on the same one"
     );
     assert!(second.redeem("nonce-b", later).await.unwrap());
+    // Remembered past its expiry: a replica whose clock runs behind (or a check made the
+    // second before) still accepts a state expired a moment ago by this clock.
+    let expired = later - 400;
+    assert!(first.redeem("nonce-c", expired).await.unwrap());
+    assert!(first.redeem("nonce-d", later).await.unwrap());
+    assert!(
+        !second.redeem("nonce-c", expired).await.unwrap(),
+        "a replay of a state just expired"
+    );
 
     // The data roles cannot touch the ledger.
     for role in [test.roles.read(), test.roles.write(), test.roles.delete()] {

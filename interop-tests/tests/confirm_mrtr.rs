@@ -194,3 +194,27 @@ async fn the_default_policy_does_not_ask() {
     let records = server.audit();
     assert_eq!(records.last().unwrap()["confirmed_by"], "argument");
 }
+
+/// `serve --confirm-timeout` is how long a person has to answer under either protocol: a
+/// 2026-07-28 request state expires with it (the default is 300 s), not only the wait for
+/// an elicitation's answer.
+#[tokio::test]
+async fn the_confirm_timeout_is_the_life_of_a_request_state() {
+    let server = AacWorkflow::new();
+    let (_child, url) = server.spawn_http_with(&["--confirm", "user", "--confirm-timeout", "7"]);
+    let alice = RawMcp::new(&url, Some(&server.token));
+    let asked = delete(&alice, "AAC-1", json!({}), true).await;
+    let state = asked["requestState"].as_str().unwrap();
+    let payload = state.split('.').nth(1).unwrap();
+    let bytes: Vec<u8> = (0..payload.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&payload[i..i + 2], 16).unwrap())
+        .collect();
+    let claims: Value = serde_json::from_slice(&bytes).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let left = claims["e"].as_i64().unwrap() - now;
+    assert!((5..=8).contains(&left), "expires in {left} s: {claims}");
+}

@@ -52,10 +52,12 @@ pub(crate) struct ServeArgs {
     /// (comma-separated, 64+ hex digits each, the first signs)
     #[arg(long, value_name = "POLICY", default_value = "argument")]
     pub(crate) confirm: crate::confirm::ConfirmPolicy,
-    /// How long a person has to answer a confirmation, in seconds (at least 1)
-    #[arg(long, value_name = "SECS", default_value_t = 120,
+    /// How long a person has to answer a confirmation, in seconds (at least 1): the wait
+    /// for the answer to an elicitation (default 120) and the life of a 2026-07-28
+    /// request state (default 300)
+    #[arg(long, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) confirm_timeout: u64,
+    pub(crate) confirm_timeout: Option<u64>,
     /// The most calls (and reads, prompts, completions) one principal may make, every tool
     /// together, such as `20/s` or `600/min`; past it, 429 and a `rate_limited` record.
     /// Bounds how fast one token can grow the audit trail. Default: no limit
@@ -148,4 +150,20 @@ pub(crate) struct AuditArgs {
           "workspace", "since", "until", "limit", "json", "stats", "verify", "checkpoints",
           "public_key"])]
     pub(crate) new_checkpoint_key: bool,
+}
+
+impl ServeArgs {
+    /// Who confirms destructive calls, and how long a person has to answer, as given.
+    pub(crate) fn confirmation(&self, builder: crate::ServerBuilder) -> crate::ServerBuilder {
+        let builder = builder.confirmation(self.confirm);
+        match self.confirm_timeout {
+            Some(secs) => {
+                let timeout = std::time::Duration::from_secs(secs);
+                builder
+                    .confirmation_timeout(timeout)
+                    .request_state_ttl(timeout)
+            }
+            None => builder,
+        }
+    }
 }

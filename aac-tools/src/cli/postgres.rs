@@ -205,14 +205,14 @@ async fn serve(
     let sink = PgSink::open(&db).map_err(|e| CliError::new(e.to_string()))?;
     let ledger = PgLedger::open(&db);
     let shared = &context.shared;
-    let server = Server::builder(context.registry()?)
+    let builder = Server::builder(context.registry()?)
         .name(shared.name.clone(), shared.version.clone())
         .verifier(tokens.clone())
         .audit(sink)
         .state(db)
-        .read_only_mode(args.read_only)
-        .confirmation(args.confirm)
-        .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .read_only_mode(args.read_only);
+    let server = args
+        .confirmation(builder)
         .rate_limit_per_principal(args.rate_limit)
         .request_state_keys(super::serve::request_state_keys()?)
         // Single use of request states beside the trail: any replica refuses a replay.

@@ -117,14 +117,14 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
         ))
     })?;
     let shared = &context.shared;
-    let mut builder = Server::builder(context.registry()?)
+    let builder = Server::builder(context.registry()?)
         .name(shared.name.clone(), shared.version.clone())
         .verifier(tokens)
         .audit(sink)
         .state(db.clone())
-        .read_only_mode(args.read_only)
-        .confirmation(args.confirm)
-        .confirmation_timeout(std::time::Duration::from_secs(args.confirm_timeout))
+        .read_only_mode(args.read_only);
+    let mut builder = args
+        .confirmation(builder)
         .rate_limit_per_principal(args.rate_limit)
         .request_state_keys(request_state_keys()?)
         // Single use of request states, in the audit database: any replica sharing it

@@ -16,6 +16,14 @@ pub trait RequestStateLedger: Send + Sync + 'static {
     fn redeem<'a>(&'a self, nonce: &'a str, expires: i64) -> BoxFuture<'a, Result<bool, String>>;
 }
 
+/// How long after its expiry a redeemed nonce is kept, in seconds. A state is checked
+/// against its expiry before the ledger is asked, with that replica's clock, at that
+/// moment: a nonce forgotten as soon as it expires could be forgotten between the check
+/// and the redemption of a replay (the second ticking over), or by a replica whose clock
+/// runs ahead of the one that checks. Kept this long, a replay is refused as used unless
+/// the replicas' clocks differ by more.
+pub const KEEP_AFTER_EXPIRY: i64 = 600;
+
 /// A ledger in memory: single use within one process.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
@@ -36,8 +44,9 @@ impl RequestStateLedger for MemoryLedger {
             .used
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Expired nonces can no longer be presented (the state is refused as expired).
-        used.retain(|_, e| *e > now);
+        // Nonces long expired can no longer be presented (the state is refused as
+        // expired); one just expired may still be, by a check made a moment ago.
+        used.retain(|_, e| *e > now - KEEP_AFTER_EXPIRY);
         let first = used.insert(nonce.to_owned(), expires).is_none();
         Box::pin(std::future::ready(Ok(first)))
     }

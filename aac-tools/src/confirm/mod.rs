@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-pub use ledger::{MemoryLedger, RequestStateLedger};
+pub use ledger::{KEEP_AFTER_EXPIRY, MemoryLedger, RequestStateLedger};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteLedger;
 
@@ -291,6 +291,54 @@ pub(crate) struct Confirmation {
     pub(crate) ttl: Duration,
     pub(crate) sealer: seal::Sealer,
     pub(crate) ledger: std::sync::Arc<dyn RequestStateLedger>,
+    /// The questions each principal has waiting for a person's answer.
+    pub(crate) asked: std::sync::Arc<Asked>,
+}
+
+/// The most questions one principal may have waiting for a person at once. Each holds its
+/// call (and the transport its request) until the person answers or the timeout ends it;
+/// a person answers them one by one, so a client with more waiting is not asking a person.
+pub(crate) const MAX_QUESTIONS_WAITING: usize = 16;
+
+/// The questions waiting for a person, by principal (subject and workspace).
+#[derive(Debug, Default)]
+pub(crate) struct Asked {
+    waiting: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl Asked {
+    /// A place for one more question of `principal`, given back when the guard drops;
+    /// `None` when it has [`MAX_QUESTIONS_WAITING`] already.
+    pub(crate) fn take(self: &std::sync::Arc<Self>, principal: String) -> Option<Waiting> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let count = waiting.entry(principal.clone()).or_default();
+        if *count >= MAX_QUESTIONS_WAITING {
+            return None;
+        }
+        *count += 1;
+        Some(Waiting {
+            asked: std::sync::Arc::clone(self),
+            principal,
+        })
+    }
+}
+
+/// One question waiting for a person (see [`Asked::take`]).
+pub(crate) struct Waiting {
+    asked: std::sync::Arc<Asked>,
+    principal: String,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut waiting = self.asked.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = waiting.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&self.principal);
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Confirmation {

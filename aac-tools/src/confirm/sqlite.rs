@@ -60,10 +60,11 @@ impl RequestStateLedger for SqliteLedger {
                     "INSERT OR IGNORE INTO aac_request_states (nonce, expires) VALUES (?1, ?2)",
                     rusqlite::params![nonce, expires],
                 )?;
-                // Expired states are refused before the ledger is asked: forget them.
+                // Expired states are refused before the ledger is asked: forget them,
+                // once no replica's check could still pass (`KEEP_AFTER_EXPIRY`).
                 conn.execute(
                     "DELETE FROM aac_request_states WHERE expires < ?1",
-                    [now - 60],
+                    [now - super::ledger::KEEP_AFTER_EXPIRY],
                 )?;
                 Ok::<bool, rusqlite::Error>(inserted == 1)
             };

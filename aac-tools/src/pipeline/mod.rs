@@ -841,6 +841,19 @@ impl Attempt {
                 let Some(peer) = self.request.peer.clone() else {
                     unreachable!("a peer said it can elicit");
                 };
+                // A bounded number of questions per principal: each holds its call, and
+                // its request, until answered or timed out.
+                let Some(_waiting) = confirmation.asked.take(principal_binding(principal)) else {
+                    return Err(refuse(ToolError::new(
+                        Status::TooManyRequests,
+                        "too_many_questions_waiting",
+                        format!(
+                            "{} confirmations already wait for the user's answer; answer \
+                             them (or let them time out) before asking again",
+                            confirm::MAX_QUESTIONS_WAITING
+                        ),
+                    )));
+                };
                 let params = confirm::elicitation_params(&question());
                 let answer = tokio::time::timeout(confirmation.timeout, peer.elicit(params));
                 match answer.await {

@@ -62,20 +62,23 @@ impl PgLedger {
         }
         let client = slot.as_ref().expect("connected above");
         let result = async {
-            // Expired nonces can no longer be presented (the state is refused as expired).
-            client
-                .execute(
-                    "DELETE FROM aac_request_states WHERE expires <= $1",
-                    &[&crate::confirm::unix_now()],
-                )
-                .await?;
-            client
+            let inserted = client
                 .execute(
                     "INSERT INTO aac_request_states (nonce, expires) VALUES ($1, $2)
                      ON CONFLICT (nonce) DO NOTHING",
                     &[&nonce, &expires],
                 )
-                .await
+                .await?;
+            // Expired states are refused before the ledger is asked: forget them, once no
+            // replica's check could still pass (a nonce forgotten the second it expires
+            // lets a replay checked a moment before through).
+            client
+                .execute(
+                    "DELETE FROM aac_request_states WHERE expires < $1",
+                    &[&(crate::confirm::unix_now() - crate::confirm::KEEP_AFTER_EXPIRY)],
+                )
+                .await?;
+            Ok::<u64, tokio_postgres::Error>(inserted)
         }
         .await;
         match result {
