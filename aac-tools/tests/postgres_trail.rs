@@ -711,6 +711,41 @@ async fn an_append_on_a_lost_connection_is_settled_before_its_call_is_answered()
     assert_eq!(sink.stats().lost, 0, "{:?}", sink.stats());
 }
 
+/// A database that stalls with the sink's connection open (a hung host, a proxy that
+/// stops forwarding) does not hold the call until TCP gives up, many minutes later: the
+/// append gives up after its deadline, and its batch, in doubt, is settled on a new
+/// connection (here: appended, since it never arrived), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_to_a_stalled_database_gives_up_and_is_settled() {
+    let test = migrated().await;
+    let (proxy, sink, server) = behind_proxy(&test).await;
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    let call = |id: &'static str| {
+        server.call(
+            CallRequest::new("pgt_echo", Some(json!({})))
+                .request_id(id)
+                .credentials(Credentials::Verified(principal.clone())),
+        )
+    };
+    assert!(call("warm").await.error().is_none());
+    proxy.freeze_request_after(0);
+    // A hang guard, not a timing assertion (the deadline is 10 s).
+    let response = tokio::time::timeout(std::time::Duration::from_secs(40), call("stalled"))
+        .await
+        .expect("the call is answered, not left waiting on a stalled database");
+    assert!(response.error().is_none(), "{:?}", response.error());
+    assert!(call("after").await.error().is_none());
+    let trail = sink.mirror().await.unwrap();
+    assert!(verify_chain(&trail).unwrap().is_intact());
+    let ids: Vec<String> = AuditQuery::new()
+        .fetch(&trail)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.record.request_id)
+        .collect();
+    assert_eq!(ids, ["warm", "stalled", "after"], "each record once");
+}
+
 /// Makes `sink`'s next appends read the chain's head first (the two-trip way, as a replica
 /// does when another one writes too): it appends, `other` appends after it, and its next
 /// append finds its guess of the head wrong. Returns the records' numbers used.

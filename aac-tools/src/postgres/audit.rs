@@ -408,7 +408,9 @@ impl Backend for PgBackend {
             let Some(Session { conn, link }) = self.session.as_mut() else {
                 return Err(AuditError::new("the audit database is not connected"));
             };
-            let (err, lost) = match link.run(conn.append(&self.sql, &self.integer, batch), None) {
+            let deadline = Some(Instant::now() + APPEND_DEADLINE);
+            let appended = link.run(conn.append(&self.sql, &self.integer, batch), deadline);
+            let (err, lost) = match appended {
                 Ok(Ok(())) => match conn.short.take() {
                     None => return Ok(()),
                     Some((rows, records)) => {
@@ -419,8 +421,10 @@ impl Backend for PgBackend {
                     }
                 },
                 Ok(Err(err)) => (describe(&err), !statement_error(&err)),
-                // The socket could not be waited on (never seen): what the database did
-                // with the batch is not known, and it is refused, saying so.
+                // No answer within `APPEND_DEADLINE` (a database, or a proxy on the way,
+                // that stalls with the connection open), or the socket could not be waited
+                // on: what the database did with the batch is not known; settled on a new
+                // connection if its commit was sent, refused otherwise.
                 Err(err) => (
                     format!(
                         "cannot wait for the audit database's answer ({err}): the batch may be in the trail"
@@ -487,7 +491,7 @@ impl PgBackend {
                     let settled = conn.find_or_append(integer, batch, (seq, hash)).await;
                     conn.rolled_back_on_error(settled).await
                 },
-                None,
+                Some(Instant::now() + SETTLE_LOCK_TIMEOUT + APPEND_DEADLINE),
             )
             .map_err(|e| e.to_string())
             .and_then(|settled| settled.map_err(|e| describe(&e)));
@@ -531,6 +535,14 @@ impl PgBackend {
 ///   `audit_unavailable` rather than left waiting.
 const SESSION_LIMITS: &str =
     "SET idle_in_transaction_session_timeout = '2s'; SET lock_timeout = '5s'";
+
+/// The longest an append waits for the database's answer: its wait for the chain's lock
+/// (`lock_timeout`, [`SESSION_LIMITS`]) and time for the statement and its commit. A
+/// database that stalls with the connection open (a hung host, a proxy or pooler that
+/// stops forwarding) would otherwise hold the sink's writer, and every call behind it,
+/// until TCP gave up, many minutes later; past it the batch is settled as in doubt, or
+/// refused (503 `audit_unavailable`), and the sink is not ready until a write succeeds.
+const APPEND_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long [`PgBackend::settle`] waits for the chain's lock: longer than a lost session
 /// idle in its transaction can hold it ([`SESSION_LIMITS`]).
@@ -624,9 +636,7 @@ impl Conn {
     /// error, as when an administrator or a timeout ends it) may have come after the
     /// commit: the append is in doubt.
     fn doubt(&mut self, err: tokio_postgres::Error, after: (i64, String)) -> tokio_postgres::Error {
-        if !statement_error(&err) {
-            self.in_doubt = Some(after);
-        }
+        self.in_doubt = (!statement_error(&err)).then_some(after);
         err
     }
 
@@ -674,6 +684,9 @@ impl Conn {
             let (statement, mut params) = self.insert_if_head.bind(&columns);
             params.push(&head.0);
             params.push(&head.1);
+            // In doubt until its answer comes: an append given up on at its deadline
+            // (`APPEND_DEADLINE`) may have committed.
+            self.in_doubt = Some(after.clone());
             let rows = match self.client.execute(statement, &params).await {
                 Ok(rows) => rows,
                 // The statement's snapshot predates another replica's append: the batch's
@@ -681,6 +694,7 @@ impl Conn {
                 Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => 0,
                 Err(err) => return Err(self.doubt(err, after)),
             };
+            self.in_doubt = None;
             if rows == batch.len() as u64 {
                 self.head = Some(after);
                 return Ok(());
@@ -705,6 +719,8 @@ impl Conn {
     ) -> Result<(), tokio_postgres::Error> {
         let (columns, after) = chained(integer, batch, head);
         let (statement, params) = self.insert.bind(&columns);
+        // In doubt until the `COMMIT`'s answer comes (see `append_open`).
+        self.in_doubt = Some(after.clone());
         let (rows, committed) = {
             let client = &self.client;
             let mut inserted = pin!(client.execute(statement, &params));
@@ -721,6 +737,7 @@ impl Conn {
             // (The database refused the insert: the `COMMIT` was a rollback.)
             (Err(err), _) | (_, Err(err)) => return Err(self.doubt(err, after)),
         };
+        self.in_doubt = None;
         // One row per element of the arrays, which are as long as the batch, unless a
         // trigger that is not ours dropped some (a `BEFORE INSERT` returning `NULL`): the
         // batch is then refused (`write_batch`), not answered as written, and the head
