@@ -118,6 +118,16 @@ impl ClientPeer for FakeClient {
 }
 
 fn server(sink: &MemorySink, policy: ConfirmPolicy, ttl: Duration) -> Server {
+    server_waiting(sink, policy, ttl, Duration::from_millis(50))
+}
+
+/// [`server`], whose person has `timeout` to answer.
+fn server_waiting(
+    sink: &MemorySink,
+    policy: ConfirmPolicy,
+    ttl: Duration,
+    timeout: Duration,
+) -> Server {
     Server::builder(Registry::collect().unwrap())
         .verifier(
             StaticTokens::new()
@@ -132,7 +142,7 @@ fn server(sink: &MemorySink, policy: ConfirmPolicy, ttl: Duration) -> Server {
         )
         .audit(sink.clone())
         .confirmation(policy)
-        .confirmation_timeout(Duration::from_millis(50))
+        .confirmation_timeout(timeout)
         .request_state_keys(vec![vec![7; 32]])
         .request_state_ttl(ttl)
         .request_state_ledger(MemoryLedger::new())
@@ -513,23 +523,12 @@ async fn a_call_cancelled_while_the_user_is_asked_is_recorded_as_abandoned() {
 #[tokio::test]
 async fn questions_waiting_for_a_person_are_bounded_per_principal() {
     let sink = MemorySink::new();
-    let server = Server::builder(Registry::collect().unwrap())
-        .verifier(
-            StaticTokens::new()
-                .with(
-                    "alice",
-                    Principal::new("alice", ["notes:write"]).in_workspace("w"),
-                )
-                .with(
-                    "bob",
-                    Principal::new("bob", ["notes:write"]).in_workspace("w"),
-                ),
-        )
-        .audit(sink.clone())
-        .confirmation(ConfirmPolicy::User)
-        .confirmation_timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let server = server_waiting(
+        &sink,
+        ConfirmPolicy::User,
+        Duration::from_secs(300),
+        Duration::from_secs(60),
+    );
     let silent = FakeClient::new(Answer::Never);
     let waiting: Vec<_> = (0..16)
         .map(|i| {
