@@ -516,6 +516,7 @@ impl ServerBuilder {
                     per_tool,
                 },
                 resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
+                owed: Arc::default(),
             }),
         })
     }
@@ -551,6 +552,8 @@ struct Inner {
     confirmation: Confirmation,
     /// URIs of resources that changed, for the sessions subscribed to them.
     resource_updates: tokio::sync::broadcast::Sender<String>,
+    /// Records of calls that ran while the sink could not write them.
+    owed: Arc<crate::pipeline::Owed>,
 }
 
 impl fmt::Debug for Server {
@@ -700,6 +703,11 @@ impl Server {
     /// Who confirms destructive calls, and how a person is asked.
     pub(crate) fn confirmation(&self) -> &Confirmation {
         &self.inner.confirmation
+    }
+
+    /// Records of calls that ran while the sink could not write them.
+    pub(crate) fn owed(&self) -> &Arc<crate::pipeline::Owed> {
+        &self.inner.owed
     }
 
     /// The audit sink, unless the trail is off.

@@ -104,7 +104,8 @@ impl AuditSink for Switchable {
     }
     fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
         if self.refuse_record.load(Ordering::SeqCst) {
-            Box::pin(async { Err(AuditError::new("disk on fire")) })
+            // Hands the record back, as the built-in sinks do.
+            Box::pin(async { Err(AuditError::new("disk on fire").with_record(record)) })
         } else {
             self.inner.record(record)
         }
@@ -428,6 +429,84 @@ async fn a_record_that_cannot_be_written_turns_any_answer_into_503() {
         assert_eq!(response.check(), Some(Check::Audit));
     }
     assert!(sink.inner.records().is_empty());
+}
+
+#[tokio::test]
+async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_the_sink_writes() {
+    let sink = Switchable::default();
+    let server = server(sink.clone(), false);
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    let response = server
+        .call(alice(
+            "add_note",
+            Some(json!({"title": "kept", "body": "b"})),
+        ))
+        .await;
+    let err = response.error().expect("the result is withheld");
+    assert_eq!(
+        (err.status(), err.reason()),
+        (Status::Unavailable, "audit_unavailable")
+    );
+    assert!(
+        err.message().contains("what it did stands")
+            && err.message().contains("its record is kept"),
+        "{err}"
+    );
+    // A refusal while the sink fails is not owed: nothing ran.
+    let refused = server.call(CallRequest::new("count_notes", None)).await;
+    assert_eq!(refused.check(), Some(Check::Audit));
+    assert!(sink.inner.records().is_empty());
+
+    // The sink writes again: the owed record goes first, then the call's own; once.
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    let response = server.call(alice("count_notes", None)).await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    let records = sink.inner.records();
+    assert_eq!(records.len(), 2, "{records:#?}");
+    let owed = &records[0];
+    assert_eq!(
+        (
+            owed.tool.as_str(),
+            owed.outcome,
+            owed.status,
+            owed.reason.as_deref(),
+            owed.check,
+            owed.principal.as_deref(),
+        ),
+        (
+            "add_note",
+            Outcome::Success,
+            503,
+            Some("audit_unavailable"),
+            Some(Check::Audit),
+            Some("alice")
+        ),
+        "as the call ended (the tool ran) and as it was answered"
+    );
+    assert_eq!(owed.arguments["title"], "kept");
+    assert_eq!(
+        (records[1].tool.as_str(), records[1].status),
+        ("count_notes", 200)
+    );
+    server.call(alice("count_notes", None)).await;
+    assert_eq!(
+        sink.inner.records().len(),
+        3,
+        "an owed record is written once"
+    );
+
+    // Owed while no call comes: written when the server flushes (every few seconds over
+    // HTTP, and when it stops).
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    server.call(alice("count_notes", None)).await;
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    server.flush_rate_limited().await;
+    let records = sink.inner.records();
+    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(
+        (records[3].tool.as_str(), records[3].status),
+        ("count_notes", 503)
+    );
 }
 
 #[tokio::test]

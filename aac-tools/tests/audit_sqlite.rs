@@ -911,12 +911,20 @@ async fn a_fan_out_fails_when_any_sink_fails() {
     let broken = SqliteSink::open_or_unavailable(dir.path());
     let fan = FanOut::new().with(memory.clone()).with(broken);
     assert!(fan.ready().is_err());
-    assert!(
-        fan.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
-            .await
-            .is_err()
-    );
+    let mut err = fan
+        .record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap_err();
     assert_eq!(memory.records().len(), 1, "the healthy sink still wrote");
+    // Written to one sink: not handed back, or the server's later write of it would put
+    // it in that sink twice. Written to none: handed back.
+    assert!(err.take_record().is_none());
+    let alone = FanOut::new().with(SqliteSink::open_or_unavailable(dir.path()));
+    let mut err = alone
+        .record(record("wipe", Outcome::Success, "2025-06-22T15:30:01Z"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.take_record().map(|r| r.tool).as_deref(), Some("wipe"));
     assert!(FanOut::new().ready().is_err());
     let ok = FanOut::new()
         .with(memory.clone())
@@ -1003,4 +1011,57 @@ async fn an_old_table_gets_the_kind_column_and_its_chain_stays_valid() {
         .broken
         .expect("the edit is detected");
     assert_eq!(broken.seq, 4);
+}
+
+/// A write of the tool's that stands, whose record met the audit database locked by
+/// another process: answered 503, and recorded once the lock is gone (the sink hands the
+/// record back; the server writes it before any later one).
+#[tokio::test]
+async fn a_record_that_met_a_locked_database_is_written_once_it_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::builder(&path)
+        .busy_timeout(std::time::Duration::from_millis(100))
+        .retry_interval(std::time::Duration::from_millis(10))
+        .open()
+        .unwrap();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(sink)
+        .build()
+        .unwrap();
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let request = CallRequest::new("wipe", Some(json!({"confirm": true}))).bearer("alice");
+    let err = server.call(request).await.into_result().unwrap_err();
+    assert_eq!(err.reason(), "audit_unavailable");
+    assert!(err.message().contains("its record is kept"), "{err}");
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(rows(&other), 0);
+
+    // The sink failed: a call is refused before its handler, and its record is what
+    // makes the sink write again; the owed record goes first.
+    let echo = || CallRequest::new("echo", Some(json!({"text": "hi"}))).bearer("alice");
+    let _ = server.call(echo()).await;
+    let answer = server.call(echo()).await;
+    assert!(answer.error().is_none(), "{:?}", answer.error());
+    let stored: Vec<(String, u16, String)> = other
+        .prepare("SELECT tool, status, outcome FROM aac_audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        stored.first(),
+        Some(&("wipe".to_owned(), 503, "success".to_owned())),
+        "{stored:?}"
+    );
+    assert_eq!(
+        stored.iter().filter(|(tool, ..)| tool == "wipe").count(),
+        1,
+        "{stored:?}"
+    );
+    assert_eq!(stored.last().map(|r| r.1), Some(200), "{stored:?}");
+    assert!(verify_chain(&other).unwrap().is_intact());
 }

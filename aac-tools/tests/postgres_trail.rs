@@ -908,6 +908,11 @@ async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
         "gave up after {waited:?}"
     );
     assert!(err.to_string().contains("lock timeout"), "{err}");
+    // The record is handed back with the error, for the server to write later.
+    let mut err = err;
+    let back = err.take_record().expect("the record handed back");
+    assert_eq!(back.request_id.as_deref(), Some("1-1"));
+    assert_eq!(back, record(1, 1));
     owner.batch_execute("COMMIT").await.unwrap();
     let mut tries = 0;
     while sink.record(record(1, 2)).await.is_err() {

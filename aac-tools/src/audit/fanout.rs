@@ -106,17 +106,25 @@ impl AuditSink for FanOut {
                 }
             })
             .await;
-            match errors.len() {
-                0 => Ok(()),
-                1 => Err(errors.remove(0)),
-                _ => Err(AuditError::new(
+            // A record handed back is written again later, to every sink: only when no
+            // sink took it, or those that did would hold it twice.
+            let every_sink_failed = errors.len() == pending.len();
+            let handed_back = errors.iter_mut().filter_map(AuditError::take_record).next();
+            let err = match errors.len() {
+                0 => return Ok(()),
+                1 => errors.remove(0),
+                _ => AuditError::new(
                     errors
                         .iter()
                         .map(ToString::to_string)
                         .collect::<Vec<_>>()
                         .join("; "),
-                )),
-            }
+                ),
+            };
+            Err(match handed_back {
+                Some(record) if every_sink_failed => err.with_record(record),
+                _ => err,
+            })
         })
     }
 }

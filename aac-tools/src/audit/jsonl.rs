@@ -127,6 +127,10 @@ impl Backend for LinesBackend {
         line
     }
 
+    fn restore(line: &Vec<u8>) -> Option<AuditRecord> {
+        serde_json::from_slice(line).ok()
+    }
+
     fn describe(line: &Vec<u8>) -> String {
         String::from_utf8_lossy(line).trim_end().to_owned()
     }

@@ -453,17 +453,43 @@ fn size_bound(record: &AuditRecord) -> usize {
 }
 
 /// Why a sink could not write.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct AuditError {
     message: String,
+    /// The record that could not be written, handed back ([`AuditError::with_record`]).
+    record: Option<Box<AuditRecord>>,
 }
+
+impl PartialEq for AuditError {
+    /// Two errors are equal when they say the same: the record handed back is not compared.
+    fn eq(&self, other: &AuditError) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for AuditError {}
 
 impl AuditError {
     /// An error with this message.
     pub fn new(message: impl Into<String>) -> AuditError {
         AuditError {
             message: message.into(),
+            record: None,
         }
+    }
+
+    /// The error of a sink that could not write `record`, handing it back. The pipeline
+    /// keeps the record of a call whose handler ran (what it did stands) and writes it
+    /// before any later record once the sink writes again; the built-in sinks do this.
+    /// A record not handed back is lost to the trail (the built-in sinks log each).
+    pub fn with_record(mut self, record: AuditRecord) -> AuditError {
+        self.record = Some(Box::new(record));
+        self
+    }
+
+    /// The record handed back with [`AuditError::with_record`], taken out of the error.
+    pub fn take_record(&mut self) -> Option<AuditRecord> {
+        self.record.take().map(|record| *record)
     }
 }
 

@@ -46,6 +46,13 @@ pub(crate) trait Backend: Send + 'static {
     /// The item as one line of the error log, when it could not be written.
     fn describe(item: &Self::Item) -> String;
 
+    /// The record `item` was made from, handed back to its caller when it could not be
+    /// written ([`AuditError::with_record`]); `None` if it cannot be told. Called only
+    /// then, on a failed write.
+    fn restore(_item: &Self::Item) -> Option<AuditRecord> {
+        None
+    }
+
     /// Write `batch`, all or nothing, and make it durable before returning `Ok` — unless
     /// [`deferred_sync`](Backend::deferred_sync) names a file to sync.
     fn write_batch(&mut self, batch: &[Self::Item]) -> Result<(), AuditError>;
@@ -347,11 +354,26 @@ impl<B: Backend> Shared<B> {
             drop(queue);
             last_batch = batch.len();
             let result = self.commit(&batch);
-            for reply in replies.drain(..) {
-                let _ = reply.send(result.clone());
+            for (reply, item) in replies.drain(..).zip(&batch) {
+                let _ = reply.send(handed_back::<B>(&result, item));
             }
             batch.clear();
         }
+    }
+}
+
+/// What the caller of `item` is answered: `result`, with the record handed back if the
+/// write failed ([`Backend::restore`]).
+fn handed_back<B: Backend>(
+    result: &Result<(), AuditError>,
+    item: &B::Item,
+) -> Result<(), AuditError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(err) => Err(match B::restore(item) {
+            Some(record) => err.clone().with_record(record),
+            None => err.clone(),
+        }),
     }
 }
 
@@ -548,6 +570,7 @@ impl<B: Backend> Worker<B> {
             let _release = Release(shared);
             blocking(|| shared.commit(std::slice::from_ref(&item)))
         };
+        let result = handed_back::<B>(&result, &item);
         drop(item);
         Box::pin(std::future::ready(result))
     }

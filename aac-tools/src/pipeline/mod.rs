@@ -14,6 +14,7 @@
 
 pub(crate) mod limits;
 pub(crate) mod listing;
+mod owed;
 mod record;
 
 /// What a request the transports could not dispatch says (stdio's framing, the `/mcp`
@@ -21,6 +22,7 @@ mod record;
 #[cfg(feature = "mcp")]
 pub(crate) mod probe;
 pub(crate) use listing::Listing;
+pub(crate) use owed::Owed;
 
 use std::fmt;
 use std::future::Future;
@@ -140,14 +142,26 @@ impl Server {
 }
 
 impl Server {
-    /// Record what the rate limit of refusals before authentication counted and did not
-    /// record, one record per peer (and one for the peers it had no room to track), so
-    /// that a flood that stops still leaves its count. [`http::serve`](crate::http::serve)
+    /// Write the records owed by calls that ran while the audit sink could not write them
+    /// (if it writes again), then record what the rate limits counted and did not
+    /// record, one record per principal or peer (and one for those they had no room to
+    /// track), so that a flood that stops still leaves its count. [`http::serve`](crate::http::serve)
     /// calls it every few seconds and when it stops.
     pub async fn flush_rate_limited(&self) {
         let Some(sink) = self.audit() else {
             return;
         };
+        // First what calls that ran while the sink failed still owe the trail.
+        let owed = self.owed();
+        if !owed.is_empty() {
+            owed.pay(sink).await;
+            if !owed.is_empty() {
+                tracing::error!(
+                    owed = owed.len(),
+                    "records of calls that ran while the audit sink failed are still not written"
+                );
+            }
+        }
         // Principals past their rate (their own, or a tool's): one record each.
         let limits = self.limits();
         let tools = self.registry().tools();
@@ -487,24 +501,37 @@ impl Attempt {
             record.outcome = crate::audit::Outcome::Error;
             record.status = 499;
         }
+        // Records of calls that ran while the sink failed go first, once it writes again.
+        let owed = self.server.owed();
+        if !owed.is_empty() {
+            owed.pay(&sink).await;
+        }
         let written = sink.record(record);
         self.recorded = true;
         match written.await {
             Ok(()) => CallResponse::new(result, check),
-            Err(err) if self.started_handler => {
+            Err(mut err) if self.started_handler => {
                 // Not a refusal: the tool ran. Its result is withheld, and the answer says
                 // so rather than that nothing happened; a tool that failed is said to have
                 // failed, with its own error (a write it did not commit, a retry to make),
-                // not to have done something that stands.
-                tracing::error!(tool = %self.request.tool, error = %err, "the tool ran but its audit record could not be written; answering 503");
+                // not to have done something that stands. Its record, if the sink handed
+                // it back, is owed: written before any other once the sink writes again.
+                let kept = err.take_record().is_some_and(|record| owed.keep(record));
+                tracing::error!(tool = %self.request.tool, error = %err, kept, "the tool ran but its audit record could not be written; answering 503");
+                let later = if kept {
+                    "its record is kept and written once the audit sink writes again \
+                     (unless the server stops first)"
+                } else {
+                    "unrecorded"
+                };
                 let message = match &result {
                     Ok(_) => format!(
                         "the tool ran, but its audit record could not be written, so its \
-                         result is withheld; what it did stands, unrecorded: {err}"
+                         result is withheld; what it did stands, {later}: {err}"
                     ),
                     Err(failed) => format!(
                         "the tool ran and failed ({} {}: {}), and its audit record could \
-                         not be written: {err}",
+                         not be written; {later}: {err}",
                         failed.status().code(),
                         failed.reason(),
                         failed.message()

@@ -401,6 +401,10 @@ impl Backend for PgBackend {
         item.describe()
     }
 
+    fn restore(item: &PortableRow) -> Option<AuditRecord> {
+        item.restore()
+    }
+
     fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
         let mut reopened = false;
         loop {

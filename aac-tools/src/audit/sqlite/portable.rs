@@ -126,6 +126,11 @@ impl PortableRow {
         String::from_utf8_lossy(&hash).into_owned()
     }
 
+    /// The record this row was made from (a failed write hands it back).
+    pub(crate) fn restore(&self) -> Option<AuditRecord> {
+        Values::from_tail(&self.tail)?.into_record(0).ok()
+    }
+
     /// How the record prints in a log line when it could not be written.
     pub(crate) fn describe(&self) -> String {
         Values::describe(&self.tail)

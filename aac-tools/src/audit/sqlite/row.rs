@@ -249,12 +249,52 @@ impl Row {
 
     /// The record this row stores, or why the row cannot be read back.
     pub(crate) fn into_stored(self) -> Result<StoredRecord, AuditError> {
-        let seq = self.seq;
+        let record = self.values.into_record(self.seq)?;
+        Ok(StoredRecord {
+            seq: self.seq,
+            record,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+}
+
+impl Values {
+    /// The values of a record as [`Values::hash_tail`] wrote them (the compact JSON array
+    /// without its opening `[`): how a record a sink could not write is handed back.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn from_tail(tail: &str) -> Option<Values> {
+        let cells: Vec<serde_json::Value> = serde_json::from_str(&format!("[{tail}")).ok()?;
+        let text = |i: usize| cells.get(i)?.as_str().map(str::to_owned);
+        let word = |i: usize| text(i).map(Cow::Owned);
+        Some(Values {
+            timestamp: text(0)?,
+            tool: text(1)?,
+            outcome: word(2)?,
+            reason: text(3),
+            check: word(4),
+            status: cells.get(5)?.as_i64()?,
+            scopes_provided: text(6)?,
+            principal: text(7),
+            workspace: text(8),
+            transport: text(9)?,
+            request_id: text(10),
+            duration_us: cells.get(11)?.as_i64()?,
+            access_level: word(12),
+            arguments: text(13)?,
+            confirmed_by: text(14),
+            kind: word(15).unwrap_or(Cow::Borrowed("tool")),
+        })
+    }
+
+    /// The record these values store, or why they cannot be read back (`seq`: the row's,
+    /// for the message).
+    pub(crate) fn into_record(self, seq: i64) -> Result<AuditRecord, AuditError> {
         let bad = |what: &str, e: &dyn fmt::Display| {
             AuditError::new(format!("audit record {seq}: unreadable `{what}`: {e}"))
         };
-        let v = self.values;
-        let record = AuditRecord {
+        let v = self;
+        Ok(AuditRecord {
             outcome: parse_word(&v.outcome).map_err(|e| bad("outcome", &e))?,
             check: v
                 .check
@@ -282,12 +322,6 @@ impl Row {
             request_id: v.request_id,
             confirmed_by: v.confirmed_by,
             kind: v.kind.parse().map_err(|e: String| bad("kind", &e))?,
-        };
-        Ok(StoredRecord {
-            seq,
-            record,
-            prev_hash: self.prev_hash,
-            hash: self.hash,
         })
     }
 }
@@ -383,6 +417,28 @@ mod tests {
             confirmed_by: None,
             kind: crate::audit::CallKind::Tool,
         }
+    }
+
+    /// A record a sink could not write is handed back as it was: from its values, or from
+    /// the hash tail (all a PostgreSQL row keeps), whichever optional columns it has.
+    #[test]
+    fn a_record_is_restored_from_its_values_and_its_tail() {
+        let mut confirmed = record();
+        confirmed.confirmed_by = Some("user".to_owned());
+        let mut resource = record();
+        resource.kind = crate::audit::CallKind::Resource;
+        resource.reason = None;
+        resource.check = None;
+        resource.access_level = None;
+        for original in [record(), confirmed, resource] {
+            let values = Values::from_record(original.clone());
+            let tail = values.hash_tail();
+            assert_eq!(values.clone().into_record(0).unwrap(), original);
+            let from_tail = Values::from_tail(&tail).expect("a tail reads back");
+            assert_eq!(from_tail.hash_tail(), tail);
+            assert_eq!(from_tail.into_record(0).unwrap(), original);
+        }
+        assert!(Values::from_tail("not json").is_none());
     }
 
     /// The chain's hash is a stable on-disk contract: a fixed record at a fixed place

@@ -306,6 +306,10 @@ impl Backend for SqliteBackend {
         Values::describe(&item.tail)
     }
 
+    fn restore(item: &PreparedRow) -> Option<AuditRecord> {
+        item.values.clone().into_record(0).ok()
+    }
+
     fn deferred_sync(&self) -> Option<Arc<File>> {
         self.conn.as_ref().and_then(|c| c.wal.clone())
     }
