@@ -476,7 +476,7 @@ impl Database {
         let mut tries = 0u64;
         loop {
             match client.batch_execute(&batch).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.forbid_large_objects(&client).await,
                 Err(err) => {
                     let _ = client.batch_execute("ROLLBACK").await;
                     tries += 1;
@@ -488,6 +488,44 @@ impl Database {
                 }
             }
         }
+    }
+
+    /// Large objects are governed by no table privilege: any role may create them
+    /// (`lo_from_bytea`, in a `READ ONLY` transaction too), so a data role (a read-only
+    /// tool's raw SQL) could keep data outside every table and fill the disk the trail
+    /// needs. Only a superuser may revoke the creating functions from `PUBLIC`, in this
+    /// database: done when the owner is one (the framework uses no large objects); else a
+    /// warning says what to run.
+    async fn forbid_large_objects(&self, client: &tokio_postgres::Client) -> Result<(), DbError> {
+        const CREATING: &str = "lo_creat(integer), lo_create(oid), lo_from_bytea(oid, bytea)";
+        let superuser: bool = client
+            .query_one("SELECT current_setting('is_superuser') = 'on'", &[])
+            .await
+            .map_err(|e| DbError::new("cannot read the owner's attributes", Some(e)))?
+            .get(0);
+        if superuser {
+            return client
+                .batch_execute(&format!(
+                    "REVOKE EXECUTE ON FUNCTION {CREATING} FROM PUBLIC"
+                ))
+                .await
+                .map_err(|e| DbError::new("cannot revoke large objects from PUBLIC", Some(e)));
+        }
+        let read = self.inner.roles.read();
+        let open: bool = client
+            .query_one(
+                "SELECT has_function_privilege($1, 'lo_from_bytea(oid, bytea)', 'EXECUTE')",
+                &[&read],
+            )
+            .await
+            .map_err(|e| DbError::new("cannot read the levels' privileges", Some(e)))?
+            .get(0);
+        if open {
+            tracing::warn!(
+                "the levels' roles may create large objects, outside every table (a read-only tool too): a superuser should run, in this database, `REVOKE EXECUTE ON FUNCTION {CREATING} FROM PUBLIC`"
+            );
+        }
+        Ok(())
     }
 
     /// Bring the schema of `component` to the last of `migrations` (the SQL of version
