@@ -438,35 +438,60 @@ where
 /// The longest line read: a longer one is dropped (rmcp's limit, as over HTTP).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
-/// The most JSON values (objects, arrays and the items between their commas) a line may
-/// hold. Parsed, each value takes 32 bytes and each array or object an allocation of its
-/// own, and a line is parsed more than once while its call is in hand: 16 MiB of `[[[…`
-/// took 3.5 GB. A message of 1 MiB (the HTTP body limit) holds at most about half a
-/// million values, so only longer lines are counted, and refused past this.
+/// The most JSON values (objects, arrays, strings, numbers and literals, keys included) a
+/// line may hold. Parsed, each value takes 32 bytes and each array or object an allocation
+/// of its own, and a line is parsed more than once while its call is in hand: 16 MiB of
+/// `[[[…` took 3.5 GB, of empty strings or of `1 1 1…` (values one after the other)
+/// 350 MB. A message of 1 MiB (the HTTP body limit) holds at most about half a million
+/// values, so only longer lines are counted, and refused past this.
 const MAX_VALUES: usize = 512 * 1024;
 
-/// Whether `line` holds more than [`MAX_VALUES`] values: `{`, `[` and `,` outside strings
-/// counted in one pass, for lines over 1 MiB only.
+/// Whether `line` holds more than [`MAX_VALUES`] values, counted in one pass for lines
+/// over 1 MiB only: each `{` and `[`, each string, and each run of other bytes outside
+/// strings that starts after a delimiter or a space (a number, a literal, or bytes no
+/// reader takes, which count all the same).
 fn too_many_values(line: &[u8]) -> bool {
     if line.len() <= 1024 * 1024 {
         return false;
     }
     let mut count = 0usize;
     let mut in_string = false;
+    // Whether the last byte outside strings ended a token (a delimiter or a space).
+    let mut after_delimiter = true;
     let mut i = 0;
     while i < line.len() {
-        match line[i] {
-            b'\\' if in_string => i += 1,
-            b'"' => in_string = !in_string,
-            b'{' | b'[' | b',' if !in_string => {
-                count += 1;
-                if count > MAX_VALUES {
-                    return true;
-                }
-            }
-            _ => {}
-        }
+        let b = line[i];
         i += 1;
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        let starts = match b {
+            b'"' => {
+                in_string = true;
+                after_delimiter = false;
+                true
+            }
+            b'{' | b'[' => {
+                after_delimiter = true;
+                true
+            }
+            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n' => {
+                after_delimiter = true;
+                false
+            }
+            _ => std::mem::replace(&mut after_delimiter, false),
+        };
+        if starts {
+            count += 1;
+            if count > MAX_VALUES {
+                return true;
+            }
+        }
     }
     false
 }

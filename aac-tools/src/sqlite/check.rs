@@ -77,7 +77,7 @@ fn hash_value(h: &mut Sha256, value: ValueRef<'_>) {
 /// of `exclude`.
 fn tables(conn: &rusqlite::Connection, exclude: &[&str]) -> Result<Vec<String>, rusqlite::Error> {
     let mut tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")?
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT GLOB 'sqlite_*' ORDER BY name")?
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     tables.retain(|t| !exclude.iter().any(|prefix| t.starts_with(prefix)));

@@ -234,7 +234,7 @@ fn inspect(path: &Path) -> Result<Inspection, AppError> {
     let foreign_tables = conn
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'table'
-             AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'aac_%' ORDER BY name",
+             AND name NOT GLOB 'sqlite_*' AND name NOT GLOB 'aac_*' ORDER BY name",
         )
         .and_then(|mut stmt| {
             stmt.query_map([], |r| r.get::<_, String>(0))?

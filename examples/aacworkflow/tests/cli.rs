@@ -371,6 +371,20 @@ fn bad_database_files_get_one_line_that_says_what_to_do() {
             .unwrap();
     }
     check(&foreign, "another application");
+    // Tables whose names only look like ours to `LIKE` (`_` any one character, case
+    // ignored): another application's too.
+    for (file, table) in [
+        ("aachen.db", "aachen_invoices"),
+        ("upper.db", "AACustomers"),
+    ] {
+        let foreign = dir.path().join(file);
+        {
+            let conn = rusqlite::Connection::open(&foreign).unwrap();
+            conn.execute_batch(&format!("CREATE TABLE {table} (id INTEGER PRIMARY KEY);"))
+                .unwrap();
+        }
+        check(&foreign, "another application");
+    }
 
     let newer = dir.path().join("newer.db");
     assert!(

@@ -222,7 +222,7 @@ pub(crate) fn missing_triggers(conn: &Connection) -> Result<Vec<String>, AuditEr
         let found: Option<String> = conn
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?1 \
-                 AND tbl_name = ?2",
+                 AND tbl_name = ?2 COLLATE NOCASE",
                 [name, AUDIT_TABLE],
                 |r| r.get(0),
             )
@@ -241,8 +241,10 @@ pub(crate) fn missing_triggers(conn: &Connection) -> Result<Vec<String>, AuditEr
 pub(crate) fn foreign_triggers(conn: &Connection) -> Result<Vec<String>, AuditError> {
     let mut stmt = conn
         .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
-             ORDER BY name",
+            // A table's name is matched without regard to ASCII case, as SQLite does: a
+            // trigger created `ON AAC_AUDIT` fires on `aac_audit`.
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' \
+             AND tbl_name = ?1 COLLATE NOCASE ORDER BY name",
         )
         .map_err(sql_error)?;
     let names = stmt
