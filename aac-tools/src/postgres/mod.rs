@@ -137,6 +137,22 @@ pub struct DbError {
     source: Option<tokio_postgres::Error>,
 }
 
+/// The refusal of the owner's connection (`what`) asked for while a tool runs on this
+/// thread: it has no level's rules.
+pub(crate) fn refused_in_tools(what: &str) -> Result<(), DbError> {
+    match crate::__private0::extracting_for() {
+        None => Ok(()),
+        Some(level) => Err(DbError::new(
+            format!(
+                "level_violation: a tool at the `{level}` access level called `{what}`, which \
+                 has no level's rules (set-up code only); a tool's handles are parameters at \
+                 its level"
+            ),
+            None,
+        )),
+    }
+}
+
 impl DbError {
     pub(crate) fn new(
         message: impl Into<String>,
@@ -409,10 +425,12 @@ impl Database {
         self.inner.pool_size
     }
 
-    /// A new connection as the tables' owner, for set-up, migrations and seeding. Not
-    /// reachable from a tool: a tool cannot take the `Database` as
-    /// [`State`](crate::State).
+    /// A new connection as the tables' owner, for set-up, migrations and seeding. Not for
+    /// tools: a tool cannot take the `Database` as [`State`](crate::State), and one that
+    /// reaches it another way (inside a state of its own, a global) is refused here while
+    /// it runs (`level_violation`).
     pub async fn owner(&self) -> Result<tokio_postgres::Client, DbError> {
+        refused_in_tools("Database::owner")?;
         let mut config = self.inner.owner.clone();
         config.connect_timeout(CONNECT_TIMEOUT);
         let (client, connection) = config.connect(NoTls).await.map_err(|e| {
@@ -472,11 +490,15 @@ impl Database {
         // race on `CREATE ROLE`. The lock is the database's: two databases whose roles
         // share a prefix, granting at once, can still meet on a role (a duplicate name,
         // a tuple updated concurrently), and the loser tries again.
-        let batch = format!("BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} COMMIT;");
+        // Large objects, revoked in the same transaction as the grants (replicas granting
+        // at once take turns on its lock; two bare `REVOKE`s would collide).
+        let large_objects = large_objects_sql(&client).await?;
+        let batch =
+            format!("BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} {large_objects} COMMIT;");
         let mut tries = 0u64;
         loop {
             match client.batch_execute(&batch).await {
-                Ok(()) => return self.forbid_large_objects(&client).await,
+                Ok(()) => return self.warn_of_large_objects(&client).await,
                 Err(err) => {
                     let _ = client.batch_execute("ROLLBACK").await;
                     tries += 1;
@@ -490,39 +512,20 @@ impl Database {
         }
     }
 
-    /// Large objects are governed by no table privilege: any role may create them
-    /// (`lo_from_bytea`, in a `READ ONLY` transaction too), so a data role (a read-only
-    /// tool's raw SQL) could keep data outside every table and fill the disk the trail
-    /// needs. Only a superuser may revoke the creating functions from `PUBLIC`, in this
-    /// database: done when the owner is one (the framework uses no large objects); else a
-    /// warning says what to run.
-    async fn forbid_large_objects(&self, client: &tokio_postgres::Client) -> Result<(), DbError> {
-        const CREATING: &str = "lo_creat(integer), lo_create(oid), lo_from_bytea(oid, bytea)";
-        let superuser: bool = client
-            .query_one("SELECT current_setting('is_superuser') = 'on'", &[])
-            .await
-            .map_err(|e| DbError::new("cannot read the owner's attributes", Some(e)))?
-            .get(0);
-        if superuser {
-            return client
-                .batch_execute(&format!(
-                    "REVOKE EXECUTE ON FUNCTION {CREATING} FROM PUBLIC"
-                ))
-                .await
-                .map_err(|e| DbError::new("cannot revoke large objects from PUBLIC", Some(e)));
-        }
-        let read = self.inner.roles.read();
+    /// Warns when the levels' roles may still create large objects (the owner is no
+    /// superuser, see [`large_objects_sql`]).
+    async fn warn_of_large_objects(&self, client: &tokio_postgres::Client) -> Result<(), DbError> {
         let open: bool = client
             .query_one(
                 "SELECT has_function_privilege($1, 'lo_from_bytea(oid, bytea)', 'EXECUTE')",
-                &[&read],
+                &[&self.inner.roles.read()],
             )
             .await
             .map_err(|e| DbError::new("cannot read the levels' privileges", Some(e)))?
             .get(0);
         if open {
             tracing::warn!(
-                "the levels' roles may create large objects, outside every table (a read-only tool too): a superuser should run, in this database, `REVOKE EXECUTE ON FUNCTION {CREATING} FROM PUBLIC`"
+                "the levels' roles may create large objects, outside every table (a read-only tool too): a superuser should run, in this database, `REVOKE EXECUTE ON FUNCTION {LARGE_OBJECT_CREATORS} FROM PUBLIC`"
             );
         }
         Ok(())
@@ -932,3 +935,25 @@ impl MayUpdate for Tx<Write> {}
 impl MayUpdate for Tx<Delete> {}
 #[diagnostic::do_not_recommend]
 impl MayDelete for Tx<Delete> {}
+
+/// The functions that create large objects.
+const LARGE_OBJECT_CREATORS: &str = "lo_creat(integer), lo_create(oid), lo_from_bytea(oid, bytea)";
+
+/// Large objects are governed by no table privilege: any role may create them
+/// (`lo_from_bytea`, in a `READ ONLY` transaction too), so a data role (a read-only tool's
+/// raw SQL) could keep data outside every table and fill the disk the trail needs. Only a
+/// superuser may revoke the creating functions from `PUBLIC`, in this database: the
+/// statement when the owner is one (the framework uses no large objects), else nothing
+/// (and `grant_levels` warns).
+async fn large_objects_sql(client: &tokio_postgres::Client) -> Result<String, DbError> {
+    let superuser: bool = client
+        .query_one("SELECT current_setting('is_superuser') = 'on'", &[])
+        .await
+        .map_err(|e| DbError::new("cannot read the owner's attributes", Some(e)))?
+        .get(0);
+    Ok(if superuser {
+        format!("REVOKE EXECUTE ON FUNCTION {LARGE_OBJECT_CREATORS} FROM PUBLIC;")
+    } else {
+        String::new()
+    })
+}
