@@ -567,6 +567,21 @@ impl Attempt {
         }
         let server = self.server.clone();
         let entry = self.entry(&server).expect("authorized: the tool exists");
+        // A call made in process by a running tool (its handler holding the `Server`)
+        // reaches no further than that tool's level: a read-only tool cannot have a
+        // destructive one run for it, whatever principal and `confirm` it writes.
+        if let Some(mut err) = crate::__private0::above_running_tool(entry.def().access_level()) {
+            err = ToolError::new(
+                Status::Forbidden,
+                "level_violation",
+                format!(
+                    "a tool called `{}` in process, above its own access level: {}",
+                    entry.name(),
+                    err.message()
+                ),
+            );
+            return Err((Check::Scope, err));
+        }
         // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
         if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i]) {
             let limited = limiter.check_counting_after_first(&rate_key(&principal));

@@ -76,6 +76,7 @@ impl TokenStore {
         scopes: &[&str],
         ttl_seconds: Option<i64>,
     ) -> Result<NewToken, TokenError> {
+        refused_in_tools("TokenStore::create")?;
         let id = random_hex(ID_HEX)?;
         let secret = random_hex(SECRET_HEX)?;
         let created = now();
@@ -98,6 +99,7 @@ impl TokenStore {
     }
 
     async fn revoke_token(&self, id_or_token: &str) -> Result<bool, TokenError> {
+        refused_in_tools("TokenStore::revoke")?;
         let id = parse(id_or_token).map_or(id_or_token, |(id, _)| id);
         let changed = self
             .conn()
@@ -112,6 +114,7 @@ impl TokenStore {
     }
 
     async fn list_tokens(&self) -> Result<Vec<TokenInfo>, TokenError> {
+        refused_in_tools("TokenStore::list")?;
         let rows = self
             .conn()
             .await?
@@ -213,4 +216,10 @@ impl crate::State<TokenStore> {
     #[doc(hidden)]
     #[allow(missing_docs)]
     pub const __AAC_STORAGE: bool = true;
+}
+
+/// The issuer's methods refused to a running tool (see `Database::owner`): a read-only
+/// tool holding the store in a state of its own could mint a token of any scopes.
+fn refused_in_tools(what: &str) -> Result<(), TokenError> {
+    super::refused_in_tools(what).map_err(|e| TokenError::new(e.to_string()))
 }

@@ -74,6 +74,24 @@ pub struct DbError {
     source: Option<rusqlite::Error>,
 }
 
+/// The refusal of a set-up connection (`what`) asked for while a tool runs on this thread
+/// (its parameters extracted, or its handler polled): those connections have no level's
+/// rules, so a read-only tool holding the `Database` in a state of its own (or a global)
+/// could write anything through them, or mint tokens.
+pub(crate) fn refused_in_tools(what: &str) -> Result<(), DbError> {
+    match crate::__private0::extracting_for() {
+        None => Ok(()),
+        Some(level) => Err(DbError::new(
+            format!(
+                "level_violation: a tool at the `{level}` access level called `{what}`, which \
+                 has no level's rules (set-up code only); a tool's handles are parameters at \
+                 its level"
+            ),
+            None,
+        )),
+    }
+}
+
 impl DbError {
     pub(crate) fn new(message: impl Into<String>, source: Option<rusqlite::Error>) -> DbError {
         DbError {
@@ -252,19 +270,33 @@ impl Database {
 
     /// Run `f` on the writer connection, synchronously (set-up, migrations, seeding,
     /// command-line tools), with no level's rules on it. Not for use on the async
-    /// runtime, and not reachable from a tool: a tool cannot take the `Database` (or
-    /// any handle of it) as [`State`](crate::State).
+    /// runtime, and not for tools: a tool cannot take the `Database` (or any handle of
+    /// it) as [`State`](crate::State), and one that reaches it another way (inside a
+    /// state of its own, a global) is refused here while it runs (`level_violation`).
     pub fn with_writer<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, DbError> {
+        refused_in_tools("with_writer")?;
         let mut writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         writer.open_for_setup()?;
         Ok(f(&mut writer.conn)?)
     }
 
-    /// Run `f` on a read-only connection, synchronously. Not for use on the async runtime.
+    /// Run `f` on a read-only connection, synchronously, with no level's rules on it (the
+    /// framework's tables are readable). Not for use on the async runtime, and refused to
+    /// a running tool, as [`Database::with_writer`] is.
     pub fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, DbError> {
+        refused_in_tools("with_reader")?;
+        self.with_reader_unchecked(f)
+    }
+
+    /// [`Database::with_reader`] for the framework's own reads that a tool may cause (a
+    /// token checked for a call it makes).
+    pub(crate) fn with_reader_unchecked<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, DbError> {

@@ -139,9 +139,10 @@ impl TokenStore {
         let Some((id, secret)) = parse(token) else {
             return Err(ToolError::invalid_token("malformed token"));
         };
+        // A check, not a power: allowed while a tool runs (a call it makes in process).
         let row = self
             .db
-            .with_reader(|conn| {
+            .with_reader_unchecked(|conn| {
                 let mut stmt = conn.prepare_cached(
                     "SELECT secret_hash, subject, workspace, scopes, expires_at, revoked_at
                      FROM aac_tokens WHERE id = ?1",
@@ -207,6 +208,10 @@ impl TokenIssuer for TokenStore {
         scopes: &'a [&'a str],
         ttl_seconds: Option<i64>,
     ) -> BoxFuture<'a, Result<NewToken, TokenError>> {
+        // Checked here, on the caller's thread: the blocking thread runs no tool.
+        if let Err(err) = super::refused_in_tools("TokenStore::create") {
+            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
+        }
         let store = self.clone();
         let subject = subject.to_owned();
         let workspace = workspace.map(str::to_owned);
@@ -218,12 +223,18 @@ impl TokenIssuer for TokenStore {
     }
 
     fn revoke<'a>(&'a self, id_or_token: &'a str) -> BoxFuture<'a, Result<bool, TokenError>> {
+        if let Err(err) = super::refused_in_tools("TokenStore::revoke") {
+            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
+        }
         let store = self.clone();
         let id_or_token = id_or_token.to_owned();
         blocking(move || TokenStore::revoke(&store, &id_or_token))
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<TokenInfo>, TokenError>> {
+        if let Err(err) = super::refused_in_tools("TokenStore::list") {
+            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
+        }
         let store = self.clone();
         blocking(move || TokenStore::list(&store))
     }
