@@ -12,6 +12,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
+use syn::ext::IdentExt;
 use syn::{ItemTrait, TraitItem, TypeParamBound, WherePredicate};
 
 use crate::errors::Errors;
@@ -69,7 +70,9 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
             return Err(Failure::new(errors, input));
         }
     };
-    let name = item.ident.to_string();
+    // A raw identifier (`r#UpdateNotes`) names the same trait: its kind is read without
+    // the `r#`, or the prefix check would miss it.
+    let name = item.ident.unraw().to_string();
     let kind = Kind::of(&name);
     for trait_item in &item.items {
         if let TraitItem::Fn(method) = trait_item {

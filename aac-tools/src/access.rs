@@ -60,7 +60,19 @@ use std::fmt;
 
 mod sealed {
     pub trait Sealed {}
+
+    /// What may implement [`MayUpdate`](super::MayUpdate) and
+    /// [`MayDelete`](super::MayDelete): this crate's levels and transactions only, so
+    /// that no wrapper of a `Read` transaction can claim them.
+    #[diagnostic::on_unimplemented(
+        message = "`MayUpdate` and `MayDelete` belong to aac-tools' own levels and transactions",
+        label = "a type of your own cannot claim them: take the transaction of a tool at that level",
+        note = "bound your own methods with `where Self: MayUpdate` (or `MayDelete`) instead"
+    )]
+    pub trait Granted {}
 }
+
+pub(crate) use sealed::Granted;
 
 /// The runtime view of an access level, as carried by a [`ToolDef`](crate::ToolDef) and
 /// written into audit records.
@@ -233,7 +245,7 @@ impl ToolState for SharedState {}
     message = "read-only tool cannot use update queries",
     label = "`read_only` tools reach read queries only; drop `read_only` if this tool must write"
 )]
-pub trait MayUpdate {}
+pub trait MayUpdate: sealed::Granted {}
 
 /// Handles and transactions that may run `Delete*` queries: those of `destructive` tools.
 ///
@@ -242,8 +254,10 @@ pub trait MayUpdate {}
     message = "non-destructive tool cannot use delete queries",
     label = "only `destructive` tools reach delete queries, and their callers must send `confirm: true`"
 )]
-pub trait MayDelete {}
+pub trait MayDelete: sealed::Granted {}
 
+impl sealed::Granted for Write {}
+impl sealed::Granted for Delete {}
 #[diagnostic::do_not_recommend]
 impl MayUpdate for Write {}
 #[diagnostic::do_not_recommend]

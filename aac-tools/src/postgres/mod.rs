@@ -929,6 +929,8 @@ impl<L> Drop for Tx<L> {
     }
 }
 
+impl crate::access::Granted for Tx<Write> {}
+impl crate::access::Granted for Tx<Delete> {}
 #[diagnostic::do_not_recommend]
 impl MayUpdate for Tx<Write> {}
 #[diagnostic::do_not_recommend]

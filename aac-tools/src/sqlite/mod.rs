@@ -592,6 +592,8 @@ impl<L: Level> Tx<'_, L> {
     }
 }
 
+impl crate::access::Granted for Tx<'_, Write> {}
+impl crate::access::Granted for Tx<'_, Delete> {}
 #[diagnostic::do_not_recommend]
 impl MayUpdate for Tx<'_, Write> {}
 #[diagnostic::do_not_recommend]
