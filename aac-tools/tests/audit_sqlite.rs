@@ -1067,3 +1067,49 @@ async fn a_record_that_met_a_locked_database_is_written_once_it_is_free() {
     assert_eq!(stored.last().map(|r| r.1), Some(200), "{stored:?}");
     assert!(verify_chain(&other).unwrap().is_intact());
 }
+
+/// A cell edited to hold terminal escapes (an unknown `access_level`, `check` or `kind`)
+/// makes the record unreadable; the error that says so prints the value escaped, as every
+/// printed value is, never the raw bytes a terminal would obey.
+#[tokio::test]
+async fn an_unreadable_cell_is_named_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TRIGGER aac_audit_no_update;")
+        .unwrap();
+    for (column, valid) in [
+        ("access_level", "NULL"),
+        ("\"check\"", "NULL"),
+        ("kind", "'tool'"),
+    ] {
+        conn.execute(
+            &format!(
+                "UPDATE aac_audit SET {column} = char(27) || ']0;pwned' || char(7) || char(10) || 'x'"
+            ),
+            [],
+        )
+        .unwrap();
+        for json in [false, true] {
+            let mut out = Vec::new();
+            let err = AuditCommand {
+                json,
+                ..AuditCommand::default()
+            }
+            .run(&conn, &mut out)
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("unreadable"), "{column}: {err}");
+            assert!(
+                !err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\n'),
+                "{column}: {err:?}"
+            );
+        }
+        conn.execute(&format!("UPDATE aac_audit SET {column} = {valid}"), [])
+            .unwrap();
+    }
+}

@@ -255,7 +255,8 @@ impl std::str::FromStr for CallKind {
             "prompt" => Ok(CallKind::Prompt),
             "completion" => Ok(CallKind::Completion),
             other => Err(format!(
-                "unknown kind `{other}`; expected one of `tool`, `resource`, `prompt`, `completion`"
+                "unknown kind `{}`; expected one of `tool`, `resource`, `prompt`, `completion`",
+                format::printable(other)
             )),
         }
     }

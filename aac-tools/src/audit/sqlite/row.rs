@@ -290,7 +290,10 @@ impl Values {
     /// The record these values store, or why they cannot be read back (`seq`: the row's,
     /// for the message).
     pub(crate) fn into_record(self, seq: i64) -> Result<AuditRecord, AuditError> {
+        // The cell's text may be anyone's (an edited file): escaped like every printed value.
         let bad = |what: &str, e: &dyn fmt::Display| {
+            let e = e.to_string();
+            let e = crate::audit::format::printable(&e);
             AuditError::new(format!("audit record {seq}: unreadable `{what}`: {e}"))
         };
         let v = self;
