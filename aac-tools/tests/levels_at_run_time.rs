@@ -805,3 +805,55 @@ async fn set_up_methods_reached_through_state_are_refused_to_a_running_tool() {
         .unwrap();
     assert_eq!(notes(&f.db), 1);
 }
+
+/// Turns foreign keys and triggers off through the C API (no SQL the authorizer sees),
+/// then renumbers every note onto one with `UPDATE OR REPLACE`.
+#[mcp_tool(scope = "notes:write")]
+async fn settings_off(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        use rusqlite::config::DbConfig;
+        tx.conn()
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_FKEY, false)?;
+        tx.conn()
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)?;
+        tx.conn()
+            .execute("UPDATE OR REPLACE notes SET id = 1", [])?;
+        Ok(())
+    })
+    .await?;
+    Ok(Text("renumbered".into()))
+}
+
+/// A tool that changes its connection's settings without SQL (foreign keys, triggers…)
+/// is refused and rolled back, and the settings are put back: nothing it did stays, and
+/// no later call on that pooled connection runs with them.
+#[tokio::test]
+async fn connection_settings_changed_through_the_c_api_are_refused_and_restored() {
+    use rusqlite::config::DbConfig;
+    let f = fixture();
+    let server = server(&f, &["settings_off", "edit_notes"]);
+    let fk_before =
+        f.db.with_writer(|c| c.db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_FKEY))
+            .unwrap();
+    let response = server
+        .call(CallRequest::new("settings_off", None).credentials(caller()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert!(err.message().contains("foreign keys"), "{err}");
+    assert_eq!(notes(&f.db), 2, "rolled back: no note replaced");
+    let (fk, triggers) =
+        f.db.with_writer(|c| {
+            Ok((
+                c.db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_FKEY)?,
+                c.db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER)?,
+            ))
+        })
+        .unwrap();
+    assert_eq!((fk, triggers), (fk_before, true), "restored");
+    // The next call on the connection runs as ever.
+    let response = server
+        .call(CallRequest::new("edit_notes", None).credentials(caller()))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+}

@@ -447,14 +447,86 @@ where
     // or a panic (the writer connection outlives the panic and must not stay inside a
     // transaction).
     let open = OpenTransaction(conn);
+    // Declared after `open`: dropped first, so settings are restored before the rollback.
+    let settings = Settings::read(conn);
     let tx = Tx {
         conn,
         level: PhantomData,
     };
-    let value = f(&tx)?;
+    let value = f(&tx);
+    let changed = settings.changed();
+    // The tool's own refusal says more (the settings are restored either way).
+    let value = value?;
+    if !changed.is_empty() {
+        return Err(ToolError::new(
+            crate::Status::Internal,
+            "level_violation",
+            format!(
+                "the tool changed its connection's settings through the C API ({}), which \
+                 no level allows: its transaction is rolled back and the settings restored",
+                changed.join(", ")
+            ),
+        ));
+    }
     conn.execute_batch("COMMIT")?;
+    drop(settings);
     drop(open);
     Ok(value)
+}
+
+/// The connection settings a tool could change through `tx.conn()` without SQL
+/// (`set_db_config`), which the authorizer never sees and which would outlive the call on
+/// a pooled connection: foreign keys or triggers off for every later call, views off, the
+/// schema writable or trusted, the database reset by the next `VACUUM`.
+const SETTINGS: [(rusqlite::config::DbConfig, &str); 10] = {
+    use rusqlite::config::DbConfig as C;
+    [
+        (C::SQLITE_DBCONFIG_ENABLE_FKEY, "foreign keys"),
+        (C::SQLITE_DBCONFIG_ENABLE_TRIGGER, "triggers"),
+        (C::SQLITE_DBCONFIG_ENABLE_VIEW, "views"),
+        (C::SQLITE_DBCONFIG_DEFENSIVE, "defensive"),
+        (C::SQLITE_DBCONFIG_WRITABLE_SCHEMA, "writable schema"),
+        (C::SQLITE_DBCONFIG_TRUSTED_SCHEMA, "trusted schema"),
+        (C::SQLITE_DBCONFIG_RESET_DATABASE, "reset database"),
+        (C::SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, "legacy alter table"),
+        (C::SQLITE_DBCONFIG_DQS_DML, "double-quoted strings (DML)"),
+        (C::SQLITE_DBCONFIG_DQS_DDL, "double-quoted strings (DDL)"),
+    ]
+};
+
+/// [`SETTINGS`] as a transaction began; restored when dropped, whatever happened.
+struct Settings<'c> {
+    conn: &'c Connection,
+    before: [Option<bool>; SETTINGS.len()],
+}
+
+impl<'c> Settings<'c> {
+    fn read(conn: &'c Connection) -> Settings<'c> {
+        Settings {
+            conn,
+            before: SETTINGS.map(|(config, _)| conn.db_config(config).ok()),
+        }
+    }
+
+    /// The settings that differ from what they were, restored.
+    fn changed(&self) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        for ((config, name), before) in SETTINGS.iter().zip(self.before) {
+            let Some(before) = before else { continue };
+            if self.conn.db_config(*config).ok() != Some(before) {
+                let _ = self.conn.set_db_config(*config, before);
+                changed.push(*name);
+            }
+        }
+        changed
+    }
+}
+
+impl Drop for Settings<'_> {
+    fn drop(&mut self) {
+        // After a panic in the tool, or an early return: put back what was changed.
+        let _ = self.changed();
+    }
 }
 
 /// Rolls back the transaction of its connection when dropped, if one is still open.
