@@ -824,3 +824,42 @@ async fn a_url_in_capitals_or_between_spaces_is_the_same_database() {
     .await;
     assert_eq!(count, "2");
 }
+
+/// Where a destructive tool parks the transaction it began, instead of committing it.
+static PARKED: std::sync::Mutex<Option<Tx<Delete>>> = std::sync::Mutex::new(None);
+
+/// Destructive: begins a delete transaction and keeps it past its call.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn pg_park(db: DeleteDb) -> Result<Text, ToolError> {
+    let tx = db.begin().await?;
+    *PARKED.lock().unwrap() = Some(tx);
+    Ok(Text("parked".into()))
+}
+
+/// Read-only, but deletes through the parked transaction and commits it.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn pg_use_parked() -> Result<Text, ToolError> {
+    let tx = PARKED.lock().unwrap().take().expect("parked");
+    tx.client().batch_execute("DELETE FROM notes").await?;
+    tx.commit().await?;
+    Ok(Text("gone".into()))
+}
+
+/// A delete transaction kept past the call that began it (it is an owned value) cannot
+/// be committed by a tool below its level: refused, and rolled back with it.
+#[tokio::test]
+async fn a_transaction_kept_past_its_call_is_not_committed_below_its_level() {
+    let f = fixture().await;
+    let server = server(&f, &["pg_park", "pg_use_parked"]);
+    let before = content(&f).await;
+    let parked = server
+        .call(CallRequest::new("pg_park", Some(json!({"confirm": true}))).credentials(caller()))
+        .await;
+    assert!(parked.error().is_none(), "{:?}", parked.error());
+    let used = server
+        .call(CallRequest::new("pg_use_parked", None).credentials(caller()))
+        .await;
+    let err = used.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert_eq!(content(&f).await, before, "nothing deleted");
+}

@@ -877,7 +877,14 @@ impl<L: Level> Tx<L> {
     /// The connection then goes back to its pool as it came: what the transaction set
     /// for its session (`SET`, not `SET LOCAL`) is reset, and any session-level advisory
     /// lock it took released, in the same round trip as the `COMMIT`.
+    ///
+    /// A transaction is committed by the tool that began it: one kept past its call (in a
+    /// static, say) and committed while a tool below its level runs is refused
+    /// (`level_violation`) and rolled back.
     pub async fn commit(mut self) -> Result<(), ToolError> {
+        if let Some(err) = crate::__private0::above_running_tool(L::LEVEL) {
+            return Err(err);
+        }
         match self.client().batch_execute(COMMIT_AND_RESET).await {
             Ok(()) => {
                 self.conn = None;
