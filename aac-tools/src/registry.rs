@@ -193,6 +193,14 @@ pub enum RegistryError {
         /// The placeholder.
         field: String,
     },
+    /// A definition `#[mcp_tool]` would never write (one built by hand): no scope, which
+    /// every caller would hold, or hints that contradict each other.
+    InvalidDefinition {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
@@ -218,6 +226,9 @@ impl fmt::Display for RegistryError {
                 "tool `{tool}` keeps the audit field `{field}`, which is not one of its \
                  arguments; fix `#[mcp_tool(audit_fields = […])]`"
             ),
+            RegistryError::InvalidDefinition { tool, why } => {
+                write!(f, "tool `{tool}` cannot be served: {why}")
+            }
             RegistryError::UnknownConfirmField { tool, field } => write!(
                 f,
                 "tool `{tool}`'s confirm_message shows `{{{field}}}`, which is not one of its \
@@ -707,6 +718,22 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         tool: def.name().to_owned(),
         why,
     };
+    // What the macro guarantees, checked again for a definition built another way: a
+    // tool with no scope is one every caller may call, and a read-only destructive one
+    // would run at the read level while its callers are asked to confirm.
+    let contradiction = if def.scopes().is_empty() {
+        Some("it declares no scope, so every caller would hold it; declare at least one")
+    } else if def.is_read_only() && def.is_destructive() {
+        Some("it is both `read_only` and `destructive`")
+    } else {
+        None
+    };
+    if let Some(why) = contradiction {
+        return Err(RegistryError::InvalidDefinition {
+            tool: def.name().to_owned(),
+            why: why.to_owned(),
+        });
+    }
     let raw_input = def
         .input_schema_value()
         .unwrap_or_else(schema::empty_object);
@@ -994,6 +1021,63 @@ fn manifest_string(
 #[cfg(test)]
 mod tests {
     use super::title_from_name;
+    use super::{Registry, RegistryError};
+    use crate::tool::{Call, HandlerFuture, ToolDef, ToolParts};
+
+    fn never(_: Call) -> HandlerFuture {
+        Box::pin(async { Err(crate::ToolError::internal("never called")) })
+    }
+
+    const fn parts(
+        name: &'static str,
+        scopes: &'static [&'static str],
+        read_only: bool,
+        destructive: bool,
+    ) -> ToolParts {
+        ToolParts {
+            name,
+            title: None,
+            description: "hand-built",
+            read_only,
+            destructive,
+            idempotent: false,
+            open_world: false,
+            scopes,
+            audit_fields: &[],
+            rate: None,
+            confirm: None,
+            confirm_message: None,
+            input_schema: || None,
+            raw_input_schema: None,
+            output_schema: || None,
+            handler: never,
+            rust_name: "never",
+            module_path: module_path!(),
+            file: file!(),
+            line: line!(),
+        }
+    }
+
+    static NO_SCOPE: ToolDef = ToolDef::__from_parts(parts("no_scope", &[], false, false));
+    static BOTH: ToolDef = ToolDef::__from_parts(parts("both", &["x:y"], true, true));
+    static FINE: ToolDef = ToolDef::__from_parts(parts("fine", &["x:y"], true, false));
+
+    /// A definition built by hand (`inventory::submit!` of `__from_parts`, as a
+    /// dependency could) gets the macro's rules at start-up: no tool without a scope
+    /// (every caller would hold it), none both read-only and destructive.
+    #[test]
+    fn a_hand_built_definition_gets_the_macros_rules() {
+        for (def, why) in [(&NO_SCOPE, "no scope"), (&BOTH, "both")] {
+            match Registry::from_defs([def]) {
+                Err(RegistryError::InvalidDefinition { tool, why: said }) => {
+                    assert_eq!(tool, def.name());
+                    assert!(said.contains(why), "{said}");
+                }
+                other => panic!("{}: {:?}", def.name(), other.map(|_| ())),
+            }
+        }
+        assert!(Registry::from_defs([&FINE]).is_ok());
+    }
 
     #[test]
     fn titles() {
