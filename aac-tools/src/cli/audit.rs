@@ -73,6 +73,13 @@ pub(super) fn audit(context: &CliContext, args: AuditArgs) -> Result<(), CliErro
         ));
         return Ok(());
     }
+    // (clap's `requires` takes a flag's default for its presence: checked here.)
+    if args.checkpoints.is_some() && !args.verify {
+        return Err(CliError::new(
+            "--checkpoints checks a chain: it needs --verify, and no listing flag (--stats, \
+             --limit, --since, --tool…)",
+        ));
+    }
     let failed = |e: AuditError| CliError::new(e.to_string());
     let command = command(&args)?;
     // Checks the file is the application's before reading it, and writes nothing: a

@@ -1039,6 +1039,22 @@ fn verify_with_checkpoints_prints_one_json_object() {
     assert!(line.contains("not a valid Ed25519 public key"), "{line}");
     let line = one_line_error(&verify(false, "abc"));
     assert!(line.contains("64 hex digits"), "{line}");
+    // Listing flags with checkpoints, without --verify: refused, not ignored.
+    for listing in ["--stats", "--json"] {
+        let out = run(
+            dir.path(),
+            &[
+                "audit",
+                listing,
+                "--checkpoints",
+                "cp.jsonl",
+                "--public-key",
+                &key.public_hex(),
+            ],
+        );
+        assert!(!out.status.success(), "{listing}: {}", stdout(&out));
+        assert!(stderr(&out).contains("--verify"), "{}", stderr(&out));
+    }
 }
 
 /// `--expires` past 100 years is refused (it printed as raw seconds, `live until

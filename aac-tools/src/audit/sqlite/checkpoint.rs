@@ -103,8 +103,7 @@ pub fn write_checkpoint(
     let Some((seq, hash)) = head else {
         return Ok(None);
     };
-    if path.exists()
-        && let Some(last) = read_checkpoints(path)?.pop()
+    if let Some(last) = last_checkpoint(path)
         && last.seq == seq
         && last.hash == hash
     {
@@ -134,6 +133,23 @@ pub fn write_checkpoint(
     file.write_all(line.as_bytes()).map_err(cannot)?;
     file.sync_data().map_err(cannot)?;
     Ok(Some(checkpoint))
+}
+
+/// The file's last checkpoint, read from its end (the file only grows: reading it whole
+/// every few seconds, as a server writing checkpoints does, would cost memory and time
+/// with its age); `None` if there is none, or the last line is not one.
+fn last_checkpoint(path: &Path) -> Option<Checkpoint> {
+    use std::io::{Read, Seek, SeekFrom};
+    /// Far more than one line (about 250 bytes).
+    const TAIL: u64 = 4096;
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    let line = text.lines().rev().find(|line| !line.trim().is_empty())?;
+    serde_json::from_str(line).ok()
 }
 
 /// Every checkpoint in the file at `path`, oldest first.
