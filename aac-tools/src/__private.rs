@@ -138,8 +138,21 @@ pub(crate) fn above_running_tool(level: AccessLevel) -> Option<crate::ToolError>
     })
 }
 
+/// Why a set-up method (`what`: a raw connection, the owner's, a token store's writes) is
+/// refused, if a tool runs on this thread: those have no level's rules, so a read-only
+/// tool holding them in a state of its own (or a global) could write anything through
+/// them, or mint tokens.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn set_up_refused(what: &str) -> Option<String> {
+    let level = extracting_for()?;
+    Some(format!(
+        "level_violation: a tool at the `{level}` access level called `{what}`, which has no \
+         level's rules (set-up code only); a tool's handles are parameters at its level"
+    ))
+}
+
 /// The level of the tool whose parameters are being extracted, if any.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn extracting_for() -> Option<AccessLevel> {
     EXTRACTING_FOR.with(std::cell::Cell::get)
 }

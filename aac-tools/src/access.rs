@@ -72,6 +72,10 @@ mod sealed {
     pub trait Granted {}
 }
 
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(unused_imports)
+)]
 pub(crate) use sealed::Granted;
 
 /// The runtime view of an access level, as carried by a [`ToolDef`](crate::ToolDef) and

@@ -91,7 +91,6 @@ pub(crate) const ID_HEX: usize = 12;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) const SECRET_HEX: usize = 64;
 
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 /// `len` random hex digits.
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn random_hex(len: usize) -> Result<String, TokenError> {

@@ -256,7 +256,7 @@ impl std::str::FromStr for CallKind {
             "completion" => Ok(CallKind::Completion),
             other => Err(format!(
                 "unknown kind `{}`; expected one of `tool`, `resource`, `prompt`, `completion`",
-                format::printable(other)
+                other.escape_debug()
             )),
         }
     }

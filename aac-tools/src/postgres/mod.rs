@@ -140,17 +140,7 @@ pub struct DbError {
 /// The refusal of the owner's connection (`what`) asked for while a tool runs on this
 /// thread: it has no level's rules.
 pub(crate) fn refused_in_tools(what: &str) -> Result<(), DbError> {
-    match crate::__private0::extracting_for() {
-        None => Ok(()),
-        Some(level) => Err(DbError::new(
-            format!(
-                "level_violation: a tool at the `{level}` access level called `{what}`, which \
-                 has no level's rules (set-up code only); a tool's handles are parameters at \
-                 its level"
-            ),
-            None,
-        )),
-    }
+    crate::__private0::set_up_refused(what).map_or(Ok(()), |why| Err(DbError::new(why, None)))
 }
 
 impl DbError {

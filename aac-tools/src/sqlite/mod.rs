@@ -75,21 +75,9 @@ pub struct DbError {
 }
 
 /// The refusal of a set-up connection (`what`) asked for while a tool runs on this thread
-/// (its parameters extracted, or its handler polled): those connections have no level's
-/// rules, so a read-only tool holding the `Database` in a state of its own (or a global)
-/// could write anything through them, or mint tokens.
+/// (its parameters extracted, or its handler polled).
 pub(crate) fn refused_in_tools(what: &str) -> Result<(), DbError> {
-    match crate::__private0::extracting_for() {
-        None => Ok(()),
-        Some(level) => Err(DbError::new(
-            format!(
-                "level_violation: a tool at the `{level}` access level called `{what}`, which \
-                 has no level's rules (set-up code only); a tool's handles are parameters at \
-                 its level"
-            ),
-            None,
-        )),
-    }
+    crate::__private0::set_up_refused(what).map_or(Ok(()), |why| Err(DbError::new(why, None)))
 }
 
 impl DbError {
