@@ -1113,3 +1113,44 @@ async fn an_unreadable_cell_is_named_escaped() {
             .unwrap();
     }
 }
+
+/// The files the framework creates (the application's database, the audit database with
+/// its write-ahead log, the checkpoint file) are readable by their owner only: they hold
+/// the trail, token hashes and the application's data. A file that exists keeps its
+/// permissions.
+#[cfg(unix)]
+#[tokio::test]
+async fn new_database_and_checkpoint_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.db");
+    let db = Database::open(&data).unwrap();
+    db.with_writer(|c| c.execute_batch("CREATE TABLE t (x)"))
+        .unwrap();
+    assert_eq!(mode(&data), 0o600);
+    let audit = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&audit).unwrap();
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(mode(&audit), 0o600);
+    let wal = dir.path().join("audit.db-wal");
+    assert!(wal.exists());
+    assert_eq!(
+        mode(&wal),
+        0o600,
+        "SQLite gives its log the database's permissions"
+    );
+    let key = aac_tools::audit::CheckpointKey::generate().unwrap();
+    let checkpoints = dir.path().join("checkpoints.jsonl");
+    aac_tools::audit::write_checkpoint(&open_reader(&audit).unwrap(), &key, &checkpoints).unwrap();
+    assert_eq!(mode(&checkpoints), 0o600);
+    // An existing file keeps what its owner chose.
+    let shared = dir.path().join("shared.db");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    drop(Database::open(&shared).unwrap());
+    assert_eq!(mode(&shared), 0o640);
+}

@@ -22,7 +22,7 @@ impl fmt::Display for AuditSummary {
                 .iter()
                 .map(|k| {
                     vec![
-                        printable(&k.kind).into_owned(),
+                        k.kind.clone(),
                         k.total.to_string(),
                         k.success.to_string(),
                         k.denied.to_string(),
@@ -209,7 +209,13 @@ pub(crate) fn aligned_line<'a>(widths: &[usize], cells: impl Iterator<Item = &'a
 /// neither break a table's layout nor drive the terminal. A backslash is doubled, so that
 /// an escape in the output always stands for the character it names.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let plain = |c: char| (c != '\\' && c.escape_debug().len() == 1) || c == '\'' || c == '"';
+    // Rust's printable set keeps some characters a terminal shows as nothing (Hangul
+    // fillers, the braille blank, format characters): the confirmation question's list
+    // escapes those too.
+    let plain = |c: char| {
+        ((c != '\\' && c.escape_debug().len() == 1) || c == '\'' || c == '"')
+            && !crate::confirm::is_invisible(c)
+    };
     if text.chars().all(plain) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -217,6 +223,9 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     for c in text.chars() {
         if plain(c) {
             out.push(c);
+        } else if c.escape_debug().len() == 1 {
+            // Invisible, yet printable to Rust: escaped by its code point.
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             out.extend(c.escape_debug());
         }
@@ -227,6 +236,14 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Characters Rust calls printable but a terminal shows as nothing (a Hangul filler,
+    /// the braille blank, an Arabic number sign) are escaped by their code point.
+    #[test]
+    fn blank_looking_characters_are_escaped() {
+        let shown = printable("a\u{2800}b\u{3164}c\u{600}d\u{13430}é");
+        assert_eq!(shown, "a\\u{2800}b\\u{3164}c\\u{600}d\\u{13430}é");
+    }
 
     #[test]
     fn json_lines_escape_what_could_drive_a_terminal_or_split_a_line() {

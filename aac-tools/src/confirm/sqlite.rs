@@ -31,6 +31,7 @@ impl SqliteLedger {
     /// Open (and create if needed) the ledger's table in the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteLedger, String> {
         let path = path.as_ref();
+        crate::sqlite::create_private(path);
         let conn = Connection::open(path).map_err(|e| {
             format!(
                 "cannot open {} for the request-state ledger: {e}",

@@ -171,11 +171,36 @@ impl fmt::Debug for Database {
     }
 }
 
+/// Create the file at `path`, empty and readable by its owner only (`0600`), if nothing is
+/// there yet: a database of the framework's holds the audit trail, token hashes and the
+/// application's data, which other local users have no business reading. SQLite gives its
+/// `-wal` and `-shm` files the database's permissions. Best effort: anything that is not
+/// a plain new file (`:memory:`, a `file:` URI, a missing directory) is left to SQLite,
+/// which reports what is wrong; a file that exists keeps its permissions.
+pub(crate) fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let text = path.to_string_lossy();
+        if text.is_empty() || text == ":memory:" || text.starts_with("file:") {
+            return;
+        }
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
 impl Database {
-    /// Open (creating it if needed) the database at `path`, in WAL mode with a busy
-    /// timeout and foreign keys on.
+    /// Open (creating it if needed, readable by its owner only) the database at `path`, in
+    /// WAL mode with a busy timeout and foreign keys on.
     pub fn open(path: impl AsRef<Path>) -> Result<Database, DbError> {
         let path = path.as_ref().to_path_buf();
+        create_private(&path);
         let writer = Connection::open(&path).map_err(|e| {
             DbError::new(
                 format!("cannot open database `{}`", path.display()),

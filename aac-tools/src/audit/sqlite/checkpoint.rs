@@ -123,11 +123,12 @@ pub fn write_checkpoint(
             path.display()
         ))
     };
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(cannot)?;
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    // A new file is its owner's only, as the databases are.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(cannot)?;
     let mut line = serde_json::to_string(&checkpoint).unwrap_or_default();
     line.push('\n');
     file.write_all(line.as_bytes()).map_err(cannot)?;

@@ -254,6 +254,7 @@ fn open_connection(
     let cannot = |e: rusqlite::Error| {
         AuditError::new(format!("cannot open the audit database `{shown}`: {e}"))
     };
+    crate::sqlite::create_private(path);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
