@@ -459,6 +459,9 @@ pub struct AuditError {
     message: String,
     /// The record that could not be written, handed back ([`AuditError::with_record`]).
     record: Option<Box<AuditRecord>>,
+    /// The write may have taken the records (an answer lost after the commit was sent, a
+    /// sync that failed after the write): none is handed back, or it could be there twice.
+    in_doubt: bool,
 }
 
 impl PartialEq for AuditError {
@@ -476,7 +479,19 @@ impl AuditError {
         AuditError {
             message: message.into(),
             record: None,
+            in_doubt: false,
         }
+    }
+
+    /// This error, saying the write may have taken its records after all.
+    pub(crate) fn in_doubt(mut self) -> AuditError {
+        self.in_doubt = true;
+        self
+    }
+
+    /// Whether the write may have taken its records ([`AuditError::in_doubt`]).
+    pub(crate) fn is_in_doubt(&self) -> bool {
+        self.in_doubt
     }
 
     /// The error of a sink that could not write `record`, handing it back. The pipeline

@@ -241,9 +241,11 @@ impl<B: Backend> Shared<B> {
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             self.health.batches.fetch_add(1, Ordering::Relaxed);
             if let Some(file) = backend.deferred_sync() {
-                sync(&file).inspect_err(|err| {
-                    tracing::error!(error = %err, "audit records were written but could not be made durable");
-                })?;
+                sync(&file)
+                    .inspect_err(|err| {
+                        tracing::error!(error = %err, "audit records were written but could not be made durable");
+                    })
+                    .map_err(AuditError::in_doubt)?;
             }
             Ok(())
         }));
@@ -370,6 +372,8 @@ fn handed_back<B: Backend>(
 ) -> Result<(), AuditError> {
     match result {
         Ok(()) => Ok(()),
+        // Perhaps written: handing it back could put it in the trail twice.
+        Err(err) if err.is_in_doubt() => Err(err.clone()),
         Err(err) => Err(match B::restore(item) {
             Some(record) => err.clone().with_record(record),
             None => err.clone(),
@@ -647,8 +651,17 @@ mod tests {
         fn describe(item: &Item) -> String {
             item.0.clone()
         }
+        fn restore(item: &Item) -> Option<AuditRecord> {
+            Some(record(&item.0))
+        }
         fn write_batch(&mut self, batch: &[Item]) -> Result<(), AuditError> {
             self.0.writes.fetch_add(1, Ordering::SeqCst);
+            if batch.iter().any(|r| r.0 == "refused") {
+                return Err(AuditError::new("refused"));
+            }
+            if batch.iter().any(|r| r.0 == "in-doubt") {
+                return Err(AuditError::new("the answer was lost").in_doubt());
+            }
             std::thread::sleep(self.0.delay);
             if let Some(bad) = self.0.panic_on
                 && batch.iter().any(|r| r.0 == bad)
@@ -659,6 +672,29 @@ mod tests {
             lock(&self.0.batches).push((std::thread::current().id(), names));
             Ok(())
         }
+    }
+
+    /// A record a write refused is handed back with the error, for the server to write
+    /// later; one the write may have taken (in doubt) is not, or it could be there twice.
+    #[test]
+    fn a_refused_record_is_handed_back_and_one_in_doubt_is_not() {
+        let seen = Arc::new(Seen::default());
+        let worker = worker(&seen);
+        let run = |tool: &str| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(worker.record(record(tool)))
+        };
+        let mut refused = run("refused").unwrap_err();
+        assert_eq!(
+            refused.take_record().map(|r| r.tool).as_deref(),
+            Some("refused")
+        );
+        let mut doubtful = run("in-doubt").unwrap_err();
+        assert!(doubtful.is_in_doubt());
+        assert!(doubtful.take_record().is_none());
+        assert!(run("fine").is_ok());
     }
 
     fn worker(seen: &Arc<Seen>) -> Worker<Probe> {

@@ -69,7 +69,7 @@ impl Owed {
         }
         let paying = Paying(Arc::clone(self));
         let sink = Arc::clone(sink);
-        let task = tokio::spawn(async move {
+        let task = async move {
             let owed = &paying.0;
             let mut written = 0usize;
             loop {
@@ -98,7 +98,13 @@ impl Owed {
                     "records of calls that ran while the audit sink failed are written"
                 );
             }
-        });
-        let _ = task.await;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let _ = runtime.spawn(task).await;
+            }
+            // Outside a runtime (a caller's own executor): here, as it is.
+            Err(_) => task.await,
+        }
     }
 }

@@ -483,10 +483,10 @@ impl PgBackend {
                 seq,
                 "the audit database's answer to an append was lost and it cannot be reached: the batch is refused, and may be in the trail"
             );
-            return Err(err);
+            return Err(err.in_doubt());
         }
         let Some(Session { conn, link }) = self.session.as_mut() else {
-            return Err(err);
+            return Err(err.in_doubt());
         };
         let integer = &self.integer;
         let settled = link
@@ -520,7 +520,7 @@ impl PgBackend {
                     "the audit database's answer to an append was lost and the batch could not be settled ({settle}): it is refused, and may be in the trail",
                 );
                 self.session = None;
-                Err(err)
+                Err(err.in_doubt())
             }
         }
     }
