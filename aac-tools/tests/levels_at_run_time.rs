@@ -792,6 +792,14 @@ async fn set_up_methods_reached_through_state_are_refused_to_a_running_tool() {
     }
     assert_eq!(notes(&f.db), 2, "nothing deleted");
     assert!(tokens.list().unwrap().is_empty(), "no token minted");
+    let nested = server
+        .call(CallRequest::new("call_destructive", None).credentials(caller()))
+        .await;
+    let said = nested.error().expect("refused").message().to_owned();
+    assert!(
+        said.contains("`read` access level called `delete_sql` (a `delete` tool)"),
+        "{said}"
+    );
     // The destructive call was refused, and recorded as such.
     let refused = f
         .sink

@@ -570,14 +570,17 @@ impl Attempt {
         // A call made in process by a running tool (its handler holding the `Server`)
         // reaches no further than that tool's level: a read-only tool cannot have a
         // destructive one run for it, whatever principal and `confirm` it writes.
-        if let Some(mut err) = crate::__private0::above_running_tool(entry.def().access_level()) {
-            err = ToolError::new(
+        let level = entry.def().access_level();
+        if let Some(running) = crate::__private0::extracting_for()
+            && level > running
+        {
+            let err = ToolError::new(
                 Status::Forbidden,
                 "level_violation",
                 format!(
-                    "a tool called `{}` in process, above its own access level: {}",
-                    entry.name(),
-                    err.message()
+                    "a tool at the `{running}` access level called `{}` (a `{level}` tool) in \
+                     process; a tool's calls are at or below its level",
+                    entry.name()
                 ),
             );
             return Err((Check::Scope, err));
