@@ -353,47 +353,62 @@ impl Attempt {
         }
     }
 
-    /// Before a refusal of a caller with no verified principal is recorded: past the rate of its peer
-    /// address, the refusal is answered 429 and only counted (`Some`, the answer); else
-    /// what was counted since is recorded first, in one record.
-    async fn limit_unauthenticated(&mut self) -> Option<ToolError> {
-        // By peer address; over stdio, which has none, the connection's refusals go
-        // through the per-principal rate, when one is set (a revoked token would otherwise
-        // grow the trail as fast as it can send).
-        let (verdict, peer) = {
-            let limits = self.server.limits();
-            match self.request.peer_addr {
-                Some(addr) => {
-                    let peer = limits::peer_key(addr);
-                    (limits.unauthenticated.as_ref()?.check(&peer), Some(peer))
+    /// The rate a refusal goes through before its record, when no check put it through
+    /// one: a verified principal's own rate (the first refusal past it is recorded as it
+    /// is, the rest counted), else its peer address's (over stdio, which has none, the
+    /// connection's, at the per-principal rate when one is set: a revoked token would
+    /// otherwise grow the trail as fast as it can send). `Err(retry_after)`: past it, the
+    /// refusal is answered 429 and only counted (to be recorded with a later record of
+    /// the same principal or peer); `Ok(Some(count))`: what was counted since, to record
+    /// first. Synchronous, so that a record written on drop goes through it as well.
+    fn refusal_rate(&mut self) -> Result<Option<AuditRecord>, std::time::Duration> {
+        let server = self.server.clone();
+        let limits = server.limits();
+        if let Some(principal) = &self.principal {
+            let Some(limiter) = limits.principal.as_ref().filter(|_| !self.rated) else {
+                return Ok(None);
+            };
+            self.rated = true;
+            return match limiter.check_counting_after_first(&rate_key(principal)) {
+                Verdict::Limited {
+                    retry_after,
+                    first: false,
+                } => Err(retry_after),
+                Verdict::Limited { first: true, .. } | Verdict::Allowed { suppressed: 0 } => {
+                    Ok(None)
                 }
-                None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
-                    (limits.stdio_unauthenticated.as_ref()?.check(&()), None)
-                }
-                None => return None,
+                Verdict::Allowed { suppressed } => Ok(Some(record::suppressed_of(
+                    principal.subject(),
+                    principal.workspace(),
+                    None,
+                    suppressed,
+                    self.request.transport,
+                ))),
+            };
+        }
+        let (verdict, peer) = match self.request.peer_addr {
+            Some(addr) => {
+                let Some(limiter) = &limits.unauthenticated else {
+                    return Ok(None);
+                };
+                let peer = limits::peer_key(addr);
+                (limiter.check(&peer), Some(peer))
             }
+            None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
+                let Some(limiter) = &limits.stdio_unauthenticated else {
+                    return Ok(None);
+                };
+                (limiter.check(&()), None)
+            }
+            None => return Ok(None),
         };
         match verdict {
-            Verdict::Limited { retry_after, .. } => {
-                // Counted, to be recorded with this peer's next recorded refusal.
-                self.recorded = true;
-                Some(ToolError::rate_limited(retry_after))
-            }
-            Verdict::Allowed { suppressed: 0 } => None,
-            Verdict::Allowed { suppressed } => {
-                let record = match peer {
-                    Some(peer) => {
-                        record::suppressed(Some(peer), suppressed, self.request.transport)
-                    }
-                    None => record::suppressed_on_stdio(suppressed),
-                };
-                if let Some(sink) = self.server.audit()
-                    && let Err(err) = sink.record(record).await
-                {
-                    tracing::error!(error = %err, suppressed, ?peer, "the count of rate-limited refusals could not be recorded");
-                }
-                None
-            }
+            Verdict::Limited { retry_after, .. } => Err(retry_after),
+            Verdict::Allowed { suppressed: 0 } => Ok(None),
+            Verdict::Allowed { suppressed } => Ok(Some(match peer {
+                Some(peer) => record::suppressed(Some(peer), suppressed, self.request.transport),
+                None => record::suppressed_on_stdio(suppressed),
+            })),
         }
     }
 
@@ -433,53 +448,33 @@ impl Attempt {
         }
     }
 
-    /// Before the record of a refusal of a verified principal that the checks did not put
-    /// through its rate: past the rate, the first such refusal is recorded as it is, the
-    /// rest are answered 429 and only counted (`Some`, the answer); under it, what was
-    /// counted since is recorded first.
-    async fn limit_principal(&mut self) -> Option<ToolError> {
-        let principal = Arc::clone(self.principal.as_ref()?);
-        let limiter = self.server.limits().principal.as_ref()?;
-        self.rated = true;
-        match limiter.check_counting_after_first(&rate_key(&principal)) {
-            Verdict::Limited {
-                retry_after,
-                first: false,
-            } => {
-                self.recorded = true;
-                Some(ToolError::rate_limited(retry_after))
-            }
-            Verdict::Limited { first: true, .. } => None,
-            verdict @ Verdict::Allowed { .. } => {
-                // Records what was counted, if anything; never refuses.
-                let _ = self.rate_limited(verdict, &principal, None).await;
-                None
-            }
-        }
-    }
-
     /// Write the record (if the server keeps a trail) and make the answer.
     async fn finish(
         &mut self,
         result: Result<ToolOutput, ToolError>,
         check: Option<Check>,
     ) -> CallResponse {
-        // Every refusal of a caller not authenticated (no token, a bad one, or a request
-        // refused before its token could count) goes through its peer's rate.
-        if check.is_some()
-            && self.principal.is_none()
-            && let Some(limited) = self.limit_unauthenticated().await
-        {
-            return CallResponse::new(Err(limited), Some(Check::RateLimit));
-        }
-        // A verified principal's refusal that its rate has not seen (a transport's: a body
-        // that is not JSON, a batch, a scope refused at the gate…) goes through that rate
-        // too, or a token past its rate could still grow the trail without bound.
-        if check.is_some()
-            && !self.rated
-            && let Some(limited) = self.limit_principal().await
-        {
-            return CallResponse::new(Err(limited), Some(Check::RateLimit));
+        // Every refusal goes through a rate: a caller not authenticated (no token, a bad
+        // one, or a request refused before its token could count) its peer's, a verified
+        // principal whose rate has not seen it (a transport's refusal: a body that is not
+        // JSON, a batch, a scope refused at the gate…) its own, or either could grow the
+        // trail without bound.
+        if check.is_some() {
+            match self.refusal_rate() {
+                Err(retry_after) => {
+                    self.recorded = true;
+                    let limited = ToolError::rate_limited(retry_after);
+                    return CallResponse::new(Err(limited), Some(Check::RateLimit));
+                }
+                Ok(Some(count)) => {
+                    if let Some(sink) = self.server.audit()
+                        && let Err(err) = sink.record(count).await
+                    {
+                        tracing::error!(error = %err, "the count of rate-limited refusals could not be recorded");
+                    }
+                }
+                Ok(None) => {}
+            }
         }
         // Past a principal's rate: counted, not recorded one by one (`rate_limited`).
         if self.counted {
@@ -1148,8 +1143,10 @@ impl Drop for Attempt {
         };
         // As in `finish`: a record its principal's (or peer's) rate has not seen goes
         // through it, or requests the MCP layer drops could grow the trail past any rate.
-        if self.counted_on_drop(&sink) {
-            return;
+        match self.refusal_rate() {
+            Err(_) => return,
+            Ok(Some(count)) => hand_off(&sink, count, "the count of rate-limited refusals"),
+            Ok(None) => {}
         }
         let (check, error, status) = if self.dispatched {
             // An error, with nginx's "client closed request" status. Once the handler
@@ -1181,67 +1178,6 @@ impl Drop for Attempt {
             record.outcome = crate::audit::Outcome::Error;
         }
         hand_off(&sink, record, "the record of an abandoned call");
-    }
-}
-
-impl Attempt {
-    /// The rate check of a record written on drop, which cannot wait: past the rate of
-    /// its principal (or, unauthenticated, of its peer) it is only counted (`true`); a
-    /// count the rate kept is handed to the sink before it.
-    fn counted_on_drop(&mut self, sink: &Arc<dyn crate::audit::AuditSink>) -> bool {
-        let server = self.server.clone();
-        let limits = server.limits();
-        let count = match &self.principal {
-            Some(principal) if !self.rated => {
-                let Some(limiter) = &limits.principal else {
-                    return false;
-                };
-                match limiter.check_counting_after_first(&rate_key(principal)) {
-                    Verdict::Limited { first: false, .. } => return true,
-                    Verdict::Limited { first: true, .. } | Verdict::Allowed { suppressed: 0 } => {
-                        return false;
-                    }
-                    Verdict::Allowed { suppressed } => record::suppressed_of(
-                        principal.subject(),
-                        principal.workspace(),
-                        None,
-                        suppressed,
-                        self.request.transport,
-                    ),
-                }
-            }
-            Some(_) => return false,
-            None => {
-                let (verdict, peer) = match self.request.peer_addr {
-                    Some(addr) => {
-                        let peer = limits::peer_key(addr);
-                        let Some(limiter) = &limits.unauthenticated else {
-                            return false;
-                        };
-                        (limiter.check(&peer), Some(peer))
-                    }
-                    None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
-                        let Some(limiter) = &limits.stdio_unauthenticated else {
-                            return false;
-                        };
-                        (limiter.check(&()), None)
-                    }
-                    None => return false,
-                };
-                match verdict {
-                    Verdict::Limited { .. } => return true,
-                    Verdict::Allowed { suppressed: 0 } => return false,
-                    Verdict::Allowed { suppressed } => match peer {
-                        Some(peer) => {
-                            record::suppressed(Some(peer), suppressed, self.request.transport)
-                        }
-                        None => record::suppressed_on_stdio(suppressed),
-                    },
-                }
-            }
-        };
-        hand_off(sink, count, "the count of rate-limited refusals");
-        false
     }
 }
 
