@@ -461,7 +461,7 @@ where
     // transaction).
     let open = OpenTransaction(conn);
     // Declared after `open`: dropped first, so settings are restored before the rollback.
-    let settings = Settings::read(conn);
+    let mut settings = Settings::read(conn);
     let tx = Tx {
         conn,
         level: PhantomData,
@@ -482,7 +482,6 @@ where
         ));
     }
     conn.execute_batch("COMMIT")?;
-    drop(settings);
     drop(open);
     Ok(value)
 }
@@ -507,10 +506,12 @@ const SETTINGS: [(rusqlite::config::DbConfig, &str); 10] = {
     ]
 };
 
-/// [`SETTINGS`] as a transaction began; restored when dropped, whatever happened.
+/// [`SETTINGS`] as a transaction began; restored when dropped unchecked (a panic in
+/// the tool).
 struct Settings<'c> {
     conn: &'c Connection,
     before: [Option<bool>; SETTINGS.len()],
+    checked: bool,
 }
 
 impl<'c> Settings<'c> {
@@ -518,11 +519,13 @@ impl<'c> Settings<'c> {
         Settings {
             conn,
             before: SETTINGS.map(|(config, _)| conn.db_config(config).ok()),
+            checked: false,
         }
     }
 
     /// The settings that differ from what they were, restored.
-    fn changed(&self) -> Vec<&'static str> {
+    fn changed(&mut self) -> Vec<&'static str> {
+        self.checked = true;
         let mut changed = Vec::new();
         for ((config, name), before) in SETTINGS.iter().zip(self.before) {
             let Some(before) = before else { continue };
@@ -537,8 +540,9 @@ impl<'c> Settings<'c> {
 
 impl Drop for Settings<'_> {
     fn drop(&mut self) {
-        // After a panic in the tool, or an early return: put back what was changed.
-        let _ = self.changed();
+        if !self.checked {
+            let _ = self.changed();
+        }
     }
 }
 

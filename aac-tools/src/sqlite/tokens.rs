@@ -182,11 +182,16 @@ impl TokenVerifier for TokenStore {
     }
 }
 
-/// The blocking SQLite calls run on the blocking pool when a runtime is there.
+/// The blocking SQLite calls (`what`) run on the blocking pool when a runtime is there.
+/// Refused to a running tool, checked here, on the caller's thread: the blocking thread
+/// runs no tool.
 fn blocking<T: Send + 'static>(
+    what: &str,
     f: impl FnOnce() -> Result<T, DbError> + Send + 'static,
 ) -> BoxFuture<'static, Result<T, TokenError>> {
+    let refused = super::refused_in_tools(what);
     Box::pin(async move {
+        refused.map_err(|e| TokenError::new(e.to_string()))?;
         let result = match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
                 Err(DbError::new(
@@ -208,35 +213,27 @@ impl TokenIssuer for TokenStore {
         scopes: &'a [&'a str],
         ttl_seconds: Option<i64>,
     ) -> BoxFuture<'a, Result<NewToken, TokenError>> {
-        // Checked here, on the caller's thread: the blocking thread runs no tool.
-        if let Err(err) = super::refused_in_tools("TokenStore::create") {
-            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
-        }
         let store = self.clone();
         let subject = subject.to_owned();
         let workspace = workspace.map(str::to_owned);
         let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
-        blocking(move || {
+        blocking("TokenStore::create", move || {
             let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
             TokenStore::create(&store, &subject, workspace.as_deref(), &scopes, ttl_seconds)
         })
     }
 
     fn revoke<'a>(&'a self, id_or_token: &'a str) -> BoxFuture<'a, Result<bool, TokenError>> {
-        if let Err(err) = super::refused_in_tools("TokenStore::revoke") {
-            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
-        }
         let store = self.clone();
         let id_or_token = id_or_token.to_owned();
-        blocking(move || TokenStore::revoke(&store, &id_or_token))
+        blocking("TokenStore::revoke", move || {
+            TokenStore::revoke(&store, &id_or_token)
+        })
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<TokenInfo>, TokenError>> {
-        if let Err(err) = super::refused_in_tools("TokenStore::list") {
-            return Box::pin(std::future::ready(Err(TokenError::new(err.to_string()))));
-        }
         let store = self.clone();
-        blocking(move || TokenStore::list(&store))
+        blocking("TokenStore::list", move || TokenStore::list(&store))
     }
 }
 
