@@ -106,10 +106,16 @@ impl AuditSink for FanOut {
                 }
             })
             .await;
-            // A record handed back is written again later, to every sink: only when no
-            // sink took it, or those that did would hold it twice.
-            let every_sink_failed = errors.len() == pending.len();
-            let handed_back = errors.iter_mut().filter_map(AuditError::take_record).next();
+            // A record handed back is written again later, to every sink: only when every
+            // sink handed it back (none took it, none may have), or one would hold it twice.
+            let records: Vec<Option<AuditRecord>> =
+                errors.iter_mut().map(AuditError::take_record).collect();
+            let handed_back =
+                if errors.len() == pending.len() && records.iter().all(Option::is_some) {
+                    records.into_iter().flatten().next()
+                } else {
+                    None
+                };
             let err = match errors.len() {
                 0 => return Ok(()),
                 1 => errors.remove(0),
@@ -122,8 +128,8 @@ impl AuditSink for FanOut {
                 ),
             };
             Err(match handed_back {
-                Some(record) if every_sink_failed => err.with_record(record),
-                _ => err,
+                Some(record) => err.with_record(record),
+                None => err,
             })
         })
     }
