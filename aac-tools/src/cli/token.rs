@@ -91,15 +91,23 @@ pub(super) fn request(context: &CliContext, args: &CreateArgs) -> Result<TokenRe
     }
     let known = context.registry()?.scopes_supported();
     let mut scopes: Vec<String> = Vec::new();
+    // In the order given, each once; `all` stands for every scope the tools use.
+    for scope in args.scopes.iter().map(|s| s.trim()) {
+        if !scope.is_empty() && scope != "all" && !scopes.iter().any(|s| s == scope) {
+            scopes.push(scope.to_owned());
+        }
+    }
+    // Checked before `all` expands, so that `--scopes all,isues:write` is a typo
+    // reported, not a token quietly given every scope.
+    if let Some(unknown) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
+        return Err(CliError::new(format!(
+            "unknown scope `{}`; the tools use: {} (or `all`)",
+            printable(unknown),
+            known.join(", ")
+        )));
+    }
     if args.scopes.iter().any(|s| s.trim() == "all") {
         scopes = known.iter().map(|s| (*s).to_owned()).collect();
-    } else {
-        // In the order given, each once.
-        for scope in args.scopes.iter().map(|s| s.trim()) {
-            if !scope.is_empty() && !scopes.iter().any(|s| s == scope) {
-                scopes.push(scope.to_owned());
-            }
-        }
     }
     if scopes.is_empty() {
         return Err(CliError::new(if known.is_empty() {
@@ -110,13 +118,6 @@ pub(super) fn request(context: &CliContext, args: &CreateArgs) -> Result<TokenRe
                 known[0]
             )
         }));
-    }
-    if let Some(unknown) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
-        return Err(CliError::new(format!(
-            "unknown scope `{}`; the tools use: {} (or `all`)",
-            printable(unknown),
-            known.join(", ")
-        )));
     }
     let subject = args.subject.trim().to_owned();
     let workspace = args.workspace.as_ref().map(|w| w.trim().to_owned());

@@ -315,6 +315,9 @@ fn token_create_refuses_unknown_users_scopes_and_durations() {
     assert!(line.contains("no user `oscar`"), "{line}");
     let line = one_line_error(&create("demo", "bob", "issues:raed", None));
     assert!(line.contains("unknown scope `issues:raed`"), "{line}");
+    // A typo beside `all` is reported, not swallowed by it.
+    let line = one_line_error(&create("demo", "bob", "all,issues:raed", None));
+    assert!(line.contains("unknown scope `issues:raed`"), "{line}");
     let line = one_line_error(&create("demo", "bob", "issues:read", Some("30x")));
     assert!(line.contains("30d"), "{line}");
 }
