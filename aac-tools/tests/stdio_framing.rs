@@ -62,6 +62,24 @@ mod held {
     }
 }
 
+mod stuck {
+    use super::*;
+    use framed::{Echo, Said};
+
+    /// Until set, `stuck_text` calls wait (apart from `held`'s, which another test sets).
+    pub(crate) static RELEASED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Says the text back once released.
+    #[mcp_tool(read_only, idempotent, scope = "echo:read")]
+    pub(crate) async fn stuck_text(args: Echo) -> Result<Said, ToolError> {
+        while !RELEASED.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(Said { text: args.text })
+    }
+}
+
 fn server(filter_by_scope: bool) -> Server {
     builder(filter_by_scope).audit_disabled().build().unwrap()
 }
@@ -304,13 +322,17 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     let invalid = raw.next().await;
     assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
     assert_eq!(invalid["id"], 5, "{invalid}");
+    // A batch is answered as JSON-RPC answers one: an array, an error under each id.
+    raw.line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},7]"#)
+        .await;
+    let batch = raw.next().await;
+    assert_eq!(batch[0]["id"], 1, "{batch}");
+    assert_eq!(batch[0]["error"]["code"], -32600, "{batch}");
+    assert!(batch[1]["id"].is_null() && batch[1]["error"]["code"] == -32600);
     // Every error answer has an `id` (JSON-RPC): `null` when the line has no valid one.
     for (line, id, code) in [
-        (
-            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
-            json!(null),
-            -32600,
-        ),
+        // An empty batch is one invalid request.
+        ("[]", json!(null), -32600),
         (
             r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
             json!(null),
@@ -449,7 +471,11 @@ async fn every_tools_call_the_framing_cannot_read_is_recorded_once() {
     );
     raw.line(r#"[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"hi"}}}]"#)
         .await;
-    assert_eq!(raw.next().await["error"]["code"], -32600);
+    let batch = raw.next().await;
+    assert_eq!(
+        (&batch[0]["id"], &batch[0]["error"]["code"]),
+        (&json!(8), &json!(-32600))
+    );
     // Never answered (no id), recorded all the same.
     raw.line(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x"}}}"#)
         .await;
@@ -808,7 +834,16 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         call(5, "c"),
     ]);
     raw.line(&batch.to_string()).await;
-    assert_eq!(raw.next().await["error"]["code"], -32600);
+    // Answered as JSON-RPC answers a batch: one array, an error under each request's id,
+    // so that a client that sent it (2025-03-26 allowed batches) is not left waiting.
+    let answer = raw.next().await;
+    let answers = answer.as_array().expect("an array answers a batch");
+    let ids: Vec<&Value> = answers.iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4, 5], "{answer}");
+    assert!(
+        answers.iter().all(|a| a["error"]["code"] == -32600),
+        "{answer}"
+    );
     raw.line(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#)
         .await;
     assert_eq!(raw.next().await["id"], 6);
@@ -837,7 +872,11 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     let before = sink.records().len();
     let many: Vec<Value> = (0..40).map(|i| call(100 + i, "m")).collect();
     raw.line(&Value::Array(many).to_string()).await;
-    assert_eq!(raw.next().await["error"]["code"], -32600);
+    assert_eq!(raw.next().await.as_array().map(Vec::len), Some(40));
+    // A batch of notifications only is answered with nothing (JSON-RPC): the next
+    // answer is the ping's.
+    raw.line(r#"[{"jsonrpc":"2.0","method":"notifications/progress"}]"#)
+        .await;
     raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)
         .await;
     assert_eq!(raw.next().await["id"], 7);
@@ -857,7 +896,10 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     let before = sink.records().len();
     let nested = json!([[call(8, "n")], [call(9, "o"), [call(10, "p")]]]);
     raw.line(&nested.to_string()).await;
-    assert!(raw.next().await["error"]["code"].is_i64());
+    // Each element is no message: an error under `null` for each (JSON-RPC).
+    let answer = raw.next().await;
+    assert_eq!(answer.as_array().map(Vec::len), Some(2), "{answer}");
+    assert!(answer[1]["id"].is_null() && answer[1]["error"]["code"] == -32600);
     raw.line(r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#)
         .await;
     assert_eq!(raw.next().await["id"], 11);
@@ -1372,6 +1414,79 @@ async fn requests_past_those_in_hand_are_refused_while_questions_wait() {
         .filter(|r| r.reason.as_deref() == Some("cancelled"))
         .count();
     assert_eq!(cancelled, 16, "{records:?}");
+}
+
+/// While a question waits for the person, input is read on (the answer can only come that
+/// way), so calls that take long can pile up: past 64 requests in hand, a further request
+/// is refused at once ("Server busy", -32000, under its id), the call recorded 429
+/// `too_many_in_flight`, and not run; once the calls in hand end, requests are taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_64_requests_in_hand_while_a_question_waits_a_request_is_refused_busy() {
+    let sink = MemorySink::new();
+    let registry = Registry::collect_named(&["forget_text", "stuck_text"]).unwrap();
+    let server = Server::builder(registry)
+        .verifier(
+            StaticTokens::new().with("all", Principal::new("all", ["echo:read", "echo:delete"])),
+        )
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    let mut raw = eliciting(server, 1 << 20).await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+        .await;
+    let asked = raw.next().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    // The question and 63 calls that do not end: 64 in hand.
+    for i in 2..=64 {
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"stuck_text","arguments":{{"text":"{i}"}}}}}}"#
+        ))
+        .await;
+    }
+    for (id, name) in [(65, "stuck_text"), (66, "forget_text")] {
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{"text":"y","confirm":true}}}}}}"#
+        ))
+        .await;
+        let busy = raw.next().await;
+        assert_eq!(busy["id"], id, "{busy}");
+        assert_eq!(busy["error"]["code"], -32000, "{busy}");
+        assert!(
+            busy["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Server busy")),
+            "{busy}"
+        );
+    }
+    let busy: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.reason.as_deref() == Some("too_many_in_flight"))
+        .map(|r| (r.tool, r.status, r.request_id))
+        .collect();
+    assert_eq!(
+        busy,
+        [
+            ("stuck_text".to_owned(), 429, Some("65".to_owned())),
+            ("forget_text".to_owned(), 429, Some("66".to_owned())),
+        ]
+    );
+    // The person declines and the calls end: a request is taken again.
+    stuck::RELEASED.store(true, std::sync::atomic::Ordering::SeqCst);
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}}).to_string(),
+    )
+    .await;
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < 64 {
+        let answer = raw.next().await;
+        assert!(answered.insert(answer["id"].as_u64().unwrap()), "{answer}");
+    }
+    raw.line(r#"{"jsonrpc":"2.0","id":67,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 67);
+    assert_eq!(sink.records().len(), 66, "one record per call sent");
 }
 
 /// A call cancelled while in hand is no longer in flight: its id may be sent again (MCP

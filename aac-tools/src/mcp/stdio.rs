@@ -1067,6 +1067,10 @@ enum Parsed {
     /// Several messages one after the other on the line (`{…}{…}`), which JSON-RPC over
     /// stdio does not allow: every request among them is answered, under its own id.
     RefusedEach(Vec<serde_json::Value>),
+    /// A JSON-RPC batch (an array), which rmcp does not take: every request in it is
+    /// refused under its own id, in one array, as JSON-RPC answers a batch, so that a
+    /// client of a version that allowed batches (2025-03-26) is not left waiting.
+    RefusedBatch(Vec<serde_json::Value>),
 }
 
 /// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
@@ -1092,6 +1096,27 @@ fn error_line(id: serde_json::Value, code: ErrorCode, message: String) -> Vec<u8
     answer
 }
 
+/// One line answering a batch: an array of one error per request, under its id.
+fn batch_refused(ids: Vec<serde_json::Value>) -> Vec<u8> {
+    let answers: Vec<serde_json::Value> = ids
+        .into_iter()
+        .map(|id| {
+            serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {
+                    "code": ErrorCode::INVALID_REQUEST.0,
+                    "message": "Invalid request: this server does not take JSON-RPC batches; \
+                                send each message on a line of its own",
+                },
+            })
+        })
+        .collect();
+    let mut line = serde_json::to_vec(&answers).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// A line without its `\n`, `\r` and byte-order mark.
 fn trim_line(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
@@ -1109,6 +1134,25 @@ fn parse(line: &[u8]) -> Parsed {
         Err(err) if err.is_data() => {
             tracing::debug!(error = %err, "a line that is not an MCP message");
             let value = serde_json::from_slice::<serde_json::Value>(line).ok();
+            if let Some(serde_json::Value::Array(items)) = &value
+                && !items.is_empty()
+            {
+                // As JSON-RPC answers a batch: a request under its id, anything that is
+                // no message under `null`; a notification or a response gets nothing.
+                let ids = items
+                    .iter()
+                    .filter_map(|item| match item.as_object() {
+                        Some(o) if o.contains_key("method") => o
+                            .contains_key("id")
+                            .then(|| json_rpc_id(o.get("id").cloned())),
+                        Some(o) if o.contains_key("result") || o.contains_key("error") => None,
+                        _ => Some(serde_json::Value::Null),
+                    })
+                    // Bounded: the line's values are (`MAX_VALUES`), its answers are too.
+                    .take(MAX_EACH_ANSWERED)
+                    .collect();
+                return Parsed::RefusedBatch(ids);
+            }
             let object = value.as_ref().and_then(serde_json::Value::as_object);
             // A notification (an object without an id) is never answered (JSON-RPC);
             // rmcp ignores the ones it does not know.
@@ -1497,7 +1541,10 @@ where
             }
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
-                Parsed::Ignored | Parsed::Refused { .. } | Parsed::RefusedEach(_) => true,
+                Parsed::Ignored
+                | Parsed::Refused { .. }
+                | Parsed::RefusedEach(_)
+                | Parsed::RefusedBatch(_) => true,
             };
             if refused {
                 self.recording = self.refusals.of(trim_line(&self.line));
@@ -1537,6 +1584,14 @@ where
                         .collect();
                     self.line.clear();
                     self.owed = Owed::Line(answers);
+                    continue;
+                }
+                Parsed::RefusedBatch(ids) => {
+                    self.line.clear();
+                    // Only notifications: JSON-RPC answers nothing.
+                    if !ids.is_empty() {
+                        self.owed = Owed::Line(vec![Bytes::from(batch_refused(ids))]);
+                    }
                     continue;
                 }
             };
