@@ -209,6 +209,9 @@ fn parse_jwks(text: &str) -> Result<Vec<SetKey>, String> {
             ),
             None => None,
         };
+        if let Some(why) = unfit_for_signatures(jwk) {
+            return Err(format!("has key `{name}` that {why}"));
+        }
         let key = DecodingKey::from_jwk(jwk)
             .map_err(|e| format!("has key `{name}` that cannot be used: {e}"))?;
         keys.push(SetKey { kid, alg, key });
@@ -217,6 +220,35 @@ fn parse_jwks(text: &str) -> Result<Vec<SetKey>, String> {
         return Err("has no keys".to_owned());
     }
     Ok(keys)
+}
+
+/// Why a key of a set may not verify access tokens, if it may not: one marked for
+/// encryption (`use`, `key_ops`), an HS256 secret shorter than the 32 bytes
+/// [`JwtVerifierBuilder::hs256_secret`] asks for, an RSA modulus under 2048 bits.
+fn unfit_for_signatures(jwk: &jsonwebtoken::jwk::Jwk) -> Option<String> {
+    use jsonwebtoken::jwk::{AlgorithmParameters, KeyOperations, PublicKeyUse};
+    if matches!(
+        jwk.common.public_key_use,
+        Some(PublicKeyUse::Encryption | PublicKeyUse::Other(_))
+    ) {
+        return Some("is not for signatures (its `use` is not `sig`)".to_owned());
+    }
+    if let Some(ops) = &jwk.common.key_operations
+        && !ops.iter().any(|op| matches!(op, KeyOperations::Verify))
+    {
+        return Some("is not for verifying signatures (its `key_ops` lack `verify`)".to_owned());
+    }
+    // Base64url without padding: four characters carry three bytes.
+    let decoded = |text: &str| text.trim_end_matches('=').len() * 3 / 4;
+    match &jwk.algorithm {
+        AlgorithmParameters::OctetKey(oct) if decoded(&oct.value) < 32 => {
+            Some("is a secret shorter than 32 bytes".to_owned())
+        }
+        AlgorithmParameters::RSA(rsa) if decoded(&rsa.n) < 256 => {
+            Some("is an RSA key shorter than 2048 bits".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// If the build enables more than one crypto backend of `jsonwebtoken`, pick RustCrypto
@@ -321,16 +353,25 @@ impl JwtVerifier {
             .sub
             .filter(|s| !s.is_empty())
             .ok_or_else(|| ToolError::invalid_token("the token has no subject"))?;
+        // Names that are printed, bound into request states and compared: no control
+        // characters (a `\n` could make two principals' names read as one).
+        if subject.chars().any(char::is_control) {
+            return Err(ToolError::invalid_token(
+                "the token's `sub` claim holds a control character",
+            ));
+        }
         let scopes: Vec<String> = match (claims.scope, claims.scp) {
-            (Some(scope), _) => scope.split_whitespace().map(str::to_owned).collect(),
+            (Some(scope), _) => scope_tokens(&scope),
             (None, Some(Scp::List(list))) => list,
-            (None, Some(Scp::Text(text))) => text.split_whitespace().map(str::to_owned).collect(),
+            (None, Some(Scp::Text(text))) => scope_tokens(&text),
             (None, None) => Vec::new(),
         };
         let mut principal = Principal::new(subject, scopes);
         match claims.other.get(&self.workspace_claim) {
             None | Some(Value::Null) => {}
-            Some(Value::String(ws)) if !ws.is_empty() => principal = principal.in_workspace(ws),
+            Some(Value::String(ws)) if !ws.is_empty() && !ws.chars().any(char::is_control) => {
+                principal = principal.in_workspace(ws)
+            }
             Some(_) => {
                 return Err(ToolError::invalid_token(format!(
                     "the token's `{}` claim is not a workspace name",
@@ -343,6 +384,16 @@ impl JwtVerifier {
         }
         Ok(principal)
     }
+}
+
+/// The scopes of a `scope` (or string `scp`) claim: separated by spaces (U+0020) only, as
+/// RFC 6749 §3.3 says. Another blank (a no-break space) is part of a scope, which then
+/// names none the tools use, as the authorization server that issued it meant.
+fn scope_tokens(text: &str) -> Vec<String> {
+    text.split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn describe(kind: &ErrorKind) -> String {
@@ -588,6 +639,72 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("not a JSON Web Key Set")
+        );
+    }
+
+    #[test]
+    fn keys_unfit_for_signatures_are_refused() {
+        let secret = "YSBzaGFyZWQgc2VjcmV0IG9mIGF0IGxlYXN0IHRoaXJ0eS10d28gYnl0ZXM";
+        // A 1024-bit modulus (128 bytes: 171 base64url characters), e = 3.
+        let small_n = "A".repeat(171);
+        let cases = [
+            (json!({"kty": "oct", "k": "AQ"}), "shorter than 32 bytes"),
+            (
+                json!({"kty": "oct", "k": secret, "use": "enc"}),
+                "not for signatures",
+            ),
+            (
+                json!({"kty": "oct", "k": secret, "key_ops": ["encrypt"]}),
+                "lack `verify`",
+            ),
+            (
+                json!({"kty": "RSA", "n": small_n, "e": "Aw"}),
+                "shorter than 2048 bits",
+            ),
+        ];
+        for (key, why) in cases {
+            let jwks = json!({ "keys": [key] }).to_string();
+            let err = JwtVerifier::builder()
+                .audience(AUD)
+                .jwks_json(jwks)
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{key}: {err}");
+        }
+        // Marked for signatures and verifying: taken.
+        let jwks =
+            json!({"keys": [{"kty": "oct", "k": secret, "use": "sig", "key_ops": ["verify"]}]});
+        assert!(
+            JwtVerifier::builder()
+                .audience(AUD)
+                .jwks_json(jwks.to_string())
+                .build()
+                .is_ok()
+        );
+    }
+
+    /// Scopes are separated by U+0020 only (RFC 6749 §3.3), and names with control
+    /// characters are refused: `a\nb` in `c` and `a` in `b\nc` would bind as one.
+    #[test]
+    fn scopes_split_on_spaces_only_and_names_have_no_control_characters() {
+        let v = hs256();
+        let p = v
+            .verify_now(&sign_hs256(claims(
+                json!({"scope": "issues:read\u{a0}issues:write  x:y\tz"}),
+            )))
+            .unwrap();
+        assert_eq!(
+            p.scopes().collect::<Vec<_>>(),
+            ["issues:read\u{a0}issues:write", "x:y\tz"]
+        );
+        assert_eq!(
+            reason(&v, &sign_hs256(claims(json!({"sub": "a\nb"})))),
+            "the token's `sub` claim holds a control character"
+        );
+        assert_eq!(
+            reason(&v, &sign_hs256(claims(json!({"workspace": "b\nc"})))),
+            "the token's `workspace` claim is not a workspace name"
         );
     }
 

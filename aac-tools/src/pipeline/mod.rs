@@ -1201,13 +1201,10 @@ fn rate_key(principal: &Principal) -> (String, Option<String>) {
     )
 }
 
-/// What a `requestState` binds of the principal: subject and workspace.
+/// What a `requestState` binds of the principal: subject and workspace, as a JSON array,
+/// which no two pairs share (joined by a separator, `a\nb` in `c` and `a` in `b\nc` did).
 fn principal_binding(principal: &Principal) -> String {
-    format!(
-        "{}\n{}",
-        principal.subject(),
-        principal.workspace().unwrap_or_default()
-    )
+    serde_json::json!([principal.subject(), principal.workspace()]).to_string()
 }
 
 /// A handler's call that passed every check.
