@@ -52,8 +52,9 @@ enum Answer {
     /// The client cancels the call (or goes away) while the question is open, as the
     /// MCP peer reports it.
     Cancelled,
-    /// While the person is asked, the caller's token is revoked; then they accept.
-    AcceptAfterRevoking(Arc<AtomicBool>),
+    /// While the person is asked, the flag is set (a token revoked, a sink failed); then
+    /// they accept.
+    AcceptAfterSetting(Arc<AtomicBool>),
 }
 
 struct FakeClient {
@@ -96,7 +97,7 @@ impl ClientPeer for FakeClient {
         Box::pin(async move {
             match answer {
                 Answer::Action(action) => Ok(json!({"action": action})),
-                Answer::AcceptAfterRevoking(revoked) => {
+                Answer::AcceptAfterSetting(revoked) => {
                     revoked.store(true, Ordering::SeqCst);
                     Ok(json!({"action": "accept"}))
                 }
@@ -213,7 +214,7 @@ async fn a_token_revoked_while_the_user_is_asked_is_refused_after_the_answer() {
         .confirmation(ConfirmPolicy::User)
         .build()
         .unwrap();
-    let client = FakeClient::new(Answer::AcceptAfterRevoking(Arc::clone(&revoked)));
+    let client = FakeClient::new(Answer::AcceptAfterSetting(Arc::clone(&revoked)));
     let response = server
         .call(call("drop_note", "N-revoked", &client, "alice"))
         .await;
@@ -252,6 +253,75 @@ async fn a_token_revoked_while_the_user_is_asked_is_refused_after_the_answer() {
         .call(call("drop_note", "N-kept-valid", &client, "alice"))
         .await;
     assert!(response.error().is_none(), "{:?}", response.error());
+}
+
+/// A sink that stops being ready once `failing` is set (it still keeps what it is given,
+/// so that the refusal's record can be read).
+struct FailsWhen {
+    inner: MemorySink,
+    failing: Arc<AtomicBool>,
+}
+
+impl aac_tools::audit::AuditSink for FailsWhen {
+    fn ready(&self) -> Result<(), aac_tools::audit::AuditError> {
+        if self.failing.load(Ordering::SeqCst) {
+            Err(aac_tools::audit::AuditError::new("disk on fire"))
+        } else {
+            Ok(())
+        }
+    }
+    fn record(
+        &self,
+        record: AuditRecord,
+    ) -> BoxFuture<'_, Result<(), aac_tools::audit::AuditError>> {
+        self.inner.record(record)
+    }
+}
+
+/// The audit sink fails while the person is asked: the yes does not run the call (503
+/// `audit_unavailable`, before the handler), as the call would have been refused before
+/// the question.
+#[tokio::test]
+async fn a_sink_that_fails_while_the_user_is_asked_fails_the_call_closed() {
+    let sink = MemorySink::new();
+    let failing = Arc::new(AtomicBool::new(false));
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(StaticTokens::new().with("alice", Principal::new("alice", ["notes:write"])))
+        .audit(FailsWhen {
+            inner: sink.clone(),
+            failing: Arc::clone(&failing),
+        })
+        .confirmation(ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    // The client's person says yes just after the sink failed.
+    let client = FakeClient::new(Answer::AcceptAfterSetting(Arc::clone(&failing)));
+    let response = server
+        .call(call("drop_note", "N-sink-failed", &client, "alice"))
+        .await;
+    assert_eq!(
+        client.asked.lock().unwrap().len(),
+        1,
+        "the person was asked"
+    );
+    let err = response.error().expect("refused");
+    assert_eq!(
+        (err.status().code(), err.reason()),
+        (503, "audit_unavailable")
+    );
+    assert!(
+        !RAN.lock().unwrap().iter().any(|n| n == "N-sink-failed"),
+        "the handler ran while the sink was known to fail"
+    );
+    let record = last(&sink);
+    assert_eq!(
+        (
+            record.outcome,
+            record.status,
+            record.confirmed_by.as_deref()
+        ),
+        (Outcome::Denied, 503, Some("user"))
+    );
 }
 
 #[tokio::test]

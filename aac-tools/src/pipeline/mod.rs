@@ -643,6 +643,13 @@ impl Attempt {
             let policy = def.confirm_policy().unwrap_or(server.confirmation().policy);
             if policy.asks_user() {
                 self.confirm_with_user(def, &principal, policy).await?;
+                // The answer may come long after step 7: a sink that failed meanwhile
+                // fails the call closed, as it would have before the question.
+                if let Some(sink) = server.audit()
+                    && let Err(err) = sink.ready()
+                {
+                    return Err((Check::Audit, ToolError::audit_unavailable(err)));
+                }
             }
         }
         let mut handler_args = match self.request.arguments.take() {
