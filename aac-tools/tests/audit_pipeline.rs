@@ -452,17 +452,18 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
             && err.message().contains("its record is kept"),
         "{err}"
     );
-    // A refusal while the sink fails is not owed: nothing ran.
+    // A refusal while the sink fails (answered 503 as well) is owed too: a call that was
+    // refused leaves its trace as one that ran does.
     let refused = server.call(CallRequest::new("count_notes", None)).await;
     assert_eq!(refused.check(), Some(Check::Audit));
     assert!(sink.inner.records().is_empty());
 
-    // The sink writes again: the owed record goes first, then the call's own; once.
+    // The sink writes again: the owed records go first, then the call's own; once.
     sink.refuse_record.store(false, Ordering::SeqCst);
     let response = server.call(alice("count_notes", None)).await;
     assert!(response.error().is_none(), "{:?}", response.error());
     let records = sink.inner.records();
-    assert_eq!(records.len(), 2, "{records:#?}");
+    assert_eq!(records.len(), 3, "{records:#?}");
     let owed = &records[0];
     assert_eq!(
         (
@@ -485,13 +486,23 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
     );
     assert_eq!(owed.arguments["title"], "kept");
     assert_eq!(
-        (records[1].tool.as_str(), records[1].status),
+        (
+            records[1].tool.as_str(),
+            records[1].outcome,
+            records[1].status,
+            records[1].principal.as_deref()
+        ),
+        ("count_notes", Outcome::Denied, 503, None),
+        "the refusal, as it was answered"
+    );
+    assert_eq!(
+        (records[2].tool.as_str(), records[2].status),
         ("count_notes", 200)
     );
     server.call(alice("count_notes", None)).await;
     assert_eq!(
         sink.inner.records().len(),
-        3,
+        4,
         "an owed record is written once"
     );
 
@@ -502,11 +513,30 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
     sink.refuse_record.store(false, Ordering::SeqCst);
     server.flush_rate_limited().await;
     let records = sink.inner.records();
-    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(records.len(), 5, "{records:#?}");
     assert_eq!(
-        (records[3].tool.as_str(), records[3].status),
+        (records[4].tool.as_str(), records[4].status),
         ("count_notes", 503)
     );
+
+    // A flood refused while the sink fails: the first 1,024 kept, the rest counted, and
+    // the count recorded after them (every call accounted for).
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    for _ in 0..1100 {
+        server.call(alice("count_notes", None)).await;
+    }
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    server.flush_rate_limited().await;
+    let records = sink.inner.records();
+    assert_eq!(records.len(), 5 + 1024 + 1, "kept, and one count");
+    let count = records.last().unwrap();
+    assert_eq!(
+        (count.tool.as_str(), count.status, count.reason.as_deref()),
+        ("(unknown)", 503, Some("audit_unavailable"))
+    );
+    assert_eq!(count.arguments, json!({"more_calls": 76}));
+    server.flush_rate_limited().await;
+    assert_eq!(sink.inner.records().len(), 5 + 1024 + 1, "written once");
 }
 
 #[tokio::test]

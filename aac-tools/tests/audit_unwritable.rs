@@ -211,13 +211,26 @@ async fn a_sink_recovers_once_its_database_can_be_opened() {
         .unwrap();
     let outcomes: Vec<_> = records
         .iter()
-        .map(|s| (s.record.outcome, s.record.reason.clone()))
+        .map(|s| {
+            (
+                s.record.tool.as_str(),
+                s.record.outcome,
+                s.record.reason.as_deref(),
+            )
+        })
         .collect();
+    // The calls refused while it could not be opened are written late, first (each as it
+    // was answered: 503 `audit_unavailable`), then the probe's refusal and the call.
+    let refused = (Outcome::Denied, Some("audit_unavailable"));
     assert_eq!(
         outcomes,
         [
-            (Outcome::Denied, Some("audit_unavailable".to_owned())),
-            (Outcome::Success, None)
+            ("count_runs", refused.0, refused.1),
+            ("count_and_delete", refused.0, refused.1),
+            ("count_runs", refused.0, refused.1),
+            ("no_such_tool", refused.0, refused.1),
+            ("count_runs", refused.0, refused.1),
+            ("count_runs", Outcome::Success, None)
         ]
     );
 }

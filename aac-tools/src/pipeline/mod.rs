@@ -12,6 +12,7 @@
 //! scopes to answer real 401s and 403s) leaves its verdict in the attempt, and
 //! [`Attempt::run`] does not check it again.
 
+pub(crate) mod commits;
 pub(crate) mod limits;
 pub(crate) mod listing;
 mod owed;
@@ -71,6 +72,9 @@ pub struct Attempt {
     redacted: Option<Value>,
     /// Whether the handler started (then the attempt finishes on its own task).
     started_handler: bool,
+    /// The handler's database transactions, once it started: if the attempt is dropped
+    /// under it (the server stopped), none commits after, and the record says which did.
+    commits: Option<Arc<commits::Commits>>,
     /// Whether the transport that began the attempt handed it to the pipeline's caller
     /// (always, except for an attempt the `/mcp` gate began that the MCP layer dropped).
     dispatched: bool,
@@ -120,6 +124,7 @@ impl Server {
             authorized: false,
             redacted: None,
             started_handler: false,
+            commits: None,
             dispatched: true,
             recorded: false,
             confirmed_by: None,
@@ -319,7 +324,9 @@ impl Attempt {
         };
         let kind = self.request.kind;
         let level = call.level;
-        let mut handler = CatchUnwind(handler(call), level);
+        let commits = Arc::new(commits::Commits::default());
+        self.commits = Some(Arc::clone(&commits));
+        let mut handler = CatchUnwind(handler(call), level, commits);
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn. Its parameters are extracted in it: arguments their type refuses
         // (past what the schema bounds) are a refusal of the validation, not the tool's.
@@ -535,8 +542,12 @@ impl Attempt {
                 let err = ToolError::new(Status::Unavailable, "audit_unavailable", message);
                 CallResponse::new(Err(err), Some(Check::Audit))
             }
-            Err(err) => {
-                tracing::error!(tool = %self.request.tool, error = %err, "audit record could not be written; answering 503");
+            Err(mut err) => {
+                // A refusal (nothing ran), answered 503: its record, if the sink handed it
+                // back, is owed as well (past the bound, counted), so that a call refused
+                // while the trail failed still leaves its trace.
+                let kept = err.take_record().is_some_and(|record| owed.keep(record));
+                tracing::error!(tool = %self.request.tool, error = %err, kept, "audit record could not be written; answering 503");
                 CallResponse::new(Err(ToolError::audit_unavailable(err)), Some(Check::Audit))
             }
         }
@@ -1145,6 +1156,12 @@ impl Drop for Attempt {
         if self.recorded {
             return;
         }
+        // Dropped under a running handler: from here on none of its transactions commits
+        // (whether or not there is a record to write).
+        let commits = self
+            .commits
+            .take()
+            .map(|c| c.abandon(commits::WAIT_FOR_COMMIT));
         let Some(sink) = self.server.audit().cloned() else {
             return;
         };
@@ -1152,23 +1169,47 @@ impl Drop for Attempt {
         // through it, or requests the MCP layer drops could grow the trail past any rate.
         match self.refusal_rate() {
             Err(_) => return,
-            Ok(Some(count)) => hand_off(&sink, count, "the count of rate-limited refusals"),
+            Ok(Some(count)) => hand_off(&sink, None, count, "the count of rate-limited refusals"),
             Ok(None) => {}
         }
+        let mut wrote = false;
         let (check, error, status) = if self.dispatched {
             // An error, with nginx's "client closed request" status. Once the handler
             // has started, the attempt finishes on its own task, so this happens only
-            // before it (the client went away) or if the runtime itself stops under it.
-            let message = if self.started_handler {
-                "the call was abandoned while the tool ran (the server stopped); whether it finished is unknown"
-            } else {
-                "the call was abandoned before the tool ran (the client went away)"
+            // before it (the client went away) or if the runtime itself stops under it
+            // (the server stopped); then the reason says what its transactions did.
+            let (reason, message) = match commits {
+                _ if !self.started_handler => (
+                    "cancelled",
+                    "the call was abandoned before the tool ran (the client went away)",
+                ),
+                Some(commits::Abandoned { in_doubt: true, .. }) => (
+                    "cancelled_commit_in_doubt",
+                    "the call was abandoned while the tool ran (the server stopped), with a \
+                     database commit in flight: whether it took is unknown",
+                ),
+                Some(commits::Abandoned { committed: 0, .. }) => (
+                    "cancelled",
+                    "the call was abandoned while the tool ran (the server stopped); none of \
+                     its database transactions committed, and none commits after",
+                ),
+                Some(commits::Abandoned { .. }) => {
+                    // What it wrote stands: the record says so (`success`), with the status
+                    // of an answer never sent.
+                    wrote = true;
+                    (
+                        "cancelled_after_commit",
+                        "the call was abandoned while the tool ran (the server stopped), after \
+                         its database writes committed: what they wrote stands, nothing \
+                         commits after, and its answer was not sent",
+                    )
+                }
+                None => (
+                    "cancelled",
+                    "the call was abandoned while the tool ran (the server stopped)",
+                ),
             };
-            (
-                None,
-                ToolError::new(Status::Internal, "cancelled", message),
-                499,
-            )
+            (None, ToolError::new(Status::Internal, reason, message), 499)
         } else {
             (
                 Some(Check::Protocol),
@@ -1182,9 +1223,14 @@ impl Drop for Attempt {
         let mut record = self.record(&Err(error), check);
         record.status = status;
         if self.dispatched {
-            record.outcome = crate::audit::Outcome::Error;
+            record.outcome = if wrote {
+                crate::audit::Outcome::Success
+            } else {
+                crate::audit::Outcome::Error
+            };
         }
-        hand_off(&sink, record, "the record of an abandoned call");
+        let owed = self.server.owed();
+        hand_off(&sink, Some(owed), record, "the record of an abandoned call");
     }
 }
 
@@ -1192,11 +1238,18 @@ impl Drop for Attempt {
 /// returns the future (the contract of `AuditSink::record`), so it is handed off on
 /// whatever thread runs this, runtime or not; its durability is the sink's to report (the
 /// built-in sinks log a record they could not write).
-fn hand_off(sink: &Arc<dyn crate::audit::AuditSink>, record: AuditRecord, what: &str) {
+/// A record the sink refuses at once and hands back is owed (`owed`), as in `finish`.
+fn hand_off(
+    sink: &Arc<dyn crate::audit::AuditSink>,
+    owed: Option<&Arc<Owed>>,
+    record: AuditRecord,
+    what: &str,
+) {
     let mut written = sink.record(record);
     let mut cx = Context::from_waker(std::task::Waker::noop());
-    if let Poll::Ready(Err(err)) = written.as_mut().poll(&mut cx) {
-        tracing::error!(error = %err, "{what} could not be written");
+    if let Poll::Ready(Err(mut err)) = written.as_mut().poll(&mut cx) {
+        let kept = owed.is_some_and(|owed| err.take_record().is_some_and(|r| owed.keep_as_is(r)));
+        tracing::error!(error = %err, kept, "{what} could not be written");
     }
 }
 
@@ -1443,12 +1496,14 @@ fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
 /// While polled, the handler of a tool at this level runs on the polling thread
 /// (`__private0::ExtractScope`): a data transaction it opens above its level, through a
 /// handle of shared state, is refused.
-struct CatchUnwind<F>(F, Option<crate::access::AccessLevel>);
+/// Its database transactions are counted in the call's [`commits::Commits`].
+struct CatchUnwind<F>(F, Option<crate::access::AccessLevel>, Arc<commits::Commits>);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Option<F::Output>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let _running = self.1.map(crate::__private0::ExtractScope::enter);
+        let _commits = commits::Polling::enter(&self.2);
         let inner = &mut self.0;
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
             Ok(Poll::Ready(output)) => Poll::Ready(Some(output)),

@@ -1,7 +1,9 @@
-//! Records owed to the trail: a call whose handler ran (what it did stands) but whose
-//! record the sink could not write is answered 503, and its record, handed back by the
-//! sink ([`AuditError::with_record`](crate::audit::AuditError::with_record)), is kept here
-//! and written before any later record once the sink writes again.
+//! Records owed to the trail: a call whose record the sink could not write is answered
+//! 503 (one whose handler ran: what it did stands; a refusal: refused all the same), and
+//! its record, handed back by the sink
+//! ([`AuditError::with_record`](crate::audit::AuditError::with_record)), is kept here and
+//! written before any later record once the sink writes again. Past [`MAX_OWED`] they
+//! are counted, and the count is written as one record after them.
 //!
 //! Only what a process keeps in memory: a server that stops before the sink recovers
 //! loses them (each is in the error log already, as every record a built-in sink fails to
@@ -13,34 +15,87 @@ use std::sync::{Arc, Mutex};
 
 use crate::audit::{AuditRecord, AuditSink, Check};
 
-/// The most records kept. A failing sink makes the server refuse calls before their
-/// handlers, so only the calls in flight when it failed can be owed; past this many the
-/// rest are lost (and logged).
+/// The most records kept. Past this many (a flood of calls refused while the sink fails),
+/// each is counted instead (and in the error log), and the count recorded.
 const MAX_OWED: usize = 1024;
 
 #[derive(Default)]
 pub(crate) struct Owed {
     records: Mutex<VecDeque<AuditRecord>>,
     len: AtomicUsize,
+    /// Records past [`MAX_OWED`], counted (the last one's transport is the count's).
+    counted: Mutex<Option<(u64, String)>>,
     /// A task is writing the records now; another finds nothing to do.
     paying: AtomicBool,
 }
 
 impl Owed {
     /// Keep the record of a call whose handler ran and whose record could not be written,
-    /// as it was answered (503 `audit_unavailable`; its outcome says how the tool ended).
-    /// `false` when no room is left.
+    /// as it was answered (503 `audit_unavailable`; its outcome says how the tool ended,
+    /// or that it was refused). `false` when no room is left: then it is counted.
     pub(crate) fn keep(&self, mut record: AuditRecord) -> bool {
         record.status = 503;
         record.check = Some(Check::Audit);
         record.reason = Some("audit_unavailable".to_owned());
+        self.keep_as_is(record)
+    }
+
+    /// Keep a record as it is (a call that got no answer: abandoned).
+    pub(crate) fn keep_as_is(&self, record: AuditRecord) -> bool {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= MAX_OWED {
+            let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+            let (count, transport) = counted.get_or_insert_with(|| (0, String::new()));
+            *count += 1;
+            *transport = record.transport;
+            drop(counted);
+            // Counted as one more owed: `is_empty` stays false until the count is written.
+            self.len.store(records.len() + 1, Ordering::Release);
             return false;
         }
         records.push_back(record);
         self.len.store(records.len(), Ordering::Release);
         true
+    }
+
+    /// The record of the calls counted past [`MAX_OWED`], to write after the kept ones:
+    /// the count is taken (and given back by [`Owed::recount`] if the write fails).
+    fn count_record(&self) -> Option<(AuditRecord, u64)> {
+        let (count, transport) = self
+            .counted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let mut record = AuditRecord {
+            tool: "(unknown)".to_owned(),
+            outcome: crate::audit::Outcome::Denied,
+            reason: Some("audit_unavailable".to_owned()),
+            check: Some(Check::Audit),
+            status: 503,
+            scopes_provided: Vec::new(),
+            timestamp: crate::audit::now_timestamp(),
+            principal: None,
+            workspace: None,
+            transport,
+            request_id: None,
+            duration_us: 0,
+            access_level: None,
+            arguments: serde_json::json!({"more_calls": count}),
+            confirmed_by: None,
+            kind: crate::audit::CallKind::Tool,
+        };
+        crate::audit::bound_record(&mut record);
+        Some((record, count))
+    }
+
+    /// A count whose record could not be written is counted again.
+    fn recount(&self, count: u64, transport: &str) {
+        let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        let (now, last) = counted.get_or_insert_with(|| (0, transport.to_owned()));
+        *now += count;
+        if last.is_empty() {
+            *last = transport.to_owned();
+        }
     }
 
     /// Nothing is owed (one atomic load: the check of every call).
@@ -77,15 +132,36 @@ impl Owed {
                     let records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
                     records.front().cloned()
                 };
-                let Some(record) = front else { break };
+                // The kept records first, then the count of those past them.
+                let (record, count) = match front {
+                    Some(record) => (record, None),
+                    None => match owed.count_record() {
+                        Some((record, count)) => {
+                            let transport = record.transport.clone();
+                            (record, Some((count, transport)))
+                        }
+                        None => break,
+                    },
+                };
                 match sink.record(record).await {
                     Ok(()) => {
                         let mut records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
-                        records.pop_front();
-                        owed.len.store(records.len(), Ordering::Release);
+                        if count.is_none() {
+                            records.pop_front();
+                        }
+                        let more = usize::from(
+                            owed.counted
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .is_some(),
+                        );
+                        owed.len.store(records.len() + more, Ordering::Release);
                         written += 1;
                     }
                     Err(err) => {
+                        if let Some((count, transport)) = count {
+                            owed.recount(count, &transport);
+                        }
                         tracing::debug!(error = %err, owed = owed.len(), "the records owed to the audit trail wait for the sink");
                         break;
                     }

@@ -875,7 +875,24 @@ impl<L: Level> Tx<L> {
         if let Some(err) = crate::__private0::above_running_tool(L::LEVEL) {
             return Err(err);
         }
-        match self.client().batch_execute(COMMIT_AND_RESET).await {
+        // Counted in the call's transactions: a commit in flight when the call is
+        // abandoned (the server stopped under it) is recorded as in doubt.
+        let committing = match crate::pipeline::commits::current().map(|c| c.begin(false)) {
+            Some(None) => {
+                return Err(ToolError::new(
+                    Status::Internal,
+                    "cancelled",
+                    "the call was abandoned (the server stopped): its transaction is rolled back",
+                ));
+            }
+            Some(Some(committing)) => Some(committing),
+            None => None,
+        };
+        let committed = self.client().batch_execute(COMMIT_AND_RESET).await;
+        if let Some(committing) = committing {
+            committing.done(committed.is_ok());
+        }
+        match committed {
             Ok(()) => {
                 self.conn = None;
                 Ok(())

@@ -371,13 +371,18 @@ impl Database {
             return Err(err);
         }
         let db = self.clone();
+        // The call whose handler opens it: abandoned (the server stopped under it), the
+        // transaction no longer commits.
+        let commits = crate::pipeline::commits::current();
         let task = tokio::task::spawn_blocking(move || match L::LEVEL {
+            _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => Err(abandoned()),
             crate::access::AccessLevel::Read => {
                 let reader = db.take_reader()?;
                 reader.take_refused();
                 let result = run_in_transaction::<L, T, _>(
                     &reader.conn,
                     "BEGIN DEFERRED",
+                    commits.as_ref(),
                     |tx: &Tx<'_, L>| {
                         let result = f(tx);
                         // As at the `Write` level: a refusal fails the call even when the
@@ -401,15 +406,21 @@ impl Database {
                 // Nothing refused before this transaction counts against it.
                 writer.take_refused();
                 let writer = &*writer;
-                run_in_transaction::<L, T, _>(&writer.conn, "BEGIN IMMEDIATE", |tx: &Tx<'_, L>| {
-                    let result = f(tx);
-                    // A refusal fails the transaction even when the tool swallowed the
-                    // error: the call is recorded as the violation it is.
-                    match writer.take_refused() {
-                        Some(what) => Err(level_violation(level, &what)),
-                        None => result,
-                    }
-                })
+                let begin = "BEGIN IMMEDIATE";
+                run_in_transaction::<L, T, _>(
+                    &writer.conn,
+                    begin,
+                    commits.as_ref(),
+                    |tx: &Tx<'_, L>| {
+                        let result = f(tx);
+                        // A refusal fails the transaction even when the tool swallowed the
+                        // error: the call is recorded as the violation it is.
+                        match writer.take_refused() {
+                            Some(what) => Err(level_violation(level, &what)),
+                            None => result,
+                        }
+                    },
+                )
             }
         });
         match task.await {
@@ -451,7 +462,22 @@ fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     Ok(())
 }
 
-fn run_in_transaction<L: Level, T, F>(conn: &Connection, begin: &str, f: F) -> Result<T, ToolError>
+/// The error of a transaction whose call was abandoned before it committed.
+fn abandoned() -> ToolError {
+    ToolError::new(
+        Status::Internal,
+        "cancelled",
+        "the call was abandoned (the server stopped): its transaction is rolled back",
+    )
+}
+
+/// `commits`: the call's, which decides whether the transaction may still commit.
+fn run_in_transaction<L: Level, T, F>(
+    conn: &Connection,
+    begin: &str,
+    commits: Option<&std::sync::Arc<crate::pipeline::commits::Commits>>,
+    f: F,
+) -> Result<T, ToolError>
 where
     F: FnOnce(&Tx<'_, L>) -> Result<T, ToolError>,
 {
@@ -481,7 +507,16 @@ where
             ),
         ));
     }
-    conn.execute_batch("COMMIT")?;
+    let committing = match commits.map(|c| c.begin(true)) {
+        Some(None) => return Err(abandoned()),
+        Some(Some(committing)) => Some(committing),
+        None => None,
+    };
+    let committed = conn.execute_batch("COMMIT");
+    if let Some(committing) = committing {
+        committing.done(committed.is_ok());
+    }
+    committed?;
     drop(open);
     Ok(value)
 }

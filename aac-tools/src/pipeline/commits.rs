@@ -1,0 +1,212 @@
+//! What a call's database transactions did, for the record of a call abandoned while its
+//! tool ran (the server stopped under it: stdio's input ended and its drain passed, or
+//! HTTP's shutdown drain did).
+//!
+//! A transaction's work may go on after the call's task is gone: SQLite's runs on a
+//! blocking thread, which the runtime waits for as it stops. Left alone, it would commit
+//! after the record said the call was abandoned. So the record decides: once a call is
+//! abandoned, a transaction of it that has not begun its `COMMIT` rolls back, one whose
+//! `COMMIT` runs on another thread is waited for, and the record says which of them
+//! committed (what they wrote stands) or that one was in flight when its task went away
+//! (PostgreSQL's, whose `COMMIT` is a round trip on the call's own task: in doubt).
+
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
+use std::cell::RefCell;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long an abandoned call waits for a `COMMIT` running on another thread (SQLite's
+/// holds the write lock already, so it waits only for its own sync).
+pub(crate) const WAIT_FOR_COMMIT: Duration = Duration::from_secs(5);
+
+/// The transactions of one call.
+#[derive(Debug, Default)]
+pub(crate) struct Commits {
+    state: Mutex<State>,
+    settled: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    abandoned: bool,
+    /// `COMMIT`s running on another thread.
+    elsewhere: usize,
+    /// `COMMIT`s awaited on the call's own task.
+    here: usize,
+    committed: usize,
+    in_doubt: bool,
+}
+
+/// What an abandoned call's transactions did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Abandoned {
+    /// Transactions that committed: what they wrote stands.
+    pub(crate) committed: usize,
+    /// A `COMMIT` was in flight when the call was abandoned: whether it took is unknown.
+    pub(crate) in_doubt: bool,
+}
+
+impl Commits {
+    /// The call was abandoned: no transaction of it commits from now on. Waits (at most
+    /// `wait`) for a `COMMIT` already running on another thread.
+    pub(crate) fn abandon(&self, wait: Duration) -> Abandoned {
+        let deadline = Instant::now() + wait;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.abandoned = true;
+        while state.elsewhere > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .settled
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Abandoned {
+            committed: state.committed,
+            in_doubt: state.in_doubt || state.elsewhere > 0 || state.here > 0,
+        }
+    }
+
+    /// Whether the call was abandoned (a transaction not yet begun need not begin).
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .abandoned
+    }
+
+    /// A `COMMIT` is about to be sent, on another thread than the call's task
+    /// (`elsewhere`) or on it: `None` if the call was abandoned (roll back instead).
+    pub(crate) fn begin(self: &Arc<Self>, elsewhere: bool) -> Option<Committing> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.abandoned {
+            return None;
+        }
+        if elsewhere {
+            state.elsewhere += 1;
+        } else {
+            state.here += 1;
+        }
+        Some(Committing {
+            commits: Arc::clone(self),
+            elsewhere,
+            done: false,
+        })
+    }
+}
+
+/// A `COMMIT` under way; [`Committing::done`] says how it ended, and one dropped before
+/// (its task went away mid-round-trip) leaves the call in doubt.
+#[derive(Debug)]
+pub(crate) struct Committing {
+    commits: Arc<Commits>,
+    elsewhere: bool,
+    done: bool,
+}
+
+impl Committing {
+    /// The `COMMIT` ended: `committed` if it took.
+    pub(crate) fn done(mut self, committed: bool) {
+        self.done = true;
+        self.end(committed, false);
+    }
+
+    fn end(&self, committed: bool, in_doubt: bool) {
+        let mut state = self.commits.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.elsewhere {
+            state.elsewhere -= 1;
+        } else {
+            state.here -= 1;
+        }
+        state.committed += usize::from(committed);
+        state.in_doubt |= in_doubt;
+        drop(state);
+        self.commits.settled.notify_all();
+    }
+}
+
+impl Drop for Committing {
+    fn drop(&mut self) {
+        if !self.done {
+            self.end(false, true);
+        }
+    }
+}
+
+std::thread_local! {
+    /// The transactions of the call whose handler is being polled on this thread.
+    static CURRENT: RefCell<Option<Arc<Commits>>> = const { RefCell::new(None) };
+}
+
+/// While alive, the handler polled on this thread is that of the call `commits` belongs
+/// to (a transaction it begins is counted there).
+pub(crate) struct Polling(Option<Arc<Commits>>);
+
+impl Polling {
+    pub(crate) fn enter(commits: &Arc<Commits>) -> Polling {
+        Polling(CURRENT.with(|c| c.replace(Some(Arc::clone(commits)))))
+    }
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// The transactions of the call whose handler is being polled on this thread, if any
+/// (none outside tools, or in a task the handler spawned).
+pub(crate) fn current() -> Option<Arc<Commits>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_abandoned_call_commits_nothing_more_and_says_what_committed() {
+        let commits = Arc::new(Commits::default());
+        commits.begin(true).unwrap().done(true);
+        let abandoned = commits.abandon(Duration::ZERO);
+        assert_eq!(
+            abandoned,
+            Abandoned {
+                committed: 1,
+                in_doubt: false
+            }
+        );
+        assert!(commits.begin(true).is_none(), "no commit after abandonment");
+        assert!(commits.is_abandoned());
+    }
+
+    #[test]
+    fn a_commit_on_another_thread_is_waited_for() {
+        let commits = Arc::new(Commits::default());
+        let committing = commits.begin(true).unwrap();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            committing.done(true);
+        });
+        let abandoned = commits.abandon(Duration::from_secs(10));
+        thread.join().unwrap();
+        assert_eq!(abandoned.committed, 1);
+        assert!(!abandoned.in_doubt);
+    }
+
+    #[test]
+    fn a_commit_in_flight_on_the_call_s_task_is_in_doubt() {
+        let commits = Arc::new(Commits::default());
+        let committing = commits.begin(false).unwrap();
+        // Not waited for: the task that would end it is the one going away.
+        let abandoned = commits.abandon(Duration::from_secs(10));
+        assert!(abandoned.in_doubt);
+        drop(committing);
+        assert!(commits.abandon(Duration::ZERO).in_doubt);
+    }
+}

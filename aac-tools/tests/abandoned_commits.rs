@@ -1,0 +1,151 @@
+//! A call abandoned while its tool runs (the server stops under it: its runtime drops the
+//! call's task) leaves a record that tells the truth about its database writes. SQLite's
+//! transaction runs on a blocking thread the runtime cannot stop, which once committed
+//! after the record said the call was abandoned (a confirmed delete recorded as a failed,
+//! cancelled call): now an abandoned call's transaction that has not begun its `COMMIT`
+//! rolls back, and one whose writes committed before is recorded `success` (status 499,
+//! `cancelled_after_commit`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use aac_tools::audit::{MemorySink, Outcome};
+use aac_tools::sqlite::{Database, WriteDb};
+use aac_tools::{CallRequest, Credentials, Principal, Registry, Server, Text, ToolError, mcp_tool};
+
+static IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
+static GO_ON: AtomicBool = AtomicBool::new(false);
+static COMMITTED: AtomicBool = AtomicBool::new(false);
+
+/// Adds a note inside a transaction that waits for [`GO_ON`] before it ends.
+#[mcp_tool(scope = "notes:write")]
+async fn slow_note(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('slow')", [])?;
+        IN_TRANSACTION.store(true, Ordering::SeqCst);
+        while !GO_ON.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Text("added".into()))
+}
+
+/// Adds a note (committed), then waits for ever before answering.
+#[mcp_tool(scope = "notes:write")]
+async fn note_then_wait(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('kept')", [])?;
+        Ok(())
+    })
+    .await?;
+    COMMITTED.store(true, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    Ok(Text("never".into()))
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    db: Database,
+    sink: MemorySink,
+    server: Server,
+}
+
+fn fixture(tool: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().join("notes.db")).unwrap();
+    db.with_writer(|c| c.execute_batch("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)"))
+        .unwrap();
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect_named(&[tool]).unwrap())
+        .audit(sink.clone())
+        .state(db.clone())
+        .build()
+        .unwrap();
+    Fixture {
+        _dir: dir,
+        db,
+        sink,
+        server,
+    }
+}
+
+fn notes(db: &Database, text: &str) -> i64 {
+    db.with_reader(|c| {
+        c.query_row("SELECT count(*) FROM notes WHERE text = ?1", [text], |r| {
+            r.get(0)
+        })
+    })
+    .unwrap()
+}
+
+/// Start `tool` on a runtime of its own, wait for `until`, then stop the runtime under
+/// the call (as a server's process does when it stops with calls running).
+fn abandon_when(f: &Fixture, tool: &str, until: &AtomicBool) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = f.server.clone();
+    let caller = Credentials::Verified(Arc::new(Principal::new("caller", ["notes:write"])));
+    let tool = tool.to_owned();
+    runtime.spawn(async move {
+        server
+            .call(CallRequest::new(tool, Some(serde_json::json!({}))).credentials(caller))
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !until.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the tool never got there");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    runtime.shutdown_background();
+}
+
+#[test]
+fn a_transaction_of_a_call_abandoned_before_its_commit_rolls_back() {
+    let f = fixture("slow_note");
+    abandon_when(&f, "slow_note", &IN_TRANSACTION);
+    // The transaction's thread goes on after the call's task is gone; once it is done
+    // (it holds the writer until then), nothing of the call stayed.
+    GO_ON.store(true, Ordering::SeqCst);
+    f.db.with_writer(|_| Ok(())).unwrap();
+    assert_eq!(
+        notes(&f.db, "slow"),
+        0,
+        "the abandoned call's insert committed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while f.sink.records().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let records = f.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record.tool, "slow_note");
+    assert_eq!(record.outcome, Outcome::Error, "{record:?}");
+    assert_eq!(record.status, 499);
+    assert_eq!(record.reason.as_deref(), Some("cancelled"));
+}
+
+#[test]
+fn a_call_abandoned_after_its_commit_is_recorded_as_what_it_did() {
+    let f = fixture("note_then_wait");
+    abandon_when(&f, "note_then_wait", &COMMITTED);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while f.sink.records().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(notes(&f.db, "kept"), 1);
+    let records = f.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record.outcome, Outcome::Success, "{record:?}");
+    assert_eq!(record.status, 499);
+    assert_eq!(record.reason.as_deref(), Some("cancelled_after_commit"));
+}
