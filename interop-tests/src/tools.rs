@@ -113,7 +113,7 @@ async fn delete_note(db: DeleteDb, args: DeleteNote) -> Result<Deleted, ToolErro
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CountArgs {
     /// Count from 1 to this.
-    #[schemars(range(min = 1, max = 10))]
+    #[schemars(range(min = 1, max = 500))]
     pub to: u32,
 }
 

@@ -3026,6 +3026,51 @@ async fn running(response: reqwest::Response) -> (Chunks, String) {
     (stream, text)
 }
 
+/// A client that drops the stream of a call still running does not free its id: the call
+/// goes on in the MCP layer, and a second request under the id (answered with the first
+/// one's result, or taking it away, when the id was freed with the stream) is refused 409
+/// until the call has ended; then the id is free again.
+#[tokio::test]
+async fn a_request_id_stays_held_while_its_call_runs_after_its_stream_is_dropped() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let slow = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "count_slowly", "arguments": {"to": 300}, "_meta": {"progressToken": 1}},
+    });
+    let response = raw.post().body(slow.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let (stream, _) = running(response).await;
+    // The client goes away from the answer; the progress written after it fails, and the
+    // server drops the answer's body.
+    drop(stream);
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+    let refused = raw.post().body(ping).send().await.unwrap();
+    assert_eq!(refused.status(), 409, "the id was freed while its call ran");
+    // Once the call has ended (its record written), the id is free.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !server
+        .sink
+        .records()
+        .iter()
+        .any(|r| r.tool == "count_slowly" && r.request_id.as_deref() == Some("7"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the call never ended");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let answer = raw.post().body(ping).send().await.unwrap();
+        if answer.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the id stayed held");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// A server shutting down answers the calls it took before it ends their sessions: a
 /// call running when the shutdown begins finishes and its answer reaches the client (its
 /// record says it ran; cut off, the client saw a failure for a call that had run, and a

@@ -593,7 +593,8 @@ impl RequestIds {
     }
 }
 
-/// A session's request id in flight, until its answer's body is done with.
+/// A session's request id in flight, until its answer's body is done with and the MCP
+/// layer is done with the request (see [`HeldId`]).
 struct RequestIdGuard {
     ids: Arc<RequestIds>,
     key: (String, String),
@@ -608,6 +609,13 @@ impl Drop for RequestIdGuard {
             .remove(&self.key);
     }
 }
+
+/// A request's id, held in the request's extensions, which rmcp keeps in the handler's
+/// context until the handler has answered: a client that drops the answer's stream (its
+/// body) does not free the id while the request still runs, and a second request under
+/// it cannot be answered with the first one's result (or take it away).
+#[derive(Clone)]
+struct HeldId(#[allow(dead_code)] Arc<RequestIdGuard>);
 
 /// The id of the JSON-RPC request `body` holds (a single request: a batch is refused
 /// whole by rmcp), as rmcp reads it: a number written `1e2` is the id `100`.
@@ -1162,6 +1170,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     });
     if let Some(pending) = &pending_item {
         parts.extensions.insert(PendingItem(pending.clone()));
+    }
+    let id_held = id_held.map(Arc::new);
+    if let Some(held) = &id_held {
+        parts.extensions.insert(HeldId(Arc::clone(held)));
     }
     // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
     let json_body = is_json_content(&parts.headers);
