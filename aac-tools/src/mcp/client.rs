@@ -217,6 +217,11 @@ pub enum ChildStderr {
     /// This process's stderr: the server's logs mix with the host's own output.
     #[default]
     Inherit,
+    /// This process's stderr, each line of the server's with its control and invisible
+    /// characters escaped (`\u{1b}`), so that a server's logs cannot drive the terminal
+    /// (clear it, retitle it, move the cursor over the host's question). Lines are cut
+    /// at 64 KiB.
+    Escaped,
     /// Nowhere.
     Discard,
     /// Appended to this file, created if needed.
@@ -862,33 +867,53 @@ struct HostHandler {
     asking: Arc<Asking>,
 }
 
-/// Whether the person is being asked a server's question, and when they last answered
-/// one: a request's timeout does not run while they read and decide.
+/// Whether the person is being asked a server's question, and how long they have spent
+/// on such questions: a request's clock stops while they read and decide, and goes on
+/// from where it stopped (it does not start again: a server that asks question after
+/// question, answered at once, does not hold a request past its timeout).
 #[derive(Default)]
-struct Asking {
-    now: std::sync::atomic::AtomicUsize,
-    last_answer: std::sync::Mutex<Option<tokio::time::Instant>>,
+struct Asking(std::sync::Mutex<AskingState>);
+
+#[derive(Default)]
+struct AskingState {
+    /// Questions open now.
+    now: usize,
+    /// Since when a question has been open, while one is.
+    since: Option<tokio::time::Instant>,
+    /// The time spent with a question open, in all, before `since`.
+    spent: Duration,
 }
 
 impl Asking {
     /// Until the returned guard is dropped, a person is being asked.
     fn begin(self: &Arc<Self>) -> AskingGuard {
-        self.now.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.now += 1;
+        if state.now == 1 {
+            state.since = Some(tokio::time::Instant::now());
+        }
         AskingGuard(Arc::clone(self))
     }
 
-    /// When a request that began at `start` (or was last extended to it) times out after
-    /// `limit`: never while a person is asked, and `limit` after their last answer.
+    /// The time spent asking so far (a request's clock subtracts what it saw of it).
+    fn spent(&self) -> Duration {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).spent
+    }
+
+    /// When a request that began at `start` (when the time spent asking was `spent_then`)
+    /// times out after `limit`: never while a person is asked (or past what an instant
+    /// can hold), else `limit` of its own time after `start`.
     fn deadline(
         &self,
         start: tokio::time::Instant,
+        spent_then: Duration,
         limit: Duration,
     ) -> Option<tokio::time::Instant> {
-        if self.now.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        let state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if state.now > 0 {
             return None;
         }
-        let last = *self.last_answer.lock().unwrap_or_else(|e| e.into_inner());
-        Some(last.map_or(start, |last| last.max(start)) + limit)
+        start.checked_add(limit.checked_add(state.spent.saturating_sub(spent_then))?)
     }
 }
 
@@ -896,9 +921,46 @@ struct AskingGuard(Arc<Asking>);
 
 impl Drop for AskingGuard {
     fn drop(&mut self) {
-        *self.0.last_answer.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(tokio::time::Instant::now());
-        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let mut state = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.now -= 1;
+        if state.now == 0
+            && let Some(since) = state.since.take()
+        {
+            state.spent += since.elapsed();
+        }
+    }
+}
+
+/// A child's stderr, line by line, escaped, onto this process's stderr.
+async fn copy_escaped(from: tokio::process::ChildStderr) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    const MAX_LINE: usize = 64 * 1024;
+    let mut reader = tokio::io::BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // At most a bounded line at a time: the rest of a longer one comes as the next.
+        let read = (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                let text = text.strip_suffix('\r').unwrap_or(text);
+                let mut shown = String::with_capacity(text.len());
+                for c in text.chars() {
+                    if c.is_control() || crate::confirm::is_invisible(c) {
+                        shown.extend(c.escape_unicode());
+                    } else {
+                        shown.push(c);
+                    }
+                }
+                eprintln!("{shown}");
+            }
+        }
     }
 }
 
@@ -983,8 +1045,10 @@ impl Client {
             } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                let escaped = *stderr == ChildStderr::Escaped;
                 let stderr = match stderr {
                     ChildStderr::Inherit => std::process::Stdio::inherit(),
+                    ChildStderr::Escaped => std::process::Stdio::piped(),
                     ChildStderr::Discard => std::process::Stdio::null(),
                     ChildStderr::File(path) => std::fs::OpenOptions::new()
                         .create(true)
@@ -998,7 +1062,7 @@ impl Client {
                         })?
                         .into(),
                 };
-                let (transport, _) = TokioChildProcess::builder(command)
+                let (transport, child_stderr) = TokioChildProcess::builder(command)
                     .stderr(stderr)
                     .spawn()
                     .map_err(|err| {
@@ -1007,6 +1071,9 @@ impl Client {
                             format!("cannot start `{endpoint}`: {err}"),
                         )
                     })?;
+                if let (true, Some(child_stderr)) = (escaped, child_stderr) {
+                    tokio::spawn(copy_escaped(child_stderr));
+                }
                 config.serve(transport).await
             }
             Kind::Http { url, bearer } => {
@@ -1037,8 +1104,9 @@ impl Client {
 
     /// Give up on a request after `timeout` (a transport failure: the server may still
     /// run it), not counting the time a person spends answering the server's questions
-    /// asked meanwhile (a confirmation): the clock starts again from their answer. No
-    /// timeout by default.
+    /// asked meanwhile (a confirmation): the clock stops while they are asked and goes
+    /// on after their answer. `tools/list` has one timeout for all its pages. No timeout
+    /// by default; one too long for the clock is none.
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = Some(timeout);
         self
@@ -1059,14 +1127,19 @@ impl Client {
         const WHAT: &str = "tools/list";
         /// A server that pages forever is not listed forever.
         const MAX_PAGES: usize = 1000;
+        /// Nor kept in memory without end: a server listing more tools than this is
+        /// refused (each tool is a JSON value of its own, many times its bytes).
+        const MAX_TOOLS: usize = 10_000;
         let mut tools = Vec::new();
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
+        // One timeout for the whole list, not one per page.
+        let started = (tokio::time::Instant::now(), self.asking.spent());
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
             let answer = self
-                .bounded(self.service.peer().send_request(request), WHAT)
+                .bounded_since(started, self.service.peer().send_request(request), WHAT)
                 .await?;
             // A page rmcp could read as a `ListToolsResult`, or else the raw JSON it kept.
             let page = match answer {
@@ -1081,6 +1154,12 @@ impl Client {
                 ));
             };
             match page.remove("tools") {
+                Some(Value::Array(more)) if tools.len() + more.len() > MAX_TOOLS => {
+                    return Err(ClientError::new(
+                        ClientErrorKind::Protocol,
+                        format!("the server lists more than {MAX_TOOLS} tools"),
+                    ));
+                }
                 Some(Value::Array(more)) => tools.extend(more),
                 _ => {
                     return Err(ClientError::new(
@@ -1154,25 +1233,36 @@ impl Client {
         request: impl Future<Output = Result<T, ServiceError>>,
         what: &str,
     ) -> Result<T, ClientError> {
+        let started = (tokio::time::Instant::now(), self.asking.spent());
+        self.bounded_since(started, request, what).await
+    }
+
+    /// [`Client::bounded`] for a request that is part of one begun at `started` (its
+    /// instant, and the time spent asking then).
+    async fn bounded_since<T>(
+        &self,
+        (start, spent_then): (tokio::time::Instant, Duration),
+        request: impl Future<Output = Result<T, ServiceError>>,
+        what: &str,
+    ) -> Result<T, ClientError> {
         let answer = match self.timeout {
             None => request.await,
             Some(limit) => {
                 // The time a person spends on a server's question (a confirmation the
                 // server asks for while the call waits) is not the server's: the clock
-                // stops while they are asked and starts again from their answer.
-                let start = tokio::time::Instant::now();
+                // stops while they are asked and goes on after their answer.
                 tokio::pin!(request);
+                // While a person is asked, look again at this pace.
+                let poll = limit.min(Duration::from_secs(1));
                 loop {
-                    let wake = self
-                        .asking
-                        .deadline(start, limit)
-                        .unwrap_or_else(|| tokio::time::Instant::now() + limit);
+                    let deadline = self.asking.deadline(start, spent_then, limit);
+                    let wake = deadline.unwrap_or_else(|| tokio::time::Instant::now() + poll);
                     tokio::select! {
                         answer = &mut request => break answer,
                         () = tokio::time::sleep_until(wake) => {
                             if self
                                 .asking
-                                .deadline(start, limit)
+                                .deadline(start, spent_then, limit)
                                 .is_some_and(|due| due <= tokio::time::Instant::now())
                             {
                                 break Err(ServiceError::Timeout { timeout: limit });

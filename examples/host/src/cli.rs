@@ -30,7 +30,8 @@ options:
   --backoff MS     delay before the first retry, doubling each time (default 250)
   --timeout SECS   give up on one request after SECS seconds (default 60)
   --json           print the whole tools/call result as JSON
-  --verbose, -v    show the stdio server's own logs (its stderr) on this terminal;
+  --verbose, -v    show the stdio server's own logs (its stderr) on this terminal,
+                   escaped;
                    also AAC_HOST_VERBOSE=1 (default: discarded, so that they never
                    mix with the question asked)
   --server-log FILE  append the stdio server's stderr to FILE instead
@@ -172,7 +173,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
     };
     let server_stderr = match (server_log, verbose) {
         (Some(path), _) => ChildStderr::File(path),
-        (None, true) => ChildStderr::Inherit,
+        (None, true) => ChildStderr::Escaped,
         (None, false) => ChildStderr::Discard,
     };
     let token_from_flag = token.is_some();

@@ -18,6 +18,8 @@ mod cli;
 mod term;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aac_tools::host::{Backoff, Consent, Retry, ToolPolicy, Trust, call_with_retry};
@@ -69,9 +71,14 @@ fn main() -> ExitCode {
 }
 
 async fn run(options: Options) -> u8 {
-    let endpoint = options
-        .endpoint()
-        .ask_user(term::server_question(options.yes));
+    // The server's questions are shown only while the call this host makes is in flight.
+    let calling = Arc::new(AtomicBool::new(false));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let endpoint = options.endpoint().ask_user(term::server_question(
+        options.yes,
+        Arc::clone(&calling),
+        Arc::clone(&asked),
+    ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
         Err(err) => {
@@ -102,6 +109,20 @@ async fn run(options: Options) -> u8 {
         client.close().await;
         return OK;
     };
+    if tools
+        .iter()
+        .filter(|t| t["name"] == tool_name.as_str())
+        .nth(1)
+        .is_some()
+    {
+        eprintln!(
+            "aac-host: the server lists `{}` more than once, so which definition (and which \
+             hints) holds is unclear; nothing was sent",
+            term::clean(&tool_name)
+        );
+        client.close().await;
+        return USAGE_OR_CONNECT;
+    }
     let Some(definition) = tools.iter().find(|t| t["name"] == tool_name.as_str()) else {
         eprintln!(
             "aac-host: the server lists no tool `{}`; it lists: {}",
@@ -148,7 +169,17 @@ async fn run(options: Options) -> u8 {
         arguments = policy.confirmed_arguments(arguments);
     }
 
-    call(client, &endpoint, &options, &policy, arguments).await
+    calling.store(true, Ordering::SeqCst);
+    let code = call(client, &endpoint, &options, &policy, arguments).await;
+    calling.store(false, Ordering::SeqCst);
+    if policy.consent() == Consent::AskedByServer && code == OK && asked.load(Ordering::SeqCst) == 0
+    {
+        eprintln!(
+            "aac-host: warning: `{}` ran, and the server, which said it would ask you, did not",
+            term::clean(policy.name())
+        );
+    }
+    code
 }
 
 async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {

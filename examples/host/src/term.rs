@@ -3,15 +3,37 @@
 use std::io::{BufRead, Write};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aac_tools::host::{Consent, ToolPolicy};
 use aac_tools::mcp::client::AskUser;
 use serde_json::{Map, Value};
 
-/// True for a character printed escaped: a control character or an invisible one.
+/// True for a character printed escaped: a control character, an invisible one, a blank
+/// that looks like a space but is none, or a combining mark drawn across the letters
+/// before it (a strike-through over a tool's title).
 fn must_escape(c: char) -> bool {
-    c.is_control() || aac_tools::confirm::is_invisible(c)
+    c.is_control()
+        || aac_tools::confirm::is_invisible(c)
+        || matches!(
+            c,
+            '\u{a0}'
+                | '\u{1680}'
+                | '\u{2000}'..='\u{200a}'
+                | '\u{202f}'
+                | '\u{205f}'
+                | '\u{3000}'
+                | '\u{334}'..='\u{338}'
+                | '\u{20d2}'..='\u{20d3}'
+                | '\u{20d8}'..='\u{20da}'
+                | '\u{20e5}'..='\u{20e6}'
+                | '\u{20ea}'..='\u{20eb}'
+        )
 }
+
+/// The longest run of spaces printed as it is: a longer one (padding that pushes the
+/// rest of a line out of view) is shown by its length.
+const MAX_SPACES: usize = 4;
 
 /// Server text on one line, with its control characters (line breaks and tabs included)
 /// and the invisible ones escaped (`\n`, `\u{202e}`), so that a title, a reason or an
@@ -30,7 +52,23 @@ pub(crate) fn clean_text(text: &str) -> String {
 
 fn escape(text: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(text.len());
+    let mut spaces = 0usize;
+    let flush = |out: &mut String, spaces: &mut usize| {
+        if *spaces > MAX_SPACES {
+            out.push_str(&format!(" [{spaces} spaces] "));
+        } else {
+            out.extend(std::iter::repeat_n(' ', *spaces));
+        }
+        *spaces = 0;
+    };
     for c in text.chars() {
+        // A tool's text result keeps its indentation; one line of server text is shown
+        // whole.
+        if c == ' ' && !keep_lines {
+            spaces += 1;
+            continue;
+        }
+        flush(&mut out, &mut spaces);
         match c {
             '\n' | '\t' if keep_lines => out.push(c),
             '\n' => out.push_str("\\n"),
@@ -40,6 +78,7 @@ fn escape(text: &str, keep_lines: bool) -> String {
             c => out.push(c),
         }
     }
+    flush(&mut out, &mut spaces);
     out
 }
 
@@ -98,9 +137,29 @@ pub(crate) fn question(
 /// Nor by stdin: asked and answered on the controlling terminal (`/dev/tty`), as `sudo`
 /// and `ssh` ask for a password, so that `echo y | aac-host …` is no yes; without a
 /// terminal there is nobody to ask, and the answer is no.
-pub(crate) fn server_question(yes: bool) -> AskUser {
+///
+/// Only while the host's call is in flight (`calling`): a question the server sends at
+/// any other time (while the tools are listed, or while the host asks its own question,
+/// whose `y` would answer the server's) is answered no without being shown. `asked`
+/// counts the questions shown.
+pub(crate) fn server_question(
+    yes: bool,
+    calling: Arc<AtomicBool>,
+    asked: Arc<AtomicUsize>,
+) -> AskUser {
     Arc::new(move |question: String| {
+        let calling = calling.load(Ordering::SeqCst);
+        if calling {
+            asked.fetch_add(1, Ordering::SeqCst);
+        }
         Box::pin(async move {
+            if !calling {
+                eprintln!(
+                    "(the server asked a question outside the call this host made: answered \
+                     no, not shown)"
+                );
+                return false;
+            }
             let shown = format!("the server asks: {} [y/N] ", clean(&question));
             if yes {
                 eprintln!(
@@ -210,6 +269,14 @@ mod tests {
         assert_eq!(clean("x\u{1b}[2K\u{202e}y"), r"x\u{1b}[2K\u{202e}y");
         assert_eq!(clean("é ✓ 日本"), "é ✓ 日本");
         assert_eq!(clean_text("a\nb\u{200b}"), "a\nb\\u{200b}");
+        // Overlays drawn across letters, blanks that are no space, padding.
+        assert_eq!(clean("De\u{336}l"), r"De\u{336}l");
+        assert_eq!(clean("a\u{a0}b\u{3000}c"), r"a\u{a0}b\u{3000}c");
+        assert_eq!(
+            clean(&format!("Read{}(harmless)", " ".repeat(300))),
+            "Read [300 spaces] (harmless)"
+        );
+        assert_eq!(clean("a  b"), "a  b");
     }
 
     #[test]
