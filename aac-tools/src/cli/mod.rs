@@ -691,7 +691,8 @@ fn init_logging(stdio: bool) {
 pub(crate) fn parse_duration(text: &str) -> Result<i64, CliError> {
     let bad = || {
         CliError::new(format!(
-            "cannot read the duration `{text}`; write a number and a unit, such as 30d, 12h, 15m, 90s or 2w"
+            "cannot read the duration `{}`; write a number and a unit, such as 30d, 12h, 15m, 90s or 2w",
+            text.escape_debug()
         ))
     };
     let text = text.trim();
@@ -704,7 +705,11 @@ pub(crate) fn parse_duration(text: &str) -> Result<i64, CliError> {
         'w' => 604_800,
         _ => return Err(bad()),
     };
-    let number: i64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    let digits = &text[..text.len() - unit.len_utf8()];
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let number: i64 = digits.parse().map_err(|_| bad())?;
     if number <= 0 {
         return Err(CliError::new(format!(
             "the duration `{text}` is not positive; give a lifetime such as 30d, or leave the \
@@ -728,6 +733,8 @@ mod tests {
             "d",
             "30",
             "30x",
+            "+5d",
+            "5\u{1b}d",
             "-1d",
             "0h",
             "1.5h",
@@ -736,6 +743,9 @@ mod tests {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.message().contains("30d"), "{bad}: {err}");
         }
+        // What the operator typed is shown escaped: it cannot drive the terminal.
+        let err = parse_duration("5\u{1b}]0;owned\u{7}d").unwrap_err();
+        assert!(!err.message().contains('\u{1b}'), "{err}");
     }
 
     fn schema_names(path: &Path) -> Vec<String> {

@@ -245,8 +245,10 @@ fn known_user(
     match role {
         Some(role) => Ok(Some(role)),
         None => Err(CliError::new(format!(
-            "no user `{user}` in workspace `{workspace}`; \
-             run `aacworkflow init --demo` for the demo users, or check the names"
+            "no user `{}` in workspace `{}`; \
+             run `aacworkflow init --demo` for the demo users, or check the names",
+            user.escape_debug(),
+            workspace.escape_debug()
         ))),
     }
 }
