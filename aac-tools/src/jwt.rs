@@ -116,13 +116,15 @@ impl JwtVerifierBuilder {
         self
     }
 
-    /// The claim holding the workspace (default `workspace`).
+    /// The claim holding the workspace (default `workspace`); not one read for something
+    /// else (`sub`, `scope`, `scp`, `jti`, `exp`, `nbf`, `iat`, `aud`, `iss`), which
+    /// [`build`](Self::build) refuses.
     pub fn workspace_claim(mut self, claim: impl Into<String>) -> Self {
         self.workspace_claim = Some(claim.into());
         self
     }
 
-    /// Clock skew tolerated on `exp` and `nbf`, in seconds (default 60).
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds (default 60, at most a day).
     pub fn leeway_seconds(mut self, seconds: u64) -> Self {
         self.leeway_seconds = Some(seconds);
         self
@@ -144,6 +146,23 @@ impl JwtVerifierBuilder {
             return Err(err(
                 "a JWT verifier needs exactly one source of keys: an HS256 secret or a JWKS".into(),
             ));
+        }
+        // A claim the verifier reads for something else would give every token no
+        // workspace, silently.
+        if let Some(claim) = &self.workspace_claim
+            && (claim.is_empty() || RESERVED_CLAIMS.contains(&claim.as_str()))
+        {
+            return Err(err(format!(
+                "the workspace claim cannot be `{}`: {} are read for what they are",
+                claim.escape_debug(),
+                RESERVED_CLAIMS.join(", ")
+            )));
+        }
+        if self.leeway_seconds.is_some_and(|s| s > MAX_LEEWAY) {
+            return Err(err(format!(
+                "a leeway of more than {MAX_LEEWAY} seconds (a day) would accept tokens long \
+                 expired"
+            )));
         }
         let keys = if let Some(secret) = self.secret {
             if secret.len() < 32 {
@@ -181,6 +200,14 @@ impl JwtVerifierBuilder {
         })
     }
 }
+
+/// The claims read for what they are, which cannot name the workspace.
+const RESERVED_CLAIMS: [&str; 9] = [
+    "sub", "scope", "scp", "jti", "exp", "nbf", "iat", "aud", "iss",
+];
+
+/// The most clock skew tolerated, in seconds.
+const MAX_LEEWAY: u64 = 86_400;
 
 /// One key of a JWKS.
 struct SetKey {
@@ -633,6 +660,23 @@ mod tests {
             .jwks_file("/nonexistent/jwks.json")
             .build();
         assert!(missing.unwrap_err().to_string().contains("cannot be read"));
+        for claim in ["sub", "scope", "jti", ""] {
+            let taken = JwtVerifier::builder()
+                .audience(AUD)
+                .hs256_secret(SECRET)
+                .workspace_claim(claim)
+                .build();
+            assert!(
+                taken.unwrap_err().to_string().contains("workspace claim"),
+                "{claim}"
+            );
+        }
+        let lenient = JwtVerifier::builder()
+            .audience(AUD)
+            .hs256_secret(SECRET)
+            .leeway_seconds(u64::MAX)
+            .build();
+        assert!(lenient.unwrap_err().to_string().contains("leeway"));
         let garbage = JwtVerifier::builder().audience(AUD).jwks_json("{}").build();
         assert!(
             garbage
