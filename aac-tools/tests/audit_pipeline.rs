@@ -520,21 +520,44 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
     );
 
     // A flood refused while the sink fails: the first 1,024 kept, the rest counted, and
-    // the count recorded after them (every call accounted for).
+    // the count recorded after them (every call accounted for). A call that ran after
+    // them is not pushed out: it takes the place of the latest refusal, counted instead.
     sink.refuse_record.store(true, Ordering::SeqCst);
     for _ in 0..1100 {
-        server.call(alice("count_notes", None)).await;
+        server.call(CallRequest::new("count_notes", None)).await;
     }
+    let response = server
+        .call(alice(
+            "add_note",
+            Some(json!({"title": "after the flood", "body": "b"})),
+        ))
+        .await;
+    assert_eq!(response.check(), Some(Check::Audit));
     sink.refuse_record.store(false, Ordering::SeqCst);
     server.flush_rate_limited().await;
     let records = sink.inner.records();
     assert_eq!(records.len(), 5 + 1024 + 1, "kept, and one count");
+    let ran = &records[5 + 1023];
+    assert_eq!(
+        (
+            ran.tool.as_str(),
+            ran.outcome,
+            ran.arguments["title"].as_str()
+        ),
+        ("add_note", Outcome::Success, Some("after the flood")),
+        "the call that ran is kept"
+    );
+    assert!(
+        records[5..5 + 1023]
+            .iter()
+            .all(|r| r.outcome == Outcome::Denied && r.tool == "count_notes")
+    );
     let count = records.last().unwrap();
     assert_eq!(
         (count.tool.as_str(), count.status, count.reason.as_deref()),
         ("(unknown)", 503, Some("audit_unavailable"))
     );
-    assert_eq!(count.arguments, json!({"more_calls": 76}));
+    assert_eq!(count.arguments, json!({"more_calls": 77}));
     server.flush_rate_limited().await;
     assert_eq!(sink.inner.records().len(), 5 + 1024 + 1, "written once");
 }

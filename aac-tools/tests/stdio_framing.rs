@@ -330,9 +330,21 @@ async fn odd_lines_are_ignored_refused_or_dropped_and_the_session_goes_on() {
     assert_eq!(batch[0]["error"]["code"], -32600, "{batch}");
     assert!(batch[1]["id"].is_null() && batch[1]["error"]["code"] == -32600);
     // Every error answer has an `id` (JSON-RPC): `null` when the line has no valid one.
+    let deep = format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"ping"}},{}1{}]"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
     for (line, id, code) in [
         // An empty batch is one invalid request.
         ("[]", json!(null), -32600),
+        // A batch no reader parses whole: one parse error, rather than no answer.
+        (deep.as_str(), json!(null), -32700),
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},1e400]"#,
+            json!(null),
+            -32700,
+        ),
         (
             r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
             json!(null),

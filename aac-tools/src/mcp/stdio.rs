@@ -1220,6 +1220,19 @@ fn parse(line: &[u8]) -> Parsed {
                     .collect();
                 return Parsed::RefusedEach(ids);
             }
+            // A batch no reader parses whole (an element nested past 128 levels, a number
+            // out of range): its requests wait for answers, and JSON-RPC answers a batch
+            // it cannot parse with one "Parse error" under `null`.
+            if line.trim_ascii_start().starts_with(b"[") {
+                return Parsed::Refused {
+                    id: serde_json::Value::Null,
+                    code: ErrorCode::PARSE_ERROR,
+                    message: format!(
+                        "Parse error: the batch is not JSON this server can read: {}",
+                        crate::audit::bounded(&err.to_string(), 300)
+                    ),
+                };
+            }
             // A request whose id and method can be read without parsing the rest is
             // waiting for an answer: it gets one.
             let top = probe::top_level(line);

@@ -517,8 +517,10 @@ impl Attempt {
                 // so rather than that nothing happened; a tool that failed is said to have
                 // failed, with its own error (a write it did not commit, a retry to make),
                 // not to have done something that stands. Its record, if the sink handed
-                // it back, is owed: written before any other once the sink writes again.
-                let kept = err.take_record().is_some_and(|record| owed.keep(record));
+                // it back, is owed: written first once the sink writes again.
+                let kept = err
+                    .take_record()
+                    .is_some_and(|record| owed.keep(record, true));
                 tracing::error!(tool = %self.request.tool, error = %err, kept, "the tool ran but its audit record could not be written; answering 503");
                 let later = if kept {
                     "its record is kept and written once the audit sink writes again \
@@ -546,7 +548,9 @@ impl Attempt {
                 // A refusal (nothing ran), answered 503: its record, if the sink handed it
                 // back, is owed as well (past the bound, counted), so that a call refused
                 // while the trail failed still leaves its trace.
-                let kept = err.take_record().is_some_and(|record| owed.keep(record));
+                let kept = err
+                    .take_record()
+                    .is_some_and(|record| owed.keep(record, false));
                 tracing::error!(tool = %self.request.tool, error = %err, kept, "audit record could not be written; answering 503");
                 CallResponse::new(Err(ToolError::audit_unavailable(err)), Some(Check::Audit))
             }
@@ -1230,7 +1234,13 @@ impl Drop for Attempt {
             };
         }
         let owed = self.server.owed();
-        hand_off(&sink, Some(owed), record, "the record of an abandoned call");
+        let ran = self.started_handler;
+        hand_off(
+            &sink,
+            Some((owed, ran)),
+            record,
+            "the record of an abandoned call",
+        );
     }
 }
 
@@ -1238,17 +1248,19 @@ impl Drop for Attempt {
 /// returns the future (the contract of `AuditSink::record`), so it is handed off on
 /// whatever thread runs this, runtime or not; its durability is the sink's to report (the
 /// built-in sinks log a record they could not write).
-/// A record the sink refuses at once and hands back is owed (`owed`), as in `finish`.
+/// A record the sink refuses at once and hands back is owed (`owed`, and whether its
+/// call ran), as in `finish`.
 fn hand_off(
     sink: &Arc<dyn crate::audit::AuditSink>,
-    owed: Option<&Arc<Owed>>,
+    owed: Option<(&Arc<Owed>, bool)>,
     record: AuditRecord,
     what: &str,
 ) {
     let mut written = sink.record(record);
     let mut cx = Context::from_waker(std::task::Waker::noop());
     if let Poll::Ready(Err(mut err)) = written.as_mut().poll(&mut cx) {
-        let kept = owed.is_some_and(|owed| err.take_record().is_some_and(|r| owed.keep_as_is(r)));
+        let kept = owed
+            .is_some_and(|(owed, ran)| err.take_record().is_some_and(|r| owed.keep_as_is(r, ran)));
         tracing::error!(error = %err, kept, "{what} could not be written");
     }
 }

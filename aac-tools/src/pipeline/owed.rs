@@ -2,7 +2,8 @@
 //! 503 (one whose handler ran: what it did stands; a refusal: refused all the same), and
 //! its record, handed back by the sink
 //! ([`AuditError::with_record`](crate::audit::AuditError::with_record)), is kept here and
-//! written before any later record once the sink writes again. Past [`MAX_OWED`] they
+//! written once the sink writes again, ahead of the record of the call that finds them
+//! (calls running at the same time may write theirs meanwhile). Past [`MAX_OWED`] they
 //! are counted, and the count is written as one record after them.
 //!
 //! Only what a process keeps in memory: a server that stops before the sink recovers
@@ -16,12 +17,15 @@ use std::sync::{Arc, Mutex};
 use crate::audit::{AuditRecord, AuditSink, Check};
 
 /// The most records kept. Past this many (a flood of calls refused while the sink fails),
-/// each is counted instead (and in the error log), and the count recorded.
+/// a refusal is counted instead (and in the error log), and the count recorded; the
+/// record of a call that ran takes the place of a refusal kept (counted then), so that
+/// a flood of refusals never pushes out what a tool did.
 const MAX_OWED: usize = 1024;
 
 #[derive(Default)]
 pub(crate) struct Owed {
-    records: Mutex<VecDeque<AuditRecord>>,
+    /// Each with whether its call ran (its handler started).
+    records: Mutex<VecDeque<(AuditRecord, bool)>>,
     len: AtomicUsize,
     /// Records past [`MAX_OWED`], counted (the last one's transport is the count's).
     counted: Mutex<Option<(u64, String)>>,
@@ -33,28 +37,51 @@ impl Owed {
     /// Keep the record of a call whose handler ran and whose record could not be written,
     /// as it was answered (503 `audit_unavailable`; its outcome says how the tool ended,
     /// or that it was refused). `false` when no room is left: then it is counted.
-    pub(crate) fn keep(&self, mut record: AuditRecord) -> bool {
+    /// `ran`: whether the call's handler started.
+    pub(crate) fn keep(&self, mut record: AuditRecord, ran: bool) -> bool {
         record.status = 503;
         record.check = Some(Check::Audit);
         record.reason = Some("audit_unavailable".to_owned());
-        self.keep_as_is(record)
+        self.keep_as_is(record, ran)
     }
 
     /// Keep a record as it is (a call that got no answer: abandoned).
-    pub(crate) fn keep_as_is(&self, record: AuditRecord) -> bool {
+    pub(crate) fn keep_as_is(&self, record: AuditRecord, ran: bool) -> bool {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= MAX_OWED {
-            let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
-            let (count, transport) = counted.get_or_insert_with(|| (0, String::new()));
-            *count += 1;
-            *transport = record.transport;
-            drop(counted);
-            // Counted as one more owed: `is_empty` stays false until the count is written.
-            self.len.store(records.len() + 1, Ordering::Release);
-            return false;
+            // A call that ran takes the place of the latest refusal kept, which is counted.
+            let refusal = ran
+                .then(|| records.iter().rposition(|(_, ran)| !ran))
+                .flatten();
+            let counted_out = match refusal {
+                Some(at) => records.remove(at).map(|(r, _)| r.transport),
+                None if ran => {
+                    // Only calls that ran are kept: this one is lost (in the error log).
+                    return false;
+                }
+                None => Some(record.transport.clone()),
+            };
+            if let Some(out) = counted_out {
+                let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+                let (count, transport) = counted.get_or_insert_with(|| (0, String::new()));
+                *count += 1;
+                *transport = out;
+            }
+            if refusal.is_none() {
+                // Counted as one more owed: `is_empty` stays false until the count is
+                // written.
+                self.len.store(records.len() + 1, Ordering::Release);
+                return false;
+            }
         }
-        records.push_back(record);
-        self.len.store(records.len(), Ordering::Release);
+        records.push_back((record, ran));
+        let counted = usize::from(
+            self.counted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some(),
+        );
+        self.len.store(records.len() + counted, Ordering::Release);
         true
     }
 
@@ -130,7 +157,7 @@ impl Owed {
             loop {
                 let front = {
                     let records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
-                    records.front().cloned()
+                    records.front().map(|(record, _)| record.clone())
                 };
                 // The kept records first, then the count of those past them.
                 let (record, count) = match front {

@@ -877,7 +877,8 @@ impl<L: Level> Tx<L> {
         }
         // Counted in the call's transactions: a commit in flight when the call is
         // abandoned (the server stopped under it) is recorded as in doubt.
-        let committing = match crate::pipeline::commits::current().map(|c| c.begin(false)) {
+        let commits = crate::pipeline::commits::current().filter(|_| L::LEVEL != AccessLevel::Read);
+        let committing = match commits.map(|c| c.begin(false)) {
             Some(None) => {
                 return Err(ToolError::new(
                     Status::Internal,

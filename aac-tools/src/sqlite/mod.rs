@@ -382,7 +382,8 @@ impl Database {
                 let result = run_in_transaction::<L, T, _>(
                     &reader.conn,
                     "BEGIN DEFERRED",
-                    commits.as_ref(),
+                    // A read commits nothing: not counted.
+                    None,
                     |tx: &Tx<'_, L>| {
                         let result = f(tx);
                         // As at the `Write` level: a refusal fails the call even when the
