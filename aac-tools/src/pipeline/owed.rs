@@ -68,21 +68,26 @@ impl Owed {
                 *transport = out;
             }
             if refusal.is_none() {
-                // Counted as one more owed: `is_empty` stays false until the count is
-                // written.
-                self.len.store(records.len() + 1, Ordering::Release);
+                // Counted: `is_empty` stays false until the count is written.
+                self.store_len(records.len());
                 return false;
             }
         }
         records.push_back((record, ran));
-        let counted = usize::from(
-            self.counted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some(),
-        );
-        self.len.store(records.len() + counted, Ordering::Release);
+        self.store_len(records.len());
         true
+    }
+
+    /// How many are owed: `kept` records, and the count of the rest if there is one
+    /// (taken with the records' lock held, as every change of them is).
+    fn store_len(&self, kept: usize) {
+        let counted = self
+            .counted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        self.len
+            .store(kept + usize::from(counted), Ordering::Release);
     }
 
     /// The record of the calls counted past [`MAX_OWED`], to write after the kept ones:
@@ -176,13 +181,7 @@ impl Owed {
                         if count.is_none() {
                             records.pop_front();
                         }
-                        let more = usize::from(
-                            owed.counted
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .is_some(),
-                        );
-                        owed.len.store(records.len() + more, Ordering::Release);
+                        owed.store_len(records.len());
                         written += 1;
                     }
                     Err(err) => {
