@@ -49,9 +49,18 @@ impl Owed {
     pub(crate) fn keep_as_is(&self, record: AuditRecord, ran: bool) -> bool {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= MAX_OWED {
-            // A call that ran takes the place of the latest refusal kept, which is counted.
+            // A call that ran takes the place of the latest refusal kept, which is counted;
+            // never the first, which a task may be writing now (it pops what it wrote).
             let refusal = ran
-                .then(|| records.iter().rposition(|(_, ran)| !ran))
+                .then(|| {
+                    records
+                        .iter()
+                        .enumerate()
+                        .skip(1)
+                        .rev()
+                        .find(|(_, (_, ran))| !ran)
+                        .map(|(at, _)| at)
+                })
                 .flatten();
             let counted_out = match refusal {
                 Some(at) => records.remove(at).map(|(r, _)| r.transport),
@@ -208,5 +217,54 @@ impl Owed {
             // Outside a runtime (a caller's own executor): here, as it is.
             Err(_) => task.await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tool: &str) -> AuditRecord {
+        super::super::record::suppressed_of(
+            "alice",
+            None,
+            Some(tool),
+            1,
+            crate::context::Transport::Stdio,
+        )
+    }
+
+    #[test]
+    fn a_call_that_ran_takes_a_refusals_place_but_never_the_first() {
+        let owed = Owed::default();
+        // The first is a refusal (which a task may be writing), the rest calls that ran.
+        assert!(owed.keep_as_is(record("refused"), false));
+        for _ in 1..MAX_OWED {
+            assert!(owed.keep_as_is(record("ran"), true));
+        }
+        // Full, and no refusal but the first: a refusal is counted, a call that ran is
+        // not kept in the first's place.
+        assert!(!owed.keep_as_is(record("refused"), false));
+        assert!(!owed.keep_as_is(record("ran"), true));
+        let records = owed.records.lock().unwrap();
+        assert_eq!(records.front().unwrap().0.tool, "refused");
+        assert_eq!(records.len(), MAX_OWED);
+        drop(records);
+        assert_eq!(owed.counted.lock().unwrap().as_ref().unwrap().0, 1);
+        assert_eq!(owed.len(), MAX_OWED + 1, "the count is owed too");
+    }
+
+    #[test]
+    fn refusals_are_counted_and_give_way_to_calls_that_ran() {
+        let owed = Owed::default();
+        for _ in 0..MAX_OWED + 3 {
+            owed.keep_as_is(record("refused"), false);
+        }
+        assert!(owed.keep_as_is(record("ran"), true));
+        let records = owed.records.lock().unwrap();
+        assert_eq!(records.back().unwrap().0.tool, "ran");
+        assert_eq!(records.len(), MAX_OWED);
+        drop(records);
+        assert_eq!(owed.counted.lock().unwrap().as_ref().unwrap().0, 4);
     }
 }
