@@ -1084,37 +1084,36 @@ fn top_level_id(top: &probe::TopLevel<'_>) -> serde_json::Value {
     json_rpc_id(top.id.and_then(|raw| serde_json::from_slice(raw).ok()))
 }
 
-/// One line of a JSON-RPC error answer.
-fn error_line(id: serde_json::Value, code: ErrorCode, message: String) -> Vec<u8> {
-    let mut answer = serde_json::to_vec(&serde_json::json!({
+/// A JSON-RPC error answer.
+fn error_answer(id: serde_json::Value, code: ErrorCode, message: &str) -> serde_json::Value {
+    serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {"code": code.0, "message": message},
-    }))
-    .unwrap_or_default();
-    answer.push(b'\n');
-    answer
+    })
+}
+
+/// `answer` on a line of its own.
+fn as_line(answer: &serde_json::Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(answer).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// One line of a JSON-RPC error answer.
+fn error_line(id: serde_json::Value, code: ErrorCode, message: String) -> Vec<u8> {
+    as_line(&error_answer(id, code, &message))
 }
 
 /// One line answering a batch: an array of one error per request, under its id.
 fn batch_refused(ids: Vec<serde_json::Value>) -> Vec<u8> {
-    let answers: Vec<serde_json::Value> = ids
-        .into_iter()
-        .map(|id| {
-            serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {
-                    "code": ErrorCode::INVALID_REQUEST.0,
-                    "message": "Invalid request: this server does not take JSON-RPC batches; \
-                                send each message on a line of its own",
-                },
-            })
-        })
-        .collect();
-    let mut line = serde_json::to_vec(&answers).unwrap_or_default();
-    line.push(b'\n');
-    line
+    const MESSAGE: &str = "Invalid request: this server does not take JSON-RPC batches; send \
+                           each message on a line of its own";
+    as_line(&serde_json::Value::Array(
+        ids.into_iter()
+            .map(|id| error_answer(id, ErrorCode::INVALID_REQUEST, MESSAGE))
+            .collect(),
+    ))
 }
 
 /// A line without its `\n`, `\r` and byte-order mark.

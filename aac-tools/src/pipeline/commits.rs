@@ -99,6 +99,29 @@ impl Commits {
     }
 }
 
+/// Before a transaction's `COMMIT`: the guard of that commit, counted in `commits` (the
+/// call's, if it has any: [`current`]), or the error that rolls the transaction back when
+/// the call was abandoned.
+pub(crate) fn before_commit(
+    commits: Option<&Arc<Commits>>,
+    elsewhere: bool,
+) -> Result<Option<Committing>, crate::ToolError> {
+    match commits.map(|c| c.begin(elsewhere)) {
+        Some(None) => Err(abandoned()),
+        Some(Some(committing)) => Ok(Some(committing)),
+        None => Ok(None),
+    }
+}
+
+/// The error of a transaction whose call was abandoned before it committed.
+pub(crate) fn abandoned() -> crate::ToolError {
+    crate::ToolError::new(
+        crate::Status::Internal,
+        "cancelled",
+        "the call was abandoned (the server stopped): its transaction is rolled back",
+    )
+}
+
 /// A `COMMIT` under way; [`Committing::done`] says how it ended, and one dropped before
 /// (its task went away mid-round-trip) leaves the call in doubt.
 #[derive(Debug)]

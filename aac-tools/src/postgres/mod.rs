@@ -878,17 +878,7 @@ impl<L: Level> Tx<L> {
         // Counted in the call's transactions: a commit in flight when the call is
         // abandoned (the server stopped under it) is recorded as in doubt.
         let commits = crate::pipeline::commits::current().filter(|_| L::LEVEL != AccessLevel::Read);
-        let committing = match commits.map(|c| c.begin(false)) {
-            Some(None) => {
-                return Err(ToolError::new(
-                    Status::Internal,
-                    "cancelled",
-                    "the call was abandoned (the server stopped): its transaction is rolled back",
-                ));
-            }
-            Some(Some(committing)) => Some(committing),
-            None => None,
-        };
+        let committing = crate::pipeline::commits::before_commit(commits.as_ref(), false)?;
         let committed = self.client().batch_execute(COMMIT_AND_RESET).await;
         if let Some(committing) = committing {
             committing.done(committed.is_ok());

@@ -375,7 +375,9 @@ impl Database {
         // transaction no longer commits.
         let commits = crate::pipeline::commits::current();
         let task = tokio::task::spawn_blocking(move || match L::LEVEL {
-            _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => Err(abandoned()),
+            _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => {
+                Err(crate::pipeline::commits::abandoned())
+            }
             crate::access::AccessLevel::Read => {
                 let reader = db.take_reader()?;
                 reader.take_refused();
@@ -407,10 +409,9 @@ impl Database {
                 // Nothing refused before this transaction counts against it.
                 writer.take_refused();
                 let writer = &*writer;
-                let begin = "BEGIN IMMEDIATE";
                 run_in_transaction::<L, T, _>(
                     &writer.conn,
-                    begin,
+                    "BEGIN IMMEDIATE",
                     commits.as_ref(),
                     |tx: &Tx<'_, L>| {
                         let result = f(tx);
@@ -463,15 +464,6 @@ fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     Ok(())
 }
 
-/// The error of a transaction whose call was abandoned before it committed.
-fn abandoned() -> ToolError {
-    ToolError::new(
-        Status::Internal,
-        "cancelled",
-        "the call was abandoned (the server stopped): its transaction is rolled back",
-    )
-}
-
 /// `commits`: the call's, which decides whether the transaction may still commit.
 fn run_in_transaction<L: Level, T, F>(
     conn: &Connection,
@@ -508,11 +500,7 @@ where
             ),
         ));
     }
-    let committing = match commits.map(|c| c.begin(true)) {
-        Some(None) => return Err(abandoned()),
-        Some(Some(committing)) => Some(committing),
-        None => None,
-    };
+    let committing = crate::pipeline::commits::before_commit(commits, true)?;
     let committed = conn.execute_batch("COMMIT");
     if let Some(committing) = committing {
         committing.done(committed.is_ok());
