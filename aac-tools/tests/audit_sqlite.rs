@@ -16,6 +16,7 @@ use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sha2::Digest;
 
 #[derive(Deserialize, JsonSchema)]
 struct EchoArgs {
@@ -500,6 +501,73 @@ async fn concurrent_writers_keep_one_chain() {
     assert!(report.is_intact(), "{report}");
     assert_eq!(report.checked, 201);
     assert_eq!(report.head.unwrap().0, 201);
+}
+
+#[tokio::test]
+async fn alternating_writers_each_chain_to_the_others_last_record() {
+    // A sink keeps the chain's head its own commit left, and must read it again when
+    // another connection wrote in between: each write here follows one by the other
+    // sink (or by a plain connection), so a kept head would always be stale.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let a = SqliteSink::builder(&path)
+        .commit(CommitMode::PerRecord)
+        .open()
+        .unwrap();
+    let b = SqliteSink::builder(&path)
+        .commit(CommitMode::PerRecord)
+        .open()
+        .unwrap();
+    for i in 0..20 {
+        let sink = if i % 2 == 0 { &a } else { &b };
+        sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+        // Twice in a row on the same sink: the second may use the kept head.
+        if i % 5 == 0 {
+            sink.record(record("again", Outcome::Success, "2025-06-22T15:30:01Z"))
+                .await
+                .unwrap();
+        }
+    }
+    let report = a.verify().unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked, 24);
+    // A record appended by another program, chained by hand to nothing we wrote: the
+    // next write must chain to it (verify then names its bad link, not ours).
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO aac_audit (seq, timestamp, tool, outcome, status, scopes_provided, \
+         transport, duration_us, arguments, prev_hash, hash) VALUES (25, \
+         '2025-06-22T15:31:00Z', 'foreign', 'success', 200, '', 'stdio', 0, '{}', 'bad', \
+         'bad')",
+        [],
+    )
+    .unwrap();
+    a.record(record("after", Outcome::Success, "2025-06-22T15:32:00Z"))
+        .await
+        .unwrap();
+    let last: (i64, String) = conn
+        .query_row(
+            "SELECT seq, prev_hash FROM aac_audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(last.0, 26, "the next record follows the foreign one");
+    // Chained to the foreign record's hash, hashed again as it is not one of ours.
+    let rehashed: String = sha2::Sha256::digest(b"bad")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(last.1, rehashed);
+    let report = b.verify().unwrap();
+    assert_eq!(
+        report.broken.map(|l| l.seq),
+        Some(25),
+        "only the foreign link"
+    );
+    drop((a, b));
 }
 
 #[tokio::test]
