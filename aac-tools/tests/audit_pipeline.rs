@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
+/// The tests run one at a time: some count the handlers that ran (`RUNS`), which another
+/// test's calls would add to.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Deserialize, JsonSchema)]
 struct NoteArgs {
@@ -92,6 +95,8 @@ struct Switchable {
     inner: MemorySink,
     refuse_ready: Arc<AtomicBool>,
     refuse_record: Arc<AtomicBool>,
+    /// The next record's write never ends (a sink stuck on a lock), then writes go on.
+    hold_next: Arc<AtomicBool>,
 }
 
 impl AuditSink for Switchable {
@@ -103,6 +108,9 @@ impl AuditSink for Switchable {
         }
     }
     fn record(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditError>> {
+        if self.hold_next.swap(false, Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         if self.refuse_record.load(Ordering::SeqCst) {
             // Hands the record back, as the built-in sinks do.
             Box::pin(async { Err(AuditError::new("disk on fire").with_record(record)) })
@@ -154,6 +162,7 @@ fn alice(tool: &str, args: Option<Value>) -> CallRequest {
 
 #[tokio::test]
 async fn a_successful_read_only_call_is_recorded_with_every_field() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let (result, r) = one(
@@ -198,6 +207,7 @@ async fn a_successful_read_only_call_is_recorded_with_every_field() {
 
 #[tokio::test]
 async fn arguments_are_redacted_except_the_fields_a_tool_opts_in_to() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let (result, r) = one(
@@ -233,6 +243,7 @@ async fn arguments_are_redacted_except_the_fields_a_tool_opts_in_to() {
 
 #[tokio::test]
 async fn handler_errors_are_recorded_as_errors_and_handler_refusals_as_denials() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
 
@@ -269,6 +280,7 @@ async fn handler_errors_are_recorded_as_errors_and_handler_refusals_as_denials()
 
 #[tokio::test]
 async fn every_refusal_stage_leaves_exactly_one_denied_record() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let runs = RUNS.load(Ordering::SeqCst);
@@ -365,6 +377,7 @@ async fn every_refusal_stage_leaves_exactly_one_denied_record() {
 
 #[tokio::test]
 async fn read_only_mode_refusals_are_recorded() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), true);
     let (result, r) = one(
@@ -386,6 +399,7 @@ async fn read_only_mode_refusals_are_recorded() {
 
 #[tokio::test]
 async fn an_unready_sink_refuses_with_503_before_the_handler_and_records_the_refusal() {
+    let _serial = SERIAL.lock().await;
     let sink = Switchable::default();
     let server = server(sink.clone(), false);
     sink.refuse_ready.store(true, Ordering::SeqCst);
@@ -414,6 +428,7 @@ async fn an_unready_sink_refuses_with_503_before_the_handler_and_records_the_ref
 
 #[tokio::test]
 async fn a_record_that_cannot_be_written_turns_any_answer_into_503() {
+    let _serial = SERIAL.lock().await;
     let sink = Switchable::default();
     let server = server(sink.clone(), false);
     sink.refuse_record.store(true, Ordering::SeqCst);
@@ -432,7 +447,51 @@ async fn a_record_that_cannot_be_written_turns_any_answer_into_503() {
 }
 
 #[tokio::test]
+async fn a_call_dropped_while_owed_records_are_written_is_recorded_whole() {
+    let _serial = SERIAL.lock().await;
+    let sink = Switchable::default();
+    let server = server(sink.clone(), false);
+    // One record owed: the sink failed under a call that ran.
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    server
+        .call(alice(
+            "add_note",
+            Some(json!({"title": "owed", "body": "b"})),
+        ))
+        .await;
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    // The next call runs, then waits for the owed record's write, which hangs; its caller
+    // gives up (a runtime stopping, a client gone).
+    sink.hold_next.store(true, Ordering::SeqCst);
+    let call = server.call(alice(
+        "add_note",
+        Some(json!({"title": "second", "body": "b"})),
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), call)
+            .await
+            .is_err(),
+        "the call waits for the owed record"
+    );
+    let records = sink.inner.records();
+    let second = records
+        .iter()
+        .find(|r| r.arguments["title"] == "second")
+        .unwrap_or_else(|| {
+            panic!("the dropped call has its record, arguments and all: {records:#?}")
+        });
+    assert_eq!(second.tool, "add_note");
+    assert_eq!(second.status, 499, "{second:#?}");
+    assert!(
+        second.timestamp.len() >= 20 && second.timestamp.ends_with('Z'),
+        "its own timestamp: {second:#?}"
+    );
+    assert_eq!(records.len(), 1, "one record, once: {records:#?}");
+}
+
+#[tokio::test]
 async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_the_sink_writes() {
+    let _serial = SERIAL.lock().await;
     let sink = Switchable::default();
     let server = server(sink.clone(), false);
     sink.refuse_record.store(true, Ordering::SeqCst);
@@ -564,6 +623,7 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
 
 #[tokio::test]
 async fn refusals_decided_by_a_transport_are_recorded_once() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let bob = Arc::new(Principal::new("bob", ["notes:read"]));
@@ -591,6 +651,7 @@ async fn refusals_decided_by_a_transport_are_recorded_once() {
 
 #[tokio::test]
 async fn concurrent_calls_leave_one_record_each() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let mut tasks = Vec::new();
@@ -630,6 +691,7 @@ async fn concurrent_calls_leave_one_record_each() {
 /// its record says what the handler did.
 #[tokio::test]
 async fn a_call_abandoned_after_its_handler_started_is_recorded_as_it_ended() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = server(sink.clone(), false);
     let runs_before = RUNS.load(Ordering::SeqCst);
@@ -676,6 +738,7 @@ impl aac_tools::TokenVerifier for SlowTokens {
 /// A call abandoned before its handler ran is recorded as cancelled, and no handler runs.
 #[tokio::test]
 async fn a_call_abandoned_before_its_handler_is_recorded_as_cancelled() {
+    let _serial = SERIAL.lock().await;
     let sink = MemorySink::new();
     let server = Server::builder(Registry::collect().unwrap())
         .verifier(SlowTokens)

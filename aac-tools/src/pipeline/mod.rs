@@ -498,15 +498,17 @@ impl Attempt {
             (&result, check),
             (Err(err), Some(Check::Confirm)) if err.reason() == "cancelled"
         );
+        // Records of calls that ran while the sink failed go first, once it writes again.
+        // Paid before this call's record is made, which takes the attempt's timestamp and
+        // arguments: a call dropped while it waits here is recorded whole by `Drop`.
+        let owed = Arc::clone(self.server.owed());
+        if !owed.is_empty() {
+            owed.pay(&sink).await;
+        }
         let mut record = self.record(&result, check.filter(|_| !abandoned));
         if abandoned {
             record.outcome = crate::audit::Outcome::Error;
             record.status = 499;
-        }
-        // Records of calls that ran while the sink failed go first, once it writes again.
-        let owed = self.server.owed();
-        if !owed.is_empty() {
-            owed.pay(&sink).await;
         }
         let written = sink.record(record);
         self.recorded = true;
