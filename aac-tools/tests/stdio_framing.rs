@@ -80,6 +80,28 @@ mod stuck {
     }
 }
 
+mod gated {
+    use super::*;
+    use framed::{Echo, Said};
+
+    /// How many `gated_text` calls have started.
+    pub(crate) static STARTED: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+    /// Until set, `gated_text` calls wait (one test's own gate).
+    pub(crate) static OPEN: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Says the text back once the gate opens; a cancellation does not stop it.
+    #[mcp_tool(read_only, idempotent, scope = "echo:read")]
+    pub(crate) async fn gated_text(args: Echo) -> Result<Said, ToolError> {
+        STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        while !OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(Said { text: args.text })
+    }
+}
+
 fn server(filter_by_scope: bool) -> Server {
     builder(filter_by_scope).audit_disabled().build().unwrap()
 }
@@ -158,6 +180,27 @@ impl Raw {
     /// The next line the server writes, which must be one JSON-RPC message.
     async fn next(&mut self) -> Value {
         next_message(&mut self.lines, 20).await
+    }
+
+    /// Send `line` (a request) until it is not refused for an id still in flight (the
+    /// call that had it ends an instant after its record is written): its answer, and how
+    /// many times it was refused. Answers under other ids are passed over.
+    async fn until_free(&mut self, line: &str) -> (Value, usize) {
+        let id = serde_json::from_str::<Value>(line).unwrap()["id"].clone();
+        for refused in 0..100 {
+            self.line(line).await;
+            let answer = loop {
+                let answer = self.next().await;
+                if answer["id"] == id {
+                    break answer;
+                }
+            };
+            if answer["error"]["code"] != -32600 {
+                return (answer, refused);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("the id stayed in flight: {line}")
     }
 
     async fn list(&mut self, id: Value, params: Option<Value>) -> Value {
@@ -1501,7 +1544,85 @@ async fn past_64_requests_in_hand_while_a_question_waits_a_request_is_refused_bu
     assert_eq!(sink.records().len(), 66, "one record per call sent");
 }
 
-/// A call cancelled while in hand is no longer in flight: its id may be sent again (MCP
+/// A call cancelled while its tool runs stays in hand until the tool ends: its id is still
+/// in flight (a second request under it would take the first call's answer, rmcp matching
+/// answers by id), and it counts among the 64 in hand (calls cancelled as soon as sent ran
+/// without bound: 400 at once, 1.1 GB with padded requests). Each call is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stays_in_hand_until_its_tool_ends() {
+    use std::sync::atomic::Ordering;
+    let sink = MemorySink::new();
+    let registry = Registry::collect_module(&format!("{}::gated", module_path!())).unwrap();
+    let server = Server::builder(registry)
+        .verifier(StaticTokens::new().with("all", Principal::new("all", ["echo:read"])))
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let call = |id: u64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "gated_text", "arguments": {"text": text}}})
+        .to_string()
+    };
+    let cancel = |id: u64| {
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id}})
+        .to_string()
+    };
+    raw.line(&call(1, "first")).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while gated::STARTED.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    raw.line(&cancel(1)).await;
+    raw.line(&call(1, "second")).await;
+    let refused = raw.next().await;
+    assert_eq!(
+        (&refused["id"], &refused["error"]["code"]),
+        (&json!(1), &json!(-32600)),
+        "the id of a cancelled call whose tool still runs is in flight: {refused}"
+    );
+    // Calls cancelled as soon as sent: never more than 64 in hand at once.
+    for id in 100..200 {
+        raw.line(&call(id, "flood")).await;
+        raw.line(&cancel(id)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = gated::STARTED.load(Ordering::SeqCst);
+    assert!(
+        (2..=64).contains(&started),
+        "{started} calls ran at once, cancelled or not"
+    );
+    gated::OPEN.store(true, Ordering::SeqCst);
+    // Every call ends and is recorded once: the first, the refused second, the 100.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sink.records().len() < 102 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 102);
+    assert_eq!(gated::STARTED.load(Ordering::SeqCst), 101);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r.reason.as_deref() == Some("duplicate_request_id"))
+            .count(),
+        1
+    );
+    // Once the first call's tool ended, its id is free again.
+    let (answer, _) = raw.until_free(&call(1, "third")).await;
+    assert_eq!(
+        (
+            &answer["id"],
+            &answer["result"]["structuredContent"]["text"]
+        ),
+        (&json!(1), &json!("third")),
+        "{answer}"
+    );
+}
+
+/// A call cancelled while in hand, once its handler is done (here, its wait for a person
+/// ended by the cancellation), is no longer in flight: its id may be sent again (MCP
 /// forbids it, plain JSON-RPC clients do it) and is not refused as a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_frees_its_id() {
@@ -1514,9 +1635,9 @@ async fn a_cancelled_call_frees_its_id() {
     while sink.records().is_empty() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"again"}}}"#)
+    let (answer, refused) = raw
+        .until_free(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"again"}}}"#)
         .await;
-    let answer = raw.next().await;
     assert_eq!(answer["id"], 1, "{answer}");
     assert_eq!(
         answer["result"]["structuredContent"]["text"], "again",
@@ -1524,7 +1645,10 @@ async fn a_cancelled_call_frees_its_id() {
     );
     let records = sink.records();
     let reasons: Vec<_> = records.iter().map(|r| r.reason.as_deref()).collect();
-    assert_eq!(reasons, [Some("cancelled"), None], "{records:?}");
+    let mut expected = vec![Some("cancelled")];
+    expected.extend(std::iter::repeat_n(Some("duplicate_request_id"), refused));
+    expected.push(None);
+    assert_eq!(reasons, expected, "{records:?}");
 }
 
 /// Writes calls 1 to `calls` of `tool` (text: their number), one line each, on a task of

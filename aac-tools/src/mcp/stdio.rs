@@ -951,6 +951,26 @@ struct Backlog {
     changed: tokio::sync::Notify,
 }
 
+/// A client's request in hand, carried in its extensions, which rmcp keeps in the
+/// handler's context until the handler is done: its id stays in flight (a second request
+/// under it is refused) and it counts among the [`MAX_IN_FLIGHT`] in hand until then,
+/// whether it was answered or cancelled. (Freed when its cancellation came, a call past
+/// its checks ran on: its id could be sent again and take the first call's answer, and
+/// calls cancelled as soon as sent ran without bound.)
+#[derive(Clone)]
+struct InHand(#[allow(dead_code)] Arc<InHandId>);
+
+struct InHandId {
+    backlog: Arc<Backlog>,
+    id: RequestId,
+}
+
+impl Drop for InHandId {
+    fn drop(&mut self) {
+        self.backlog.done(&self.id);
+    }
+}
+
 /// One message counted in [`Backlog::unwritten`] until it is dropped (written, failed or
 /// given up).
 struct UnwrittenGuard(Arc<Backlog>);
@@ -985,12 +1005,17 @@ impl Backlog {
         Backlog::set(&self.in_flight).contains(id)
     }
 
-    /// The client's request `id` is handed on to be answered.
-    fn took(&self, id: RequestId) {
-        Backlog::set(&self.in_flight).insert(id);
+    /// The client's request `id` is handed on to be answered: in hand while the
+    /// [`InHand`] lives.
+    fn took(self: &Arc<Self>, id: RequestId) -> InHand {
+        Backlog::set(&self.in_flight).insert(id.clone());
+        InHand(Arc::new(InHandId {
+            backlog: Arc::clone(self),
+            id,
+        }))
     }
 
-    /// The client's request `id` is answered, or cancelled (then no answer comes).
+    /// rmcp is done with the client's request `id`.
     fn done(&self, id: &RequestId) {
         if Backlog::set(&self.in_flight).remove(id) {
             self.changed.notify_waiters();
@@ -1334,17 +1359,11 @@ where
         let unwritten = UnwrittenGuard::new(&self.backlog);
         let closed = self.closed.clone();
         let ended_at = Arc::clone(&self.ended_at);
-        // An answer of a request of the client's: it is no longer in hand. A request of
-        // the server's: its answer will come on the input.
-        match &item {
-            JsonRpcMessage::Response(answer) => self.backlog.done(&answer.id),
-            JsonRpcMessage::Error(answer) => {
-                if let Some(id) = &answer.id {
-                    self.backlog.done(id);
-                }
-            }
-            JsonRpcMessage::Request(request) => self.backlog.asked(request.id.clone()),
-            _ => {}
+        // A request of the server's: its answer will come on the input. (A request of
+        // the client's stays in hand until rmcp is done with it, answered or not: see
+        // [`InHand`].)
+        if let JsonRpcMessage::Request(request) = &item {
+            self.backlog.asked(request.id.clone());
         }
         // The answer to a request the framing began an attempt for: if rmcp answers it
         // with an error before the handler took it up, that refusal is recorded first.
@@ -1622,9 +1641,14 @@ where
                     kept.asked.push(id.clone());
                 }
             }
-            match message.as_ref() {
-                // In hand until answered (or cancelled).
-                JsonRpcMessage::Request(request) => self.backlog.took(request.id.clone()),
+            let mut message = message;
+            match message.as_mut() {
+                // In hand until rmcp is done with it (answered, or its handler ended after
+                // a cancellation, whose answer rmcp drops).
+                JsonRpcMessage::Request(request) => {
+                    let in_hand = self.backlog.took(request.id.clone());
+                    request.request.extensions_mut().insert(in_hand);
+                }
                 // The client's answer to the server's request.
                 JsonRpcMessage::Response(answer) => self.backlog.answered(&answer.id),
                 JsonRpcMessage::Error(answer) => {
@@ -1632,15 +1656,10 @@ where
                         self.backlog.answered(id);
                     }
                 }
-                // A cancelled request is answered by nobody (MCP): no longer in hand.
-                JsonRpcMessage::Notification(notification) => {
-                    if let ClientNotification::CancelledNotification(cancelled) =
-                        &notification.notification
-                        && let Some(id) = &cancelled.params.request_id
-                    {
-                        self.backlog.done(id);
-                    }
-                }
+                // A cancelled request is answered by nobody (MCP), but its handler may
+                // run on (a tool past its checks finishes): it stays in hand, its id in
+                // flight, until that ends.
+                JsonRpcMessage::Notification(_) => {}
             }
             return Some(*message);
         }
