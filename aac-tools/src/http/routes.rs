@@ -593,6 +593,15 @@ impl RequestIds {
     }
 }
 
+/// The status of the record of a request the MCP layer answered without handing it to the
+/// handler: the status the client gets, rmcp's own (406, 415, 404…, or 500 when the
+/// session ended under the request), or 400 for a JSON-RPC error in a 200 answer.
+fn refused_status(code: u16) -> Status {
+    Status::from_code(code)
+        .filter(|status| (400..600).contains(&status.code()))
+        .unwrap_or(Status::BadRequest)
+}
+
 /// A session's request id in flight, until its answer's body is done with and the MCP
 /// layer is done with the request (see [`HeldId`]).
 struct RequestIdGuard {
@@ -1184,11 +1193,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // The MCP layer answered without handing the call to the handler (a malformed
     // request, headers that contradict the body): the attempt ends here, recorded
     // before the answer leaves.
-    // Its record says the status the client gets: rmcp's own (406, 415, 404…), or 400
-    // for a JSON-RPC error in a 200 answer.
-    let refused_with = Status::from_code(response.status().as_u16())
-        .filter(|status| (400..500).contains(&status.code()))
-        .unwrap_or(Status::BadRequest);
+    let refused_with = refused_status(response.status().as_u16());
     if let (Some(call), Some(attempt)) =
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
@@ -1502,6 +1507,19 @@ pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_request_the_mcp_layer_refused_is_recorded_with_the_status_the_client_got() {
+        use super::{Status, refused_status};
+        assert_eq!(refused_status(406), Status::NotAcceptable);
+        assert_eq!(refused_status(404), Status::NotFound);
+        // rmcp's "Session service terminated": recorded 400 before.
+        assert_eq!(refused_status(500), Status::Internal);
+        assert_eq!(refused_status(503), Status::Unavailable);
+        // A JSON-RPC error in a 200 answer, and a status the records do not know.
+        assert_eq!(refused_status(200), Status::BadRequest);
+        assert_eq!(refused_status(418), Status::BadRequest);
+    }
+
     use super::*;
 
     #[test]
