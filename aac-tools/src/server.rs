@@ -556,6 +556,18 @@ struct Inner {
     owed: Arc<crate::pipeline::Owed>,
 }
 
+impl Drop for Inner {
+    /// The server is gone (the process stops): what is still owed is handed to the sink
+    /// one last time, after the records of the calls abandoned as it stopped (which the
+    /// sink may have written once it wrote again). The sink's own end waits for what it
+    /// was handed; a record it cannot take is in the error log, as before.
+    fn drop(&mut self) {
+        if let Some(sink) = &self.audit {
+            self.owed.hand_off_all(sink);
+        }
+    }
+}
+
 impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")

@@ -447,6 +447,35 @@ async fn a_record_that_cannot_be_written_turns_any_answer_into_503() {
 }
 
 #[tokio::test]
+async fn what_is_still_owed_when_the_server_goes_away_is_handed_to_the_sink() {
+    let _serial = SERIAL.lock().await;
+    let sink = Switchable::default();
+    let server = server(sink.clone(), false);
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    server
+        .call(alice(
+            "add_note",
+            Some(json!({"title": "late", "body": "b"})),
+        ))
+        .await;
+    assert!(sink.inner.records().is_empty());
+    // The sink writes again, but no call comes and nothing flushes before the server
+    // goes away (a process stopping: stdio's SIGTERM while the database was locked).
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    drop(server);
+    let records = sink.inner.records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(
+        (
+            records[0].tool.as_str(),
+            records[0].status,
+            records[0].arguments["title"].as_str()
+        ),
+        ("add_note", 503, Some("late"))
+    );
+}
+
+#[tokio::test]
 async fn a_call_dropped_while_owed_records_are_written_is_recorded_whole() {
     let _serial = SERIAL.lock().await;
     let sink = Switchable::default();

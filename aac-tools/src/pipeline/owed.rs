@@ -6,9 +6,10 @@
 //! (calls running at the same time may write theirs meanwhile). Past [`MAX_OWED`] they
 //! are counted, and the count is written as one record after them.
 //!
-//! Only what a process keeps in memory: a server that stops before the sink recovers
-//! loses them (each is in the error log already, as every record a built-in sink fails to
-//! write is).
+//! Only what a process keeps in memory: as the server goes away what is still owed is
+//! handed to the sink one last time ([`Owed::hand_off_all`]), but a server that stops
+//! before the sink recovers loses them (each is in the error log already, as every
+//! record a built-in sink fails to write is).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -147,6 +148,42 @@ impl Owed {
     /// How many records are owed.
     pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// Hand everything owed to the sink without waiting (the server is going away):
+    /// oldest first, then the count of the rest. The sink takes each record as it is
+    /// handed (the contract of `AuditSink::record`); one it refuses at once is logged.
+    /// Nothing, if a task is writing them now (it writes them).
+    pub(crate) fn hand_off_all(&self, sink: &Arc<dyn AuditSink>) {
+        if self.is_empty() || self.paying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let records: Vec<_> = {
+            let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            let taken = records.drain(..).map(|(record, _)| record).collect();
+            self.store_len(0);
+            taken
+        };
+        let count = self.count_record().map(|(record, _)| record);
+        self.store_len(0);
+        let mut handed = 0usize;
+        for record in records.into_iter().chain(count) {
+            let mut written = sink.record(record);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match written.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(Err(err)) => {
+                    tracing::error!(error = %err, "a record owed to the audit trail could not be written as the server stopped");
+                }
+                _ => handed += 1,
+            }
+        }
+        if handed > 0 {
+            tracing::info!(
+                handed,
+                "records owed to the audit trail are handed to the sink as the server stops"
+            );
+        }
+        self.paying.store(false, Ordering::Release);
     }
 
     /// Write what is owed, oldest first, on a task of its own (a caller that goes away
