@@ -65,6 +65,8 @@ pub struct CallRequest {
     pub(crate) subscription: bool,
     /// Where the arguments, as sent, repeat a key (a JSON pointer): the call is refused.
     pub(crate) repeated_key: Option<String>,
+    /// Where a retry's `inputResponses`, as sent, repeat a key: the answer is refused.
+    pub(crate) repeated_answer_key: Option<String>,
     /// The credentials a transport verified before the attempt began (the `/mcp` gate's
     /// bearer token, behind [`Credentials::Verified`]): verified again after a person's
     /// answer, which may come long after.
@@ -94,6 +96,7 @@ impl CallRequest {
             kind: CallKind::Tool,
             subscription: false,
             repeated_key: None,
+            repeated_answer_key: None,
             presented: Credentials::None,
         }
     }

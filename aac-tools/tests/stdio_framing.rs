@@ -1109,6 +1109,55 @@ async fn an_answer_of_another_shape_is_a_no() {
     }
 }
 
+/// A person's answer that repeats a key (`decline`, then `accept`: a host or proxy that
+/// reads the first key saw a no) confirms nothing: the call is refused 400
+/// `ambiguous_answer`, recorded once, and the tool does not run. One that does not is
+/// read as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_repeats_a_key_confirms_nothing() {
+    for (result, reason) in [
+        (
+            r#"{"action":"decline","action":"accept"}"#,
+            "ambiguous_answer",
+        ),
+        (
+            r#"{"action":"accept","content":{"x":1,"x":2}}"#,
+            "ambiguous_answer",
+        ),
+        (r#"{"action":"decline"}"#, "user_declined"),
+    ] {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        let id = asked["id"].to_string();
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#
+        ))
+        .await;
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["result"]["isError"], true, "{result}: {answer}");
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (
+                records[0].reason.as_deref(),
+                records[0].confirmed_by.as_deref()
+            ),
+            (Some(reason), None),
+            "{result}: {:?}",
+            records[0]
+        );
+        if reason == "ambiguous_answer" {
+            assert_eq!(records[0].status, 400, "{:?}", records[0]);
+            let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(
+                text.contains("/result/action") || text.contains("/result/content/x"),
+                "{text}"
+            );
+        }
+    }
+}
+
 /// Over stdio as over HTTP, arguments that repeat a key (`confirm` false, then true) are
 /// refused at that key before the tool runs, and recorded once.
 #[tokio::test]

@@ -218,3 +218,57 @@ async fn the_confirm_timeout_is_the_life_of_a_request_state() {
     let left = claims["e"].as_i64().unwrap() - now;
     assert!((5..=8).contains(&left), "expires in {left} s: {claims}");
 }
+
+/// A retry whose `inputResponses` repeat a key (`decline`, then `accept`: a host or proxy
+/// that reads the first saw a no) confirms nothing and leaves the state unspent: refused
+/// 400 `ambiguous_answer`, recorded, the issue kept; the same state with a plain answer
+/// then goes through, once.
+#[tokio::test]
+async fn a_retry_whose_answer_repeats_a_key_confirms_nothing() {
+    let server = AacWorkflow::new();
+    let (_child, url) = server.spawn_http_with(&["--confirm", "user"]);
+    let alice = RawMcp::new(&url, Some(&server.token));
+    let asked = delete(&alice, "AAC-2", json!({}), true).await;
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let params = json!({
+        "name": "delete_issue",
+        "arguments": {"issue_id": "AAC-2", "confirm": true},
+        "_meta": meta(true),
+        "requestState": state,
+    })
+    .to_string();
+    // The answer, written by hand: JSON text with the key twice.
+    let params = format!(
+        r#"{},"inputResponses":{{"confirm":{{"action":"decline","action":"accept"}}}}}}"#,
+        params.strip_suffix('}').unwrap()
+    );
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#);
+    let response = alice
+        .post()
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "delete_issue")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.unwrap();
+    let result = common::messages(&text).pop().unwrap()["result"].clone();
+    assert_eq!(refused(&result), "ambiguous_answer", "{result}");
+    // Nothing was spent: the state with a plain answer deletes the issue.
+    let done = delete(&alice, "AAC-2", retry(&state, "accept"), true).await;
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(done["structuredContent"]["key"], "AAC-2");
+    let reasons: Vec<String> = server
+        .audit()
+        .iter()
+        .filter(|r| r["tool"] == "delete_issue")
+        .map(|r| r["reason"].as_str().unwrap_or("-").to_owned())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["user_confirmation_required", "ambiguous_answer", "-"],
+        "one record each"
+    );
+}

@@ -1392,6 +1392,40 @@ async fn a_call_whose_stream_closes_while_the_user_is_asked_takes_the_answer_sen
     );
 }
 
+/// A person's answer that repeats a key (`decline`, then `accept`: a host or proxy that
+/// reads the first key saw a no) confirms nothing over Streamable HTTP either: the call
+/// is refused 400 `ambiguous_answer`, recorded once, and the note is kept.
+#[tokio::test]
+async fn an_answer_that_repeats_a_key_confirms_nothing() {
+    let server = confirming_server(HttpOptions::default()).await;
+    let raw = asking_session(&server).await;
+    let (mut stream, question) = delete_until_asked(&raw).await;
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"action":"decline","action":"accept"}}}}"#,
+        question["id"]
+    );
+    let (status, _) = raw.send(answer).await;
+    assert_eq!(status, 202, "the answer is taken");
+    let result = answer_to(&mut stream, 7).await;
+    assert_eq!(result["result"]["isError"], true, "{result}");
+    let error = error_body(&result["result"]);
+    assert_eq!(
+        (error["status"].as_u64(), error["reason"].as_str()),
+        (Some(400), Some("ambiguous_answer")),
+        "{error}"
+    );
+    let records = records_of(&server, "delete_note");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].reason.as_deref(),
+            records[0].confirmed_by.as_deref()
+        ),
+        (Some("ambiguous_answer"), None)
+    );
+    assert_the_note_is_kept(&server).await;
+}
+
 /// The gate verified alice's token when the call came; her token is revoked while her
 /// person is asked. Their yes, sent later on the same session, does not run the call: the
 /// token is verified again once they have answered.

@@ -593,6 +593,23 @@ impl RequestIds {
     }
 }
 
+/// The error that replaces `body` when it is one JSON-RPC answer of the client's (an `id`,
+/// no `method`) that repeats a key: see [`probe::ambiguous_answer`].
+fn ambiguous_answer(body: &[u8]) -> Option<Vec<u8>> {
+    if !probe::may_repeat_a_key(body) {
+        return None;
+    }
+    let head = Head::of(body)?;
+    if head.method.is_some() {
+        return None;
+    }
+    let HeadId::Present(id) = head.id else {
+        return None;
+    };
+    let pointer = probe::repeated_key(body)?;
+    serde_json::to_vec(&probe::ambiguous_answer(&id, &pointer)).ok()
+}
+
 /// The status of the record of a request the MCP layer answered without handing it to the
 /// handler: the status the client gets, rmcp's own (406, 415, 404…, or 500 when the
 /// session ended under the request), or 400 for a JSON-RPC error in a 200 answer.
@@ -1165,6 +1182,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             None => probe::repeated_argument_key(&body),
         };
         a.arguments_repeat(repeated);
+        a.answer_repeats(probe::repeated_input_responses_key(&body));
         PendingAttempt::new(a, body.clone(), ToolsCall::arguments_of)
     });
     if let Some(pending) = &pending {
@@ -1186,8 +1204,15 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     }
     // (`Bytes` clones share the buffer: the probe's borrowed arguments stay readable.)
     let json_body = is_json_content(&parts.headers);
+    // A client's answer to the server's request (a person's answer to a confirmation) that
+    // repeats a key goes on as an error: which of its values is meant cannot be known.
+    let answer = pending.is_none() && pending_item.is_none();
+    let handed = match answer.then(|| ambiguous_answer(&body)).flatten() {
+        Some(error) => Bytes::from(error),
+        None => body.clone(),
+    };
     let response = mcp
-        .handle(Request::from_parts(parts, Body::from(body.clone())))
+        .handle(Request::from_parts(parts, Body::from(handed)))
         .await;
     let response = unreadable_body(json_body, &body, response);
     // The MCP layer answered without handing the call to the handler (a malformed

@@ -102,6 +102,20 @@ impl RmcpPeer {
 
 fn client_error(what: &str, err: ServiceError) -> ToolError {
     match err {
+        // The transport replaced an answer that repeats a key (`probe::ambiguous_answer`).
+        ServiceError::McpError(err)
+            if err
+                .data
+                .as_ref()
+                .and_then(|d| d.get("aac"))
+                .and_then(Value::as_str)
+                == Some(crate::pipeline::AMBIGUOUS_ANSWER) =>
+        {
+            ToolError::bad_request(
+                crate::pipeline::AMBIGUOUS_ANSWER,
+                format!("the client's answer to the {what}: {}", err.message),
+            )
+        }
         ServiceError::McpError(err) => ToolError::new(
             Status::BadRequest,
             "client_request_failed",

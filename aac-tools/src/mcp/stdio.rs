@@ -704,6 +704,7 @@ impl Refusals {
         let mut attempt = self.begin(call.request_id(id));
         if matches!(request.request, ClientRequest::CallToolRequest(_)) {
             attempt.arguments_repeat(probe::repeated_argument_key(line));
+            attempt.answer_repeats(probe::repeated_input_responses_key(line));
         }
         let pending = PendingAttempt::new(attempt, Bytes::copy_from_slice(line), arguments);
         let is_call = matches!(request.request, ClientRequest::CallToolRequest(_));
@@ -1026,6 +1027,11 @@ impl Backlog {
     fn asked(&self, id: RequestId) {
         Backlog::set(&self.asking).insert(id);
         self.changed.notify_waiters();
+    }
+
+    /// Whether the server asked the client `id` and awaits its answer.
+    fn is_asking(&self, id: &RequestId) -> bool {
+        Backlog::set(&self.asking).contains(id)
     }
 
     /// The client answered the server's request `id`.
@@ -1527,6 +1533,20 @@ where
                 continue;
             }
             let mut parsed = parse(&self.line);
+            // The client's answer to a question of the server's (a person's answer to a
+            // confirmation) that repeats a key goes on as an error: read as rmcp reads
+            // JSON the last value would win (`"action":"decline","action":"accept"`
+            // confirms), where a host or proxy reading the first saw a no.
+            if let Parsed::Message(message) = &mut parsed
+                && let JsonRpcMessage::Response(answer) = message.as_ref()
+                && self.backlog.is_asking(&answer.id)
+                && probe::may_repeat_a_key(&self.line)
+                && let Some(pointer) = probe::repeated_key(trim_line(&self.line))
+                && let Ok(id) = serde_json::to_value(&answer.id)
+                && let Ok(error) = serde_json::from_value(probe::ambiguous_answer(&id, &pointer))
+            {
+                **message = error;
+            }
             // One request in flight per id: a second under the id of a call (or read,
             // prompt, completion) not yet answered is refused, and recorded when it is one
             // (rmcp would answer one of the two and lose the other).

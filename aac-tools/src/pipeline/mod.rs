@@ -929,7 +929,11 @@ impl Attempt {
                             confirmation.timeout.as_secs()
                         ),
                     ))),
-                    Ok(Err(err)) if err.reason() == "cancelled" => Err(refuse(err)),
+                    Ok(Err(err))
+                        if err.reason() == "cancelled" || err.reason() == AMBIGUOUS_ANSWER =>
+                    {
+                        Err(refuse(err))
+                    }
                     Ok(Err(err)) => Err(refuse(ToolError::new(
                         Status::Forbidden,
                         "user_confirmation_unavailable",
@@ -1027,6 +1031,18 @@ impl Attempt {
         responses: &Value,
     ) -> Result<(), ToolError> {
         let invalid = |why: &str| ToolError::bad_request("invalid_request_state", why.to_owned());
+        // An answer that says two things (`"action"` twice) is refused before the state is
+        // used: the client may answer again, once.
+        if let Some(pointer) = &self.request.repeated_answer_key {
+            return Err(ToolError::bad_request(
+                AMBIGUOUS_ANSWER,
+                format!(
+                    "the inputResponses repeat the key `{}`: which of its values is meant \
+                     cannot be known",
+                    crate::audit::bounded(pointer, 256)
+                ),
+            ));
+        }
         let digest = confirm::seal::arguments_digest(self.request.arguments.as_ref());
         let claims = confirmation
             .sealer
@@ -1090,6 +1106,13 @@ impl Attempt {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn arguments_repeat(&mut self, pointer: Option<String>) {
         self.request.repeated_key = pointer;
+    }
+
+    /// A retry's `inputResponses`, as sent, repeat the key at `pointer`: the person's
+    /// answer is refused, not read.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn answer_repeats(&mut self, pointer: Option<String>) {
+        self.request.repeated_answer_key = pointer;
     }
 
     /// What the record keeps as its arguments, as it is: the framework's own account of a
@@ -1314,6 +1337,12 @@ const MAX_COMPLETION_VALUE_BYTES: usize = 1024;
 /// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
 /// a `resources/subscribe` performs, told apart from a `resources/read`.
 pub(crate) const SUBSCRIBE_KEY: &str = "$subscribe";
+
+/// The reason of a call refused because the person's answer to its confirmation repeats a
+/// key, and the `data` marker of the JSON-RPC error with which a transport replaces such
+/// an answer: read as rmcp reads JSON, the last value would win (`"action":"decline",
+/// "action":"accept"` confirms), where a host or proxy reading the first saw a no.
+pub(crate) const AMBIGUOUS_ANSWER: &str = "ambiguous_answer";
 
 /// The key a record of arguments that repeat a key adds (`"$repeated_key": "/confirm"`, a
 /// JSON pointer): the arguments it keeps hold only the last of the repeated values.

@@ -635,6 +635,12 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
     find_repeated_key(json, true)
 }
 
+/// Whether some object of `json` may repeat a key, told by a scan of its bytes: `false`
+/// means none does (then [`repeated_key`] is `None` without reading it).
+pub(crate) fn may_repeat_a_key(json: &[u8]) -> bool {
+    !keys_all_differ(json)
+}
+
 /// Whether some object of `json` repeats a key ([`repeated_key`] without the pointer: one
 /// walk of the JSON, not two).
 fn repeats_a_key(json: &[u8]) -> bool {
@@ -843,6 +849,44 @@ pub(crate) fn repeated_argument_key(body: &[u8]) -> Option<String> {
     }
     let message: Message<'_> = serde_json::from_slice(body).ok()?;
     repeated_key(message.params.arguments?.get().as_bytes())
+}
+
+/// [`repeated_key`] in the `inputResponses` of the `tools/call` that `body` is (a
+/// 2026-07-28 retry carrying a person's answer), as a pointer into them.
+pub(crate) fn repeated_input_responses_key(body: &[u8]) -> Option<String> {
+    // No key of the whole body repeats (a scan, no parse): the check of most calls.
+    if keys_all_differ(body) {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "inputResponses")]
+        input_responses: Option<&'a serde_json::value::RawValue>,
+    }
+    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    repeated_key(message.params.input_responses?.get().as_bytes())
+}
+
+/// The error that replaces a client's answer (`id`) whose JSON repeats the key at
+/// `pointer`, as one JSON-RPC message.
+pub(crate) fn ambiguous_answer(id: &serde_json::Value, pointer: &str) -> serde_json::Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32600,
+            "message": format!(
+                "the answer repeats the key `{}`: which of its values is meant cannot be known",
+                crate::audit::bounded(pointer, 256)
+            ),
+            "data": {"aac": super::AMBIGUOUS_ANSWER},
+        },
+    })
 }
 
 #[cfg(test)]
