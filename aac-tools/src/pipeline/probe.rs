@@ -837,18 +837,28 @@ fn keys_all_differ(json: &[u8]) -> bool {
 /// [`repeated_key`] in the arguments of the `tools/call` that `body` is (one message, as
 /// the MCP layer dispatches it), as a pointer into those arguments.
 pub(crate) fn repeated_argument_key(body: &[u8]) -> Option<String> {
+    repeated_key(call_params(body)?.arguments?.get().as_bytes())
+}
+
+/// The `params` of the `tools/call` that `body` is, borrowed as sent: its arguments and a
+/// 2026-07-28 retry's `inputResponses`.
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    arguments: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, rename = "inputResponses")]
+    input_responses: Option<&'a serde_json::value::RawValue>,
+}
+
+fn call_params(body: &[u8]) -> Option<CallParams<'_>> {
     #[derive(Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
-        params: Params<'a>,
+        params: CallParams<'a>,
     }
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow)]
-        arguments: Option<&'a serde_json::value::RawValue>,
-    }
-    let message: Message<'_> = serde_json::from_slice(body).ok()?;
-    repeated_key(message.params.arguments?.get().as_bytes())
+    serde_json::from_slice::<Message<'_>>(body)
+        .ok()
+        .map(|m| m.params)
 }
 
 /// [`repeated_key`] in the `inputResponses` of the `tools/call` that `body` is (a
@@ -858,18 +868,7 @@ pub(crate) fn repeated_input_responses_key(body: &[u8]) -> Option<String> {
     if keys_all_differ(body) {
         return None;
     }
-    #[derive(Deserialize)]
-    struct Message<'a> {
-        #[serde(borrow)]
-        params: Params<'a>,
-    }
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow, rename = "inputResponses")]
-        input_responses: Option<&'a serde_json::value::RawValue>,
-    }
-    let message: Message<'_> = serde_json::from_slice(body).ok()?;
-    repeated_key(message.params.input_responses?.get().as_bytes())
+    repeated_key(call_params(body)?.input_responses?.get().as_bytes())
 }
 
 /// The error that replaces a client's answer (`id`) whose JSON repeats the key at
