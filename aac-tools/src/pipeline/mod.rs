@@ -501,8 +501,8 @@ impl Attempt {
         // Records of calls that ran while the sink failed go first, once it writes again.
         // Paid before this call's record is made, which takes the attempt's timestamp and
         // arguments: a call dropped while it waits here is recorded whole by `Drop`.
-        let owed = Arc::clone(self.server.owed());
-        if !owed.is_empty() {
+        if !self.server.owed().is_empty() {
+            let owed = Arc::clone(self.server.owed());
             owed.pay(&sink).await;
         }
         let mut record = self.record(&result, check.filter(|_| !abandoned));
@@ -510,6 +510,7 @@ impl Attempt {
             record.outcome = crate::audit::Outcome::Error;
             record.status = 499;
         }
+        let owed = self.server.owed();
         let written = sink.record(record);
         self.recorded = true;
         match written.await {
