@@ -1532,9 +1532,10 @@ pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_request_the_mcp_layer_refused_is_recorded_with_the_status_the_client_got() {
-        use super::{Status, refused_status};
         assert_eq!(refused_status(406), Status::NotAcceptable);
         assert_eq!(refused_status(404), Status::NotFound);
         // rmcp's "Session service terminated": recorded 400 before.
@@ -1544,8 +1545,6 @@ mod tests {
         assert_eq!(refused_status(200), Status::BadRequest);
         assert_eq!(refused_status(418), Status::BadRequest);
     }
-
-    use super::*;
 
     #[test]
     fn a_strictly_read_call_keys_its_id_as_a_second_reading_would() {

@@ -703,8 +703,9 @@ impl Refusals {
         };
         let mut attempt = self.begin(call.request_id(id));
         if matches!(request.request, ClientRequest::CallToolRequest(_)) {
-            attempt.arguments_repeat(probe::repeated_argument_key(line));
-            attempt.answer_repeats(probe::repeated_input_responses_key(line));
+            let (arguments, answer) = probe::repeated_call_keys(line);
+            attempt.arguments_repeat(arguments);
+            attempt.answer_repeats(answer);
         }
         let pending = PendingAttempt::new(attempt, Bytes::copy_from_slice(line), arguments);
         let is_call = matches!(request.request, ClientRequest::CallToolRequest(_));

@@ -166,22 +166,12 @@ impl Owed {
         };
         let count = self.count_record().map(|(record, _)| record);
         self.store_len(0);
-        let mut handed = 0usize;
+        tracing::info!(
+            records = records.len() + usize::from(count.is_some()),
+            "records owed to the audit trail are handed to the sink as the server stops"
+        );
         for record in records.into_iter().chain(count) {
-            let mut written = sink.record(record);
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            match written.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(Err(err)) => {
-                    tracing::error!(error = %err, "a record owed to the audit trail could not be written as the server stopped");
-                }
-                _ => handed += 1,
-            }
-        }
-        if handed > 0 {
-            tracing::info!(
-                handed,
-                "records owed to the audit trail are handed to the sink as the server stops"
-            );
+            super::hand_off(sink, None, record, "a record owed to the audit trail");
         }
         self.paying.store(false, Ordering::Release);
     }

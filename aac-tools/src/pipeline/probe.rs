@@ -840,6 +840,16 @@ pub(crate) fn repeated_argument_key(body: &[u8]) -> Option<String> {
     repeated_key(call_params(body)?.arguments?.get().as_bytes())
 }
 
+/// [`repeated_argument_key`] and [`repeated_input_responses_key`] from one reading of
+/// `body`.
+pub(crate) fn repeated_call_keys(body: &[u8]) -> (Option<String>, Option<String>) {
+    let Some(params) = call_params(body) else {
+        return (None, None);
+    };
+    let repeated = |raw: Option<&serde_json::value::RawValue>| repeated_key(raw?.get().as_bytes());
+    (repeated(params.arguments), repeated(params.input_responses))
+}
+
 /// The `params` of the `tools/call` that `body` is, borrowed as sent: its arguments and a
 /// 2026-07-28 retry's `inputResponses`.
 #[derive(Deserialize)]
