@@ -974,6 +974,69 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     );
 }
 
+/// Messages one after the other on a line, separated by white space JSON does not have
+/// but a lenient reader skips (JSON5's U+2028, U+2029, no-break space, byte-order mark):
+/// each request among them is answered under its own id, and each call recorded as the
+/// call it is, the second as much as the first.
+#[tokio::test]
+async fn messages_separated_by_any_white_space_are_each_answered_and_recorded() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let call = |id: u64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "forget_text", "arguments": {"text": text, "confirm": true}}})
+        .to_string()
+    };
+    for (n, separator) in ["\u{2028}", "\u{2029}", "\u{a0}", "\u{feff}", " \u{3000}\t"]
+        .into_iter()
+        .enumerate()
+    {
+        let (first, second) = (10 * n as u64 + 1, 10 * n as u64 + 2);
+        let before = sink.records().len();
+        raw.line(&format!(
+            "{}{separator}{}",
+            call(first, "a"),
+            call(second, "b")
+        ))
+        .await;
+        let mut ids = vec![raw.next().await, raw.next().await];
+        ids.sort_by_key(|a| a["id"].as_u64());
+        assert_eq!(
+            ids.iter().map(|a| a["id"].clone()).collect::<Vec<_>>(),
+            [json!(first), json!(second)],
+            "{separator:?}: {ids:?}"
+        );
+        assert!(ids.iter().all(|a| a["error"]["code"] == -32600), "{ids:?}");
+        let records = sink.records();
+        let seen: Vec<(&str, Option<&str>)> = records[before..]
+            .iter()
+            .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+            .collect();
+        let (first, second) = (first.to_string(), second.to_string());
+        assert_eq!(
+            seen,
+            [
+                ("forget_text", Some(first.as_str())),
+                ("forget_text", Some(second.as_str())),
+            ],
+            "{separator:?}: {records:?}"
+        );
+        assert!(
+            records[before..]
+                .iter()
+                .all(|r| r.reason.as_deref() == Some("not_dispatched"))
+        );
+    }
+    // Junk after a message is no separator: the message is answered, nothing more read.
+    raw.line(&format!("{}\u{2028}x{}", call(90, "a"), call(91, "b")))
+        .await;
+    assert_eq!(raw.next().await["id"], 90);
+    raw.line(r#"{"jsonrpc":"2.0","id":92,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 92);
+}
+
 /// A session of `server` (token `all`, a pipe of `capacity` bytes) whose client can
 /// elicit: a person can be asked through it.
 async fn eliciting(server: Server, capacity: usize) -> Raw {

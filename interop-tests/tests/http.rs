@@ -2787,25 +2787,30 @@ async fn every_call_of_a_refused_batch_is_recorded() {
     }
 
     // Messages one after the other in one body (not JSON-RPC, refused whole), a
-    // destructive call behind a harmless one: each call recorded.
-    server.sink.clear();
+    // destructive call behind a harmless one: each call recorded, whatever white space a
+    // lenient reader skips between them (JSON5's U+2028 and no-break space among it).
     let delete = json!({"jsonrpc": "2.0", "id": 46, "method": "tools/call",
         "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}}});
-    let (status, _) = raw.send(format!("{}{delete}", call(45, "d"))).await;
-    assert!(status >= 400 || status == 200, "{status}");
-    let records = server.sink.records();
-    let seen: Vec<_> = records
-        .iter()
-        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.check))
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            ("add_note", Some("45"), Some(Check::Protocol)),
-            ("delete_note", Some("46"), Some(Check::Protocol)),
-        ],
-        "{records:?}"
-    );
+    for separator in ["", "\u{2028}", " \u{a0}"] {
+        server.sink.clear();
+        let (status, _) = raw
+            .send(format!("{}{separator}{delete}", call(45, "d")))
+            .await;
+        assert!(status >= 400 || status == 200, "{status}");
+        let records = server.sink.records();
+        let seen: Vec<_> = records
+            .iter()
+            .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.check))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("add_note", Some("45"), Some(Check::Protocol)),
+                ("delete_note", Some("46"), Some(Check::Protocol)),
+            ],
+            "{separator:?}: {records:?}"
+        );
+    }
 
     // A call after bytes no reader gets past, or spelled `tools\/call` in a body that is
     // not JSON: recorded all the same, as an unknown tool.

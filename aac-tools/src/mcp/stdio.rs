@@ -1234,11 +1234,9 @@ fn parse(line: &[u8]) -> Parsed {
             Parsed::Refused { id, code, message }
         }
         Err(err) => {
-            // Messages one after the other: each request among them waits for an answer.
-            let values: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(line)
-                .into_iter::<serde_json::Value>()
-                .map_while(Result::ok)
-                .collect();
+            // Messages one after the other (separated by any white space a lenient reader
+            // skips, U+2028 among it): each request among them waits for an answer.
+            let (values, _) = probe::in_sequence::<serde_json::Value>(line);
             if values.len() >= 2 {
                 let ids = values
                     .iter()

@@ -158,18 +158,77 @@ fn lenient_escape(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
 /// reader skipping what it cannot read (`{…} x {…}`, `{…},{…}`) would find, and that no
 /// reading of the values has.
 fn unread_tail_says_call(body: &[u8]) -> bool {
-    let mut values =
-        serde_json::Deserializer::from_slice(body).into_iter::<serde::de::IgnoredAny>();
-    let mut read = 0;
+    let (read, end) = in_sequence::<serde::de::IgnoredAny>(body);
+    // Nothing read: the body's first call is what the other readings find.
+    !read.is_empty() && says_tools_call(&body[end..])
+}
+
+/// The JSON values of `body` one after the other, as a lenient reader takes them, and the
+/// offset of the first byte none of them holds (the body's length when all of it was
+/// read): values separated by JSON's whitespace, or by the other whitespace such a reader
+/// skips between values (JSON5's: U+2028, U+2029, U+00A0, a byte-order mark, any Unicode
+/// space), up to the first bytes that do not parse. Linear in the body: each separator is
+/// read once.
+pub(crate) fn in_sequence<T: serde::de::DeserializeOwned>(body: &[u8]) -> (Vec<T>, usize) {
+    let mut values = Vec::new();
+    let mut at = 0;
     loop {
-        match values.next() {
-            Some(Ok(_)) => read += 1,
-            Some(Err(_)) => break,
-            None => return false,
+        let mut stream = serde_json::Deserializer::from_slice(&body[at..]).into_iter::<T>();
+        let mut read_to = 0;
+        let ended = loop {
+            match stream.next() {
+                Some(Ok(value)) => {
+                    values.push(value);
+                    read_to = stream.byte_offset();
+                }
+                Some(Err(_)) => break false,
+                None => break true,
+            }
+        };
+        if ended {
+            return (values, body.len());
+        }
+        // A number or a literal followed by no delimiter JSON knows (`1\u{2028}`) is an
+        // error to the stream, which counts it as read all the same: read alone, it is
+        // the value it is.
+        let failed_at = stream.byte_offset();
+        if failed_at > read_to
+            && let Ok(value) = serde_json::from_slice::<T>(&body[at + read_to..at + failed_at])
+        {
+            values.push(value);
+        }
+        at += failed_at;
+        let skipped = lenient_space(&body[at..]);
+        if skipped == 0 {
+            return (values, at);
+        }
+        at += skipped;
+    }
+}
+
+/// How many bytes at the start of `bytes` are whitespace to a lenient reader: any Unicode
+/// white space (JSON's four, U+0085, U+00A0, U+2028, U+2029, the spaces of category Zs…)
+/// and the byte-order mark U+FEFF, which JSON5 counts as white space.
+fn lenient_space(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(&first) = bytes.get(at) {
+        let len = match first {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return at,
+        };
+        let c = bytes
+            .get(at..at + len)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|s| s.chars().next());
+        match c {
+            Some(c) if c.is_whitespace() || c == '\u{FEFF}' => at += len,
+            _ => return at,
         }
     }
-    // Nothing read: the body's first call is what the other readings find.
-    read > 0 && says_tools_call(&body[values.byte_offset()..])
+    at
 }
 
 /// `body` without a UTF-8 byte-order mark in front: rmcp refuses a body that begins with
@@ -179,15 +238,13 @@ fn without_bom(body: &[u8]) -> &[u8] {
     body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body)
 }
 
-/// Several JSON values one after the other (`{…}{…}`, or with spaces between), which
-/// JSON-RPC does not allow and rmcp refuses whole, read as the batch a lenient reader
-/// would take them for (each one's calls are recorded, not only the first's): the values
-/// read before anything that does not parse. `None` for fewer than two.
+/// Several JSON values one after the other (`{…}{…}`, or with spaces between, U+2028
+/// among them: [`in_sequence`]), which JSON-RPC does not allow and rmcp refuses whole,
+/// read as the batch a lenient reader would take them for (each one's calls are
+/// recorded, not only the first's): the values read before anything that does not parse.
+/// `None` for fewer than two.
 fn concatenated(body: &[u8]) -> Option<Value> {
-    let values: Vec<Value> = serde_json::Deserializer::from_slice(body)
-        .into_iter::<Value>()
-        .map_while(Result::ok)
-        .collect();
+    let (values, _) = in_sequence::<Value>(body);
     (values.len() >= 2).then_some(Value::Array(values))
 }
 
@@ -901,6 +958,43 @@ pub(crate) fn ambiguous_answer(id: &serde_json::Value, pointer: &str) -> serde_j
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn values_in_sequence_are_read_past_any_white_space_a_lenient_reader_skips() {
+        fn read(body: &str) -> (Vec<Value>, &str) {
+            let (values, end) = in_sequence::<Value>(body.as_bytes());
+            (values, &body[end..])
+        }
+        assert_eq!(read("1 2\n3"), (vec![json!(1), json!(2), json!(3)], ""));
+        for separator in [
+            "\u{2028}",
+            "\u{2029}",
+            "\u{a0}",
+            "\u{85}",
+            "\u{feff}",
+            "\u{3000}",
+            "\u{b}\u{c}",
+        ] {
+            assert_eq!(
+                read(&format!(
+                    "{{\"a\":1}}{separator}[2] {separator} 3{separator}"
+                )),
+                (vec![json!({"a": 1}), json!([2]), json!(3)], ""),
+                "{separator:?}"
+            );
+        }
+        // What is no white space ends the reading, where it begins.
+        assert_eq!(read("1\u{2028}x 2"), (vec![json!(1)], "x 2"));
+        assert_eq!(read("true\u{a0}null"), (vec![json!(true), json!(null)], ""));
+        assert_eq!(read("1 {\"a\":"), (vec![json!(1)], "{\"a\":"));
+        assert_eq!(read("1\u{200b}2"), (vec![json!(1)], "\u{200b}2"));
+        // Bytes that are not UTF-8, or a character cut short, are no white space either.
+        let (values, end) = in_sequence::<Value>(b"1\xe2\x80");
+        assert_eq!((values, end), (vec![json!(1)], 1));
+        assert_eq!(read(""), (vec![], ""));
+        assert!(concatenated("{\"a\":1}\u{2028}{\"b\":2}".as_bytes()).is_some());
+    }
 
     #[test]
     fn keys_that_all_differ_are_told_without_reading_the_json() {
