@@ -7,7 +7,7 @@
 
 #![cfg(feature = "mcp")]
 
-use aac_tools::audit::{Check, MemorySink, Outcome};
+use aac_tools::audit::{CallKind, Check, MemorySink, Outcome};
 use aac_tools::{Principal, Registry, Server, StaticTokens, ToolError, mcp_tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -1399,9 +1399,20 @@ async fn a_line_too_long_is_answered_under_its_id_and_a_last_line_needs_no_newli
         r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"{}"}}}}}}"#,
         "a".repeat(17 * 1024 * 1024)
     );
+    // A read and a prompt over the limit are recorded as what they are.
+    let read = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{{"uri":"x://big","pad":"{}"}}}}"#,
+        "a".repeat(17 * 1024 * 1024)
+    );
+    let prompt = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"prompts/get","params":{{"name":"big","arguments":{{"a":"{}"}}}}}}"#,
+        "a".repeat(17 * 1024 * 1024)
+    );
     let sending = tokio::spawn(async move {
-        write.write_all(long.as_bytes()).await.unwrap();
-        write.write_all(b"\n").await.unwrap();
+        for line in [read, prompt, long] {
+            write.write_all(line.as_bytes()).await.unwrap();
+            write.write_all(b"\n").await.unwrap();
+        }
         // The last line, without its newline, then the end of the input.
         write
             .write_all(br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"last"}}}"#)
@@ -1409,12 +1420,14 @@ async fn a_line_too_long_is_answered_under_its_id_and_a_last_line_needs_no_newli
             .unwrap();
         write.shutdown().await.unwrap();
     });
-    let refused = next_message(&mut lines, 60).await;
-    assert_eq!(
-        (&refused["id"], &refused["error"]["code"]),
-        (&json!(7), &json!(-32600)),
-        "{refused}"
-    );
+    for id in [5, 6, 7] {
+        let refused = next_message(&mut lines, 60).await;
+        assert_eq!(
+            (&refused["id"], &refused["error"]["code"]),
+            (&json!(id), &json!(-32600)),
+            "{refused}"
+        );
+    }
     let last = next_message(&mut lines, 30).await;
     assert_eq!(last["id"], 8, "{last}");
     assert_eq!(
@@ -1425,11 +1438,16 @@ async fn a_line_too_long_is_answered_under_its_id_and_a_last_line_needs_no_newli
     let records = sink.records();
     let seen: Vec<_> = records
         .iter()
-        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.status))
+        .map(|r| (r.kind, r.tool.as_str(), r.request_id.as_deref(), r.status))
         .collect();
     assert_eq!(
         seen,
-        [("echo_text", Some("7"), 413), ("echo_text", Some("8"), 200)],
+        [
+            (CallKind::Resource, "x://big", Some("5"), 413),
+            (CallKind::Prompt, "big", Some("6"), 413),
+            (CallKind::Tool, "echo_text", Some("7"), 413),
+            (CallKind::Tool, "echo_text", Some("8"), 200)
+        ],
         "{records:?}"
     );
 }

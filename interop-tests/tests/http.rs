@@ -2337,6 +2337,49 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(records[0].reason.as_deref(), Some("body_too_large"));
     assert_eq!(records[0].status, 413);
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
+    assert_eq!(records[0].kind, aac_tools::audit::CallKind::Tool);
+    // A read, a prompt or a completion too big to read is recorded as what its headers
+    // say it is, so that `audit --kind resource` finds it.
+    for (method, name, kind) in [
+        (
+            "resources/read",
+            "notes://all",
+            aac_tools::audit::CallKind::Resource,
+        ),
+        (
+            "prompts/get",
+            "review_note",
+            aac_tools::audit::CallKind::Prompt,
+        ),
+        (
+            "completion/complete",
+            "review_note",
+            aac_tools::audit::CallKind::Completion,
+        ),
+    ] {
+        server.sink.clear();
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"name":"{name}","uri":"{name}","pad":"{}"}}}}"#,
+            "x".repeat(8192)
+        );
+        let response = raw
+            .post()
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .body(big)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 413, "{method}");
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{method}: {records:?}");
+        assert_eq!(
+            (records[0].kind, records[0].tool.as_str(), records[0].status),
+            (kind, name, 413),
+            "{method}"
+        );
+        assert_eq!(records[0].principal.as_deref(), Some("alice"));
+    }
     // The server still serves the session.
     let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;
     assert_eq!(status, 200);

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use rusqlite::Connection;
 
-use super::format::{TABLE_HEADER, aligned_line, json_text, printable, table_row};
+use super::format::{TABLE_HEADER, aligned_line, json_text, table_cell, table_row};
 use super::sqlite::{check_table, verify_chain};
 use super::{AuditError, AuditQuery};
 
@@ -91,7 +91,7 @@ impl AuditCommand {
         let mut widths: Vec<usize> = TABLE_HEADER.iter().map(|h| h.chars().count()).collect();
         self.query.for_each(conn, |record| {
             for (w, cell) in widths.iter_mut().zip(table_row(&record)) {
-                *w = (*w).max(printable(&cell).chars().count());
+                *w = (*w).max(table_cell(&cell).chars().count());
             }
             Ok(())
         })?;
@@ -99,7 +99,7 @@ impl AuditCommand {
             .map_err(io)?;
         self.query.for_each(conn, |record| {
             let cells = table_row(&record);
-            let cells: Vec<_> = cells.iter().map(|cell| printable(cell)).collect();
+            let cells: Vec<_> = cells.iter().map(|cell| table_cell(cell)).collect();
             let line = aligned_line(&widths, cells.iter().map(|cell| cell.as_ref()));
             out.write_all(line.as_bytes()).map_err(io)
         })

@@ -166,13 +166,13 @@ pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
     out
 }
 
-/// An aligned text table. Every cell goes through [`printable`]: the values come
-/// from callers (a tool name, a principal), and a newline or an escape sequence in one
-/// must not forge a row or drive the terminal.
+/// An aligned text table. Every cell goes through [`table_cell`]: the values come
+/// from callers (a tool name, a principal), and a newline, an escape sequence or a run of
+/// spaces in one must not forge a row or a column, or drive the terminal.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .map(|row| row.iter().map(|cell| table_cell(cell)).collect())
         .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
@@ -201,6 +201,29 @@ pub(crate) fn aligned_line<'a>(widths: &[usize], cells: impl Iterator<Item = &'a
     let mut line = text.trim_end().to_owned();
     line.push('\n');
     line
+}
+
+/// `text` as a cell of a table whose columns are two spaces apart: [`printable`], and a
+/// space that begins or ends it or follows another written `\u{20}`, so that a value
+/// (a tool name, a URI, a principal, as a caller wrote it) holds no run of spaces that
+/// would read as the gap between two columns, and cannot pass for cells of its own.
+pub(crate) fn table_cell(text: &str) -> std::borrow::Cow<'_, str> {
+    let shown = printable(text);
+    if !shown.starts_with(' ') && !shown.ends_with(' ') && !shown.contains("  ") {
+        return shown;
+    }
+    let mut out = String::with_capacity(shown.len() + 8);
+    let last = shown.chars().count().saturating_sub(1);
+    let mut after_space = true;
+    for (i, c) in shown.chars().enumerate() {
+        if c == ' ' && (after_space || i == last) {
+            out.push_str("\\u{20}");
+        } else {
+            out.push(c);
+        }
+        after_space = c == ' ';
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// `text` safe to print on a terminal: control characters and anything else that is not
@@ -316,10 +339,25 @@ mod tests {
         assert!(!table.contains('\u{202e}'), "no bidirectional override");
         let row = table.lines().nth(1).unwrap();
         assert!(
-            row.contains(r"x\n99   2026-01-01T00:00:00.000000Z  get_note  success\u{1b}]0;pwned\u{7}\u{202e}\r\t"),
+            row.contains(r"x\n99 \u{20}\u{20}2026-01-01T00:00:00.000000Z \u{20}get_note \u{20}success\u{1b}]0;pwned\u{7}\u{202e}\r\t"),
             "{row}"
         );
         assert!(row.contains(r"mallory\u{1b}[2J"), "{row}");
+        // Nor a column: a run of spaces in a value (`get_issue  success  …` as a tool
+        // name, or a principal) is no gap between two columns.
+        let forged = "get_issue  success  -  200  oscar  other ";
+        let table = format_table(&[stored(1, forged, " mallory  x")]);
+        let columns = |line: &str| line.split("  ").filter(|c| !c.is_empty()).count();
+        let (header, row) = (table.lines().next().unwrap(), table.lines().nth(1).unwrap());
+        assert_eq!(columns(row), columns(header), "{table}");
+        assert!(
+            row.contains(
+                r"get_issue \u{20}success \u{20}- \u{20}200 \u{20}oscar \u{20}other\u{20}"
+            ),
+            "{row}"
+        );
+        assert!(row.contains(r"\u{20}mallory \u{20}x"), "{row}");
+        assert_eq!(table_cell("a b"), "a b");
         // Plain text, quotes and non-ASCII letters are left alone; a backslash is doubled.
         assert_eq!(
             printable("notes:read 'é' \"ü\" 日本"),

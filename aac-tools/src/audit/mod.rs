@@ -51,7 +51,7 @@ pub use fanout::FanOut;
 pub use format::{format_json_lines, format_table};
 #[cfg(feature = "sqlite")]
 #[cfg(feature = "cli")]
-pub(crate) use format::{json_text, printable};
+pub(crate) use format::{json_text, printable, table_cell};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
 pub use query::{

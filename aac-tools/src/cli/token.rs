@@ -2,7 +2,7 @@
 
 use super::args::{CreateArgs, TokenCommand};
 use super::{CliContext, CliError, OpenMode, TokenRequest, parse_duration, print_out};
-use crate::audit::printable;
+use crate::audit::{printable, table_cell};
 use crate::sqlite::TokenStore;
 
 pub(super) fn token(context: &CliContext, command: TokenCommand) -> Result<(), CliError> {
@@ -49,8 +49,8 @@ pub(super) fn print_list(list: Vec<crate::tokens::TokenInfo>) -> Result<(), CliE
         };
         text.push_str(&format!(
             "{}  {}  {}  [{}]\n",
-            printable(&t.id),
-            printable(&who),
+            table_cell(&t.id),
+            table_cell(&who),
             state,
             printable(&t.scopes.join(" "))
         ));

@@ -797,12 +797,7 @@ impl tower_service::Service<Request> for McpEndpoint {
 /// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
 /// valid; a caller without one counts against its peer's rate of recorded refusals.
 async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolError) -> Response {
-    let tool = parts
-        .headers
-        .get("mcp-name")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or(UNKNOWN_TOOL);
-    let mut request = CallRequest::new(tool, None).transport(Transport::StreamableHttp);
+    let mut request = named_by_headers(&parts.headers).transport(Transport::StreamableHttp);
     if let Some(peer) = peer_addr(&parts.extensions) {
         request = request.peer_addr(peer);
     }
@@ -813,6 +808,23 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
     // For the record only: the refusal is the body's, whoever sent it.
     let _ = attempt.authenticate().await;
     json_error(&attempt.refuse(Check::Protocol, err).await)
+}
+
+/// The request a `/mcp` body that could not be read holds, as far as its headers say: a
+/// read, a prompt or a completion by `Mcp-Method` (else a call), named by `Mcp-Name`
+/// (else `(unknown)`).
+fn named_by_headers(headers: &HeaderMap) -> CallRequest {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let name = header("mcp-name").unwrap_or(UNKNOWN_TOOL);
+    match header("mcp-method") {
+        Some("resources/read") => CallRequest::resource(name),
+        Some("resources/subscribe") => CallRequest::resource(name).subscription(),
+        Some("prompts/get") => CallRequest::prompt(name, None),
+        Some("completion/complete") => {
+            CallRequest::completion(name, false, "", "", serde_json::Map::new())
+        }
+        _ => CallRequest::new(name, None),
+    }
 }
 
 /// A REST call's request id: its `X-Request-Id`, any value, as text (bytes that are not

@@ -636,11 +636,18 @@ impl Refusals {
                 "an MCP message over stdio is limited to {MAX_LINE} bytes; the line was dropped"
             ),
         );
-        let tool = match (&start.method, &start.name) {
-            (Some(method), Some(name)) if method == "tools/call" => name.as_str(),
-            _ => UNKNOWN_TOOL,
+        // A read, prompt or completion is recorded as one, so that `audit --kind` finds it.
+        let named = |name: &Option<String>| name.clone().unwrap_or_else(|| UNKNOWN_TOOL.to_owned());
+        let mut request = match start.method.as_deref() {
+            Some("resources/read") => CallRequest::resource(named(&start.uri)),
+            Some("resources/subscribe") => CallRequest::resource(named(&start.uri)).subscription(),
+            Some("prompts/get") => CallRequest::prompt(named(&start.name), None),
+            Some("completion/complete") => {
+                CallRequest::completion(UNKNOWN_TOOL, false, "", "", serde_json::Map::new())
+            }
+            Some("tools/call") => CallRequest::new(named(&start.name), None),
+            _ => CallRequest::new(UNKNOWN_TOOL, None),
         };
-        let mut request = CallRequest::new(tool, None);
         if !start.id.is_null() {
             request = request.request_id(probe::id_text(&start.id));
         }
@@ -893,6 +900,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                     id: top_level_id(&top),
                     method: top.method,
                     name: top.name,
+                    uri: top.uri,
                 };
                 self.line.clear();
                 self.discarding = newline.is_none();
@@ -924,6 +932,7 @@ struct TooLong {
     id: serde_json::Value,
     method: Option<String>,
     name: Option<String>,
+    uri: Option<String>,
 }
 
 /// How many answers (and other messages to the client) may wait to be written before no

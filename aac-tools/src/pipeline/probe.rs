@@ -332,7 +332,7 @@ fn first_key_reading(body: &[u8]) -> Option<Value> {
 }
 
 /// What the top level of a JSON object says, read without parsing the rest: the raw JSON
-/// of its `id` (a string or a scalar), its `method` and its `params.name`, when written
+/// of its `id` (a string or a scalar), its `method`, its `params.name` and `params.uri`, when written
 /// without escapes in the key (the first of a repeated one). For a line that does not parse (nested too deep, a number out of range, cut
 /// short): a request among it still deserves an answer under its id.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -341,6 +341,8 @@ pub(crate) struct TopLevel<'a> {
     pub(crate) method: Option<String>,
     /// `params.name`, when `params` is an object (a `tools/call`'s tool, a prompt's name).
     pub(crate) name: Option<String>,
+    /// `params.uri`, when `params` is an object (the resource a read names).
+    pub(crate) uri: Option<String>,
 }
 
 /// [`TopLevel`] of `json`: one pass over the bytes, strings skipped whole.
@@ -406,6 +408,9 @@ pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
                         }
                         (2, b"name") if top.name.is_none() => {
                             top.name = serde_json::from_slice::<String>(value).ok();
+                        }
+                        (2, b"uri") if top.uri.is_none() => {
+                            top.uri = serde_json::from_slice::<String>(value).ok();
                         }
                         _ => {}
                     }
@@ -536,11 +541,19 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
                 == Some("ref/resource");
             let target = text(reference.and_then(|r| r.get(if resource { "uri" } else { "name" })));
             let argument = param("argument");
+            // A name or value of another type than a string is recorded as the JSON it
+            // is, not as an empty string.
+            let sent = |name: &str| {
+                argument
+                    .and_then(|a| a.get(name))
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .unwrap_or_default()
+            };
             CallRequest::completion(
                 target,
                 resource,
-                field(argument.and_then(|a| a.get("name"))).unwrap_or_default(),
-                field(argument.and_then(|a| a.get("value"))).unwrap_or_default(),
+                sent("name"),
+                sent("value"),
                 serde_json::Map::new(),
             )
         }
@@ -1038,6 +1051,27 @@ mod tests {
 
     /// A call hidden behind a repeated `method` key, to a reader that keeps the first, is a
     /// call: its refusal is recorded as one.
+    #[test]
+    fn a_completion_s_argument_of_another_type_is_recorded_as_sent() {
+        let body = |value: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{{"ref":{{"type":"ref/prompt","name":"p"}},"argument":{{"name":"n","value":{value}}}}}}}"#
+            )
+        };
+        for (value, recorded) in [
+            ("5", "5"),
+            (r#""ab""#, "ab"),
+            (r#"{"a":[1]}"#, r#"{"a":[1]}"#),
+        ] {
+            let request = item_request(body(value).as_bytes()).expect(value);
+            assert_eq!(
+                request.arguments.as_ref().unwrap()["value"],
+                recorded,
+                "{value}"
+            );
+        }
+    }
+
     #[test]
     fn a_call_behind_a_repeated_method_key_is_found_either_way() {
         for body in [
