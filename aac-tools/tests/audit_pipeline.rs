@@ -650,6 +650,62 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
     assert_eq!(sink.inner.records().len(), 5 + 1024 + 1, "written once");
 }
 
+/// Calls past a principal's rate are answered 429 and counted, and the count is recorded
+/// later (at the principal's next call that goes ahead, or when the server flushes). A
+/// count the sink could not write then is owed, as the refusals it counts would be, and
+/// written once the sink writes again: every 429 is in the trail. Before, it was only
+/// logged.
+#[tokio::test]
+async fn a_count_of_rate_limited_calls_the_sink_could_not_write_is_written_later() {
+    let _serial = SERIAL.lock().await;
+    let sink = Switchable::default();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(sink.clone())
+        .rate_limit_per_principal(Some(aac_tools::Rate::new(1, Duration::from_secs(3600))))
+        .build()
+        .unwrap();
+    let statuses = |records: &[AuditRecord]| -> Vec<(String, u16)> {
+        records.iter().map(|r| (r.tool.clone(), r.status)).collect()
+    };
+    assert!(
+        server
+            .call(alice("count_notes", None))
+            .await
+            .error()
+            .is_none()
+    );
+    for _ in 0..4 {
+        let refused = server.call(alice("count_notes", None)).await;
+        assert_eq!(refused.check(), Some(Check::RateLimit));
+    }
+    // The first refusal is recorded; the other three counted.
+    assert_eq!(sink.inner.records().len(), 2);
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    server.flush_rate_limited().await;
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    assert_eq!(
+        sink.inner.records().len(),
+        2,
+        "nothing written while it fails"
+    );
+    server.flush_rate_limited().await;
+    let records = sink.inner.records();
+    assert_eq!(
+        statuses(&records),
+        [
+            ("count_notes".to_owned(), 200),
+            ("count_notes".to_owned(), 429),
+            ("(rate limited)".to_owned(), 429),
+        ],
+        "{records:#?}"
+    );
+    assert_eq!(records[2].arguments["suppressed"], 3, "{:#?}", records[2]);
+    assert_eq!(records[2].principal.as_deref(), Some("alice"));
+    server.flush_rate_limited().await;
+    assert_eq!(sink.inner.records().len(), 3, "written once");
+}
+
 #[tokio::test]
 async fn refusals_decided_by_a_transport_are_recorded_once() {
     let _serial = SERIAL.lock().await;

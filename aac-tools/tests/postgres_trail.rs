@@ -808,6 +808,67 @@ async fn a_connection_ended_while_idle_before_a_two_trip_append_is_opened_again(
     assert_eq!((a.stats().lost, b.stats().lost), (0, 0));
 }
 
+/// A sink whose idle connection the server ended, and which cannot log in again at its
+/// next append (`max_connections` reached, a failover, a `pg_hba` change): that append is
+/// in doubt (its statement went out on the dead connection), and cannot be looked for.
+/// It is refused but kept by the sink, which settles it (finds it, or appends it once)
+/// before its next write, once it can log in: no record lost, none twice. Before, the
+/// batch was dropped, its record only in the error log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_in_doubt_that_cannot_be_settled_at_once_is_settled_before_the_next() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let sink = PgSink::open(&db).unwrap();
+    sink.record(record(1, 0)).await.unwrap();
+    let owner = test.owner().await;
+    let logins = |limit: i32| {
+        format!(
+            "ALTER ROLE \"{}\" CONNECTION LIMIT {limit}",
+            test.roles.audit()
+        )
+    };
+    owner.batch_execute(&logins(0)).await.unwrap();
+    assert!(end_audit_sessions(&test).await >= 1);
+    let refused = sink.record(record(1, 1)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    // While the batch is kept and the database still refuses the login, later records
+    // are refused (and handed back), not written past it.
+    let mut later = sink
+        .record(record(1, 2))
+        .await
+        .expect_err("the database still refuses the audit role");
+    assert!(
+        later.take_record().is_some(),
+        "handed back: nothing of it was sent"
+    );
+    owner.batch_execute(&logins(-1)).await.unwrap();
+    // The sink tries to connect again at most once a second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    sink.record(record(1, 3))
+        .await
+        .expect("written once the kept batch is settled");
+    assert_eq!(
+        trail_ids(&sink).await,
+        ["1-0", "1-1", "1-3"],
+        "the batch in doubt once, before the next"
+    );
+    // Recorded as its call was answered: 503, the audit failed.
+    let trail = sink.mirror().await.unwrap();
+    let kept = AuditQuery::new()
+        .fetch(&trail)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.record.request_id.as_deref() == Some("1-1"))
+        .unwrap()
+        .record;
+    assert_eq!(
+        (kept.status, kept.reason.as_deref()),
+        (503, Some("audit_unavailable")),
+        "{kept:?}"
+    );
+}
+
 /// A replica frozen while it holds the chain's lock (between the head's read and its
 /// insert: a paused VM, a debugger, a partition) holds up another replica's append for
 /// about 2 s, not for as long as it stays frozen: PostgreSQL ends the frozen session

@@ -462,6 +462,10 @@ pub struct AuditError {
     /// The write may have taken the records (an answer lost after the commit was sent, a
     /// sync that failed after the write): none is handed back, or it could be there twice.
     in_doubt: bool,
+    /// The sink keeps the records of a write in doubt and settles them itself (finds them
+    /// in the trail, or appends them once) when it can write again: not lost, though not
+    /// handed back.
+    kept: bool,
 }
 
 impl PartialEq for AuditError {
@@ -480,6 +484,7 @@ impl AuditError {
             message: message.into(),
             record: None,
             in_doubt: false,
+            kept: false,
         }
     }
 
@@ -492,6 +497,19 @@ impl AuditError {
     /// Whether the write may have taken its records ([`AuditError::in_doubt`]).
     pub(crate) fn is_in_doubt(&self) -> bool {
         self.in_doubt
+    }
+
+    /// This error of a write in doubt, saying the sink keeps its records and settles them
+    /// once it can write again.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn kept_by_sink(mut self) -> AuditError {
+        self.kept = true;
+        self
+    }
+
+    /// Whether the sink keeps the records to settle them ([`AuditError::kept_by_sink`]).
+    pub(crate) fn is_kept_by_sink(&self) -> bool {
+        self.kept
     }
 
     /// The error of a sink that could not write `record`, handing it back. The pipeline

@@ -188,14 +188,16 @@ impl Server {
                     crate::context::Transport::InProcess,
                 );
                 if let Err(err) = sink.record(record).await {
-                    tracing::error!(error = %err, count, "the count of rate-limited calls could not be recorded");
+                    let kept = owe(owed, err.clone());
+                    tracing::error!(error = %err, count, kept, "the count of rate-limited calls could not be recorded");
                 }
             }
         }
         if let Some(limiter) = &self.limits().stdio_unauthenticated {
             for ((), count) in limiter.take_suppressed().by_key {
                 if let Err(err) = sink.record(record::suppressed_on_stdio(count)).await {
-                    tracing::error!(error = %err, count, "the count of rate-limited refusals could not be recorded");
+                    let kept = owe(owed, err.clone());
+                    tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
                 }
             }
         }
@@ -212,10 +214,19 @@ impl Server {
         for (peer, count) in counts {
             let record = record::suppressed(peer, count, crate::context::Transport::PlainHttp);
             if let Err(err) = sink.record(record).await {
-                tracing::error!(error = %err, count, "the count of rate-limited refusals could not be recorded");
+                let kept = owe(owed, err.clone());
+                tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
             }
         }
     }
+}
+
+/// A count of rate-limited refusals the sink could not write, if it handed the record
+/// back: owed as it is, written once the sink writes again, so that the refusals it
+/// counts (each answered 429) are in the trail after all.
+fn owe(owed: &Owed, mut err: crate::audit::AuditError) -> bool {
+    err.take_record()
+        .is_some_and(|record| owed.keep_as_is(record, false))
 }
 
 impl Attempt {
@@ -448,7 +459,8 @@ impl Attempt {
                         ))
                         .await
                 {
-                    tracing::error!(error = %err, suppressed, subject = principal.subject(), "the count of rate-limited calls could not be recorded");
+                    let kept = owe(self.server.owed(), err.clone());
+                    tracing::error!(error = %err, suppressed, kept, subject = principal.subject(), "the count of rate-limited calls could not be recorded");
                 }
                 Ok(())
             }
@@ -521,9 +533,11 @@ impl Attempt {
                 // failed, with its own error (a write it did not commit, a retry to make),
                 // not to have done something that stands. Its record, if the sink handed
                 // it back, is owed: written first once the sink writes again.
-                let kept = err
-                    .take_record()
-                    .is_some_and(|record| owed.keep(record, true));
+                // (A sink that keeps the record of a write in doubt settles it itself.)
+                let kept = err.is_kept_by_sink()
+                    || err
+                        .take_record()
+                        .is_some_and(|record| owed.keep(record, true));
                 tracing::error!(tool = %self.request.tool, error = %err, kept, "the tool ran but its audit record could not be written; answering 503");
                 let later = if kept {
                     "its record is kept and written once the audit sink writes again \
@@ -551,9 +565,10 @@ impl Attempt {
                 // A refusal (nothing ran), answered 503: its record, if the sink handed it
                 // back, is owed as well (past the bound, counted), so that a call refused
                 // while the trail failed still leaves its trace.
-                let kept = err
-                    .take_record()
-                    .is_some_and(|record| owed.keep(record, false));
+                let kept = err.is_kept_by_sink()
+                    || err
+                        .take_record()
+                        .is_some_and(|record| owed.keep(record, false));
                 tracing::error!(tool = %self.request.tool, error = %err, kept, "audit record could not be written; answering 503");
                 CallResponse::new(Err(ToolError::audit_unavailable(err)), Some(Check::Audit))
             }

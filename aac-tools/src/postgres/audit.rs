@@ -300,6 +300,11 @@ struct PgBackend {
     last_attempt: Option<Instant>,
     retry_interval: Duration,
     problem: Option<AuditError>,
+    /// A batch in doubt that could not be settled (the database could not be reached to
+    /// look for it), with what its last record would be: kept, and settled before the next
+    /// batch is written, or as the sink ends. At most one: while it is here, no other
+    /// batch is written, so none other can be left in doubt.
+    unsettled: Option<((i64, String), Vec<PortableRow>)>,
 }
 
 /// An open connection: what the sink knows of it, and its socket's half.
@@ -406,6 +411,9 @@ impl Backend for PgBackend {
     }
 
     fn write_batch(&mut self, batch: &[PortableRow]) -> Result<(), AuditError> {
+        // A batch left in doubt goes first: until it is settled, nothing else is written
+        // (this batch is refused, and handed back, as for any write that failed).
+        self.settle_kept()?;
         let mut reopened = false;
         loop {
             self.connect()?;
@@ -478,21 +486,30 @@ impl PgBackend {
         batch: &[PortableRow],
         err: AuditError,
     ) -> Result<(), AuditError> {
+        // Kept as the calls were answered (503, the audit failed), as the records a sink
+        // hands back are: found in the trail, the batch stays as it was committed.
+        let keep = |backend: &mut PgBackend| {
+            let answered = batch.iter().map(as_unavailable).collect();
+            backend.unsettled = Some(((seq, hash.clone()), answered));
+            Err(err.clone().in_doubt().kept_by_sink())
+        };
         if self.connect().is_err() {
             tracing::warn!(
                 seq,
-                "the audit database's answer to an append was lost and it cannot be reached: the batch is refused, and may be in the trail"
+                "the audit database's answer to an append was lost and it cannot be reached: the batch is refused, kept, and settled once the database can be reached"
             );
-            return Err(err.in_doubt());
+            return keep(self);
         }
         let Some(Session { conn, link }) = self.session.as_mut() else {
-            return Err(err.in_doubt());
+            return keep(self);
         };
         let integer = &self.integer;
         let settled = link
             .run(
                 async {
-                    let settled = conn.find_or_append(integer, batch, (seq, hash)).await;
+                    let settled = conn
+                        .find_or_append(integer, batch, (seq, hash.clone()))
+                        .await;
                     conn.rolled_back_on_error(settled).await
                 },
                 Some(Instant::now() + SETTLE_LOCK_TIMEOUT + APPEND_DEADLINE),
@@ -517,10 +534,61 @@ impl PgBackend {
             Err(settle) => {
                 tracing::warn!(
                     seq,
-                    "the audit database's answer to an append was lost and the batch could not be settled ({settle}): it is refused, and may be in the trail",
+                    "the audit database's answer to an append was lost and the batch could not be settled ({settle}): it is refused, kept, and settled once the database can be reached",
                 );
                 self.session = None;
-                Err(err.in_doubt())
+                keep(self)
+            }
+        }
+    }
+
+    /// Settle the batch kept in doubt, if any ([`PgBackend::settle`]): `Ok` once it is
+    /// found in the trail or appended, or when there is none; else it stays kept.
+    fn settle_kept(&mut self) -> Result<(), AuditError> {
+        let Some((head, batch)) = self.unsettled.take() else {
+            return Ok(());
+        };
+        let err = AuditError::new(
+            "cannot write to the audit database: a batch of an earlier append is still in doubt",
+        );
+        let settled = self.settle(head, &batch, err.clone());
+        if settled.is_ok() {
+            return Ok(());
+        }
+        // (`settle` kept it again.) The batch asked for is not in doubt: nothing of it was
+        // sent.
+        Err(match self.problem.clone() {
+            Some(problem) => problem,
+            None => err,
+        })
+    }
+}
+
+/// `row` as the record of a call answered 503 because its record could not be written
+/// (what [`AuditError::with_record`]'s owed records say).
+fn as_unavailable(row: &PortableRow) -> PortableRow {
+    match row.restore() {
+        Some(mut record) => {
+            record.status = 503;
+            record.check = Some(crate::audit::Check::Audit);
+            record.reason = Some("audit_unavailable".to_owned());
+            PortableRow::from_record(record)
+        }
+        None => row.clone(),
+    }
+}
+
+impl Drop for PgBackend {
+    /// The sink ends (its server stops): one last try at the batch kept in doubt, so that
+    /// it is not lost with the process while the database can be reached.
+    fn drop(&mut self) {
+        if self.unsettled.is_some() {
+            self.last_attempt = None;
+            if let Err(err) = self.settle_kept() {
+                tracing::error!(
+                    error = %err,
+                    "the audit sink ends with a batch in doubt it could not settle: it may be missing from the trail"
+                );
             }
         }
     }
@@ -871,6 +939,7 @@ impl PgSink {
             last_attempt: None,
             retry_interval: Duration::from_secs(1),
             problem: None,
+            unsettled: None,
         };
         // Not ready from the start when the database cannot be reached: calls are refused
         // before their handler runs, rather than after.
