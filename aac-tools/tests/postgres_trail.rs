@@ -867,6 +867,30 @@ async fn a_batch_in_doubt_that_cannot_be_settled_at_once_is_settled_before_the_n
         (503, Some("audit_unavailable")),
         "{kept:?}"
     );
+
+    // A count of refusals answered 429 earlier, kept in doubt the same way, is written
+    // as it is: no caller was answered 503 for it.
+    let mut count = record(1, 4);
+    count.request_id = None;
+    count.reason = Some("rate_limited".to_owned());
+    count.status = 429;
+    count.outcome = Outcome::Denied;
+    count.arguments = json!({"suppressed": 7});
+    owner.batch_execute(&logins(0)).await.unwrap();
+    assert!(end_audit_sessions(&test).await >= 1);
+    assert!(sink.record(count).await.is_err());
+    owner.batch_execute(&logins(-1)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    sink.record(record(1, 5)).await.unwrap();
+    let trail = sink.mirror().await.unwrap();
+    let records = AuditQuery::new().fetch(&trail).unwrap();
+    let counted: Vec<_> = records
+        .iter()
+        .filter(|r| r.record.arguments.get("suppressed").is_some())
+        .map(|r| (r.record.status, r.record.reason.clone()))
+        .collect();
+    assert_eq!(counted, [(429, Some("rate_limited".to_owned()))]);
+    assert_eq!(trail_ids(&sink).await, ["1-0", "1-1", "1-3", "1-5"]);
 }
 
 /// A replica frozen while it holds the chain's lock (between the head's read and its

@@ -1028,6 +1028,45 @@ async fn messages_separated_by_any_white_space_are_each_answered_and_recorded() 
                 .all(|r| r.reason.as_deref() == Some("not_dispatched"))
         );
     }
+    // One message inside such white space (before it, or a second byte-order mark): not
+    // run, answered under its id, recorded as the call it is. And messages after a first
+    // value that is no message (a number, a batch): each request answered.
+    let before = sink.records().len();
+    for (line, ids) in [
+        (format!("\u{2028}{}", call(50, "a")), vec![50]),
+        (format!("\u{feff}\u{feff}{}\u{a0}", call(51, "a")), vec![51]),
+        (format!("1 {}", call(52, "a")), vec![52]),
+        (
+            format!("[{}]\u{2028}{}", call(53, "a"), call(54, "b")),
+            vec![53, 54],
+        ),
+    ] {
+        raw.line(&line).await;
+        let mut answered = Vec::new();
+        for _ in &ids {
+            let answer = raw.next().await;
+            assert_eq!(answer["error"]["code"], -32600, "{line:?}: {answer}");
+            answered.push(answer["id"].as_u64().unwrap());
+        }
+        answered.sort();
+        assert_eq!(answered, ids, "{line:?}");
+    }
+    let records = sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records[before..]
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("forget_text", Some("50")),
+            ("forget_text", Some("51")),
+            ("forget_text", Some("52")),
+            ("forget_text", Some("53")),
+            ("forget_text", Some("54")),
+        ],
+        "{records:?}"
+    );
     // Junk after a message is no separator: the message is answered, nothing more read.
     raw.line(&format!("{}\u{2028}x{}", call(90, "a"), call(91, "b")))
         .await;
@@ -1285,7 +1324,15 @@ async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
     assert_eq!(echoed["result"]["isError"], false, "a big string is fine");
     // Values one after the other, with no bracket or comma between them (strings,
     // numbers): counted too (parsed, 16 MiB of them took 350 MB).
-    for (id, filler) in [(22, r#""" "#), (23, "1 ")] {
+    // Separated by white space only a lenient reader skips (vertical tab, U+2028, a
+    // no-break space), which the reading of messages one after the other takes as such.
+    for (id, filler) in [
+        (22, r#""" "#),
+        (23, "1 "),
+        (24, "1\u{b}"),
+        (25, "1\u{2028}"),
+        (26, "1\u{a0}"),
+    ] {
         raw.line(&format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_text","arguments":{{"text":"x"}}}}}} {}"#,
             filler.repeat(600_000)
@@ -1301,11 +1348,16 @@ async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
         .filter(|r| r.reason.as_deref() == Some("body_too_large"))
         .filter_map(|r| r.request_id)
         .collect();
-    assert_eq!(refused, ["20", "22", "23"]);
+    assert_eq!(refused, ["20", "22", "23", "24", "25", "26"]);
     let records: Vec<_> = sink
         .records()
         .into_iter()
-        .filter(|r| !matches!(r.request_id.as_deref(), Some("22" | "23")))
+        .filter(|r| {
+            !matches!(
+                r.request_id.as_deref(),
+                Some("22" | "23" | "24" | "25" | "26")
+            )
+        })
         .collect();
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(

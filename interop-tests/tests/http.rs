@@ -2854,6 +2854,26 @@ async fn every_call_of_a_refused_batch_is_recorded() {
             "{separator:?}: {records:?}"
         );
     }
+    // One call inside such white space (U+2028 before it, a second byte-order mark):
+    // refused as JSON, recorded as the call it is.
+    for body in [
+        format!("\u{2028}{delete}"),
+        format!("\u{feff}\u{feff}{delete}\u{a0}"),
+    ] {
+        server.sink.clear();
+        let (status, _) = raw.send(body.clone()).await;
+        assert!(status >= 400, "{status}: {body:?}");
+        let records = server.sink.records();
+        let seen: Vec<_> = records
+            .iter()
+            .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.check))
+            .collect();
+        assert_eq!(
+            seen,
+            [("delete_note", Some("46"), Some(Check::Protocol))],
+            "{body:?}: {records:?}"
+        );
+    }
 
     // A call after bytes no reader gets past, or spelled `tools\/call` in a body that is
     // not JSON: recorded all the same, as an unknown tool.

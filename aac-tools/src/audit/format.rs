@@ -204,10 +204,15 @@ pub(crate) fn aligned_line<'a>(widths: &[usize], cells: impl Iterator<Item = &'a
 }
 
 /// `text` as a cell of a table whose columns are two spaces apart: [`printable`], and a
-/// space that begins or ends it or follows another written `\u{20}`, so that a value
+/// space that begins or ends it or follows another written `\u{20}` (and an empty value
+/// written `""`), so that a value
 /// (a tool name, a URI, a principal, as a caller wrote it) holds no run of spaces that
 /// would read as the gap between two columns, and cannot pass for cells of its own.
 pub(crate) fn table_cell(text: &str) -> std::borrow::Cow<'_, str> {
+    // Nothing would be no cell at all: an empty value is shown as one.
+    if text.is_empty() {
+        return std::borrow::Cow::Borrowed("\"\"");
+    }
     let shown = printable(text);
     if !shown.starts_with(' ') && !shown.ends_with(' ') && !shown.contains("  ") {
         return shown;
@@ -358,6 +363,13 @@ mod tests {
         );
         assert!(row.contains(r"\u{20}mallory \u{20}x"), "{row}");
         assert_eq!(table_cell("a b"), "a b");
+        let table = format_table(&[stored(1, "", "")]);
+        let (header, row) = (table.lines().next().unwrap(), table.lines().nth(1).unwrap());
+        assert_eq!(
+            columns(row),
+            columns(header),
+            "an empty tool is a cell: {table}"
+        );
         // Plain text, quotes and non-ASCII letters are left alone; a backslash is doubled.
         assert_eq!(
             printable("notes:read 'é' \"ü\" 日本"),

@@ -448,8 +448,9 @@ const MAX_VALUES: usize = 512 * 1024;
 
 /// Whether `line` holds more than [`MAX_VALUES`] values, counted in one pass for lines
 /// over 1 MiB only: each `{` and `[`, each string, and each run of other bytes outside
-/// strings that starts after a delimiter or a space (a number, a literal, or bytes no
-/// reader takes, which count all the same).
+/// strings that starts after a delimiter or a space, any a lenient reader skips
+/// ([`probe::in_sequence`]) included (a number, a literal, or bytes no reader takes,
+/// which count all the same).
 fn too_many_values(line: &[u8]) -> bool {
     if line.len() <= 1024 * 1024 {
         return false;
@@ -480,7 +481,10 @@ fn too_many_values(line: &[u8]) -> bool {
                 after_delimiter = true;
                 true
             }
-            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n' => {
+            // JSON's white space, and what a lenient reader also takes for it between
+            // values (vertical tab, form feed, and the bytes of U+2028, a no-break
+            // space…: every byte of a character beyond ASCII, outside strings).
+            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n' | 0x0B | 0x0C | 0x80.. => {
                 after_delimiter = true;
                 false
             }
@@ -1171,7 +1175,12 @@ fn parse(line: &[u8]) -> Parsed {
     }
     match serde_json::from_slice(line) {
         Ok(message) => Parsed::Message(Box::new(message)),
-        Err(err) if err.is_data() => {
+        // One JSON value, of another shape than a message. (Several values fail on the
+        // first one's shape as well when it is not a message: `1 {…}`; they are read as
+        // messages one after the other, below.)
+        Err(err)
+            if err.is_data() && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok() =>
+        {
             tracing::debug!(error = %err, "a line that is not an MCP message");
             let value = serde_json::from_slice::<serde_json::Value>(line).ok();
             if let Some(serde_json::Value::Array(items)) = &value
@@ -1245,10 +1254,35 @@ fn parse(line: &[u8]) -> Parsed {
         Err(err) => {
             // Messages one after the other (separated by any white space a lenient reader
             // skips, U+2028 among it): each request among them waits for an answer.
-            let (values, _) = probe::in_sequence::<serde_json::Value>(line);
+            let (values, end) = probe::in_sequence::<serde_json::Value>(line);
+            // One message inside such white space (U+2028 before it, a second byte-order
+            // mark): not run, as JSON does not allow it, but answered under its id, and
+            // recorded as the request it is.
+            if let [value] = values.as_slice()
+                && end == line.len()
+            {
+                let object = value.as_object();
+                return match object.and_then(|o| o.get("id")) {
+                    Some(id) if object.is_some_and(|o| o.contains_key("method")) => {
+                        Parsed::Refused {
+                            id: json_rpc_id(Some(id.clone())),
+                            code: ErrorCode::INVALID_REQUEST,
+                            message: "Invalid request: the line holds white space JSON does \
+                                      not allow around its message"
+                                .to_owned(),
+                        }
+                    }
+                    _ => Parsed::Ignored,
+                };
+            }
             if values.len() >= 2 {
+                // (A batch among them: each of its requests, too.)
                 let ids = values
                     .iter()
+                    .flat_map(|value| match value {
+                        serde_json::Value::Array(items) => items.iter().collect(),
+                        other => vec![other],
+                    })
                     .filter_map(serde_json::Value::as_object)
                     .filter(|o| o.contains_key("method"))
                     .map(|o| json_rpc_id(o.get("id").cloned()))

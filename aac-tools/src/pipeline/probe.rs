@@ -242,10 +242,17 @@ fn without_bom(body: &[u8]) -> &[u8] {
 /// among them: [`in_sequence`]), which JSON-RPC does not allow and rmcp refuses whole,
 /// read as the batch a lenient reader would take them for (each one's calls are
 /// recorded, not only the first's): the values read before anything that does not parse.
-/// `None` for fewer than two.
+/// One value that only such white space around it kept serde_json from reading is that
+/// value; `None` for none, or one followed by what does not parse.
 fn concatenated(body: &[u8]) -> Option<Value> {
-    let (values, _) = in_sequence::<Value>(body);
-    (values.len() >= 2).then_some(Value::Array(values))
+    let (mut values, end) = in_sequence::<Value>(body);
+    match values.len() {
+        // One message in white space JSON does not have (U+2028 before it, a second
+        // byte-order mark), which serde_json did not read: the message it is.
+        1 if end == body.len() => values.pop(),
+        0 | 1 => None,
+        _ => Some(Value::Array(values)),
+    }
 }
 
 /// The `tools/call` among the messages of `value`.
@@ -348,7 +355,8 @@ pub(crate) struct TopLevel<'a> {
 /// [`TopLevel`] of `json`: one pass over the bytes, strings skipped whole.
 pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
     let mut top = TopLevel::default();
-    let start = json.iter().position(|b| !b.is_ascii_whitespace());
+    // After any white space a lenient reader skips (U+2028, a byte-order mark…).
+    let start = Some(lenient_space(json)).filter(|&at| at < json.len());
     if start.map(|i| json[i]) != Some(b'{') {
         return top;
     }

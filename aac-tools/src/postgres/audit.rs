@@ -488,9 +488,11 @@ impl PgBackend {
     ) -> Result<(), AuditError> {
         // Kept as the calls were answered (503, the audit failed), as the records a sink
         // hands back are: found in the trail, the batch stays as it was committed.
-        let keep = |backend: &mut PgBackend| {
+        // Kept with the last record of what was sent last, which is what may be in the
+        // trail: the batch's own, or that of the append that tried to settle it.
+        let keep = |backend: &mut PgBackend, head: (i64, String)| {
             let answered = batch.iter().map(as_unavailable).collect();
-            backend.unsettled = Some(((seq, hash.clone()), answered));
+            backend.unsettled = Some((head, answered));
             Err(err.clone().in_doubt().kept_by_sink())
         };
         if self.connect().is_err() {
@@ -498,10 +500,10 @@ impl PgBackend {
                 seq,
                 "the audit database's answer to an append was lost and it cannot be reached: the batch is refused, kept, and settled once the database can be reached"
             );
-            return keep(self);
+            return keep(self, (seq, hash));
         }
         let Some(Session { conn, link }) = self.session.as_mut() else {
-            return keep(self);
+            return keep(self, (seq, hash));
         };
         let integer = &self.integer;
         let settled = link
@@ -536,8 +538,14 @@ impl PgBackend {
                     seq,
                     "the audit database's answer to an append was lost and the batch could not be settled ({settle}): it is refused, kept, and settled once the database can be reached",
                 );
+                // The append that settled it, left in doubt in its turn, is what to look
+                // for next: the batch's own last record was not in the trail.
+                let sent = self
+                    .session
+                    .as_mut()
+                    .and_then(|session| session.conn.in_doubt.take());
                 self.session = None;
-                keep(self)
+                keep(self, sent.unwrap_or((seq, hash)))
             }
         }
     }
@@ -565,16 +573,23 @@ impl PgBackend {
 }
 
 /// `row` as the record of a call answered 503 because its record could not be written
-/// (what [`AuditError::with_record`]'s owed records say).
+/// (what [`AuditError::with_record`]'s owed records say), if this write decided its
+/// answer: not a count of refusals answered 429 before (`{"suppressed": n}`), a record
+/// already owed (503), or one of a call nobody waits for (abandoned, 499).
 fn as_unavailable(row: &PortableRow) -> PortableRow {
+    let counts = |record: &AuditRecord| {
+        record.reason.as_deref() == Some("rate_limited")
+            && record.request_id.is_none()
+            && record.arguments.get("suppressed").is_some()
+    };
     match row.restore() {
-        Some(mut record) => {
+        Some(mut record) if !matches!(record.status, 499 | 503) && !counts(&record) => {
             record.status = 503;
             record.check = Some(crate::audit::Check::Audit);
             record.reason = Some("audit_unavailable".to_owned());
             PortableRow::from_record(record)
         }
-        None => row.clone(),
+        _ => row.clone(),
     }
 }
 
