@@ -8,6 +8,7 @@
 //! nothing in the common case, the writer remembers which rules are installed and only
 //! changes them when the level of the transaction changes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
@@ -97,6 +98,15 @@ impl Reader {
     }
 }
 
+/// [`Writer::tool_runs`]: until dropped (however the closure ends, a panic included).
+pub(super) struct ToolRuns(Arc<AtomicBool>);
+
+impl Drop for ToolRuns {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// What the `Read` level refuses, described, or `None` if it only reads.
 fn read_refusal(action: &AuthAction<'_>) -> Option<String> {
     use AuthAction as A;
@@ -127,15 +137,44 @@ pub(super) struct Writer {
     /// `None` when unknown (set-up code had the connection and may have changed it).
     installed: Option<Rules>,
     refused: Slot,
+    /// Set while a tool's closure runs inside the framework's transaction: a commit then
+    /// is the tool's own (`COMMIT`, or a statement run in autocommit after its own
+    /// `ROLLBACK`), and is turned into a rollback.
+    in_tool: Arc<AtomicBool>,
 }
 
 impl Writer {
-    pub(super) fn new(conn: Connection) -> Writer {
-        Writer {
+    pub(super) fn new(mut conn: Connection) -> Result<Writer, rusqlite::Error> {
+        let refused: Slot = Arc::default();
+        let in_tool = Arc::new(AtomicBool::new(false));
+        let (slot, running) = (Arc::clone(&refused), Arc::clone(&in_tool));
+        // At every level: the transaction is the framework's, which commits it once the
+        // tool is done and its checks passed (no refusal, the call not abandoned), and
+        // rolls it back when the tool fails. A tool that commits it itself would keep
+        // its writes whatever the call's end; the commit is rolled back instead, and the
+        // call fails.
+        conn.commit_hook(Some(move || {
+            if !running.load(Ordering::Acquire) {
+                return false;
+            }
+            let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
+            verdict
+                .refused
+                .get_or_insert_with(|| "COMMIT (the transaction is the framework's)".to_owned());
+            true
+        }))?;
+        Ok(Writer {
             conn,
             installed: None,
-            refused: Arc::default(),
-        }
+            refused,
+            in_tool,
+        })
+    }
+
+    /// While the guard lives, a tool's closure runs: a commit is refused (rolled back).
+    pub(super) fn tool_runs(&self) -> ToolRuns {
+        self.in_tool.store(true, Ordering::Release);
+        ToolRuns(Arc::clone(&self.in_tool))
     }
 
     /// Install `rules`, unless they are installed already.

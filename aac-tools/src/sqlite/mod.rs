@@ -228,7 +228,7 @@ impl Database {
             inner: Arc::new(Inner {
                 path,
                 read_only: false,
-                writer: Mutex::new(Writer::new(writer)),
+                writer: Mutex::new(Writer::new(writer)?),
                 readers: Mutex::new(Vec::new()),
             }),
         })
@@ -265,7 +265,7 @@ impl Database {
             inner: Arc::new(Inner {
                 path,
                 read_only: true,
-                writer: Mutex::new(Writer::new(conn)),
+                writer: Mutex::new(Writer::new(conn)?),
                 readers: Mutex::new(Vec::new()),
             }),
         })
@@ -374,55 +374,66 @@ impl Database {
         // The call whose handler opens it: abandoned (the server stopped under it), the
         // transaction no longer commits.
         let commits = crate::pipeline::commits::current();
-        let task = tokio::task::spawn_blocking(move || match L::LEVEL {
-            _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => {
-                Err(crate::pipeline::commits::abandoned())
-            }
-            crate::access::AccessLevel::Read => {
-                let reader = db.take_reader()?;
-                reader.take_refused();
-                let result = run_in_transaction::<L, T, _>(
-                    &reader.conn,
-                    "BEGIN DEFERRED",
-                    // A read commits nothing: not counted.
-                    None,
-                    |tx: &Tx<'_, L>| {
-                        let result = f(tx);
-                        // As at the `Write` level: a refusal fails the call even when the
-                        // tool swallowed the error.
-                        match reader.take_refused() {
-                            Some(what) => Err(read_violation(&what)),
-                            None => result,
-                        }
-                    },
-                );
-                db.put_reader(reader);
-                result
-            }
-            level => {
-                let mut writer = db.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-                writer.ensure(if level == crate::access::AccessLevel::Write {
-                    Rules::NoDelete
-                } else {
-                    Rules::Open
-                })?;
-                // Nothing refused before this transaction counts against it.
-                writer.take_refused();
-                let writer = &*writer;
-                run_in_transaction::<L, T, _>(
-                    &writer.conn,
-                    "BEGIN IMMEDIATE",
-                    commits.as_ref(),
-                    |tx: &Tx<'_, L>| {
-                        let result = f(tx);
-                        // A refusal fails the transaction even when the tool swallowed the
-                        // error: the call is recorded as the violation it is.
-                        match writer.take_refused() {
-                            Some(what) => Err(level_violation(level, &what)),
-                            None => result,
-                        }
-                    },
-                )
+        // The level of the tool that opens it, on the blocking thread too: inside the
+        // transaction's closure, a handle above it (reached through state), a set-up
+        // method or a call of the server is refused as in the handler itself.
+        let running = crate::__private0::extracting_for();
+        let task = tokio::task::spawn_blocking(move || {
+            let _running = running.map(crate::__private0::ExtractScope::enter);
+            match L::LEVEL {
+                _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => {
+                    Err(crate::pipeline::commits::abandoned())
+                }
+                crate::access::AccessLevel::Read => {
+                    let reader = db.take_reader()?;
+                    reader.take_refused();
+                    let result = run_in_transaction::<L, T, _>(
+                        &reader.conn,
+                        "BEGIN DEFERRED",
+                        // A read commits nothing: not counted.
+                        None,
+                        |tx: &Tx<'_, L>| {
+                            let result = f(tx);
+                            // As at the `Write` level: a refusal fails the call even when the
+                            // tool swallowed the error.
+                            match reader.take_refused() {
+                                Some(what) => Err(read_violation(&what)),
+                                None => result,
+                            }
+                        },
+                    );
+                    db.put_reader(reader);
+                    result
+                }
+                level => {
+                    let mut writer = db.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+                    writer.ensure(if level == crate::access::AccessLevel::Write {
+                        Rules::NoDelete
+                    } else {
+                        Rules::Open
+                    })?;
+                    // Nothing refused before this transaction counts against it.
+                    writer.take_refused();
+                    let writer = &*writer;
+                    run_in_transaction::<L, T, _>(
+                        &writer.conn,
+                        "BEGIN IMMEDIATE",
+                        commits.as_ref(),
+                        |tx: &Tx<'_, L>| {
+                            let result = {
+                                // The tool's own commit is refused while it runs.
+                                let _runs = writer.tool_runs();
+                                f(tx)
+                            };
+                            // A refusal fails the transaction even when the tool swallowed the
+                            // error: the call is recorded as the violation it is.
+                            match writer.take_refused() {
+                                Some(what) => Err(level_violation(level, &what)),
+                                None => result,
+                            }
+                        },
+                    )
+                }
             }
         });
         match task.await {
