@@ -693,8 +693,7 @@ fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
     let may_be_request = |m: &&Value| m.get("method").is_some();
     let first = first.or_else(|| {
         batch.iter().position(|m| {
-            may_be_request(m)
-                && serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some())
+            may_be_request(m) && serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some())
         })
     });
     let mut requests = batch
