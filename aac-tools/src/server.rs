@@ -147,6 +147,27 @@ impl CallRequest {
         }
     }
 
+    /// The record of a request whose message was refused unread (a body or a line over
+    /// its limit): of the kind its `method` names (a transport reads it from a header or
+    /// from the message's first bytes), named by `name` (the tool, the URI, the prompt, the
+    /// completion's reference) when that could be read too. A method that names no call
+    /// of ours is recorded as a call of a tool nobody can know, so that every refused
+    /// message that may have carried one leaves a record of one.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn unread(method: Option<&str>, name: Option<&str>) -> CallRequest {
+        let name = name.unwrap_or(crate::pipeline::probe::UNKNOWN_TOOL);
+        match method {
+            Some("resources/read") => CallRequest::resource(name),
+            Some("resources/subscribe") => CallRequest::resource(name).subscription(),
+            Some("prompts/get") => CallRequest::prompt(name, None),
+            Some("completion/complete") => {
+                CallRequest::completion(name, false, "", "", serde_json::Map::new())
+            }
+            Some("tools/call") | None => CallRequest::new(name, None),
+            Some(_) => CallRequest::new(crate::pipeline::probe::UNKNOWN_TOOL, None),
+        }
+    }
+
     /// What the call is of.
     pub fn kind(&self) -> CallKind {
         self.kind

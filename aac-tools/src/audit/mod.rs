@@ -214,6 +214,22 @@ pub struct AuditRecord {
     pub kind: CallKind,
 }
 
+impl AuditRecord {
+    /// This record as its call was answered when the record could not be written: 503,
+    /// check `audit`, reason `audit_unavailable` (its `outcome` still says how the call
+    /// ended). Not a record whose answer did not wait on its write: one already answered
+    /// 503, a call nobody waits for (abandoned, 499), or a count of refusals answered 429
+    /// before (each kept as it is).
+    pub(crate) fn answered_unavailable(mut self) -> AuditRecord {
+        if !matches!(self.status, 499 | 503) && !crate::pipeline::is_count_of_refusals(&self) {
+            self.status = 503;
+            self.check = Some(Check::Audit);
+            self.reason = Some("audit_unavailable".to_owned());
+        }
+        self
+    }
+}
+
 /// What an audited call was: `tool`, `resource`, `prompt` or `completion`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -810,21 +810,11 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
     json_error(&attempt.refuse(Check::Protocol, err).await)
 }
 
-/// The request a `/mcp` body that could not be read holds, as far as its headers say: a
-/// read, a prompt or a completion by `Mcp-Method` (else a call), named by `Mcp-Name`
-/// (else `(unknown)`).
+/// The record of an `/mcp` body refused unread: of the kind and the name its
+/// `Mcp-Method` and `Mcp-Name` headers say, when it sends them.
 fn named_by_headers(headers: &HeaderMap) -> CallRequest {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let name = header("mcp-name").unwrap_or(UNKNOWN_TOOL);
-    match header("mcp-method") {
-        Some("resources/read") => CallRequest::resource(name),
-        Some("resources/subscribe") => CallRequest::resource(name).subscription(),
-        Some("prompts/get") => CallRequest::prompt(name, None),
-        Some("completion/complete") => {
-            CallRequest::completion(name, false, "", "", serde_json::Map::new())
-        }
-        _ => CallRequest::new(name, None),
-    }
+    CallRequest::unread(header("mcp-method"), header("mcp-name"))
 }
 
 /// A REST call's request id: its `X-Request-Id`, any value, as text (bytes that are not
@@ -1430,7 +1420,17 @@ pub(crate) async fn call_tool(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut request = CallRequest::new(path_tool(uri.path()), None).transport(Transport::PlainHttp);
+    call_named(app, path_tool(uri.path()), extensions, headers, body).await
+}
+
+async fn call_named(
+    app: App,
+    tool: String,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut request = CallRequest::new(tool, None).transport(Transport::PlainHttp);
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);
     }
@@ -1527,9 +1527,28 @@ pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap
     axum::Json(metadata).into_response()
 }
 
-/// Any other route.
-pub(crate) async fn not_found() -> Response {
-    json_error(&ToolError::not_found("no such route"))
+/// Any other route: 404. A `POST` under `/tools/` that is not `/tools/{name}` (a
+/// trailing slash, an empty or a dot segment: `/tools/delete_issue/`,
+/// `/tools//delete_issue`, `/tools/./delete_issue`) is a call of a tool named by all that
+/// follows `/tools/`, as sent (percent-decoded, never resolved to another tool's name):
+/// refused as any unknown tool is, and recorded.
+pub(crate) async fn not_found(
+    State(app): State<App>,
+    method: Method,
+    uri: axum::http::Uri,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match uri.path().strip_prefix("/tools/") {
+        Some(rest) if method == Method::POST => {
+            let tool = percent_encoding::percent_decode_str(rest)
+                .decode_utf8_lossy()
+                .into_owned();
+            call_named(app, tool, extensions, headers, body).await
+        }
+        _ => json_error(&ToolError::not_found("no such route")),
+    }
 }
 
 /// A route that exists, with a method it does not take: 405 in the JSON of every other

@@ -641,17 +641,12 @@ impl Refusals {
             ),
         );
         // A read, prompt or completion is recorded as one, so that `audit --kind` finds it.
-        let named = |name: &Option<String>| name.clone().unwrap_or_else(|| UNKNOWN_TOOL.to_owned());
-        let mut request = match start.method.as_deref() {
-            Some("resources/read") => CallRequest::resource(named(&start.uri)),
-            Some("resources/subscribe") => CallRequest::resource(named(&start.uri)).subscription(),
-            Some("prompts/get") => CallRequest::prompt(named(&start.name), None),
-            Some("completion/complete") => {
-                CallRequest::completion(UNKNOWN_TOOL, false, "", "", serde_json::Map::new())
-            }
-            Some("tools/call") => CallRequest::new(named(&start.name), None),
-            _ => CallRequest::new(UNKNOWN_TOOL, None),
+        let method = start.method.as_deref();
+        let name = match method {
+            Some("resources/read" | "resources/subscribe") => &start.uri,
+            _ => &start.name,
         };
+        let mut request = CallRequest::unread(method, name.as_deref());
         if !start.id.is_null() {
             request = request.request_id(probe::id_text(&start.id));
         }

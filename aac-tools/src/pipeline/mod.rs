@@ -24,6 +24,7 @@ mod record;
 pub(crate) mod probe;
 pub(crate) use listing::Listing;
 pub(crate) use owed::Owed;
+pub(crate) use record::is_count_of_refusals;
 
 use std::fmt;
 use std::future::Future;

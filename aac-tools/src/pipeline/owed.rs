@@ -39,11 +39,8 @@ impl Owed {
     /// as it was answered (503 `audit_unavailable`; its outcome says how the tool ended,
     /// or that it was refused). `false` when no room is left: then it is counted.
     /// `ran`: whether the call's handler started.
-    pub(crate) fn keep(&self, mut record: AuditRecord, ran: bool) -> bool {
-        record.status = 503;
-        record.check = Some(Check::Audit);
-        record.reason = Some("audit_unavailable".to_owned());
-        self.keep_as_is(record, ran)
+    pub(crate) fn keep(&self, record: AuditRecord, ran: bool) -> bool {
+        self.keep_as_is(record.answered_unavailable(), ran)
     }
 
     /// Keep a record as it is (a call that got no answer: abandoned).

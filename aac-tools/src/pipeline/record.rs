@@ -89,6 +89,21 @@ pub(super) fn redacted_arguments(entry: Option<&ToolEntry>, arguments: Option<&V
     }
 }
 
+/// Whether `record` is one of the counts below ([`suppressed`], [`suppressed_of`]): the
+/// refusals it counts were answered 429 before it was written, so that no answer waits on
+/// it.
+pub(crate) fn is_count_of_refusals(record: &AuditRecord) -> bool {
+    record.reason.as_deref() == Some("rate_limited")
+        && record.request_id.is_none()
+        && record.status == Status::TooManyRequests.code()
+        && record.arguments.as_object().is_some_and(|arguments| {
+            arguments.get("suppressed").is_some_and(Value::is_u64)
+                && arguments
+                    .keys()
+                    .all(|key| key == "suppressed" || key == "peer")
+        })
+}
+
 /// The one record that counts the refusals of one peer that were answered 429 without a
 /// record of their own (the rate limit before authentication).
 pub(super) fn suppressed(

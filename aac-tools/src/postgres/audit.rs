@@ -572,24 +572,11 @@ impl PgBackend {
     }
 }
 
-/// `row` as the record of a call answered 503 because its record could not be written
-/// (what [`AuditError::with_record`]'s owed records say), if this write decided its
-/// answer: not a count of refusals answered 429 before (`{"suppressed": n}`), a record
-/// already owed (503), or one of a call nobody waits for (abandoned, 499).
+/// `row` as its call was answered ([`AuditRecord::answered_unavailable`]).
 fn as_unavailable(row: &PortableRow) -> PortableRow {
-    let counts = |record: &AuditRecord| {
-        record.reason.as_deref() == Some("rate_limited")
-            && record.request_id.is_none()
-            && record.arguments.get("suppressed").is_some()
-    };
     match row.restore() {
-        Some(mut record) if !matches!(record.status, 499 | 503) && !counts(&record) => {
-            record.status = 503;
-            record.check = Some(crate::audit::Check::Audit);
-            record.reason = Some("audit_unavailable".to_owned());
-            PortableRow::from_record(record)
-        }
-        _ => row.clone(),
+        Some(record) => PortableRow::from_record(record.answered_unavailable()),
+        None => row.clone(),
     }
 }
 
@@ -1017,18 +1004,28 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
         .map_err(unreachable)?;
     let mut mirror = Mirror::new()?;
     for row in &rows {
+        // A column whose type someone changed (`status` to text, say) is named, as any
+        // other edit of the table's shape is, rather than read as something it is not.
         let cells = integer
             .iter()
             .enumerate()
             .map(|(i, integer)| {
-                if *integer {
-                    row.get::<_, Option<i64>>(i).map_or(Cell::Null, Cell::Int)
+                let cell = if *integer {
+                    row.try_get::<_, Option<i64>>(i)
+                        .map(|v| v.map_or(Cell::Null, Cell::Int))
                 } else {
-                    row.get::<_, Option<String>>(i)
-                        .map_or(Cell::Null, Cell::Text)
-                }
+                    row.try_get::<_, Option<String>>(i)
+                        .map(|v| v.map_or(Cell::Null, Cell::Text))
+                };
+                cell.map_err(|err| {
+                    AuditError::new(format!(
+                        "the audit table {AUDIT_TABLE} was edited: its column `{}` is not of the \
+                         type the framework made ({err}); the trail cannot be read as written",
+                        AUDIT_COLUMNS[i]
+                    ))
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         mirror.push(cells)?;
     }
     // The framework puts no trigger on the table: any there is someone else's, and one
