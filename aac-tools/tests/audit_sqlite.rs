@@ -723,6 +723,12 @@ async fn queries_filter_by_every_field_and_time() {
     assert_eq!(seqs(AuditQuery::new().limit(2)), [6, 7]);
     assert!(seqs(AuditQuery::new().since("1h").unwrap()).is_empty());
     assert_eq!(seqs(AuditQuery::new().since("36500d").unwrap()).len(), 7);
+    // An age before the calendar's start is an error, not a panic.
+    for age in ["1000000w", "5000000d", "200000000h"] {
+        let err = AuditQuery::new().since(age).unwrap_err().to_string();
+        assert!(err.contains("calendar"), "{age}: {err}");
+        assert!(AuditQuery::new().until(age).is_err(), "{age}");
+    }
     let stored = AuditQuery::new().fetch(&conn).unwrap();
     assert_eq!(stored[4].record.timestamp, "2025-06-22T08:00:00.000000Z");
 }

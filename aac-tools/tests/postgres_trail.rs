@@ -1382,6 +1382,27 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
     );
 }
 
+/// A column of the trail whose type someone changed is named as an edit of the table,
+/// by `audit --verify` and every reading of the trail, not a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_whose_type_was_changed_is_named_not_read() {
+    let test = migrated().await;
+    let a = replica(&test).await;
+    let token = writer(&a).await;
+    let (status, body) = post(a.addr, "pgt_add", Some(&token), &json!({"text": "one"})).await;
+    assert_eq!(status, 200, "{body}");
+    test.owner()
+        .await
+        .batch_execute("ALTER TABLE aac_audit ALTER COLUMN status TYPE text")
+        .await
+        .unwrap();
+    let err = a.sink.mirror().await.unwrap_err().to_string();
+    assert!(
+        err.contains("was edited") && err.contains("`status`"),
+        "{err}"
+    );
+}
+
 /// Replicas taking turns on one chain: a replica that wrote the head appends in one round
 /// trip, guessing the head is still its own; when another replica appended in between,
 /// the guess inserts nothing and the batch is chained to the real head. Every record is

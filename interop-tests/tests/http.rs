@@ -1585,6 +1585,68 @@ async fn a_rest_call_of_a_name_that_is_not_utf8_is_refused_and_recorded() {
     assert_eq!(records[0].transport, "http");
 }
 
+/// A `POST` under `/tools/` that is not `/tools/{name}` (a trailing slash, an empty
+/// segment) is a call of a tool named by all that follows: refused 404 `unknown_tool`,
+/// recorded, and nothing runs (not resolved to the tool the path ends with).
+#[tokio::test]
+async fn a_rest_call_by_a_path_of_more_segments_is_refused_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let client = reqwest::Client::new();
+    for (path, tool) in [
+        ("add_note/", "add_note/"),
+        ("/add_note", "/add_note"),
+        ("x/add_note", "x/add_note"),
+    ] {
+        let response = client
+            .post(format!("{}/tools/{path}", server.base))
+            .bearer_auth(&server.fixture.full)
+            .header("content-type", "application/json")
+            .header("x-request-id", path)
+            .body(r#"{"text":"x"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["reason"], "unknown_tool", "{path}: {body}");
+        let records = server.sink.records();
+        let record = records
+            .iter()
+            .find(|r| r.request_id.as_deref() == Some(path))
+            .unwrap_or_else(|| panic!("{path}: no record in {records:?}"));
+        assert_eq!(
+            (
+                record.tool.as_str(),
+                record.status,
+                record.principal.as_deref()
+            ),
+            (tool, 404, Some("alice"))
+        );
+    }
+    // Without a token: 401, recorded too.
+    let response = client
+        .post(format!("{}/tools/add_note/", server.base))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert!(
+        records.iter().all(|r| r.outcome == Outcome::Denied),
+        "{records:?}"
+    );
+    // Another method there is still no route.
+    let response = client
+        .get(format!("{}/tools/add_note/", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(server.sink.records().len(), 4);
+}
+
 /// The records of a batch refused as a whole say the status the client got, the calls
 /// after the first included.
 #[tokio::test]
@@ -2083,6 +2145,17 @@ async fn a_stateless_server_refuses_a_subscription() {
             Some(Check::Protocol),
             aac_tools::audit::CallKind::Resource
         ),
+        "{records:?}"
+    );
+    // As answered: a method this server does not have (not a request rmcp could not read).
+    assert_eq!(
+        (
+            records[0].status,
+            records[0].reason.as_deref(),
+            records[0].request_id.as_deref(),
+            records[0].tool.as_str(),
+        ),
+        (404, Some("not_offered"), Some("5"), "notes://all"),
         "{records:?}"
     );
 }

@@ -391,8 +391,14 @@ pub fn parse_time(text: &str) -> Result<String, AuditError> {
             _ => 0,
         };
         if seconds > 0 {
+            // An age past the calendar's start (year -9999) reads as no time at all.
             let then = time::OffsetDateTime::now_utc()
-                - time::Duration::seconds(i64::from(n).saturating_mul(seconds));
+                .checked_sub(time::Duration::seconds(i64::from(n).saturating_mul(seconds)))
+                .ok_or_else(|| {
+                    AuditError::new(format!(
+                        "cannot read `{text}` as a time: that age reaches before the calendar's start"
+                    ))
+                })?;
             return Ok(format_timestamp(then));
         }
     }

@@ -473,14 +473,25 @@ impl ServerHandler for McpHandler {
     ) -> Result<(), ErrorData> {
         // Not offered without sessions (the capability says `subscribe: false`): no stream
         // could ever carry an update, and a success would say otherwise. The read is not
-        // performed; the request is recorded as refused, as any rmcp refuses.
+        // performed; the request is recorded as refused so (404 `not_offered`, before the
+        // answer leaves), and answered as a method this server does not have.
         if self.shared.stateless {
-            return Err(ErrorData::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                "resources/subscribe is not offered: this server is stateless, with no \
-                 stream to send updates on",
-                None,
-            ));
+            let message = "resources/subscribe is not offered: this server is stateless, with \
+                           no stream to send updates on";
+            #[cfg(feature = "http")]
+            if let Some(attempt) = context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<super::PendingItem>())
+                .and_then(|pending| pending.0.refused())
+            {
+                let err = ToolError::new(Status::NotFound, "not_offered", message);
+                let err = attempt.refuse(crate::audit::Check::Protocol, err).await;
+                if err.reason() == "audit_unavailable" {
+                    return Err(read_error(err));
+                }
+            }
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None));
         }
         // Subscribing is reading: the read runs through the pipeline (checks, the handler,
         // one record saying `"$subscribe": true`), its contents dropped. A caller the
