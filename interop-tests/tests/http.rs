@@ -337,6 +337,18 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
                 .delete(server.mcp())
                 .bearer_auth(&server.fixture.reader)
                 .header("mcp-session-id", &session),
+            // Refused by a check of ours before the session is looked up: a call bob's
+            // scopes do not allow, a notification, a body of another type.
+            bob.post().header("mcp-session-id", &session).body(
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#,
+            ),
+            bob.post().header("mcp-session-id", &session).body(
+                r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#,
+            ),
+            bob.post()
+                .header("mcp-session-id", &session)
+                .header("content-type", "text/plain")
+                .body(call),
         ] {
             let response = request.send().await.unwrap();
             let kind = response.headers().get("content-type").cloned();
@@ -361,23 +373,30 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     assert_eq!(status, 200);
     assert_eq!(result.unwrap()["result"]["isError"], false);
 
-    // bob's calls on alice's session (alone, in a batch) were attempts, refused and
-    // recorded (those on a session that never was, refused by rmcp, too); his body that
-    // is not JSON, his GETs and his DELETEs were not tool calls
+    // bob's calls on alice's session were attempts, refused and recorded as answered,
+    // each with the status a session that never was got (the call, the batch, the
+    // scope, the notification, the body of another type); the record of one rmcp
+    // refused as of no session says it was another's. His body that is not JSON, his
+    // GETs and his DELETEs were not tool calls.
     let records = server.sink.records();
     let checks: Vec<_> = records.iter().map(|r| r.check).collect();
+    let (session, protocol, scope) = (
+        Some(Check::Session),
+        Some(Check::Protocol),
+        Some(Check::Scope),
+    );
     assert_eq!(
         checks,
         [
-            Some(Check::Session),
-            Some(Check::Session),
-            Some(Check::Protocol),
-            Some(Check::Protocol),
+            session, protocol, scope, protocol, session, //
+            protocol, protocol, scope, protocol, protocol, //
             None
         ],
         "{records:?}"
     );
-    let records = [records[0].clone(), records[4].clone()];
+    let statuses: Vec<_> = records.iter().map(|r| r.status).collect();
+    assert_eq!(statuses[..5], statuses[5..10], "{records:?}");
+    let records = [records[0].clone(), records[10].clone()];
     let refused = &records[0];
     assert_eq!(refused.tool, "list_notes");
     assert_eq!(refused.outcome, Outcome::Denied);

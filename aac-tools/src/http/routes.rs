@@ -1032,8 +1032,11 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     };
 
     // A session is used only by the principal that opened it; to anyone else it does
-    // not exist (the same 404 as an unknown session).
-    let session = parts
+    // not exist: the request goes on as one naming a session that never existed (a
+    // random id rmcp never opened), through the same checks to the same answer and the
+    // same record, so that nothing tells the two apart, and the real session is never
+    // touched.
+    let mut session = parts
         .headers
         .get(SESSION_ID)
         .and_then(|v| v.to_str().ok())
@@ -1043,42 +1046,14 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         // Verified from them a moment ago; again if a person is asked.
         attempt.presented(presented.clone());
     }
-    if let Some(id) = &session
-        && !app.inner.sessions.allows(id, &principal)
-    {
-        tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session");
-        let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
-        let refusal = err.clone();
-        let err = match (&call, attempt, item()) {
-            (Some(call), Some(attempt), _) => call.refuse(attempt, Check::Session, err).await,
-            (_, _, Some(item)) => {
-                let mut attempt = app.server().begin(item);
-                attempt.authenticated(Arc::clone(&principal));
-                attempt.refuse(Check::Session, err).await
-            }
-            _ => err,
-        };
-        refuse_rest_of_batch(
-            app,
-            &body,
-            peer,
-            Some(&principal),
-            Some((Check::Session, &refusal)),
-            refusal.status(),
-        )
-        .await;
-        drop(err);
-        // To this caller the session does not exist, and nothing tells it apart from one
-        // that never did: rmcp answers the request as it answers a session it never
-        // opened (the same status and body, to a POST, a GET or a DELETE), and the real
-        // session is never touched.
-        let is_delete = parts.method == Method::DELETE;
-        let json_body = is_json_content(&parts.headers);
-        parts.headers.insert(SESSION_ID, unknown_session_id());
-        let response = mcp
-            .handle(Request::from_parts(parts, Body::from(body.clone())))
-            .await;
-        return as_answered(is_delete, unreadable_body(json_body, &body, response));
+    let foreign = session
+        .as_deref()
+        .is_some_and(|id| !app.inner.sessions.allows(id, &principal));
+    if foreign {
+        tracing::warn!(subject = %principal, "refused a request naming another principal's MCP session: answered as a session that never existed");
+        let unknown = unknown_session_id();
+        session = unknown.to_str().ok().map(str::to_owned);
+        parts.headers.insert(SESSION_ID, unknown);
     }
 
     // One request in flight per id in a session: a second under the same id is refused,
@@ -1221,28 +1196,48 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // request, headers that contradict the body): the attempt ends here, recorded
     // before the answer leaves.
     let refused_with = refused_status(response.status().as_u16());
+    // Another principal's session, refused as one that never existed (404): the record
+    // says whose it was not.
+    let not_theirs = (foreign && refused_with == Status::NotFound).then(|| {
+        ToolError::new(Status::NotFound, "session_not_found", "no such session")
+    });
+    let not_theirs = not_theirs.as_ref().map(|err| (Check::Session, err));
     if let (Some(call), Some(attempt)) =
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
-        let err = ToolError::new(
-            refused_with,
-            "not_dispatched",
-            "the MCP layer refused the request before the tool was called",
-        );
-        let err = call.refuse(attempt, Check::Protocol, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, refused_with).await;
+        let (check, err) = match not_theirs {
+            Some((check, err)) => (check, err.clone()),
+            None => (
+                Check::Protocol,
+                ToolError::new(
+                    refused_with,
+                    "not_dispatched",
+                    "the MCP layer refused the request before the tool was called",
+                ),
+            ),
+        };
+        let err = call.refuse(attempt, check, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with)
+            .await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
     }
     if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
-        let err = ToolError::new(
-            refused_with,
-            "not_dispatched",
-            "the MCP layer refused the request before it was read",
-        );
-        let err = attempt.refuse(Check::Protocol, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, refused_with).await;
+        let (check, err) = match not_theirs {
+            Some((check, err)) => (check, err.clone()),
+            None => (
+                Check::Protocol,
+                ToolError::new(
+                    refused_with,
+                    "not_dispatched",
+                    "the MCP layer refused the request before it was read",
+                ),
+            ),
+        };
+        let err = attempt.refuse(check, err).await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with)
+            .await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
