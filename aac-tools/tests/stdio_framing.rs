@@ -1040,6 +1040,20 @@ async fn messages_separated_by_any_white_space_are_each_answered_and_recorded() 
             format!("[{}]\u{2028}{}", call(53, "a"), call(54, "b")),
             vec![53, 54],
         ),
+        // A message that repeats its `method` (a call to a reader that keeps the first
+        // key) after another: recorded as the call it may be.
+        (
+            format!(
+                "{} {}",
+                call(55, "a"),
+                call(56, "b").replacen(
+                    r#""method":"tools/call""#,
+                    r#""method":"tools/call","method":"ping""#,
+                    1
+                )
+            ),
+            vec![55, 56],
+        ),
     ] {
         raw.line(&line).await;
         let mut answered = Vec::new();
@@ -1064,6 +1078,8 @@ async fn messages_separated_by_any_white_space_are_each_answered_and_recorded() 
             ("forget_text", Some("52")),
             ("forget_text", Some("53")),
             ("forget_text", Some("54")),
+            ("forget_text", Some("55")),
+            ("forget_text", Some("56")),
         ],
         "{records:?}"
     );

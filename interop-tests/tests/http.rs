@@ -2967,6 +2967,38 @@ async fn every_call_of_a_refused_batch_is_recorded() {
         );
     }
 
+    // A message that repeats its `method` (`tools/call` to a reader that keeps the first
+    // key, `ping` to rmcp) beside another call or read, in a batch or one after the
+    // other: each recorded as the call or read it may be, under its id.
+    let twice = r#"{"jsonrpc":"2.0","id":48,"method":"tools/call","method":"ping","params":{"name":"delete_note","arguments":{"id":1,"confirm":true}}}"#;
+    let read_twice = r#"{"jsonrpc":"2.0","id":49,"method":"resources/read","method":"ping","params":{"uri":"notes://all"}}"#;
+    let read =
+        r#"{"jsonrpc":"2.0","id":50,"method":"resources/read","params":{"uri":"notes://all"}}"#;
+    let plain = call(51, "f").to_string();
+    for (body, mut expected) in [
+        (format!("{twice}{plain}"), vec!["48", "51"]),
+        (format!("{plain} {twice}"), vec!["48", "51"]),
+        (format!("[{read_twice},{read}]"), vec!["49", "50"]),
+        (format!("[{read},{read_twice}]"), vec!["49", "50"]),
+        (format!("{read_twice}{read}"), vec!["49", "50"]),
+        (format!("{read_twice}{twice}"), vec!["48", "49"]),
+    ] {
+        for token in [None, Some(server.fixture.full.as_str())] {
+            server.sink.clear();
+            let client = RawMcp::new(&server.mcp(), token);
+            let response = client.post().body(body.clone()).send().await.unwrap();
+            assert!(response.status().as_u16() >= 400, "{body}");
+            let records = server.sink.records();
+            let mut ids: Vec<_> = records
+                .iter()
+                .map(|r| r.request_id.clone().unwrap_or_default())
+                .collect();
+            ids.sort();
+            expected.sort();
+            assert_eq!(ids, expected, "{body} ({token:?}): {records:?}");
+        }
+    }
+
     // A call after bytes no reader gets past, or spelled `tools\/call` in a body that is
     // not JSON: recorded all the same, as an unknown tool.
     let escaped = delete.to_string().replace("tools/call", r"tools\/call");

@@ -1198,9 +1198,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let refused_with = refused_status(response.status().as_u16());
     // Another principal's session, refused as one that never existed (404): the record
     // says whose it was not.
-    let not_theirs = (foreign && refused_with == Status::NotFound).then(|| {
-        ToolError::new(Status::NotFound, "session_not_found", "no such session")
-    });
+    let not_theirs = (foreign && refused_with == Status::NotFound)
+        .then(|| ToolError::new(Status::NotFound, "session_not_found", "no such session"));
     let not_theirs = not_theirs.as_ref().map(|err| (Check::Session, err));
     if let (Some(call), Some(attempt)) =
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
@@ -1217,8 +1216,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             ),
         };
         let err = call.refuse(attempt, check, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with)
-            .await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -1236,8 +1234,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             ),
         };
         let err = attempt.refuse(check, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with)
-            .await;
+        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }

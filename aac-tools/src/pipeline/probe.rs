@@ -274,6 +274,14 @@ fn is_call(message: &Value) -> bool {
     message.get("method").and_then(Value::as_str) == Some("tools/call")
 }
 
+/// Whether `message` is a read, a prompt or a completion.
+fn is_item(message: &Value) -> bool {
+    message
+        .get("method")
+        .and_then(Value::as_str)
+        .is_some_and(|method| ITEM_METHODS.contains(&method))
+}
+
 /// `body` read as a reader that keeps the *first* of repeated keys would (serde_json keeps
 /// the last), when it repeats one; `None` otherwise. A message that says
 /// `"method":"tools/call","method":"ping"` is a call to such a reader: its refusal is
@@ -330,12 +338,28 @@ fn first_key_reading(body: &[u8]) -> Option<Value> {
         }
     }
 
-    if !repeats_a_key(body) {
+    /// One value read so.
+    struct FirstWinsValue(Value);
+
+    impl<'de> serde::Deserialize<'de> for FirstWinsValue {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            FirstWins.deserialize(deserializer).map(FirstWinsValue)
+        }
+    }
+
+    // (Of messages one after the other, any may repeat a key, which no reading of the
+    // body as one value finds: the byte scan tells when none can.)
+    if !may_repeat_a_key(body) {
         return None;
     }
-    FirstWins
-        .deserialize(&mut serde_json::Deserializer::from_slice(body))
-        .ok()
+    // Messages one after the other are read as [`concatenated`] reads them: a batch of
+    // them (each message of such a body that repeats a key is the call it may be).
+    let (values, _) = in_sequence::<FirstWinsValue>(body);
+    let mut values: Vec<Value> = values.into_iter().map(|v| v.0).collect();
+    match values.len() {
+        0 | 1 => values.pop(),
+        _ => Some(Value::Array(values)),
+    }
 }
 
 /// What the top level of a JSON object says, read without parsing the rest: the raw JSON
@@ -496,11 +520,6 @@ pub(crate) fn id_text(id: &Value) -> String {
 /// in `body`, if any (the first of a batch), as the attempt that records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     let body = without_bom(body);
-    let is_item = |m: &Value| {
-        m.get("method")
-            .and_then(Value::as_str)
-            .is_some_and(|method| ITEM_METHODS.contains(&method))
-    };
     // The common case first, without building a tree: one well-formed request of another
     // method (`tools/list`, `initialize`…) is not a read.
     #[derive(Deserialize)]
@@ -670,18 +689,20 @@ fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
     // The call recorded already: the first of this reading, else of the reading that
     // keeps the first of repeated keys (as `tool_call_request` finds it).
     let mut first = batch.iter().position(|m| is_call(m));
+    // Else the read, prompt or completion recorded already, as `item_request` finds it.
+    let mut first_item = batch.iter().position(|m| is_item(m));
     // A message that repeats a key (`"method":"tools/call",…,"method":"ping"`) is a call
     // to a reader that keeps the first: each such message is recorded as the call it may
     // be, as it is alone, not only the batch's first.
-    let first_wins = repeats_a_key(body)
-        .then(|| first_key_reading(body))
-        .flatten();
+    let first_wins = first_key_reading(body);
     if let Some(first_wins) = &first_wins {
         let other = messages(first_wins);
         if other.len() == batch.len() {
             first = first.or_else(|| other.iter().position(|m| is_call(m)));
+            first_item = first_item.or_else(|| other.iter().position(|m| is_item(m)));
+            // (A read, prompt or completion likewise, unless this reading has one.)
             for (mine, theirs) in batch.iter_mut().zip(other) {
-                if !is_call(mine) && is_call(theirs) {
+                if !is_call(mine) && (is_call(theirs) || (!is_item(mine) && is_item(theirs))) {
                     *mine = theirs;
                 }
             }
@@ -691,11 +712,7 @@ fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
     // others (half a million bare numbers in 1 MiB) are not written out and read again
     // one by one, which took 0.8 s of CPU for a body sent without a token.
     let may_be_request = |m: &&Value| m.get("method").is_some();
-    let first = first.or_else(|| {
-        batch.iter().position(|m| {
-            may_be_request(m) && serde_json::to_vec(m).is_ok_and(|one| item_request(&one).is_some())
-        })
-    });
+    let first = first.or(first_item);
     let mut requests = batch
         .iter()
         .enumerate()
@@ -722,12 +739,6 @@ pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
 /// means none does (then [`repeated_key`] is `None` without reading it).
 pub(crate) fn may_repeat_a_key(json: &[u8]) -> bool {
     !keys_all_differ(json)
-}
-
-/// Whether some object of `json` repeats a key ([`repeated_key`] without the pointer: one
-/// walk of the JSON, not two).
-fn repeats_a_key(json: &[u8]) -> bool {
-    find_repeated_key(json, false).is_some()
 }
 
 /// [`repeated_key`]; with `pointer` false, an empty pointer once a repeat is found.
