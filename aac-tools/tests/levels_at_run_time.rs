@@ -17,7 +17,7 @@ use aac_tools::{
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[derive(Deserialize, JsonSchema)]
 struct Sql {
@@ -987,4 +987,101 @@ async fn connection_settings_changed_through_the_c_api_are_refused_and_restored(
         .call(CallRequest::new("edit_notes", None).credentials(caller()))
         .await;
     assert!(response.error().is_none(), "{:?}", response.error());
+}
+
+/// Read-only: says whom it runs for.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn whoami(ctx: aac_tools::Ctx) -> Result<Text, ToolError> {
+    Ok(Text(ctx.principal().subject().to_owned()))
+}
+
+/// Read-only, but calls another read-only tool in process as a principal of its own
+/// making (in its handler, and from inside its read transaction's closure), then as
+/// its own caller.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn call_as_other(
+    ctx: aac_tools::Ctx,
+    db: ReadDb,
+    app: State<Setup>,
+) -> Result<Text, ToolError> {
+    let server = app.server.get().expect("set").clone();
+    let mallory = || {
+        Credentials::Verified(Arc::new(
+            Principal::new("mallory", ["notes:read"]).in_workspace("elsewhere"),
+        ))
+    };
+    let mut said = Vec::new();
+    let made_up = server
+        .call(CallRequest::new("whoami", None).credentials(mallory()))
+        .await;
+    said.push(made_up.error().map(|e| e.reason().to_owned()));
+    let inside = server.clone();
+    let in_tx = db
+        .run(move |_| {
+            let response = tokio::runtime::Handle::current()
+                .block_on(inside.call(CallRequest::new("whoami", None).credentials(mallory())));
+            Ok(response.error().map(|e| e.reason().to_owned()))
+        })
+        .await?;
+    said.push(in_tx);
+    let own = server
+        .call(
+            CallRequest::new("whoami", None)
+                .credentials(Credentials::Verified(Arc::new(ctx.principal().clone()))),
+        )
+        .await;
+    said.push(own.error().map(|e| e.reason().to_owned()));
+    Ok(Text(serde_json::to_string(&said).unwrap()))
+}
+
+/// A tool's calls in process are made for its own caller: one made as a principal the
+/// tool made up is refused (`level_violation`), and its record names the caller the tool
+/// ran for, not the made-up one. (Each went through, recorded as `mallory`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_s_calls_in_process_are_made_for_its_own_caller() {
+    let f = fixture();
+    let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
+    let server = Server::builder(Registry::collect_named(&["whoami", "call_as_other"]).unwrap())
+        .audit(f.sink.clone())
+        .state(f.db.clone())
+        .state(Setup {
+            db: f.db.clone(),
+            tokens,
+            server: std::sync::OnceLock::new(),
+        })
+        .build()
+        .unwrap();
+    server
+        .state()
+        .get::<Setup>()
+        .expect("the state")
+        .server
+        .set(server.clone())
+        .ok()
+        .unwrap();
+    let response = server
+        .call(CallRequest::new("call_as_other", None).credentials(caller()))
+        .await;
+    let output = response.to_mcp_json();
+    let text = output["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap_or_default(),
+        json!(["level_violation", "level_violation", null]),
+        "{output}"
+    );
+    let nested: Vec<_> = f
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.tool == "whoami")
+        .map(|r| (r.principal, r.reason))
+        .collect();
+    let refused = (
+        Some("caller".to_owned()),
+        Some("level_violation".to_owned()),
+    );
+    assert_eq!(
+        nested,
+        [refused.clone(), refused, (Some("caller".to_owned()), None)]
+    );
 }

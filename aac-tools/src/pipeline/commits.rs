@@ -20,11 +20,13 @@ use std::time::{Duration, Instant};
 /// holds the write lock already, so it waits only for its own sync).
 pub(crate) const WAIT_FOR_COMMIT: Duration = Duration::from_secs(5);
 
-/// The transactions of one call.
+/// The transactions of one call (and whom it runs for).
 #[derive(Debug, Default)]
 pub(crate) struct Commits {
     state: Mutex<State>,
     settled: Condvar,
+    /// The call's principal: a call the tool makes in process is made as it.
+    principal: Option<Arc<crate::Principal>>,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,14 @@ pub(crate) struct Abandoned {
 }
 
 impl Commits {
+    /// The transactions of a call made by `principal`.
+    pub(crate) fn of(principal: Option<Arc<crate::Principal>>) -> Commits {
+        Commits {
+            principal,
+            ..Commits::default()
+        }
+    }
+
     /// The call was abandoned: no transaction of it commits from now on. Waits (at most
     /// `wait`) for a `COMMIT` already running on another thread.
     pub(crate) fn abandon(&self, wait: Duration) -> Abandoned {
@@ -186,6 +196,12 @@ impl Drop for Polling {
 /// (none outside tools, or in a task the handler spawned).
 pub(crate) fn current() -> Option<Arc<Commits>> {
     CURRENT.with(|c| c.borrow().clone())
+}
+
+/// The principal of the call whose handler is being polled on this thread (or runs its
+/// transaction's closure), if any.
+pub(crate) fn running_for() -> Option<Arc<crate::Principal>> {
+    CURRENT.with(|c| c.borrow().as_ref().and_then(|c| c.principal.clone()))
 }
 
 #[cfg(test)]

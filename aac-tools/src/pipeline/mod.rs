@@ -336,7 +336,7 @@ impl Attempt {
         };
         let kind = self.request.kind;
         let level = call.level;
-        let commits = Arc::new(commits::Commits::default());
+        let commits = Arc::new(commits::Commits::of(self.principal.clone()));
         self.commits = Some(Arc::clone(&commits));
         let mut handler = CatchUnwind(handler(call), level, commits);
         // The first poll, here: a handler that does not wait finishes in it, with no task
@@ -584,6 +584,26 @@ impl Attempt {
             .authenticate()
             .await
             .map_err(|e| (Check::Authenticate, e))?;
+        // A call a running tool makes in process (its handler holding the `Server`) is
+        // made for that tool's caller: one that hands over another principal already
+        // "verified" is refused, and its record names the caller it really ran for, not
+        // the one it made up. (A token it presents is verified as any other.)
+        if let Credentials::Verified(_) = &self.request.credentials
+            && let Some(running) = commits::running_for()
+            && *running != *principal
+        {
+            let err = ToolError::new(
+                Status::Forbidden,
+                "level_violation",
+                format!(
+                    "a tool running for `{running}` called `{}` in process as `{principal}`; a \
+                     tool's calls in process are made for its own caller",
+                    self.request.tool
+                ),
+            );
+            self.principal = Some(running);
+            return Err((Check::Authenticate, err));
+        }
         if let Some(limiter) = &self.server.limits().principal {
             self.rated = true;
             let limited = limiter.check_counting_after_first(&rate_key(&principal));

@@ -380,6 +380,10 @@ impl Database {
         let running = crate::__private0::extracting_for();
         let task = tokio::task::spawn_blocking(move || {
             let _running = running.map(crate::__private0::ExtractScope::enter);
+            // And the call it runs for (a call of the server from inside is made for it).
+            let _call = commits
+                .as_ref()
+                .map(crate::pipeline::commits::Polling::enter);
             match L::LEVEL {
                 _ if commits.as_ref().is_some_and(|c| c.is_abandoned()) => {
                     Err(crate::pipeline::commits::abandoned())
