@@ -8,7 +8,7 @@ use std::path::Path;
 
 use aac_tools::audit::{
     AuditRecord, AuditSink, CheckpointKey, Outcome, SqliteSink, open_reader, read_checkpoints,
-    verify_chain, verify_checkpoints, write_checkpoint,
+    verify_chain, verify_checkpoints, write_checkpoint, write_checkpoint_for,
 };
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -192,4 +192,58 @@ async fn the_next_checkpoint_reads_only_the_last_line() {
         .unwrap()
         .expect("moved");
     assert_eq!(written.seq, 4);
+}
+
+/// A record someone else chains to the head between two checkpoints (here another sink on
+/// the same file: what a writer of the file can do with the documented hash) verifies
+/// with the chain, but the server's next checkpoint names it (signed), and verifying the
+/// checkpoints fails on it. Before, the checkpoint signed it as the server's own. The
+/// server's own records, before and after, are never named.
+#[tokio::test]
+async fn a_record_another_writer_appended_is_named_by_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let file = dir.path().join("checkpoints.jsonl");
+    let key = CheckpointKey::generate().unwrap();
+    let server = SqliteSink::open(&path).unwrap();
+    // What came before the server's first checkpoint is not its own to tell.
+    trail(&path, 2).await;
+    let conn = open_reader(&path).unwrap();
+    let first = write_checkpoint_for(&server, &conn, &key, &file)
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.seq, first.foreign.clone()), (2, vec![]));
+    server.record(record(3)).await.unwrap();
+    let forger = SqliteSink::open(&path).unwrap();
+    forger.record(record(4)).await.unwrap();
+    forger.record(record(5)).await.unwrap();
+    drop(forger);
+    server.record(record(6)).await.unwrap();
+    let second = write_checkpoint_for(&server, &conn, &key, &file)
+        .unwrap()
+        .unwrap();
+    assert_eq!((second.seq, second.foreign.clone()), (6, vec![(4, 5)]));
+    assert!(verify_chain(&conn).unwrap().is_intact());
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(!report.is_intact(), "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("the records at seq 4–5 were appended by another writer"),
+        "{report}"
+    );
+    // Taking the names out of the checkpoint breaks its signature.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace(r#","foreign":[[4,5]]"#, "")).unwrap();
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(report.to_string().contains("signature"), "{report}");
+    std::fs::write(&file, &text).unwrap();
+    // The server's own records after it are its own.
+    for n in 7..=9 {
+        server.record(record(n)).await.unwrap();
+    }
+    let third = write_checkpoint_for(&server, &conn, &key, &file)
+        .unwrap()
+        .unwrap();
+    assert_eq!((third.seq, third.foreign), (9, vec![]));
 }

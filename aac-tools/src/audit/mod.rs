@@ -65,7 +65,7 @@ pub use sqlite::{
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
-    write_checkpoint,
+    write_checkpoint, write_checkpoint_for,
 };
 pub use worker::SinkStats;
 

@@ -4,7 +4,7 @@ use clap::ArgMatches;
 
 use super::args::ServeArgs;
 use super::{CliContext, CliError, OpenMode};
-use crate::audit::{CheckpointKey, SqliteSink, write_checkpoint};
+use crate::audit::{CheckpointKey, SqliteSink, write_checkpoint_for};
 use crate::confirm::SqliteLedger;
 use crate::principal::TokenVerifier;
 use crate::server::Server;
@@ -23,9 +23,9 @@ pub(super) async fn serve(
         Some(hook) => hook(context.clone(), db.clone(), matches).await?,
         None => None,
     };
-    let server = build(&context, &db, &args)?;
+    let (server, sink) = build(&context, &db, &args)?;
     let checkpoints = match &args.checkpoints {
-        Some(file) => Some(Checkpoints::start(db.path(), file)?),
+        Some(file) => Some(Checkpoints::start(sink, file)?),
         None => None,
     };
     let served = match args.http.clone() {
@@ -59,7 +59,9 @@ struct Checkpoints {
 }
 
 impl Checkpoints {
-    fn start(db: &std::path::Path, file: &std::path::Path) -> Result<Checkpoints, CliError> {
+    /// Signing the head of the trail `sink` writes, naming the records it did not write
+    /// ([`write_checkpoint_for`]).
+    fn start(sink: SqliteSink, file: &std::path::Path) -> Result<Checkpoints, CliError> {
         let secret = std::env::var("AAC_CHECKPOINT_KEY").map_err(|_| {
             CliError::new(
                 "--checkpoints needs the signing key in AAC_CHECKPOINT_KEY \
@@ -68,10 +70,11 @@ impl Checkpoints {
         })?;
         let key = CheckpointKey::from_hex(&secret)
             .map_err(|e| CliError::new(format!("AAC_CHECKPOINT_KEY: {e}")))?;
-        let (db, file) = (db.to_owned(), file.to_owned());
+        let file = file.to_owned();
         let write = std::sync::Arc::new(move || {
-            let conn = crate::audit::open_reader(&db).map_err(|e| CliError::new(e.to_string()))?;
-            write_checkpoint(&conn, &key, &file)
+            let conn =
+                crate::audit::open_reader(sink.path()).map_err(|e| CliError::new(e.to_string()))?;
+            write_checkpoint_for(&sink, &conn, &key, &file)
                 .map(drop)
                 .map_err(|e| CliError::new(e.to_string()))
         });
@@ -106,7 +109,12 @@ impl Checkpoints {
     }
 }
 
-fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server, CliError> {
+/// The server, and the sink of its audit trail.
+fn build(
+    context: &CliContext,
+    db: &Database,
+    args: &ServeArgs,
+) -> Result<(Server, SqliteSink), CliError> {
     let tokens = TokenStore::open(db)
         .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
     // The audit trail: the `aac_audit` table in the same file.
@@ -120,7 +128,7 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
     let builder = Server::builder(context.registry()?)
         .name(shared.name.clone(), shared.version.clone())
         .verifier(tokens)
-        .audit(sink)
+        .audit(sink.clone())
         .state(db.clone())
         .read_only_mode(args.read_only);
     let mut builder = args
@@ -133,9 +141,10 @@ fn build(context: &CliContext, db: &Database, args: &ServeArgs) -> Result<Server
     for configure in &shared.configure {
         builder = configure(builder, db);
     }
-    builder
+    let server = builder
         .build()
-        .map_err(|e| CliError::new(format!("cannot build the server: {e}")))
+        .map_err(|e| CliError::new(format!("cannot build the server: {e}")))?;
+    Ok((server, sink))
 }
 
 /// The request-state keys from `AAC_REQUEST_STATE_KEYS`: comma-separated hex, each at

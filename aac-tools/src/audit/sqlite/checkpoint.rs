@@ -72,26 +72,76 @@ pub struct Checkpoint {
     pub hash: String,
     /// When the checkpoint was taken (the audit trail's timestamp format).
     pub at: String,
-    /// The Ed25519 signature of [`Checkpoint::message`], 128 hex digits.
+    /// The Ed25519 signature of [`Checkpoint::signed_message`], 128 hex digits.
     pub signature: String,
+    /// The records since the previous checkpoint that the server signing this one did not
+    /// write (inclusive runs of `seq`): another process appending to the same file, or
+    /// someone who can write it. Signed with the rest; [`verify_checkpoints`] fails on
+    /// any. Empty when the signer cannot tell ([`write_checkpoint`]) or all were its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<(i64, i64)>,
 }
 
 impl Checkpoint {
-    /// The signed bytes: `aac-audit-checkpoint\n<seq>\n<hash>\n<at>`.
+    /// The signed bytes of a checkpoint without [`Checkpoint::foreign`] records:
+    /// `aac-audit-checkpoint\n<seq>\n<hash>\n<at>`.
     pub fn message(seq: i64, hash: &str, at: &str) -> String {
         format!("aac-audit-checkpoint\n{seq}\n{hash}\n{at}")
+    }
+
+    /// The signed bytes of this checkpoint: [`Checkpoint::message`], and when it names
+    /// foreign records, `\nforeign <first>-<last>,…` after it.
+    pub fn signed_message(&self) -> String {
+        let mut message = Checkpoint::message(self.seq, &self.hash, &self.at);
+        if !self.foreign.is_empty() {
+            let runs: Vec<String> = self
+                .foreign
+                .iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect();
+            message.push_str("\nforeign ");
+            message.push_str(&runs.join(","));
+        }
+        message
     }
 }
 
 /// Sign the chain's current head and append it to the checkpoint file at `path`
 /// (created if needed, synced). `None` when the table is empty or its head is the last
 /// checkpoint's already.
+///
+/// It signs the head it finds, whoever appended it: a record someone who can write the
+/// file chains to the head before this runs is signed with the rest. A server signs with
+/// [`write_checkpoint_for`] instead, which names such records.
 pub fn write_checkpoint(
     conn: &Connection,
     key: &CheckpointKey,
     path: impl AsRef<Path>,
 ) -> Result<Option<Checkpoint>, AuditError> {
-    let path = path.as_ref();
+    write_checkpoint_naming(conn, key, path.as_ref(), None)
+}
+
+/// [`write_checkpoint`] by the server whose audit trail `sink` writes: from its second
+/// checkpoint on, the records since the previous one that `sink` did not append are named
+/// in it ([`Checkpoint::foreign`], signed), logged as an error, and fail
+/// [`verify_checkpoints`]. The first signs the head it finds (what came before the
+/// server is not its own to tell). One server per file: another process appending to
+/// the same file is named too.
+pub fn write_checkpoint_for(
+    sink: &crate::audit::SqliteSink,
+    conn: &Connection,
+    key: &CheckpointKey,
+    path: impl AsRef<Path>,
+) -> Result<Option<Checkpoint>, AuditError> {
+    write_checkpoint_naming(conn, key, path.as_ref(), Some(sink.written()))
+}
+
+fn write_checkpoint_naming(
+    conn: &Connection,
+    key: &CheckpointKey,
+    path: &Path,
+    written: Option<&std::sync::Mutex<super::writer::Written>>,
+) -> Result<Option<Checkpoint>, AuditError> {
     let head: Option<(i64, String)> = conn
         .query_row(
             &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
@@ -101,22 +151,60 @@ pub fn write_checkpoint(
         .optional()
         .map_err(sql_error)?;
     let Some((seq, hash)) = head else {
+        // Nothing yet: whatever comes is watched from the start.
+        if let Some(written) = written {
+            lock(written).watching_after.get_or_insert(0);
+        }
         return Ok(None);
     };
-    if let Some(last) = last_checkpoint(path)
+    let last = last_checkpoint(path);
+    if let Some(last) = &last
         && last.seq == seq
         && last.hash == hash
     {
+        if let Some(written) = written {
+            lock(written).signed(seq);
+        }
         return Ok(None);
     }
+    // The records since the previous checkpoint (or since the sink was first watched)
+    // that the sink did not append.
+    // (The sink counts a batch before its `COMMIT`: any record of its that this reading
+    // sees is counted already.)
+    let watching_after = written.and_then(|w| lock(w).watching_after);
+    let foreign = match (written, watching_after) {
+        (Some(written), Some(after)) => {
+            let after = last.as_ref().map_or(after, |l| l.seq.max(after));
+            let mut statement = conn
+                .prepare(&format!(
+                    "SELECT seq FROM {AUDIT_TABLE} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"
+                ))
+                .map_err(sql_error)?;
+            let seqs = statement
+                .query_map([after, seq], |r| r.get::<_, i64>(0))
+                .map_err(sql_error)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sql_error)?;
+            lock(written).not_written(&seqs)
+        }
+        _ => Vec::new(),
+    };
+    if !foreign.is_empty() {
+        tracing::error!(
+            ?foreign,
+            "audit records this server did not write were appended to its trail (another process on the same file, or someone who can write it): the checkpoint names them, and `audit --verify --checkpoints` fails"
+        );
+    }
     let at = now_timestamp();
-    let signature = key.0.sign(Checkpoint::message(seq, &hash, &at).as_bytes());
-    let checkpoint = Checkpoint {
+    let mut checkpoint = Checkpoint {
         seq,
         hash,
         at,
-        signature: hex(&signature.to_bytes()),
+        signature: String::new(),
+        foreign,
     };
+    let signature = key.0.sign(checkpoint.signed_message().as_bytes());
+    checkpoint.signature = hex(&signature.to_bytes());
     let cannot = |e: std::io::Error| {
         AuditError::new(format!(
             "cannot write the checkpoint file `{}`: {e}",
@@ -133,6 +221,9 @@ pub fn write_checkpoint(
     line.push('\n');
     file.write_all(line.as_bytes()).map_err(cannot)?;
     file.sync_data().map_err(cannot)?;
+    if let Some(written) = written {
+        lock(written).signed(checkpoint.seq);
+    }
     Ok(Some(checkpoint))
 }
 
@@ -286,7 +377,7 @@ fn check_one(
     previous: i64,
 ) -> Result<Option<String>, AuditError> {
     let signed = unhex::<64>(&checkpoint.signature).map(|bytes| Signature::from_bytes(&bytes));
-    let message = Checkpoint::message(checkpoint.seq, &checkpoint.hash, &checkpoint.at);
+    let message = checkpoint.signed_message();
     if signed.is_none_or(|s| public.verify(message.as_bytes(), &s).is_err()) {
         return Ok(Some(
             "the signature does not verify with this public key (a forged or altered checkpoint)"
@@ -306,6 +397,28 @@ fn check_one(
         )
         .optional()
         .map_err(sql_error)?;
+    if !checkpoint.foreign.is_empty() {
+        let runs: Vec<String> = checkpoint
+            .foreign
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    format!("{a}")
+                } else {
+                    format!("{a}–{b}")
+                }
+            })
+            .collect();
+        let (which, were) = match checkpoint.foreign.as_slice() {
+            [(a, b)] if a == b => ("the record", "was"),
+            _ => ("the records", "were"),
+        };
+        return Ok(Some(format!(
+            "{which} at seq {} {were} appended by another writer than the server that signed \
+             it (another process on the same file, or someone who can write it)",
+            runs.join(", ")
+        )));
+    }
     Ok(match stored {
         None => {
             Some("the record is gone (the table was truncated or the record deleted)".to_owned())
@@ -319,6 +432,14 @@ fn check_one(
 }
 
 use crate::hex::encode as hex;
+
+fn lock(
+    written: &std::sync::Mutex<super::writer::Written>,
+) -> std::sync::MutexGuard<'_, super::writer::Written> {
+    written
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     crate::hex::decode(text)?.try_into().ok()

@@ -21,7 +21,7 @@ mod writer;
 pub(crate) use checkpoint::verify_checkpoints_of;
 pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointReport, read_checkpoints, verify_checkpoints,
-    write_checkpoint,
+    write_checkpoint, write_checkpoint_for,
 };
 #[cfg(feature = "postgres")]
 pub(crate) use portable::{Cell, Mirror, PortableRow, declared_columns, integer_columns};

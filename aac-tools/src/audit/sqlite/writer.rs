@@ -4,7 +4,7 @@
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, MAIN_DB, OpenFlags, OptionalExtension, ToSql};
@@ -152,6 +152,7 @@ impl SqliteSinkBuilder {
                 path: self.path,
                 commit: self.commit,
                 worker: Err(err),
+                written: Arc::default(),
             }),
         }
     }
@@ -173,12 +174,14 @@ impl SqliteSinkBuilder {
             },
         };
         let health = Arc::new(Health::new(problem.clone()));
+        let written = Arc::new(Mutex::new(Written::default()));
         let backend = SqliteBackend {
             path: self.path.clone(),
             conn,
             options: self.clone(),
             last_attempt: Instant::now(),
             problem,
+            written: Arc::clone(&written),
         };
         let worker = Worker::spawn("aac-audit-sqlite", backend, batching, health)?;
         Ok(SqliteSink {
@@ -186,6 +189,7 @@ impl SqliteSinkBuilder {
                 path: self.path,
                 commit: self.commit,
                 worker: Ok(worker),
+                written,
             }),
         })
     }
@@ -294,6 +298,68 @@ struct SqliteBackend {
     options: SqliteSinkBuilder,
     last_attempt: Instant,
     problem: Option<AuditError>,
+    written: Arc<Mutex<Written>>,
+}
+
+/// The records this sink appended (their `seq`s, as runs), once a checkpoint watches
+/// ([`crate::audit::write_checkpoint_for`]): a checkpoint names the records since the
+/// previous one that it did not write.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    /// Since a checkpoint signed this head (`None`: nobody watches, nothing is kept).
+    pub(crate) watching_after: Option<i64>,
+    /// Inclusive runs of `seq`, in order, after `watching_after`.
+    pub(crate) runs: Vec<(i64, i64)>,
+}
+
+impl Written {
+    fn appended(&mut self, first: i64, last: i64) {
+        if self.watching_after.is_none() || first > last {
+            return;
+        }
+        match self.runs.last_mut() {
+            Some((_, end)) if *end + 1 == first => *end = last,
+            _ => self.runs.push((first, last)),
+        }
+    }
+
+    /// A batch counted by [`Written::appended`] did not commit.
+    fn taken_back(&mut self, first: i64, last: i64) {
+        if let Some((start, end)) = self.runs.last_mut()
+            && *end == last
+        {
+            if *start >= first {
+                self.runs.pop();
+            } else {
+                *end = first - 1;
+            }
+        }
+    }
+
+    /// The runs of `seqs` (in order) this sink did not write.
+    pub(crate) fn not_written(&self, seqs: &[i64]) -> Vec<(i64, i64)> {
+        let mut foreign: Vec<(i64, i64)> = Vec::new();
+        for &seq in seqs {
+            let ours = self.runs.iter().any(|&(a, b)| (a..=b).contains(&seq));
+            if ours {
+                continue;
+            }
+            match foreign.last_mut() {
+                Some((_, end)) if *end + 1 == seq => *end = seq,
+                _ => foreign.push((seq, seq)),
+            }
+        }
+        foreign
+    }
+
+    /// A checkpoint signed `head`: what came before it is settled.
+    pub(crate) fn signed(&mut self, head: i64) {
+        self.watching_after = Some(head);
+        self.runs.retain(|&(_, end)| end > head);
+        if let Some(first) = self.runs.first_mut() {
+            first.0 = first.0.max(head + 1);
+        }
+    }
 }
 
 impl Backend for SqliteBackend {
@@ -339,7 +405,7 @@ impl Backend for SqliteBackend {
         let Some(connected) = self.conn.as_mut() else {
             return Err(AuditError::new("the audit database is not open"));
         };
-        append(&mut connected.conn, batch).map_err(|e| match e {
+        append(&mut connected.conn, batch, &self.written).map_err(|e| match e {
             rusqlite::Error::StatementChangedRows(rows) => AuditError::new(format!(
                 "the audit database `{}` did not take a record ({rows} rows inserted for \
                  one): a trigger on `aac_audit` that is not the framework's? (`audit \
@@ -359,7 +425,15 @@ impl Backend for SqliteBackend {
 /// Every statement is prepared once per connection (SQLite's statement cache): the
 /// transaction's own `BEGIN` and `COMMIT` included, as a lone caller's record is one
 /// transaction of its own and parsing SQL would be a fair share of its cost.
-fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
+///
+/// The batch's `seq`s are counted in `written` before its `COMMIT` makes them visible (a
+/// checkpoint that reads them then finds them this sink's), and taken back if it fails.
+fn append(
+    conn: &mut Connection,
+    batch: &[PreparedRow],
+    written: &Mutex<Written>,
+) -> Result<(), rusqlite::Error> {
+    let written = || written.lock().unwrap_or_else(|e| e.into_inner());
     if !conn.is_autocommit() {
         // A transaction left open by a write that panicked halfway: it never committed,
         // so nothing of it was answered as written.
@@ -367,7 +441,16 @@ fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::
     }
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     match append_rows(conn, batch) {
-        Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
+        Ok((first, last)) => {
+            written().appended(first, last);
+            let committed = conn
+                .prepare_cached("COMMIT")
+                .and_then(|mut c| c.execute([]));
+            if committed.is_err() {
+                written().taken_back(first, last);
+            }
+            committed.map(drop)
+        }
         Err(err) => {
             // Nothing of the batch stays; the error is the one to report.
             if !conn.is_autocommit() {
@@ -378,13 +461,14 @@ fn append(conn: &mut Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::
     }
 }
 
-/// The rows of [`append`], inside its transaction.
-fn append_rows(conn: &Connection, batch: &[PreparedRow]) -> Result<(), rusqlite::Error> {
+/// The rows of [`append`], inside its transaction: the first and last `seq` given.
+fn append_rows(conn: &Connection, batch: &[PreparedRow]) -> Result<(i64, i64), rusqlite::Error> {
     let (mut seq, last_hash) = conn
         .prepare_cached("SELECT seq, hash FROM aac_audit ORDER BY seq DESC LIMIT 1")?
         .query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
         .optional()?
         .unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+    let first = seq + 1;
     let mut prev_hash = [0u8; 64];
     if last_hash.len() == 64 {
         prev_hash.copy_from_slice(last_hash.as_bytes());
@@ -412,7 +496,7 @@ fn append_rows(conn: &Connection, batch: &[PreparedRow]) -> Result<(), rusqlite:
         }
         prev_hash = hash;
     }
-    Ok(())
+    Ok((first, seq))
 }
 
 /// A record made ready for the table on the caller's thread: its values, and the part
@@ -460,6 +544,7 @@ struct SinkInner {
     path: PathBuf,
     commit: CommitMode,
     worker: Result<Worker<SqliteBackend>, AuditError>,
+    written: Arc<Mutex<Written>>,
 }
 
 impl fmt::Debug for SqliteSink {
@@ -515,6 +600,11 @@ impl SqliteSink {
             Ok(worker) => worker.stats(),
             Err(_) => SinkStats::default(),
         }
+    }
+
+    /// What this sink appended, for the checkpoints that watch it.
+    pub(crate) fn written(&self) -> &Mutex<Written> {
+        &self.inner.written
     }
 
     /// Walk the hash chain of the sink's database (on a connection of its own).
