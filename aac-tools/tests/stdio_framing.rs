@@ -1883,3 +1883,36 @@ async fn answer_all(lines: &mut Lines, calls: usize) {
     }
     assert_eq!(answered.len(), calls);
 }
+
+/// A call whose arguments repeat a key under a key name as long as the line allows: the
+/// record names the repeated key cut (its hash and length), and stays within
+/// `MAX_RECORD_BYTES` (it held the whole pointer: 2 MiB here, 15 MiB possible).
+#[tokio::test]
+async fn a_repeated_key_s_long_name_is_cut_in_the_record() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let key = "k".repeat(2 << 20);
+    raw.line(&format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"forget_text","arguments":{{"text":"x","{key}":{{"a":1,"a":2}}}}}}}}"#
+    ))
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    let records = sink.records();
+    let record = records.last().expect("a record");
+    assert_eq!(record.check, Some(Check::Validate), "{:?}", record.reason);
+    let size = serde_json::to_vec(record).unwrap().len();
+    assert!(
+        size <= aac_tools::audit::MAX_RECORD_BYTES,
+        "a record of {size} bytes"
+    );
+    let pointer = record.arguments["$repeated_key"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        pointer.starts_with("/kkkk") && pointer.contains(&format!("{} bytes", key.len() + 3)),
+        "{}",
+        &pointer[..pointer.len().min(200)]
+    );
+}

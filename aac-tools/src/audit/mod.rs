@@ -448,7 +448,12 @@ fn size_bound(record: &AuditRecord) -> usize {
                 text(k)
                     + match v {
                         Value::String(s) if s.starts_with("sha256:") => s.len() + 3,
-                        _ => MAX_KEPT_VALUE_BYTES,
+                        // Any other text (a kept value, a key the framework adds) as
+                        // long as it is, not as long as a kept value may be.
+                        Value::String(s) => text(s),
+                        Value::Bool(_) | Value::Null | Value::Number(_) => 32,
+                        // A kept value of JSON: measured.
+                        _ => MAX_RECORD_BYTES + 1,
                     }
             })
             .sum(),

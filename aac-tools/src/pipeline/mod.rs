@@ -880,7 +880,10 @@ impl Attempt {
         if let Some(pointer) = &self.request.repeated_key
             && let Value::Object(map) = &mut arguments
         {
-            map.insert(REPEATED_KEY.to_owned(), Value::String(pointer.clone()));
+            // A pointer names keys the caller chose, as long as its body allows: cut as a
+            // name is (marked with its hash and length), so the record stays bounded.
+            let pointer = crate::audit::bounded(pointer, crate::audit::MAX_KEPT_VALUE_BYTES);
+            map.insert(REPEATED_KEY.to_owned(), Value::String(pointer.into_owned()));
         }
         let kind = self.request.kind;
         let level = if kind == CallKind::Tool {
