@@ -13,6 +13,28 @@ use std::time::{Duration, Instant};
 /// How many log lines may wait to be written.
 pub(crate) const QUEUE: usize = 1024;
 
+/// The longest log line written whole. A line is as long as what it quotes, and some
+/// quote what a caller sent (rmcp's warning of an unknown method prints the request's id,
+/// its notice of a notification prints its params: 5.7 MB for a notification of 1 MiB of
+/// `[1,1,…]`): past this, its start is written, then how much was cut. So the queue
+/// holds at most [`QUEUE`] × this, and stderr grows by at most this a request.
+pub(crate) const MAX_LINE: usize = 8 * 1024;
+
+/// `line` cut to [`MAX_LINE`]: its start, and the count of bytes cut.
+fn bounded_line(line: &[u8]) -> Vec<u8> {
+    if line.len() <= MAX_LINE {
+        return line.to_vec();
+    }
+    let mut end = MAX_LINE - 64;
+    // Not inside a UTF-8 sequence.
+    while end > 0 && line[end] & 0b1100_0000 == 0b1000_0000 {
+        end -= 1;
+    }
+    let mut cut = line[..end].to_vec();
+    cut.extend_from_slice(format!("… [{} bytes cut]\n", line.len() - end).as_bytes());
+    cut
+}
+
 struct Logs {
     lines: SyncSender<Vec<u8>>,
     /// Lines handed over and not yet written.
@@ -62,10 +84,11 @@ pub(crate) struct QueuedStderr;
 impl Write for QueuedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let Some(logs) = logs() else {
-            return std::io::stderr().write(buf);
+            std::io::stderr().write_all(&bounded_line(buf))?;
+            return Ok(buf.len());
         };
         logs.pending.fetch_add(1, Ordering::AcqRel);
-        match logs.lines.try_send(buf.to_vec()) {
+        match logs.lines.try_send(bounded_line(buf)) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 logs.pending.fetch_sub(1, Ordering::AcqRel);
@@ -100,6 +123,23 @@ pub(crate) fn flush(limit: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_to_its_start_and_a_count() {
+        let line = format!("WARN {}\n", "é".repeat(1 << 20));
+        let cut = bounded_line(line.as_bytes());
+        assert!(cut.len() <= MAX_LINE, "{}", cut.len());
+        let text = std::str::from_utf8(&cut).expect("cut between characters");
+        assert!(text.starts_with("WARN éé"), "{}", &text[..20]);
+        let kept = text.find('…').unwrap();
+        assert!(
+            text.ends_with(&format!("… [{} bytes cut]\n", line.len() - kept)),
+            "{}",
+            &text[text.len() - 40..]
+        );
+        let short = "a short line\n";
+        assert_eq!(bounded_line(short.as_bytes()), short.as_bytes());
+    }
 
     #[test]
     fn lines_are_handed_over_without_waiting_and_written_by_the_flush() {
