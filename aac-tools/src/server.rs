@@ -71,6 +71,9 @@ pub struct CallRequest {
     /// bearer token, behind [`Credentials::Verified`]): verified again after a person's
     /// answer, which may come long after.
     pub(crate) presented: Credentials,
+    /// The size of the message as sent, when a transport read one (what holding the call
+    /// while a person is asked costs).
+    pub(crate) message_bytes: usize,
 }
 
 impl fmt::Debug for dyn ClientPeer {
@@ -98,6 +101,7 @@ impl CallRequest {
             repeated_key: None,
             repeated_answer_key: None,
             presented: Credentials::None,
+            message_bytes: 0,
         }
     }
 

@@ -1916,3 +1916,74 @@ async fn a_repeated_key_s_long_name_is_cut_in_the_record() {
         &pointer[..pointer.len().min(200)]
     );
 }
+
+/// An `initialize` is kept for the whole session, parsed: one over 64 KiB (a client's
+/// own says a few hundred bytes) is refused under its id, and a proper one then works.
+#[tokio::test]
+async fn an_initialize_over_its_limit_is_refused() {
+    let server = builder(false).audit(MemorySink::new()).build().unwrap();
+    let mut raw = Raw::connect(server, "all", 1 << 20);
+    let padding = vec![json!([]); 40_000];
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"experimental": {"pad": padding}},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string(),
+    )
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("initialize message is limited to 65536 bytes"),
+        "{answer}"
+    );
+    raw.initialize().await;
+    raw.line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 2);
+}
+
+/// A call a person is asked to confirm is held, parsed, until the answer: one whose
+/// message is over 64 KiB (a `_meta` of `[[],[],…]`, which held 68 MB) is refused 413
+/// `too_large_to_confirm` without a question, and recorded; a small one is asked.
+#[tokio::test]
+async fn a_call_too_large_to_hold_is_not_asked_about() {
+    let sink = MemorySink::new();
+    let server = builder(false)
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    let mut raw = eliciting(server, 1 << 20).await;
+    let padding = vec![json!([]); 40_000];
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "forget_text", "arguments": {"text": "a", "confirm": true},
+            "_meta": {"pad": padding}}})
+        .to_string(),
+    )
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 3, "{answer}");
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("too_large_to_confirm"), "{answer}");
+    let records = sink.records();
+    let record = records.last().expect("its record");
+    assert_eq!(
+        (record.status, record.reason.as_deref()),
+        (413, Some("too_large_to_confirm"))
+    );
+    // A call of ordinary size is asked about.
+    raw.line(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"b","confirm":true}}}"#,
+    )
+    .await;
+    assert_eq!(raw.next().await["method"], "elicitation/create");
+}

@@ -3399,3 +3399,30 @@ async fn a_request_id_already_in_flight_in_the_session_is_refused_and_recorded()
     );
     assert_eq!(refusal.principal.as_deref(), Some("alice"));
 }
+
+/// An `initialize` is kept for the session's life, parsed: one over 64 KiB is refused 413
+/// and opens no session; a proper one then does.
+#[tokio::test]
+async fn an_initialize_over_its_limit_is_refused() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let padding = vec![json!([]); 40_000];
+    let response = raw
+        .post()
+        .body(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"experimental": {"pad": padding}},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert!(response.headers().get("mcp-session-id").is_none());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "body_too_large", "{body}");
+    raw.initialize().await;
+    assert!(raw.session.is_some());
+}

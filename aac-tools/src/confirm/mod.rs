@@ -308,6 +308,11 @@ pub(crate) struct Confirmation {
 /// a person answers them one by one, so a client with more waiting is not asking a person.
 pub(crate) const MAX_QUESTIONS_WAITING: usize = 16;
 
+/// The longest message of a call held while a person is asked (its bytes as sent): the
+/// call is held parsed, by the MCP layer too, until the answer or the timeout. One of
+/// 1 MiB of `[[],[],…]` in its `_meta` held 68 MB, sixteen of them per principal.
+pub(crate) const MAX_HELD_BYTES: usize = 64 * 1024;
+
 /// The questions waiting for a person, by principal (subject and workspace).
 #[derive(Debug, Default)]
 pub(crate) struct Asked {

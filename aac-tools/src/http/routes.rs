@@ -1056,6 +1056,18 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         parts.headers.insert(SESSION_ID, unknown);
     }
 
+    // An `initialize` is kept for the session's life: bounded (see the constant).
+    if is_post
+        && body.len() > crate::mcp::MAX_INITIALIZE_BYTES
+        && probe::top_level(&body).method.as_deref() == Some("initialize")
+    {
+        return json_error(&ToolError::new(
+            Status::PayloadTooLarge,
+            "body_too_large",
+            crate::mcp::initialize_too_large(),
+        ));
+    }
+
     // One request in flight per id in a session: a second under the same id is refused,
     // and recorded when it is a call.
     let id_held = match (&session, is_post) {

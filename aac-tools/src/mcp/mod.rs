@@ -30,6 +30,22 @@ pub mod client;
 #[cfg(feature = "mcp")]
 pub use self::stdio::{serve_io, serve_stdio, serve_stdio_until};
 
+/// The longest `initialize` message taken, over stdio and HTTP. What it says of the
+/// client is kept, parsed, for as long as the session lasts (one of 1 MiB of `[[],[],…]`
+/// took 23 MB, times the sessions a principal may hold); a client's own says a few
+/// hundred bytes.
+#[cfg(feature = "mcp")]
+pub(crate) const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
+
+/// The error message of an `initialize` over [`MAX_INITIALIZE_BYTES`].
+#[cfg(feature = "mcp")]
+pub(crate) fn initialize_too_large() -> String {
+    format!(
+        "Invalid request: an initialize message is limited to {MAX_INITIALIZE_BYTES} bytes \
+         (what it says of the client is kept for the whole session)"
+    )
+}
+
 /// A principal the HTTP layer verified for this request, carried to the MCP handler in
 /// the request's extensions, with the credentials it was verified from (a subscription
 /// checks them again before each update it is sent).
@@ -82,8 +98,10 @@ impl PendingAttempt {
         body: tokio_util::bytes::Bytes,
         arguments: fn(&[u8]) -> Option<serde_json::Value>,
     ) -> PendingAttempt {
+        let mut attempt = attempt.undispatched();
+        attempt.message_bytes(body.len());
         PendingAttempt(std::sync::Arc::new(std::sync::Mutex::new(Pending {
-            attempt: Some(attempt.undispatched()),
+            attempt: Some(attempt),
             body,
             arguments,
         })))

@@ -1569,6 +1569,25 @@ where
                 self.line.clear();
                 continue;
             }
+            // The client's `initialize` is kept for the whole session (rmcp keeps what it
+            // says of the client), parsed: one of 1 MiB of `[[],[],…]` held 23 MB.
+            if self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
+                && let top = probe::top_level(trim_line(&self.line))
+                && top.method.as_deref() == Some("initialize")
+            {
+                let id = top_level_id(&top);
+                tracing::warn!("an initialize message over its limit; refused");
+                if !id.is_null() {
+                    let answer = error_line(
+                        id,
+                        ErrorCode::INVALID_REQUEST,
+                        crate::mcp::initialize_too_large(),
+                    );
+                    self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                }
+                self.line.clear();
+                continue;
+            }
             let mut parsed = parse(&self.line);
             // The client's answer to a question of the server's (a person's answer to a
             // confirmation) that repeats a key goes on as an error: read as rmcp reads

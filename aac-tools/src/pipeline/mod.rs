@@ -946,7 +946,19 @@ impl Attempt {
                     unreachable!("a peer said it can elicit");
                 };
                 // A bounded number of questions per principal: each holds its call, and
-                // its request, until answered or timed out.
+                // its request, until answered or timed out; and a bounded request.
+                if self.request.message_bytes > confirm::MAX_HELD_BYTES {
+                    return Err(refuse(ToolError::new(
+                        Status::PayloadTooLarge,
+                        "too_large_to_confirm",
+                        format!(
+                            "a call a person is asked to confirm is held until they answer: \
+                             its message is limited to {} bytes (this one has {})",
+                            confirm::MAX_HELD_BYTES,
+                            self.request.message_bytes
+                        ),
+                    )));
+                }
                 let Some(_waiting) = confirmation.asked.take(principal_binding(principal)) else {
                     return Err(refuse(ToolError::new(
                         Status::TooManyRequests,
@@ -1195,6 +1207,12 @@ impl Attempt {
     pub(crate) fn undispatched(mut self) -> Attempt {
         self.dispatched = false;
         self
+    }
+
+    /// The size of the message the call came in, as sent.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn message_bytes(&mut self, bytes: usize) {
+        self.request.message_bytes = bytes;
     }
 
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
