@@ -150,9 +150,11 @@ impl Owed {
     /// Hand everything owed to the sink without waiting (the server is going away):
     /// oldest first, then the count of the rest. The sink takes each record as it is
     /// handed (the contract of `AuditSink::record`); one it refuses at once is logged.
-    /// Nothing, if a task is writing them now (it writes them).
+    /// A task writing them now (which the runtime's end may drop mid-write) holds only
+    /// the record it handed the sink already, taken out of the queue first: what is left
+    /// in the queue is handed here, once.
     pub(crate) fn hand_off_all(&self, sink: &Arc<dyn AuditSink>) {
-        if self.is_empty() || self.paying.swap(true, Ordering::AcqRel) {
+        if self.is_empty() {
             return;
         }
         let records: Vec<_> = {
@@ -170,7 +172,6 @@ impl Owed {
         for record in records.into_iter().chain(count) {
             super::hand_off(sink, None, record, "a record owed to the audit trail");
         }
-        self.paying.store(false, Ordering::Release);
     }
 
     /// Write what is owed, oldest first, on a task of its own (a caller that goes away
@@ -193,31 +194,37 @@ impl Owed {
             let owed = &paying.0;
             let mut written = 0usize;
             loop {
+                // Taken out of the queue before the sink has it: handed once, whether this
+                // task is dropped mid-write (the sink took it) or the server hands off
+                // the rest as it goes away. Put back first if the sink refuses it.
                 let front = {
-                    let records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
-                    records.front().map(|(record, _)| record.clone())
+                    let mut records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
+                    records.pop_front()
                 };
                 // The kept records first, then the count of those past them.
-                let (record, count) = match front {
-                    Some(record) => (record, None),
+                let (record, kept, count) = match front {
+                    Some((record, ran)) => (record.clone(), Some((record, ran)), None),
                     None => match owed.count_record() {
                         Some((record, count)) => {
                             let transport = record.transport.clone();
-                            (record, Some((count, transport)))
+                            (record, None, Some((count, transport)))
                         }
                         None => break,
                     },
                 };
                 match sink.record(record).await {
                     Ok(()) => {
-                        let mut records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
-                        if count.is_none() {
-                            records.pop_front();
-                        }
+                        let records = owed.records.lock().unwrap_or_else(|e| e.into_inner());
                         owed.store_len(records.len());
                         written += 1;
                     }
                     Err(err) => {
+                        if let Some(front) = kept {
+                            let mut records =
+                                owed.records.lock().unwrap_or_else(|e| e.into_inner());
+                            records.push_front(front);
+                            owed.store_len(records.len());
+                        }
                         if let Some((count, transport)) = count {
                             owed.recount(count, &transport);
                         }
@@ -276,6 +283,58 @@ mod tests {
         drop(records);
         assert_eq!(owed.counted.lock().unwrap().as_ref().unwrap().0, 1);
         assert_eq!(owed.len(), MAX_OWED + 1, "the count is owed too");
+    }
+
+    /// Takes each record as it is handed (as the built-in sinks do), and never answers:
+    /// a write the runtime's end drops midway.
+    #[derive(Default)]
+    struct Stalled(Mutex<Vec<String>>);
+
+    impl AuditSink for Stalled {
+        fn ready(&self) -> Result<(), crate::audit::AuditError> {
+            Ok(())
+        }
+        fn record(
+            &self,
+            record: AuditRecord,
+        ) -> crate::BoxFuture<'_, Result<(), crate::audit::AuditError>> {
+            self.0.lock().unwrap().push(record.tool);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// The server goes away while a task pays what is owed (its write dropped midway by
+    /// the runtime's end): every owed record reaches the sink once. (The record being
+    /// written was handed again as the server went away, a duplicate in the trail; or,
+    /// with the turn still taken, the rest were never handed.)
+    #[test]
+    fn records_owed_as_the_server_goes_away_are_handed_once() {
+        let owed = Arc::new(Owed::default());
+        for tool in ["one", "two", "three"] {
+            owed.keep_as_is(record(tool), true);
+        }
+        let stalled = Arc::new(Stalled::default());
+        let sink: Arc<dyn AuditSink> = stalled.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let paying = Arc::clone(&owed);
+        let paying_sink = Arc::clone(&sink);
+        let seen = Arc::clone(&stalled);
+        runtime.block_on(async move {
+            let task = tokio::spawn(async move { paying.pay(&paying_sink).await });
+            while seen.0.lock().unwrap().is_empty() {
+                tokio::task::yield_now().await;
+            }
+            drop(task);
+        });
+        // Midway, as the runtime ends; then the server hands off the rest.
+        owed.hand_off_all(&sink);
+        drop(runtime);
+        owed.hand_off_all(&sink);
+        assert_eq!(*stalled.0.lock().unwrap(), ["one", "two", "three"]);
+        assert!(owed.is_empty());
     }
 
     #[test]
