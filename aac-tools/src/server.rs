@@ -545,6 +545,7 @@ impl ServerBuilder {
                 },
                 resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
                 owed: Arc::default(),
+                calls_stopped: Arc::default(),
             }),
         })
     }
@@ -582,6 +583,9 @@ struct Inner {
     resource_updates: tokio::sync::broadcast::Sender<String>,
     /// Records of calls that ran while the sink could not write them.
     owed: Arc<crate::pipeline::Owed>,
+    /// The calls still running are abandoned (a transport's shutdown drain ended): none
+    /// of their transactions commits from then on.
+    calls_stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for Inner {
@@ -748,6 +752,22 @@ impl Server {
     /// Records of calls that ran while the sink could not write them.
     pub(crate) fn owed(&self) -> &Arc<crate::pipeline::Owed> {
         &self.inner.owed
+    }
+
+    /// Abandon every call still running (a transport's shutdown drain ended and its
+    /// answers can no longer be sent): a transaction of theirs that has not begun its
+    /// `COMMIT` rolls back, and each is recorded as abandoned (499), with what committed
+    /// before.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn stop_running_calls(&self) {
+        self.inner
+            .calls_stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Set once the calls still running are abandoned ([`Server::stop_running_calls`]).
+    pub(crate) fn calls_stopped(&self) -> &Arc<std::sync::atomic::AtomicBool> {
+        &self.inner.calls_stopped
     }
 
     /// The audit sink, unless the trail is off.

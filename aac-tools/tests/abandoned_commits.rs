@@ -149,3 +149,85 @@ fn a_call_abandoned_after_its_commit_is_recorded_as_what_it_did() {
     assert_eq!(record.status, 499);
     assert_eq!(record.reason.as_deref(), Some("cancelled_after_commit"));
 }
+
+static HTTP_IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
+static HTTP_GO_ON: AtomicBool = AtomicBool::new(false);
+
+/// As `slow_note`, for the HTTP server's shutdown.
+#[mcp_tool(scope = "notes:write")]
+async fn slow_note_http(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('slow over http')", [])?;
+        HTTP_IN_TRANSACTION.store(true, Ordering::SeqCst);
+        while !HTTP_GO_ON.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Text("added".into()))
+}
+
+/// The HTTP server stops while a call's transaction waits (for the database's lock, say)
+/// past the shutdown's drain: the call is abandoned when the drain ends, so its
+/// transaction, which had not begun its `COMMIT`, rolls back, and its record says
+/// `cancelled` (499), never a success. (It committed once the wait ended, after the
+/// client's session was cut, and was recorded 200.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = fixture("slow_note_http");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = Server::builder(Registry::collect_named(&["slow_note_http"]).unwrap())
+        .verifier(aac_tools::StaticTokens::new().with("t", Principal::new("w", ["notes:write"])))
+        .audit(f.sink.clone())
+        .state(f.db.clone())
+        .build()
+        .unwrap();
+    let serving = tokio::spawn(aac_tools::http::serve(
+        server,
+        listener,
+        aac_tools::http::HttpOptions::default().shutdown(stop.clone()),
+    ));
+    let call = tokio::spawn(async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /tools/slow_note_http HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer t\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+            addr.port()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !HTTP_IN_TRANSACTION.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the tool never got there");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    tokio::time::sleep(aac_tools::http::SHUTDOWN_DRAIN + Duration::from_millis(500)).await;
+    HTTP_GO_ON.store(true, Ordering::SeqCst);
+    let answer = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the call ends")
+        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
+    assert_eq!(
+        notes(&f.db, "slow over http"),
+        0,
+        "committed after the drain"
+    );
+    let records = f.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].status, records[0].reason.as_deref()),
+        (499, Some("cancelled")),
+        "{records:?}"
+    );
+    assert!(!answer.contains(" 200 "), "{answer}");
+}

@@ -518,9 +518,14 @@ pub async fn serve(
     if !in_flight.idle(SHUTDOWN_DRAIN).await {
         tracing::warn!(
             limit_s = SHUTDOWN_DRAIN.as_secs(),
-            "calls still running when the shutdown's drain ended: their sessions end now"
+            "calls still running when the shutdown's drain ended: abandoned, their sessions end now"
         );
     }
+    // A call still running now (over `/mcp`, or a REST call of a connection drained
+    // since) is abandoned: none of its transactions commits from now on (one waiting for
+    // the database's lock rolls back), and it is recorded as abandoned (499, with what
+    // committed before), not as answered; a client still connected gets `cancelled`.
+    server.stop_running_calls();
     sessions_stop.cancel();
     while connections.join_next().await.is_some() {}
     if let Ok(server) = flusher.await {

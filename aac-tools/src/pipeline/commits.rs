@@ -27,6 +27,9 @@ pub(crate) struct Commits {
     settled: Condvar,
     /// The call's principal: a call the tool makes in process is made as it.
     principal: Option<Arc<crate::Principal>>,
+    /// Set when the server abandons every call still running (its shutdown's drain
+    /// ended): then this one is abandoned too.
+    stopped: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 #[derive(Debug, Default)]
@@ -50,11 +53,32 @@ pub(crate) struct Abandoned {
 }
 
 impl Commits {
-    /// The transactions of a call made by `principal`.
-    pub(crate) fn of(principal: Option<Arc<crate::Principal>>) -> Commits {
+    /// The transactions of a call made by `principal`, abandoned with the server's calls
+    /// once `stopped` is set.
+    pub(crate) fn of(
+        principal: Option<Arc<crate::Principal>>,
+        stopped: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Commits {
         Commits {
             principal,
+            stopped,
             ..Commits::default()
+        }
+    }
+
+    /// Whether the server abandoned its running calls.
+    fn server_stopped(&self) -> bool {
+        self.stopped
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// What the call's transactions did, now that it is over (its handler returned).
+    pub(crate) fn done(&self) -> Abandoned {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Abandoned {
+            committed: state.committed,
+            in_doubt: state.in_doubt || state.elsewhere > 0 || state.here > 0,
         }
     }
 
@@ -83,17 +107,20 @@ impl Commits {
 
     /// Whether the call was abandoned (a transaction not yet begun need not begin).
     pub(crate) fn is_abandoned(&self) -> bool {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .abandoned
+        self.server_stopped()
+            || self
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .abandoned
     }
 
     /// A `COMMIT` is about to be sent, on another thread than the call's task
     /// (`elsewhere`) or on it: `None` if the call was abandoned (roll back instead).
     pub(crate) fn begin(self: &Arc<Self>, elsewhere: bool) -> Option<Committing> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.abandoned {
+        if state.abandoned || self.server_stopped() {
+            state.abandoned = true;
             return None;
         }
         if elsewhere {

@@ -336,7 +336,9 @@ impl Attempt {
         };
         let kind = self.request.kind;
         let level = call.level;
-        let commits = Arc::new(commits::Commits::of(self.principal.clone()));
+        // Abandoned with every call still running when a shutdown's drain ends.
+        let stopped = Some(Arc::clone(self.server.calls_stopped()));
+        let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped));
         self.commits = Some(Arc::clone(&commits));
         let mut handler = CatchUnwind(handler(call), level, commits);
         // The first poll, here: a handler that does not wait finishes in it, with no task
@@ -518,10 +520,31 @@ impl Attempt {
             let owed = Arc::clone(self.server.owed());
             owed.pay(&sink).await;
         }
+        // The server abandoned its running calls (its shutdown's drain ended) while this
+        // one's handler ran: its answer will not be sent, and none of its transactions
+        // committed after; recorded as a call abandoned so is, with what it committed.
+        let stopped = self
+            .commits
+            .as_ref()
+            .filter(|c| self.started_handler && c.is_abandoned())
+            .map(|c| abandoned_error(true, Some(c.done())));
+        let stands = stopped.as_ref().map(|(_, stands)| *stands);
+        let (result, check) = match stopped {
+            Some((err, _)) => (Err(err), None),
+            None => (result, check),
+        };
         let mut record = self.record(&result, check.filter(|_| !abandoned));
         if abandoned {
             record.outcome = crate::audit::Outcome::Error;
             record.status = 499;
+        }
+        if let Some(stands) = stands {
+            record.status = 499;
+            record.outcome = if stands {
+                crate::audit::Outcome::Success
+            } else {
+                crate::audit::Outcome::Error
+            };
         }
         let owed = self.server.owed();
         let written = sink.record(record);
@@ -1265,38 +1288,9 @@ impl Drop for Attempt {
             // has started, the attempt finishes on its own task, so this happens only
             // before it (the client went away) or if the runtime itself stops under it
             // (the server stopped); then the reason says what its transactions did.
-            let (reason, message) = match commits {
-                _ if !self.started_handler => (
-                    "cancelled",
-                    "the call was abandoned before the tool ran (the client went away)",
-                ),
-                Some(commits::Abandoned { in_doubt: true, .. }) => (
-                    "cancelled_commit_in_doubt",
-                    "the call was abandoned while the tool ran (the server stopped), with a \
-                     database commit in flight: whether it took is unknown",
-                ),
-                Some(commits::Abandoned { committed: 0, .. }) => (
-                    "cancelled",
-                    "the call was abandoned while the tool ran (the server stopped); none of \
-                     its database transactions committed, and none commits after",
-                ),
-                Some(commits::Abandoned { .. }) => {
-                    // What it wrote stands: the record says so (`success`), with the status
-                    // of an answer never sent.
-                    wrote = true;
-                    (
-                        "cancelled_after_commit",
-                        "the call was abandoned while the tool ran (the server stopped), after \
-                         its database writes committed: what they wrote stands, nothing \
-                         commits after, and its answer was not sent",
-                    )
-                }
-                None => (
-                    "cancelled",
-                    "the call was abandoned while the tool ran (the server stopped)",
-                ),
-            };
-            (None, ToolError::new(Status::Internal, reason, message), 499)
+            let (err, stands) = abandoned_error(self.started_handler, commits);
+            wrote = stands;
+            (None, err, 499)
         } else {
             (
                 Some(Check::Protocol),
@@ -1325,6 +1319,47 @@ impl Drop for Attempt {
             "the record of an abandoned call",
         );
     }
+}
+
+/// The error of a call abandoned (its client went away before the tool ran, or the server
+/// stopped under it, with what its transactions did), and whether what it wrote stands
+/// (its record then says `success`, with the status of an answer never sent).
+fn abandoned_error(
+    started_handler: bool,
+    commits: Option<commits::Abandoned>,
+) -> (ToolError, bool) {
+    let (reason, message, stands) = match commits {
+        _ if !started_handler => (
+            "cancelled",
+            "the call was abandoned before the tool ran (the client went away)",
+            false,
+        ),
+        Some(commits::Abandoned { in_doubt: true, .. }) => (
+            "cancelled_commit_in_doubt",
+            "the call was abandoned while the tool ran (the server stopped), with a database \
+             commit in flight: whether it took is unknown",
+            false,
+        ),
+        Some(commits::Abandoned { committed: 0, .. }) => (
+            "cancelled",
+            "the call was abandoned while the tool ran (the server stopped); none of its \
+             database transactions committed, and none commits after",
+            false,
+        ),
+        Some(commits::Abandoned { .. }) => (
+            "cancelled_after_commit",
+            "the call was abandoned while the tool ran (the server stopped), after its \
+             database writes committed: what they wrote stands, nothing commits after, and \
+             its answer was not sent",
+            true,
+        ),
+        None => (
+            "cancelled",
+            "the call was abandoned while the tool ran (the server stopped)",
+            false,
+        ),
+    };
+    (ToolError::new(Status::Internal, reason, message), stands)
 }
 
 /// Hand `record` to the sink without waiting for it: the sink takes the record before it
