@@ -686,6 +686,29 @@ struct Setup {
     server: std::sync::OnceLock<Server>,
 }
 
+/// A server of `tools` whose state holds a [`Setup`] (the server itself included).
+fn with_setup(f: &Fixture, tokens: &aac_tools::sqlite::TokenStore, tools: &[&str]) -> Server {
+    let server = Server::builder(Registry::collect_named(tools).unwrap())
+        .audit(f.sink.clone())
+        .state(f.db.clone())
+        .state(Setup {
+            db: f.db.clone(),
+            tokens: tokens.clone(),
+            server: std::sync::OnceLock::new(),
+        })
+        .build()
+        .unwrap();
+    server
+        .state()
+        .get::<Setup>()
+        .expect("the state")
+        .server
+        .set(server.clone())
+        .ok()
+        .unwrap();
+    server
+}
+
 /// Read-only, but deletes through the set-up connection of a `Database` in its state.
 #[mcp_tool(read_only, scope = "notes:read")]
 async fn through_setup(app: State<Setup>) -> Result<Text, ToolError> {
@@ -748,33 +771,17 @@ async fn call_destructive(app: State<Setup>) -> Result<Text, ToolError> {
 async fn set_up_methods_reached_through_state_are_refused_to_a_running_tool() {
     let f = fixture();
     let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
-    let server = Server::builder(
-        Registry::collect_named(&[
+    let server = with_setup(
+        &f,
+        &tokens,
+        &[
             "through_setup",
             "peek_setup",
             "mint_token",
             "call_destructive",
             "delete_sql",
-        ])
-        .unwrap(),
-    )
-    .audit(f.sink.clone())
-    .state(f.db.clone())
-    .state(Setup {
-        db: f.db.clone(),
-        tokens: tokens.clone(),
-        server: std::sync::OnceLock::new(),
-    })
-    .build()
-    .unwrap();
-    server
-        .state()
-        .get::<Setup>()
-        .expect("the state")
-        .server
-        .set(server.clone())
-        .ok()
-        .unwrap();
+        ],
+    );
     for tool in [
         "through_setup",
         "peek_setup",
@@ -1041,24 +1048,7 @@ async fn call_as_other(
 async fn a_tool_s_calls_in_process_are_made_for_its_own_caller() {
     let f = fixture();
     let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
-    let server = Server::builder(Registry::collect_named(&["whoami", "call_as_other"]).unwrap())
-        .audit(f.sink.clone())
-        .state(f.db.clone())
-        .state(Setup {
-            db: f.db.clone(),
-            tokens,
-            server: std::sync::OnceLock::new(),
-        })
-        .build()
-        .unwrap();
-    server
-        .state()
-        .get::<Setup>()
-        .expect("the state")
-        .server
-        .set(server.clone())
-        .ok()
-        .unwrap();
+    let server = with_setup(&f, &tokens, &["whoami", "call_as_other"]);
     let response = server
         .call(CallRequest::new("call_as_other", None).credentials(caller()))
         .await;

@@ -1213,20 +1213,23 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let not_theirs = (foreign && refused_with == Status::NotFound)
         .then(|| ToolError::new(Status::NotFound, "session_not_found", "no such session"));
     let not_theirs = not_theirs.as_ref().map(|err| (Check::Session, err));
+    // The refusal recorded: the session's, else the MCP layer's (`before`: what it did
+    // not do).
+    let refusal = |before: &str| match not_theirs {
+        Some((check, err)) => (check, err.clone()),
+        None => (
+            Check::Protocol,
+            ToolError::new(
+                refused_with,
+                "not_dispatched",
+                format!("the MCP layer refused the request before {before}"),
+            ),
+        ),
+    };
     if let (Some(call), Some(attempt)) =
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
-        let (check, err) = match not_theirs {
-            Some((check, err)) => (check, err.clone()),
-            None => (
-                Check::Protocol,
-                ToolError::new(
-                    refused_with,
-                    "not_dispatched",
-                    "the MCP layer refused the request before the tool was called",
-                ),
-            ),
-        };
+        let (check, err) = refusal("the tool was called");
         let err = call.refuse(attempt, check, err).await;
         refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
         if err.reason() == "audit_unavailable" {
@@ -1234,17 +1237,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         }
     }
     if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
-        let (check, err) = match not_theirs {
-            Some((check, err)) => (check, err.clone()),
-            None => (
-                Check::Protocol,
-                ToolError::new(
-                    refused_with,
-                    "not_dispatched",
-                    "the MCP layer refused the request before it was read",
-                ),
-            ),
-        };
+        let (check, err) = refusal("it was read");
         let err = attempt.refuse(check, err).await;
         refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
         if err.reason() == "audit_unavailable" {
