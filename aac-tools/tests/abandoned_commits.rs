@@ -169,19 +169,38 @@ async fn slow_note_http(db: WriteDb) -> Result<Text, ToolError> {
     Ok(Text("added".into()))
 }
 
-/// The HTTP server stops while a call's transaction waits (for the database's lock, say)
-/// past the shutdown's drain: the call is abandoned when the drain ends, so its
-/// transaction, which had not begun its `COMMIT`, rolls back, and its record says
-/// `cancelled` (499), never a success. (It committed once the wait ended, after the
-/// client's session was cut, and was recorded 200.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let f = fixture("slow_note_http");
+static DRAINED_IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
+static DRAINED_GO_ON: AtomicBool = AtomicBool::new(false);
+
+/// As `slow_note`, for a call the shutdown's drain waits for.
+#[mcp_tool(scope = "notes:write")]
+async fn drained_note(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('drained')", [])?;
+        DRAINED_IN_TRANSACTION.store(true, Ordering::SeqCst);
+        while !DRAINED_GO_ON.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Text("added".into()))
+}
+
+/// An HTTP server of `tool` on a free port, stopped by the token returned.
+async fn serve_http(
+    f: &Fixture,
+    tool: &str,
+) -> (
+    std::net::SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let server = Server::builder(Registry::collect_named(&["slow_note_http"]).unwrap())
+    let server = Server::builder(Registry::collect_named(&[tool]).unwrap())
         .verifier(aac_tools::StaticTokens::new().with("t", Principal::new("w", ["notes:write"])))
         .audit(f.sink.clone())
         .state(f.db.clone())
@@ -192,23 +211,72 @@ async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
         listener,
         aac_tools::http::HttpOptions::default().shutdown(stop.clone()),
     ));
-    let call = tokio::spawn(async move {
+    (addr, stop, serving)
+}
+
+/// `POST /tools/{tool}` on a task of its own: the whole answer, as text.
+fn post_rest(addr: std::net::SocketAddr, tool: &str) -> tokio::task::JoinHandle<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "POST /tools/{tool} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer t\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+        addr.port()
+    );
+    tokio::spawn(async move {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!(
-            "POST /tools/slow_note_http HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer t\r\n\
-             Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
-            addr.port()
-        );
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer).await;
         String::from_utf8_lossy(&answer).into_owned()
-    });
+    })
+}
+
+async fn wait_for(flag: &AtomicBool) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !HTTP_IN_TRANSACTION.load(Ordering::SeqCst) {
+    while !flag.load(Ordering::SeqCst) {
         assert!(Instant::now() < deadline, "the tool never got there");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A REST call running when the HTTP server begins to stop is drained as a `/mcp` call
+/// is: it ends within the drain, commits, is answered 200 and recorded so. (Only `/mcp`
+/// calls were waited for: a REST call alone was abandoned at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_call_running_at_shutdown_is_drained_to_its_answer() {
+    let f = fixture("drained_note");
+    let (addr, stop, serving) = serve_http(&f, "drained_note").await;
+    let call = post_rest(addr, "drained_note");
+    wait_for(&DRAINED_IN_TRANSACTION).await;
+    stop.cancel();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    DRAINED_GO_ON.store(true, Ordering::SeqCst);
+    let answer = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the call ends")
+        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(notes(&f.db, "drained"), 1);
+    let records = f.sink.records();
+    assert_eq!(
+        records.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [200],
+        "{records:?}"
+    );
+}
+
+/// The HTTP server stops while a call's transaction waits (for the database's lock, say)
+/// past the shutdown's drain: the call is abandoned when the drain ends, so its
+/// transaction, which had not begun its `COMMIT`, rolls back, and its record says
+/// `cancelled` (499), never a success. (It committed once the wait ended, after the
+/// client's session was cut, and was recorded 200.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
+    let f = fixture("slow_note_http");
+    let (addr, stop, serving) = serve_http(&f, "slow_note_http").await;
+    let call = post_rest(addr, "slow_note_http");
+    wait_for(&HTTP_IN_TRANSACTION).await;
     stop.cancel();
     tokio::time::sleep(aac_tools::http::SHUTDOWN_DRAIN + Duration::from_millis(500)).await;
     HTTP_GO_ON.store(true, Ordering::SeqCst);

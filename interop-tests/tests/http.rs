@@ -666,6 +666,19 @@ async fn a_tools_call_sent_as_a_notification_is_refused_as_recorded() {
         ),
         ("add_note", 400, Some(Check::Protocol), Some("alice"))
     );
+    // The same with its key written with an escape (`m\u0065thod` is `method`): refused
+    // as recorded, not accepted 202.
+    server.sink.clear();
+    let response = raw
+        .post()
+        .body(r#"{"jsonrpc":"2.0","m\u0065thod":"tools/call","params":{"name":"add_note","arguments":{"text":"never"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].status, 400);
     // A read, a prompt or a completion without an id: the same.
     server.sink.clear();
     for body in [
@@ -3423,6 +3436,21 @@ async fn an_initialize_over_its_limit_is_refused() {
     assert!(response.headers().get("mcp-session-id").is_none());
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["reason"], "body_too_large", "{body}");
+    // Its key written with an escape (`m\u0065thod` is `method`) is the same message.
+    let response = raw
+        .post()
+        .body(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"experimental": {"pad": vec![json!([]); 40_000]}},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string()
+            .replacen(r#""method""#, r#""m\u0065thod""#, 1),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
     raw.initialize().await;
     assert!(raw.session.is_some());
 }

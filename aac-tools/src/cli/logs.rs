@@ -20,19 +20,50 @@ pub(crate) const QUEUE: usize = 1024;
 /// holds at most [`QUEUE`] × this, and stderr grows by at most this a request.
 pub(crate) const MAX_LINE: usize = 8 * 1024;
 
-/// `line` cut to [`MAX_LINE`]: its start, and the count of bytes cut.
+/// `line` as written: one line, whatever it quotes (a line break, a carriage return or
+/// another control character inside it is escaped, `\n`, `\r`, `\x07`: a request's id
+/// holding line breaks forged 2,688 log lines; an escape byte too, but for the colour
+/// codes of the log's own format), cut to [`MAX_LINE`]: its start, and the count of bytes
+/// cut.
 fn bounded_line(line: &[u8]) -> Vec<u8> {
-    if line.len() <= MAX_LINE {
-        return line.to_vec();
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut out = Vec::with_capacity(body.len().min(MAX_LINE) + 1);
+    let mut i = 0;
+    while i < body.len() && out.len() < MAX_LINE - 64 {
+        let b = body[i];
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            0x1b if is_colour_code(&body[i..]) => out.push(b),
+            b'\t' => out.push(b),
+            0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+            _ => out.push(b),
+        }
+        i += 1;
     }
-    let mut end = MAX_LINE - 64;
-    // Not inside a UTF-8 sequence.
-    while end > 0 && line[end] & 0b1100_0000 == 0b1000_0000 {
-        end -= 1;
+    if i < body.len() {
+        // Not inside a UTF-8 sequence.
+        while i > 0 && body[i] & 0b1100_0000 == 0b1000_0000 {
+            i -= 1;
+            out.pop();
+        }
+        out.extend_from_slice(format!("… [{} bytes cut]", body.len() - i).as_bytes());
     }
-    let mut cut = line[..end].to_vec();
-    cut.extend_from_slice(format!("… [{} bytes cut]\n", line.len() - end).as_bytes());
-    cut
+    out.push(b'\n');
+    out
+}
+
+/// Whether `at` starts a colour code (`ESC [ 0;1 m`), as the log's format writes them to
+/// a terminal.
+fn is_colour_code(at: &[u8]) -> bool {
+    let Some(rest) = at.strip_prefix(b"\x1b[") else {
+        return false;
+    };
+    let digits = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';')
+        .count();
+    rest.get(digits) == Some(&b'm')
 }
 
 struct Logs {
@@ -133,12 +164,26 @@ mod tests {
         assert!(text.starts_with("WARN éé"), "{}", &text[..20]);
         let kept = text.find('…').unwrap();
         assert!(
-            text.ends_with(&format!("… [{} bytes cut]\n", line.len() - kept)),
+            // (The cut's count leaves out the line's own end.)
+            text.ends_with(&format!("… [{} bytes cut]\n", line.len() - 1 - kept)),
             "{}",
             &text[text.len() - 40..]
         );
         let short = "a short line\n";
         assert_eq!(bounded_line(short.as_bytes()), short.as_bytes());
+    }
+
+    #[test]
+    fn a_line_stays_one_line_whatever_it_quotes() {
+        let forged =
+            "WARN id=\"1\n2026-12-06T00:00:00Z  INFO forged\r\x07\x1b]0;title\x07\" done\n";
+        assert_eq!(
+            String::from_utf8(bounded_line(forged.as_bytes())).unwrap(),
+            "WARN id=\"1\\n2026-12-06T00:00:00Z  INFO forged\\r\\x07\\x1b]0;title\\x07\" done\n"
+        );
+        // The format's own colours stay.
+        let coloured = "\x1b[33mWARN\x1b[0m a\tb\n";
+        assert_eq!(bounded_line(coloured.as_bytes()), coloured.as_bytes());
     }
 
     #[test]

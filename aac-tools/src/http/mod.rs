@@ -289,7 +289,7 @@ fn try_router(
     )?;
     let app = routes::App::new(server, options);
     let guard = Arc::new(guard::Guard::new(&app.options));
-    let in_flight = Arc::new(routes::InFlight::default());
+    let in_flight = Arc::clone(app.in_flight());
     let mcp =
         routes::McpEndpoint::new(app.clone(), Arc::clone(&guard), mcp, Arc::clone(&in_flight));
     let router = Router::new()

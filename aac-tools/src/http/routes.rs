@@ -51,6 +51,8 @@ struct AppInner {
     request_ids: Arc<RequestIds>,
     /// Every scope some tool requires.
     every_scope: Vec<&'static str>,
+    /// The calls in flight (`/mcp` POSTs and REST calls), which a shutdown drains.
+    in_flight: Arc<InFlight>,
 }
 
 /// The Streamable HTTP session header.
@@ -94,9 +96,15 @@ impl App {
                 sessions: SessionOwners::new(options.max_sessions_per_principal),
                 request_ids: Arc::default(),
                 every_scope,
+                in_flight: Arc::default(),
             }),
             options: Arc::new(options),
         }
+    }
+
+    /// The calls in flight, which a shutdown drains.
+    pub(crate) fn in_flight(&self) -> &Arc<InFlight> {
+        &self.inner.in_flight
     }
 
     fn server(&self) -> &Server {
@@ -1059,7 +1067,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // An `initialize` is kept for the session's life: bounded (see the constant).
     if is_post
         && body.len() > crate::mcp::MAX_INITIALIZE_BYTES
-        && probe::top_level(&body).method.as_deref() == Some("initialize")
+        && probe::may_be_method(&body, "initialize")
     {
         return json_error(&ToolError::new(
             Status::PayloadTooLarge,
@@ -1137,7 +1145,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             Some(head) => matches!(head.id, HeadId::Absent),
             None => top.id.is_none(),
         }
-        && (call.is_none() || top.method.as_deref() == Some("tools/call"))
+        && (call.is_none() || probe::may_be_method(&body, "tools/call"))
     {
         let err = ToolError::bad_request(
             "not_dispatched",
@@ -1427,6 +1435,8 @@ async fn call_named(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // In flight until answered: a shutdown's drain waits for it as for `/mcp` calls.
+    let _in_flight = app.inner.in_flight.enter();
     let mut request = CallRequest::new(tool, None).transport(Transport::PlainHttp);
     if let Some(peer) = peer_addr(&extensions) {
         request = request.peer_addr(peer);

@@ -1572,10 +1572,9 @@ where
             // The client's `initialize` is kept for the whole session (rmcp keeps what it
             // says of the client), parsed: one of 1 MiB of `[[],[],…]` held 23 MB.
             if self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
-                && let top = probe::top_level(trim_line(&self.line))
-                && top.method.as_deref() == Some("initialize")
+                && probe::may_be_method(trim_line(&self.line), "initialize")
             {
-                let id = top_level_id(&top);
+                let id = top_level_id(&probe::top_level(trim_line(&self.line)));
                 tracing::warn!("an initialize message over its limit; refused");
                 if !id.is_null() {
                     let answer = error_line(

@@ -376,6 +376,26 @@ pub(crate) struct TopLevel<'a> {
     pub(crate) uri: Option<String>,
 }
 
+/// Whether `message` is a `method` message to any reader: its `method` as a JSON reader
+/// reads it (escapes decoded: `"m\u0065thod"` is `method`), or, when it repeats the key,
+/// the first of them (as [`top_level`] reads it) or the last (as serde_json does).
+pub(crate) fn may_be_method(message: &[u8], method: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Method<'a> {
+        #[serde(default, borrow)]
+        method: Option<Cow<'a, str>>,
+    }
+    match serde_json::from_slice::<Method<'_>>(message) {
+        Ok(read) => read.method.as_deref() == Some(method),
+        Err(_) => {
+            top_level(message).method.as_deref() == Some(method)
+                || serde_json::from_slice::<Value>(message)
+                    .ok()
+                    .is_some_and(|v| v.get("method").and_then(Value::as_str) == Some(method))
+        }
+    }
+}
+
 /// [`TopLevel`] of `json`: one pass over the bytes, strings skipped whole.
 pub(crate) fn top_level(json: &[u8]) -> TopLevel<'_> {
     let mut top = TopLevel::default();
