@@ -583,9 +583,9 @@ struct Inner {
     resource_updates: tokio::sync::broadcast::Sender<String>,
     /// Records of calls that ran while the sink could not write them.
     owed: Arc<crate::pipeline::Owed>,
-    /// The calls still running are abandoned (a transport's shutdown drain ended): none
-    /// of their transactions commits from then on.
-    calls_stopped: Arc<std::sync::atomic::AtomicBool>,
+    /// How many times the HTTP calls then running were abandoned (a shutdown's drain
+    /// ended): none of their transactions commits from then on.
+    calls_stopped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Drop for Inner {
@@ -754,19 +754,20 @@ impl Server {
         &self.inner.owed
     }
 
-    /// Abandon every call still running (a transport's shutdown drain ended and its
-    /// answers can no longer be sent): a transaction of theirs that has not begun its
-    /// `COMMIT` rolls back, and each is recorded as abandoned (499), with what committed
-    /// before.
+    /// Abandon every HTTP call still running (the HTTP server's shutdown drain ended and
+    /// their answers can no longer be sent): a transaction of theirs that has not begun
+    /// its `COMMIT` rolls back, and each is recorded as abandoned (499), with what
+    /// committed before. Calls that begin later, and calls of other transports, go on.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn stop_running_calls(&self) {
         self.inner
             .calls_stopped
-            .store(true, std::sync::atomic::Ordering::Release);
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Set once the calls still running are abandoned ([`Server::stop_running_calls`]).
-    pub(crate) fn calls_stopped(&self) -> &Arc<std::sync::atomic::AtomicBool> {
+    /// How many times the running HTTP calls were abandoned
+    /// ([`Server::stop_running_calls`]).
+    pub(crate) fn calls_stopped(&self) -> &Arc<std::sync::atomic::AtomicU64> {
         &self.inner.calls_stopped
     }
 

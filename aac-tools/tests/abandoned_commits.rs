@@ -196,6 +196,7 @@ async fn serve_http(
     std::net::SocketAddr,
     tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<std::io::Result<()>>,
+    Server,
 ) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -207,11 +208,11 @@ async fn serve_http(
         .build()
         .unwrap();
     let serving = tokio::spawn(aac_tools::http::serve(
-        server,
+        server.clone(),
         listener,
         aac_tools::http::HttpOptions::default().shutdown(stop.clone()),
     ));
-    (addr, stop, serving)
+    (addr, stop, serving, server)
 }
 
 /// `POST /tools/{tool}` on a task of its own: the whole answer, as text.
@@ -245,7 +246,7 @@ async fn wait_for(flag: &AtomicBool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rest_call_running_at_shutdown_is_drained_to_its_answer() {
     let f = fixture("drained_note");
-    let (addr, stop, serving) = serve_http(&f, "drained_note").await;
+    let (addr, stop, serving, _) = serve_http(&f, "drained_note").await;
     let call = post_rest(addr, "drained_note");
     wait_for(&DRAINED_IN_TRANSACTION).await;
     stop.cancel();
@@ -274,7 +275,7 @@ async fn a_rest_call_running_at_shutdown_is_drained_to_its_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
     let f = fixture("slow_note_http");
-    let (addr, stop, serving) = serve_http(&f, "slow_note_http").await;
+    let (addr, stop, serving, server) = serve_http(&f, "slow_note_http").await;
     let call = post_rest(addr, "slow_note_http");
     wait_for(&HTTP_IN_TRANSACTION).await;
     stop.cancel();
@@ -298,4 +299,18 @@ async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
         "{records:?}"
     );
     assert!(!answer.contains(" 200 "), "{answer}");
+    // A call that begins later on the same server (as an HTTP call would) is not
+    // abandoned.
+    let later = server
+        .call(
+            CallRequest::new("slow_note_http", Some(serde_json::json!({})))
+                .credentials(Credentials::Verified(Arc::new(Principal::new(
+                    "w",
+                    ["notes:write"],
+                ))))
+                .transport(aac_tools::Transport::PlainHttp),
+        )
+        .await;
+    assert!(later.error().is_none(), "{:?}", later.error());
+    assert_eq!(notes(&f.db, "slow over http"), 1);
 }

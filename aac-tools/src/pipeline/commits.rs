@@ -27,9 +27,10 @@ pub(crate) struct Commits {
     settled: Condvar,
     /// The call's principal: a call the tool makes in process is made as it.
     principal: Option<Arc<crate::Principal>>,
-    /// Set when the server abandons every call still running (its shutdown's drain
-    /// ended): then this one is abandoned too.
-    stopped: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The server's count of abandonments of the calls then running (a shutdown's drain
+    /// ended), and its value when this call began: once it moved, this call is abandoned
+    /// too (a call that begins later is not).
+    stopped: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -53,24 +54,27 @@ pub(crate) struct Abandoned {
 }
 
 impl Commits {
-    /// The transactions of a call made by `principal`, abandoned with the server's calls
-    /// once `stopped` is set.
+    /// The transactions of a call made by `principal`, abandoned with the calls running
+    /// when the count `stopped` next moves.
     pub(crate) fn of(
         principal: Option<Arc<crate::Principal>>,
-        stopped: Option<Arc<std::sync::atomic::AtomicBool>>,
+        stopped: Option<Arc<std::sync::atomic::AtomicU64>>,
     ) -> Commits {
         Commits {
             principal,
-            stopped,
+            stopped: stopped.map(|count| {
+                let now = count.load(std::sync::atomic::Ordering::Acquire);
+                (count, now)
+            }),
             ..Commits::default()
         }
     }
 
-    /// Whether the server abandoned its running calls.
+    /// Whether the server abandoned the calls running since this one began.
     fn server_stopped(&self) -> bool {
-        self.stopped
-            .as_ref()
-            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Acquire))
+        self.stopped.as_ref().is_some_and(|(count, began)| {
+            count.load(std::sync::atomic::Ordering::Acquire) != *began
+        })
     }
 
     /// What the call's transactions did, now that it is over (its handler returned).

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::access::AccessLevel;
 use crate::audit::{AuditRecord, CallKind, Check};
 use crate::confirm::{self, Asking, ConfirmPolicy, Confirmation, InputRequired};
-use crate::context::{ClientPeer, Ctx};
+use crate::context::{ClientPeer, Ctx, Transport};
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
 use crate::registry::ToolEntry;
@@ -336,8 +336,13 @@ impl Attempt {
         };
         let kind = self.request.kind;
         let level = call.level;
-        // Abandoned with every call still running when a shutdown's drain ends.
-        let stopped = Some(Arc::clone(self.server.calls_stopped()));
+        // An HTTP call is abandoned with those still running when the HTTP server's
+        // shutdown drain ends.
+        let stopped = matches!(
+            self.request.transport,
+            Transport::StreamableHttp | Transport::PlainHttp
+        )
+        .then(|| Arc::clone(self.server.calls_stopped()));
         let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped));
         self.commits = Some(Arc::clone(&commits));
         let mut handler = CatchUnwind(handler(call), level, commits);
