@@ -686,6 +686,20 @@ struct Setup {
     server: std::sync::OnceLock<Server>,
 }
 
+/// Each of `tools`, called by [`caller`], is refused `level_violation`.
+async fn refused_for_their_level(server: &Server, tools: &[&str]) {
+    for tool in tools {
+        let response = server
+            .call(CallRequest::new(*tool, None).credentials(caller()))
+            .await;
+        let err = response.error().unwrap_or_else(|| panic!("{tool} refused"));
+        assert!(
+            err.reason() == "level_violation" || err.message().contains("level_violation"),
+            "{tool}: {err}"
+        );
+    }
+}
+
 /// A server of `tools` whose state holds a [`Setup`] (the server itself included).
 fn with_setup(f: &Fixture, tokens: &aac_tools::sqlite::TokenStore, tools: &[&str]) -> Server {
     let server = Server::builder(Registry::collect_named(tools).unwrap())
@@ -782,21 +796,16 @@ async fn set_up_methods_reached_through_state_are_refused_to_a_running_tool() {
             "delete_sql",
         ],
     );
-    for tool in [
-        "through_setup",
-        "peek_setup",
-        "mint_token",
-        "call_destructive",
-    ] {
-        let response = server
-            .call(CallRequest::new(tool, None).credentials(caller()))
-            .await;
-        let err = response.error().unwrap_or_else(|| panic!("{tool} refused"));
-        assert!(
-            err.reason() == "level_violation" || err.message().contains("level_violation"),
-            "{tool}: {err}"
-        );
-    }
+    refused_for_their_level(
+        &server,
+        &[
+            "through_setup",
+            "peek_setup",
+            "mint_token",
+            "call_destructive",
+        ],
+    )
+    .await;
     assert_eq!(notes(&f.db), 2, "nothing deleted");
     assert!(tokens.list().unwrap().is_empty(), "no token minted");
     let nested = server
@@ -892,16 +901,7 @@ async fn inside_a_transaction_s_closure_the_running_tool_s_level_holds() {
     })
     .build()
     .unwrap();
-    for tool in ["setup_in_tx", "mint_in_tx", "handle_in_tx"] {
-        let response = server
-            .call(CallRequest::new(tool, None).credentials(caller()))
-            .await;
-        let err = response.error().unwrap_or_else(|| panic!("{tool} refused"));
-        assert!(
-            err.reason() == "level_violation" || err.message().contains("level_violation"),
-            "{tool}: {err}"
-        );
-    }
+    refused_for_their_level(&server, &["setup_in_tx", "mint_in_tx", "handle_in_tx"]).await;
     assert_eq!(notes(&f.db), 2, "nothing deleted");
     assert!(tokens.list().unwrap().is_empty(), "no token minted");
 }

@@ -1511,8 +1511,12 @@ async fn call_named(
 /// that is not UTF-8 once decoded keeps U+FFFD for each bad byte: no such tool, but a
 /// call all the same, answered and recorded as one.
 fn path_tool(path: &str) -> String {
-    let segment = path.rsplit('/').next().unwrap_or_default();
-    percent_encoding::percent_decode_str(segment)
+    decoded(path.rsplit('/').next().unwrap_or_default())
+}
+
+/// A tool's name as a path gives it: percent-decoded, bytes that are not UTF-8 replaced.
+fn decoded(part: &str) -> String {
+    percent_encoding::percent_decode_str(part)
         .decode_utf8_lossy()
         .into_owned()
 }
@@ -1549,10 +1553,7 @@ pub(crate) async fn not_found(
 ) -> Response {
     match uri.path().strip_prefix("/tools/") {
         Some(rest) if method == Method::POST => {
-            let tool = percent_encoding::percent_decode_str(rest)
-                .decode_utf8_lossy()
-                .into_owned();
-            call_named(app, tool, extensions, headers, body).await
+            call_named(app, decoded(rest), extensions, headers, body).await
         }
         _ => json_error(&ToolError::not_found("no such route")),
     }

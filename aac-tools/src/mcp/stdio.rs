@@ -1274,10 +1274,7 @@ fn parse(line: &[u8]) -> Parsed {
                 // (A batch among them: each of its requests, too.)
                 let ids = values
                     .iter()
-                    .flat_map(|value| match value {
-                        serde_json::Value::Array(items) => items.iter().collect(),
-                        other => vec![other],
-                    })
+                    .flat_map(probe::messages)
                     .filter_map(serde_json::Value::as_object)
                     .filter(|o| o.contains_key("method"))
                     .map(|o| json_rpc_id(o.get("id").cloned()))

@@ -44,6 +44,16 @@ struct State {
     in_doubt: bool,
 }
 
+impl State {
+    /// What the transactions did so far.
+    fn what_it_did(&self) -> Abandoned {
+        Abandoned {
+            committed: self.committed,
+            in_doubt: self.in_doubt || self.elsewhere > 0 || self.here > 0,
+        }
+    }
+}
+
 /// What an abandoned call's transactions did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Abandoned {
@@ -70,8 +80,9 @@ impl Commits {
         }
     }
 
-    /// Whether the server abandoned the calls running since this one began.
-    fn server_stopped(&self) -> bool {
+    /// Whether the server abandoned the calls running since this one began (one atomic
+    /// load).
+    pub(crate) fn server_stopped(&self) -> bool {
         self.stopped.as_ref().is_some_and(|(count, began)| {
             count.load(std::sync::atomic::Ordering::Acquire) != *began
         })
@@ -79,11 +90,10 @@ impl Commits {
 
     /// What the call's transactions did, now that it is over (its handler returned).
     pub(crate) fn done(&self) -> Abandoned {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Abandoned {
-            committed: state.committed,
-            in_doubt: state.in_doubt || state.elsewhere > 0 || state.here > 0,
-        }
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .what_it_did()
     }
 
     /// The call was abandoned: no transaction of it commits from now on. Waits (at most
@@ -103,10 +113,7 @@ impl Commits {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        Abandoned {
-            committed: state.committed,
-            in_doubt: state.in_doubt || state.elsewhere > 0 || state.here > 0,
-        }
+        state.what_it_did()
     }
 
     /// Whether the call was abandoned (a transaction not yet begun need not begin).

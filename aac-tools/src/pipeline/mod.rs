@@ -528,22 +528,20 @@ impl Attempt {
         // The server abandoned its running calls (its shutdown's drain ended) while this
         // one's handler ran: its answer will not be sent, and none of its transactions
         // committed after; recorded as a call abandoned so is, with what it committed.
+        // (One atomic load a call: the server's count of abandonments.)
         let stopped = self
             .commits
             .as_ref()
-            .filter(|c| self.started_handler && c.is_abandoned())
+            .filter(|c| self.started_handler && c.server_stopped())
             .map(|c| abandoned_error(true, Some(c.done())));
-        let stands = stopped.as_ref().map(|(_, stands)| *stands);
-        let (result, check) = match stopped {
-            Some((err, _)) => (Err(err), None),
-            None => (result, check),
+        // Either way 499, the status of an answer never sent, with whether what it wrote
+        // stands.
+        let (result, check, abandoned_as) = match stopped {
+            Some((err, stands)) => (Err(err), None, Some(stands)),
+            None => (result, check, abandoned.then_some(false)),
         };
         let mut record = self.record(&result, check.filter(|_| !abandoned));
-        if abandoned {
-            record.outcome = crate::audit::Outcome::Error;
-            record.status = 499;
-        }
-        if let Some(stands) = stands {
+        if let Some(stands) = abandoned_as {
             record.status = 499;
             record.outcome = if stands {
                 crate::audit::Outcome::Success

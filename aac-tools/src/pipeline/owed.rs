@@ -48,7 +48,7 @@ impl Owed {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.len() >= MAX_OWED {
             // A call that ran takes the place of the latest refusal kept, which is counted;
-            // never the first, which a task may be writing now (it pops what it wrote).
+            // never the first (the oldest, written next).
             let refusal = ran
                 .then(|| {
                     records
