@@ -7,8 +7,10 @@
 //!   an error (rename the trait instead).
 //!
 //! The bounds are added whether or not the author wrote them, so forgetting one is
-//! impossible. They carry the span of the trait's name, which the compiler's note then
-//! points at ("required by this bound in `DeleteNotes::purge`").
+//! impossible; a macro among an `Update…` or `Delete…` trait's items (whose methods the
+//! attribute cannot see) is an error. The bounds carry the span of the trait's name,
+//! which the compiler's note then points at ("required by this bound in
+//! `DeleteNotes::purge`").
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
@@ -75,8 +77,18 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
     let name = item.ident.unraw().to_string();
     let kind = Kind::of(&name);
     for trait_item in &item.items {
-        if let TraitItem::Fn(method) = trait_item {
-            check_written_bounds(&name, kind, method, &mut errors);
+        match trait_item {
+            TraitItem::Fn(method) => check_written_bounds(&name, kind, method, &mut errors),
+            // The bound goes on the methods written out: one a macro declares would get
+            // none, and be callable at every level.
+            TraitItem::Macro(mac) if kind != Kind::Read => errors.push(syn::Error::new_spanned(
+                mac,
+                format!(
+                    "`#[queries]` gates each method of `{name}` by the trait's name, and cannot \
+                     see into a macro: write the methods out in the trait"
+                ),
+            )),
+            _ => {}
         }
     }
     if let Err(errors) = errors.finish() {

@@ -80,7 +80,8 @@ pub(crate) fn check(attr: &Attr, func: &ToolFn<'_>, errors: &mut Errors) -> Tool
                     name.span,
                     format!(
                         "`#[mcp_tool]` name `{}` is not a valid MCP tool name \
-                         (1 to 128 of ASCII letters, digits, `_`, `-` and `.`)",
+                         (1 to 128 of ASCII letters, digits, `_`, `-` and `.`, \
+                         and not `.` or `..`)",
                         name.value
                     ),
                 ));
@@ -306,12 +307,16 @@ pub(crate) fn is_valid_scope(scope: &str) -> bool {
     part(resource) && part(action)
 }
 
-/// The MCP tool-name rule (SEP-986): 1–128 of `A-Z a-z 0-9 _ - .`.
+/// The MCP tool-name rule (SEP-986): 1–128 of `A-Z a-z 0-9 _ - .`; and not `.` or `..`,
+/// which name no tool at `POST /tools/{name}` (clients and proxies resolve them as path
+/// segments, as they do in any URL).
 pub(crate) fn is_valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && name != "."
+        && name != ".."
 }
 
 /// The doc comment as text: one leading space per line removed, paragraphs kept,

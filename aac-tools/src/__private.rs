@@ -104,10 +104,16 @@ pub struct ExtractScope {
 }
 
 impl ExtractScope {
-    /// Enter the extraction of a tool's parameters at `level`.
+    /// Enter the extraction of a tool's parameters at `level`. Inside a scope already
+    /// entered (a tool runs on this thread), the level can only go down: the lower of
+    /// the two holds, so that code a tool runs cannot raise its own level.
     pub fn enter(level: AccessLevel) -> ExtractScope {
         ExtractScope {
-            previous: EXTRACTING_FOR.with(|cell| cell.replace(Some(level))),
+            previous: EXTRACTING_FOR.with(|cell| {
+                let previous = cell.get();
+                cell.set(Some(previous.map_or(level, |running| running.min(level))));
+                previous
+            }),
         }
     }
 }

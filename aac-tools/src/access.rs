@@ -260,11 +260,6 @@ pub trait MayUpdate: sealed::Granted {}
 )]
 pub trait MayDelete: sealed::Granted {}
 
-impl sealed::Granted for Write {}
-impl sealed::Granted for Delete {}
-#[diagnostic::do_not_recommend]
-impl MayUpdate for Write {}
-#[diagnostic::do_not_recommend]
-impl MayUpdate for Delete {}
-#[diagnostic::do_not_recommend]
-impl MayDelete for Delete {}
+// The levels themselves claim neither: a query method bounded on `Self` must be called on
+// a transaction of the level (a trait implemented for the marker `Write`, whose method
+// took a transaction of any level as an argument, was callable from a read-only tool).

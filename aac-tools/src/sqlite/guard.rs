@@ -36,14 +36,72 @@ const SCHEMA_TABLES: &[&str] = &[
     "sqlite_temp_schema",
 ];
 
+/// The prefix of the framework's own tables (`aac_tokens`, `aac_audit`…), which share
+/// the file with the application's data: no tool writes them, at any level, nor reads
+/// [`SECRET_TABLES`].
+const FRAMEWORK_PREFIX: &str = "aac_";
+
+/// The framework's tables no tool reads either: tokens (their subjects, scopes, hashes)
+/// and the confirmation ledger.
+const SECRET_TABLES: &[&str] = &["aac_tokens", "aac_request_states"];
+
+/// Whether `table` is one of the framework's own (its name, in any case).
+fn is_framework_table(table: &str) -> bool {
+    table
+        .get(..FRAMEWORK_PREFIX.len())
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case(FRAMEWORK_PREFIX))
+}
+
+/// What a tool's statement does to the framework's tables, described, if anything: at
+/// every level, no write, no schema change, no reading of [`SECRET_TABLES`]. (Reading the
+/// audit trail is allowed: an application may count its own records, as the reference
+/// server's dashboard does.)
+fn framework_refusal(action: &AuthAction<'_>) -> Option<String> {
+    use AuthAction as A;
+    let (what, table) = match *action {
+        A::Read { table_name, .. } => {
+            let secret = SECRET_TABLES
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(table_name));
+            return secret.then(|| format!("reading {table_name}, the framework's table"));
+        }
+        A::Insert { table_name } => ("INSERT INTO", table_name),
+        A::Update { table_name, .. } => ("UPDATE", table_name),
+        A::Delete { table_name } => ("DELETE FROM", table_name),
+        A::DropTable { table_name } | A::DropTempTable { table_name } => ("DROP TABLE", table_name),
+        A::AlterTable { table_name, .. } => ("ALTER TABLE", table_name),
+        A::CreateIndex { table_name, .. }
+        | A::CreateTempIndex { table_name, .. }
+        | A::DropIndex { table_name, .. }
+        | A::DropTempIndex { table_name, .. } => ("an index of", table_name),
+        A::CreateTrigger { table_name, .. }
+        | A::CreateTempTrigger { table_name, .. }
+        | A::DropTrigger { table_name, .. }
+        | A::DropTempTrigger { table_name, .. } => ("a trigger of", table_name),
+        _ => return None,
+    };
+    is_framework_table(table).then(|| format!("{what} {table}, the framework's table"))
+}
+
 /// The rules installed on the writer connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Rules {
-    /// No authorizer: the `Delete` level.
+    /// No authorizer: set-up code outside tools.
     Open,
+    /// The `Delete` level: anything but the framework's tables.
+    NoFramework,
     /// The `Write` level: no `DELETE`, no `DROP`, no schema change, no `ATTACH`, no
-    /// pragma that changes a setting.
+    /// pragma that changes a setting, nothing of the framework's tables.
     NoDelete,
+}
+
+/// What a level's rules refused.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// An action the level does not allow.
+    Action(String),
+    /// An action on the framework's own tables, which no level allows.
+    Framework(String),
 }
 
 /// What an authorizer refused, and (the `Write` level) a change of the schema table that
@@ -52,22 +110,34 @@ pub(super) enum Rules {
 /// end of the transaction unless a `DROP` or `CREATE` followed it.
 #[derive(Default)]
 struct Verdict {
-    refused: Option<String>,
+    refused: Option<Refused>,
     schema_edit: Option<String>,
 }
 
 type Slot = Arc<Mutex<Verdict>>;
 
-fn take(slot: &Slot) -> Option<String> {
+fn take(slot: &Slot) -> Option<Refused> {
     let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
-    let schema_edit = verdict.schema_edit.take();
+    let schema_edit = verdict.schema_edit.take().map(Refused::Action);
     verdict.refused.take().or(schema_edit)
+}
+
+/// The verdict of a tool's statement on the framework's tables, if it is refused.
+fn refuse_framework(slot: &Slot, action: &AuthAction<'_>) -> Option<Authorization> {
+    let what = framework_refusal(action)?;
+    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
+    verdict.schema_edit = None;
+    verdict.refused.get_or_insert(Refused::Framework(what));
+    Some(Authorization::Deny)
 }
 
 /// A reader connection of the pool, with its authorizer's verdicts.
 pub(super) struct Reader {
     pub(super) conn: Connection,
     refused: Slot,
+    /// Set while a tool's closure runs: the framework's secret tables are not read then
+    /// (the framework reads tokens on the same connections).
+    in_tool: Arc<AtomicBool>,
 }
 
 impl Reader {
@@ -78,22 +148,39 @@ impl Reader {
     /// that changes what they read.)
     pub(super) fn new(mut conn: Connection) -> Result<Reader, rusqlite::Error> {
         let refused: Slot = Arc::default();
-        let slot = Arc::clone(&refused);
+        let in_tool = Arc::new(AtomicBool::new(false));
+        let (slot, running) = (Arc::clone(&refused), Arc::clone(&in_tool));
         conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+            if running.load(Ordering::Acquire)
+                && let Some(denied) = refuse_framework(&slot, &ctx.action)
+            {
+                return denied;
+            }
             match read_refusal(&ctx.action) {
                 None => Authorization::Allow,
                 Some(what) => {
                     let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
-                    verdict.refused.get_or_insert(what);
+                    verdict.refused.get_or_insert(Refused::Action(what));
                     Authorization::Deny
                 }
             }
         }))?;
-        Ok(Reader { conn, refused })
+        Ok(Reader {
+            conn,
+            refused,
+            in_tool,
+        })
+    }
+
+    /// While the guard lives, a tool's closure runs: the framework's secret tables are
+    /// refused to it.
+    pub(super) fn tool_runs(&self) -> ToolRuns {
+        self.in_tool.store(true, Ordering::Release);
+        ToolRuns(Arc::clone(&self.in_tool))
     }
 
     /// What the rules refused since the last call, if anything.
-    pub(super) fn take_refused(&self) -> Option<String> {
+    pub(super) fn take_refused(&self) -> Option<Refused> {
         take(&self.refused)
     }
 }
@@ -158,9 +245,9 @@ impl Writer {
                 return false;
             }
             let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
-            verdict
-                .refused
-                .get_or_insert_with(|| "COMMIT (the transaction is the framework's)".to_owned());
+            verdict.refused.get_or_insert_with(|| {
+                Refused::Action("COMMIT (the transaction is the framework's)".to_owned())
+            });
             true
         }))?;
         Ok(Writer {
@@ -186,9 +273,18 @@ impl Writer {
             Rules::Open => self
                 .conn
                 .authorizer(None::<fn(AuthContext<'_>) -> Authorization>)?,
+            Rules::NoFramework => {
+                let refused = Arc::clone(&self.refused);
+                self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+                    refuse_framework(&refused, &ctx.action).unwrap_or(Authorization::Allow)
+                }))?
+            }
             Rules::NoDelete => {
                 let refused = Arc::clone(&self.refused);
                 self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+                    if let Some(denied) = refuse_framework(&refused, &ctx.action) {
+                        return denied;
+                    }
                     let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(edit) = schema_edit(&ctx.action) {
                         // A `DROP` or `CREATE` asks this first; a direct edit, only this.
@@ -200,7 +296,7 @@ impl Writer {
                         Some(what) => {
                             // A `DROP` or `CREATE` is refused under its own name.
                             verdict.schema_edit = None;
-                            verdict.refused.get_or_insert(what);
+                            verdict.refused.get_or_insert(Refused::Action(what));
                             Authorization::Deny
                         }
                     }
@@ -219,7 +315,7 @@ impl Writer {
     }
 
     /// What the rules refused since the last call, if anything.
-    pub(super) fn take_refused(&self) -> Option<String> {
+    pub(super) fn take_refused(&self) -> Option<Refused> {
         take(&self.refused)
     }
 }

@@ -52,7 +52,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::access::{Delete, Level, MayDelete, MayUpdate, Read, Write};
 use crate::error::{Status, ToolError};
 use crate::tool::{Call, ToolParam};
-use guard::{Reader, Rules, Writer};
+use guard::{Reader, Refused, Rules, Writer};
 
 pub use check::{
     NonDestructiveCheck, NonDestructiveViolation, ReadOnlyCheck, ReadOnlyViolation, content_hash,
@@ -397,11 +397,15 @@ impl Database {
                         // A read commits nothing: not counted.
                         None,
                         |tx: &Tx<'_, L>| {
-                            let result = f(tx);
+                            let result = {
+                                let _runs = reader.tool_runs();
+                                f(tx)
+                            };
                             // As at the `Write` level: a refusal fails the call even when the
                             // tool swallowed the error.
                             match reader.take_refused() {
-                                Some(what) => Err(read_violation(&what)),
+                                Some(Refused::Action(what)) => Err(read_violation(&what)),
+                                Some(Refused::Framework(what)) => Err(framework_violation(&what)),
                                 None => result,
                             }
                         },
@@ -414,7 +418,7 @@ impl Database {
                     writer.ensure(if level == crate::access::AccessLevel::Write {
                         Rules::NoDelete
                     } else {
-                        Rules::Open
+                        Rules::NoFramework
                     })?;
                     // Nothing refused before this transaction counts against it.
                     writer.take_refused();
@@ -432,7 +436,8 @@ impl Database {
                             // A refusal fails the transaction even when the tool swallowed the
                             // error: the call is recorded as the violation it is.
                             match writer.take_refused() {
-                                Some(what) => Err(level_violation(level, &what)),
+                                Some(Refused::Action(what)) => Err(level_violation(level, &what)),
+                                Some(Refused::Framework(what)) => Err(framework_violation(&what)),
                                 None => result,
                             }
                         },
@@ -446,6 +451,20 @@ impl Database {
             Err(_) => Err(ToolError::internal("the database task was cancelled")),
         }
     }
+}
+
+/// The error of an action on the framework's own tables (tokens, the audit trail…),
+/// which no tool may take, at any level.
+fn framework_violation(what: &str) -> ToolError {
+    ToolError::new(
+        Status::Internal,
+        "level_violation",
+        format!(
+            "a tool reached the framework's own tables, which no level allows (their writes \
+             are the framework's, and tokens are not for tools to read): `{what}`; its \
+             transaction is rolled back"
+        ),
+    )
 }
 
 /// The error of an action the `Read` level's authorizer refused, naming the action.
@@ -528,8 +547,9 @@ where
 /// The connection settings a tool could change through `tx.conn()` without SQL
 /// (`set_db_config`), which the authorizer never sees and which would outlive the call on
 /// a pooled connection: foreign keys or triggers off for every later call, views off, the
-/// schema writable or trusted, the database reset by the next `VACUUM`.
-const SETTINGS: [(rusqlite::config::DbConfig, &str); 10] = {
+/// schema writable or trusted, the database reset by the next `VACUUM`, tables scanned
+/// in reverse (another call's `LIMIT 1` finding another row)… every one rusqlite names.
+const SETTINGS: [(rusqlite::config::DbConfig, &str); 17] = {
     use rusqlite::config::DbConfig as C;
     [
         (C::SQLITE_DBCONFIG_ENABLE_FKEY, "foreign keys"),
@@ -542,6 +562,16 @@ const SETTINGS: [(rusqlite::config::DbConfig, &str); 10] = {
         (C::SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, "legacy alter table"),
         (C::SQLITE_DBCONFIG_DQS_DML, "double-quoted strings (DML)"),
         (C::SQLITE_DBCONFIG_DQS_DDL, "double-quoted strings (DDL)"),
+        (C::SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, "FTS3 tokenizer"),
+        (
+            C::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            "no checkpoint on close",
+        ),
+        (C::SQLITE_DBCONFIG_ENABLE_QPSG, "query planner stability"),
+        (C::SQLITE_DBCONFIG_TRIGGER_EQP, "trigger EXPLAIN QUERY PLAN"),
+        (C::SQLITE_DBCONFIG_LEGACY_FILE_FORMAT, "legacy file format"),
+        (C::SQLITE_DBCONFIG_STMT_SCANSTATUS, "statement scan status"),
+        (C::SQLITE_DBCONFIG_REVERSE_SCANORDER, "reverse scan order"),
     ]
 };
 
@@ -562,9 +592,11 @@ impl<'c> Settings<'c> {
         }
     }
 
-    /// The settings that differ from what they were, restored.
+    /// The settings that differ from what they were, restored. (The busy timeout, which
+    /// SQLite does not read back, is set again as it was configured.)
     fn changed(&mut self) -> Vec<&'static str> {
         self.checked = true;
+        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         let mut changed = Vec::new();
         for ((config, name), before) in SETTINGS.iter().zip(self.before) {
             let Some(before) = before else { continue };

@@ -7,3 +7,9 @@ async fn spaced() -> Result<Text, ToolError> {
 }
 
 fn main() {}
+
+/// `..` is a path segment every client resolves: `POST /tools/..` names no tool.
+#[mcp_tool(read_only, scope = "notes:read", name = "..")]
+async fn dots() -> Result<Text, ToolError> {
+    Ok(Text("done".into()))
+}
