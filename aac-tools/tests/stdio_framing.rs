@@ -869,6 +869,53 @@ async fn a_call_rmcp_refuses_before_the_handler_is_recorded_once_before_its_answ
     );
 }
 
+/// A subscription is a read: one rmcp refuses before the handler (before `initialize`, an
+/// unsupported protocol version) is recorded as one, before its answer, as a read is.
+#[tokio::test]
+async fn a_subscription_rmcp_refuses_before_the_handler_is_recorded() {
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
+    let mut raw = Raw::connect(server, "all", 1 << 20);
+    raw.line(
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#,
+    )
+    .await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 1, "{refused}");
+    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    raw.initialize().await;
+    let unsupported = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+        "params": {"uri": "notes://all",
+                   "_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}});
+    raw.line(&unsupported.to_string()).await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 2, "{refused}");
+    assert!(refused["error"]["code"].is_i64(), "{refused}");
+    let records = sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.kind,
+                r.tool.as_str(),
+                r.request_id.as_deref(),
+                r.check,
+                r.arguments.get("$subscribe").cloned(),
+            )
+        })
+        .collect();
+    let subscription = |id| {
+        (
+            CallKind::Resource,
+            "notes://all",
+            Some(id),
+            Some(Check::Protocol),
+            Some(json!(true)),
+        )
+    };
+    assert_eq!(seen, [subscription("1"), subscription("2")], "{records:?}");
+}
+
 /// A batch (which rmcp refuses whole) leaves a record for each call, read, prompt or
 /// completion it held, not only for the first; past 32, the rest are counted in one more.
 #[tokio::test]
@@ -1157,6 +1204,35 @@ async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
     }
 }
 
+/// A person's answer sent with the end of the client's input (one write: the answer,
+/// then the input closed) was read before the end, and decides: a "no" is recorded as the
+/// person's refusal (403 `user_declined`), not as the client going away, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_with_the_end_of_input_decides() {
+    for n in 0..8 {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}});
+        raw.write
+            .write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        raw.write.shutdown().await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while sink.records().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "run {n}: {records:?}");
+        assert_eq!(
+            (records[0].reason.as_deref(), records[0].status),
+            (Some("user_declined"), 403),
+            "run {n}: {:?}",
+            records[0]
+        );
+    }
+}
+
 /// A client whose input ends while its user is asked stops the wait at once: the record
 /// says `cancelled` (499), not the confirmation's timeout (3 s here), which rmcp's drain
 /// of a closed connection (5 s) used to outlast.
@@ -1386,6 +1462,47 @@ async fn a_line_of_too_many_values_is_refused_unparsed_and_recorded() {
     );
     assert_eq!(records[0].tool, "echo_text", "the call its start names");
     assert_eq!(records[1].outcome, Outcome::Success);
+
+    // A read, a subscription or a prompt is recorded as what it is, for `audit --kind`.
+    sink.clear();
+    for (id, method, params, kind, name) in [
+        (
+            30,
+            "resources/read",
+            r#""uri":"notes://all""#,
+            CallKind::Resource,
+            "notes://all",
+        ),
+        (
+            31,
+            "resources/subscribe",
+            r#""uri":"notes://all""#,
+            CallKind::Resource,
+            "notes://all",
+        ),
+        (
+            32,
+            "prompts/get",
+            r#""name":"summarize""#,
+            CallKind::Prompt,
+            "summarize",
+        ),
+    ] {
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params},"pad":[{}0]}}}}"#,
+            "0,".repeat(600_000)
+        ))
+        .await;
+        let refused = raw.next().await;
+        assert_eq!(refused["id"], id, "{refused}");
+        let records = sink.records();
+        let record = records.last().expect("a record");
+        assert_eq!(
+            (record.kind, record.tool.as_str(), record.status),
+            (kind, name, 413),
+            "{record:?}"
+        );
+    }
 }
 
 /// A client that leaves before it initializes a session (an empty input, a client that
@@ -1921,7 +2038,8 @@ async fn a_repeated_key_s_long_name_is_cut_in_the_record() {
 /// own says a few hundred bytes) is refused under its id, and a proper one then works.
 #[tokio::test]
 async fn an_initialize_over_its_limit_is_refused() {
-    let server = builder(false).audit(MemorySink::new()).build().unwrap();
+    let sink = MemorySink::new();
+    let server = builder(false).audit(sink.clone()).build().unwrap();
     let mut raw = Raw::connect(server, "all", 1 << 20);
     let padding = vec![json!([]); 40_000];
     raw.line(
@@ -1941,6 +2059,47 @@ async fn an_initialize_over_its_limit_is_refused() {
             .unwrap_or_default()
             .contains("initialize message is limited to 65536 bytes"),
         "{answer}"
+    );
+    // What a line carries beside it is refused with it, each request answered and each
+    // call, read or prompt recorded; so is a message that says both.
+    let big = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"experimental": {"pad": "x".repeat(70_000)}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+        "params": {"name": "forget_text", "arguments": {"text": "a", "confirm": true}}});
+    let read = json!({"jsonrpc": "2.0", "id": "r", "method": "resources/read",
+        "params": {"uri": "notes://all"}});
+    raw.line(&format!("{big}{call}{read}")).await;
+    let mut ids: Vec<_> = [raw.next().await, raw.next().await, raw.next().await]
+        .iter()
+        .inspect(|a| assert_eq!(a["error"]["code"], -32600, "{a}"))
+        .map(|a| a["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["c", "i", "r"]);
+    let both = big.to_string().replacen(
+        r#""method":"initialize""#,
+        r#""method":"initialize","method":"resources/read""#,
+        1,
+    );
+    raw.line(&both).await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], "i", "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let mut recorded: Vec<_> = sink
+        .records()
+        .iter()
+        .map(|r| (r.request_id.clone().unwrap_or_default(), r.kind, r.outcome))
+        .collect();
+    recorded.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        recorded,
+        [
+            ("c".to_owned(), CallKind::Tool, Outcome::Denied),
+            ("i".to_owned(), CallKind::Resource, Outcome::Denied),
+            ("r".to_owned(), CallKind::Resource, Outcome::Denied),
+        ]
     );
     raw.initialize().await;
     raw.line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)

@@ -3225,6 +3225,42 @@ async fn arguments_that_repeat_a_key_are_refused() {
         .unwrap();
     assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
 
+    // The call's `params` repeating its `arguments` (a `confirm: false` first, what a
+    // reader keeping the first key saw) or its `name`: never run, and the record names
+    // the repeat, not only the last value.
+    for (body, pointer) in [
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":1,"confirm":false},"arguments":{"id":1,"confirm":true}}}"#,
+            "/params/arguments",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"list_notes","arguments":{"id":1,"confirm":true},"name":"delete_note"}}"#,
+            "/params/name",
+        ),
+    ] {
+        server.sink.clear();
+        let _ = raw.send(body).await;
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_ne!(records[0].outcome, Outcome::Success, "{records:?}");
+        assert_eq!(
+            records[0].arguments.get("$repeated_key"),
+            Some(&json!(pointer)),
+            "{records:?}"
+        );
+    }
+    let notes: Value = client
+        .post(format!("{}/tools/list_notes", server.base))
+        .bearer_auth(full)
+        .body("{}")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
+
     // A prompt's arguments too: refused, recorded, the prompt never rendered.
     server.sink.clear();
     let (_, answer) = raw
@@ -3417,6 +3453,7 @@ async fn a_request_id_already_in_flight_in_the_session_is_refused_and_recorded()
 /// and opens no session; a proper one then does.
 #[tokio::test]
 async fn an_initialize_over_its_limit_is_refused() {
+    use aac_tools::audit::CallKind;
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     let padding = vec![json!([]); 40_000];
@@ -3451,6 +3488,64 @@ async fn an_initialize_over_its_limit_is_refused() {
         .await
         .unwrap();
     assert_eq!(response.status(), 413);
+    assert!(
+        server.sink.records().is_empty(),
+        "an initialize alone is no call"
+    );
+
+    // What the body carries beside it is refused with it, and each call, read or prompt
+    // recorded as answered: 413 (nothing of it was run).
+    let big_initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"experimental": {"pad": "x".repeat(70_000)}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let read = json!({"jsonrpc": "2.0", "id": "r", "method": "resources/read",
+                      "params": {"uri": "notes://all"}});
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+                      "params": {"name": "delete_note", "arguments": {"id": 1, "confirm": true}}});
+    for (body, kind, id, count) in [
+        (
+            format!("{big_initialize}{read}"),
+            CallKind::Resource,
+            "r",
+            1,
+        ),
+        (format!("{big_initialize} {call}"), CallKind::Tool, "c", 1),
+        (
+            format!("{big_initialize}{read}{call}"),
+            CallKind::Tool,
+            "c",
+            2,
+        ),
+        // One message that says both (a reader keeping the first key, one keeping the last).
+        (
+            big_initialize.to_string().replacen(
+                r#""method":"initialize""#,
+                r#""method":"initialize","method":"resources/read""#,
+                1,
+            ),
+            CallKind::Resource,
+            "0",
+            1,
+        ),
+    ] {
+        server.sink.clear();
+        let response = raw.post().body(body.clone()).send().await.unwrap();
+        assert_eq!(response.status(), 413, "{}", &body[body.len() - 200..]);
+        let records = server.sink.records();
+        assert!(
+            records
+                .iter()
+                .any(|r| r.kind == kind && r.request_id.as_deref() == Some(id)),
+            "{records:?}"
+        );
+        for record in &records {
+            assert_eq!(record.status, 413, "{record:?}");
+            assert_eq!(record.check, Some(Check::Protocol), "{record:?}");
+            assert_eq!(record.principal.as_deref(), Some("alice"), "{record:?}");
+        }
+        assert_eq!(records.len(), count, "{records:?}");
+    }
     raw.initialize().await;
     assert!(raw.session.is_some());
 }

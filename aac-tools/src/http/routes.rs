@@ -980,6 +980,40 @@ async fn refuse_rest_of_batch(
     }
 }
 
+/// A `/mcp` body of a verified principal, refused whole by the gate.
+struct Whole<'a> {
+    body: &'a [u8],
+    peer: Option<IpAddr>,
+    principal: &'a Arc<Principal>,
+}
+
+impl Whole<'_> {
+    /// Refuse the body with `err`: its call (`call`, begun as `attempt`), else its read,
+    /// prompt or completion (`item`), recorded with `err`, and every other one it carries
+    /// recorded as not dispatched, under the same status. Returns the answer's error.
+    async fn refuse(
+        &self,
+        app: &App,
+        call: Option<&ToolsCall<'_>>,
+        attempt: Option<Attempt>,
+        item: Option<CallRequest>,
+        err: ToolError,
+    ) -> ToolError {
+        let err = match (call, attempt, item) {
+            (Some(call), Some(attempt), _) => call.refuse(attempt, Check::Protocol, err).await,
+            (_, _, Some(item)) => {
+                let mut attempt = app.server().begin(item);
+                attempt.authenticated(Arc::clone(self.principal));
+                attempt.refuse(Check::Protocol, err).await
+            }
+            _ => err,
+        };
+        let (body, peer) = (self.body, self.peer);
+        refuse_rest_of_batch(app, body, peer, Some(self.principal), None, err.status()).await;
+        err
+    }
+}
+
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
@@ -1064,16 +1098,27 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         parts.headers.insert(SESSION_ID, unknown);
     }
 
-    // An `initialize` is kept for the session's life: bounded (see the constant).
+    // An `initialize` is kept for the session's life: bounded (see the constant). The
+    // body is refused whole, and every call, read, prompt or completion it carries beside
+    // the `initialize` is recorded as refused with it.
     if is_post
         && body.len() > crate::mcp::MAX_INITIALIZE_BYTES
         && probe::may_be_method(&body, "initialize")
     {
-        return json_error(&ToolError::new(
+        let err = ToolError::new(
             Status::PayloadTooLarge,
             "body_too_large",
             crate::mcp::initialize_too_large(),
-        ));
+        );
+        let whole = Whole {
+            body: &body,
+            peer,
+            principal: &principal,
+        };
+        let err = whole
+            .refuse(app, call.as_ref(), attempt.take(), item(), err)
+            .await;
+        return json_error(&err);
     }
 
     // One request in flight per id in a session: a second under the same id is refused,
@@ -1093,18 +1138,13 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                         "a request of this session with the same JSON-RPC id is still in \
                          flight: ids must be unique among a session's requests in flight",
                     );
-                    let err = match (&call, attempt.take(), item()) {
-                        (Some(call), Some(attempt), _) => {
-                            call.refuse(attempt, Check::Protocol, err).await
-                        }
-                        (_, _, Some(item)) => {
-                            let mut attempt = app.server().begin(item);
-                            attempt.authenticated(Arc::clone(&principal));
-                            attempt.refuse(Check::Protocol, err).await
-                        }
-                        _ => err,
+                    let whole = Whole {
+                        body: &body,
+                        peer,
+                        principal: &principal,
                     };
-                    refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status())
+                    let err = whole
+                        .refuse(app, call.as_ref(), attempt.take(), item(), err)
                         .await;
                     return app.refusal(&parts.headers, &err, None);
                 }
@@ -1176,7 +1216,9 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         // The probe kept the arguments' text: no second read of the body.
         let repeated = match call.as_ref().and_then(|c| c.arguments) {
             Some(raw) => probe::repeated_key(raw.get().as_bytes()),
-            None => probe::repeated_argument_key(&body),
+            None => {
+                probe::repeated_argument_key(&body).or_else(|| probe::repeated_params_key(&body))
+            }
         };
         a.arguments_repeat(repeated);
         a.answer_repeats(probe::repeated_input_responses_key(&body));

@@ -85,10 +85,11 @@ impl RmcpPeer {
                 None => std::future::pending().await,
             }
         };
+        // The answer first: one the client sent just before it went away (an answer and
+        // the end of its input in one write) was read first, and decides; the end is
+        // noticed only when no answer has come.
         tokio::select! {
             biased;
-            () = self.cancel.cancelled() => Err(cancelled()),
-            () = closed => Err(cancelled()),
             result = self.peer.send_request(request) => result.map_err(|err| match err {
                 ServiceError::TransportClosed
                 | ServiceError::TransportSend(_)
@@ -96,6 +97,8 @@ impl RmcpPeer {
                 _ if self.cancel.is_cancelled() => cancelled(),
                 err => client_error(what, err),
             }),
+            () = self.cancel.cancelled() => Err(cancelled()),
+            () = closed => Err(cancelled()),
         }
     }
 }

@@ -632,7 +632,7 @@ impl Refusals {
     /// `tools/call`, so it is recorded as one, as the `/mcp` gate records a body over its
     /// limit: of the tool and under the id its first [`MAX_LINE`] bytes name, if they do,
     /// else of a tool nobody can know.
-    fn too_long(&self, start: &TooLong) -> BoxFuture<'static, ()> {
+    fn too_long(&self, start: &Unread) -> BoxFuture<'static, ()> {
         let err = ToolError::new(
             Status::PayloadTooLarge,
             "body_too_large",
@@ -640,22 +640,12 @@ impl Refusals {
                 "an MCP message over stdio is limited to {MAX_LINE} bytes; the line was dropped"
             ),
         );
-        // A read, prompt or completion is recorded as one, so that `audit --kind` finds it.
-        let method = start.method.as_deref();
-        let name = match method {
-            Some("resources/read" | "resources/subscribe") => &start.uri,
-            _ => &start.name,
-        };
-        let mut request = CallRequest::unread(method, name.as_deref());
-        if !start.id.is_null() {
-            request = request.request_id(probe::id_text(&start.id));
-        }
-        self.refuse(request, err)
+        self.refuse(start.request(), err)
     }
 
     /// The record of a line of more than [`MAX_VALUES`] JSON values, refused unparsed: as
-    /// [`Self::too_long`], under the line's id when it can be read.
-    fn too_many_values(&self, id: Option<String>, tool: Option<&str>) -> BoxFuture<'static, ()> {
+    /// [`Self::too_long`], of what its top level names.
+    fn too_many_values(&self, line: &Unread) -> BoxFuture<'static, ()> {
         let err = ToolError::new(
             Status::PayloadTooLarge,
             "body_too_large",
@@ -664,11 +654,7 @@ impl Refusals {
                  refused unparsed"
             ),
         );
-        let mut request = CallRequest::new(tool.unwrap_or(UNKNOWN_TOOL), None);
-        if let Some(id) = id {
-            request = request.request_id(id);
-        }
-        self.refuse(request, err)
+        self.refuse(line.request(), err)
     }
 
     fn refuse(&self, request: CallRequest, err: ToolError) -> BoxFuture<'static, ()> {
@@ -687,8 +673,9 @@ impl Refusals {
         )
     }
 
-    /// The attempt of a call, read, prompt or completion rmcp parsed from `line`, put in
-    /// the request's extensions for the handler to take up; `None` for other requests.
+    /// The attempt of a call, read (a subscription's too), prompt or completion rmcp
+    /// parsed from `line`, put in the request's extensions for the handler to take up;
+    /// `None` for other requests.
     fn pend(
         &self,
         request: &mut JsonRpcRequest<ClientRequest>,
@@ -701,6 +688,7 @@ impl Refusals {
                 probe::tool_call_arguments,
             ),
             ClientRequest::ReadResourceRequest(_)
+            | ClientRequest::SubscribeRequest(_)
             | ClientRequest::GetPromptRequest(_)
             | ClientRequest::CompleteRequest(_) => {
                 (probe::item_request(line)?, probe::item_arguments)
@@ -894,13 +882,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                     self.discarding = false;
                 }
             } else if self.line.len().saturating_add(take) > MAX_LINE {
-                let top = probe::top_level(&self.line);
-                let start = TooLong {
-                    id: top_level_id(&top),
-                    method: top.method,
-                    name: top.name,
-                    uri: top.uri,
-                };
+                let start = Unread::of(probe::top_level(&self.line));
                 self.line.clear();
                 self.discarding = newline.is_none();
                 step = Some(Line::TooLong(start));
@@ -920,18 +902,44 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
 
 enum Line {
     Whole,
-    TooLong(TooLong),
+    TooLong(Unread),
     Eof,
 }
 
-/// What the start of a line over [`MAX_LINE`] says ([`probe::top_level`] of the part read
-/// before it was dropped): its id (`null` when it has none JSON-RPC allows), its method,
-/// its `params.name`.
-struct TooLong {
+/// What a line refused unread says ([`probe::top_level`] of the start of a line over
+/// [`MAX_LINE`], read before it was dropped, or of a line of too many values): its id
+/// (`null` when it has none JSON-RPC allows), its method, its `params.name` and `uri`.
+struct Unread {
     id: serde_json::Value,
     method: Option<String>,
     name: Option<String>,
     uri: Option<String>,
+}
+
+impl Unread {
+    fn of(top: probe::TopLevel<'_>) -> Unread {
+        Unread {
+            id: top_level_id(&top),
+            method: top.method,
+            name: top.name,
+            uri: top.uri,
+        }
+    }
+
+    /// The request to record: of the kind its method names (a read, prompt or
+    /// completion is recorded as one, so that `audit --kind` finds it), under its id.
+    fn request(&self) -> CallRequest {
+        let method = self.method.as_deref();
+        let name = match method {
+            Some("resources/read" | "resources/subscribe") => &self.uri,
+            _ => &self.name,
+        };
+        let mut request = CallRequest::unread(method, name.as_deref());
+        if !self.id.is_null() {
+            request = request.request_id(probe::id_text(&self.id));
+        }
+        request
+    }
 }
 
 /// How many answers (and other messages to the client) may wait to be written before no
@@ -1544,15 +1552,10 @@ where
                     max_values = MAX_VALUES,
                     "an incoming MCP message held too many JSON values; refused"
                 );
-                let top = probe::top_level(trim_line(&self.line));
-                let id = top_level_id(&top);
-                let known = (!id.is_null()).then(|| probe::id_text(&id));
-                // The call its top level names, as for an over-long line.
-                let tool = top
-                    .name
-                    .as_deref()
-                    .filter(|_| top.method.as_deref() == Some("tools/call"));
-                self.recording = Some(self.refusals.too_many_values(known, tool));
+                // What its top level names, as for an over-long line.
+                let top = Unread::of(probe::top_level(trim_line(&self.line)));
+                self.recording = Some(self.refusals.too_many_values(&top));
+                let id = top.id;
                 if !id.is_null() {
                     let answer = error_line(
                         id,
@@ -1566,25 +1569,25 @@ where
                 self.line.clear();
                 continue;
             }
+            let mut parsed = parse(&self.line);
             // The client's `initialize` is kept for the whole session (rmcp keeps what it
-            // says of the client), parsed: one of 1 MiB of `[[],[],…]` held 23 MB.
+            // says of the client), parsed: one of 1 MiB of `[[],[],…]` held 23 MB. (A line
+            // of several messages is refused whatever they are, each answered and each
+            // call among them recorded, below.)
             if self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
+                && let Parsed::Message(message) = &parsed
                 && probe::may_be_method(trim_line(&self.line), "initialize")
             {
-                let id = top_level_id(&probe::top_level(trim_line(&self.line)));
                 tracing::warn!("an initialize message over its limit; refused");
-                if !id.is_null() {
-                    let answer = error_line(
-                        id,
-                        ErrorCode::INVALID_REQUEST,
-                        crate::mcp::initialize_too_large(),
-                    );
-                    self.owed = Owed::Line(vec![Bytes::from(answer)]);
-                }
-                self.line.clear();
-                continue;
+                parsed = match message.as_ref() {
+                    JsonRpcMessage::Request(request) => Parsed::Refused {
+                        id: serde_json::to_value(&request.id).unwrap_or_default(),
+                        code: ErrorCode::INVALID_REQUEST,
+                        message: crate::mcp::initialize_too_large(),
+                    },
+                    _ => Parsed::Ignored,
+                };
             }
-            let mut parsed = parse(&self.line);
             // The client's answer to a question of the server's (a person's answer to a
             // confirmation) that repeats a key goes on as an error: read as rmcp reads
             // JSON the last value would win (`"action":"decline","action":"accept"`

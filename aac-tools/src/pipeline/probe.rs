@@ -35,7 +35,22 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
         }
         return says_tools_call(body).then(|| CallRequest::new(UNKNOWN_TOOL, None));
     };
-    tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))
+    let mut request = tool_call_in(&value).or_else(|| tool_call_in(&first_key_reading(body)?))?;
+    if let Some(pointer) = repeated_params_key(body) {
+        request.repeated_key = Some(pointer);
+    }
+    Some(request)
+}
+
+/// Whether the call `body` is repeats its `params.name` or `params.arguments`, as the
+/// pointer of the repeat in the message: a reading keeping the last (serde_json's) took
+/// another tool or other arguments than one keeping the first (a `confirm: false`
+/// first), so the record names the repeat. A scan first: most bodies repeat no key.
+pub(crate) fn repeated_params_key(body: &[u8]) -> Option<String> {
+    if keys_all_differ(body) {
+        return None;
+    }
+    repeated_key(body).filter(|pointer| pointer == "/params/arguments" || pointer == "/params/name")
 }
 
 /// Whether `bytes` (JSON or not) hold the string `tools/call`, as it is or in a string
