@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::backend::ReadStore;
 use crate::model::Issue;
 use crate::queries::ReadIssues;
-use crate::tools::caller;
+use crate::tools::{caller, require_member};
 use crate::transact;
 
 /// The variable of `aacworkflow://issues/{id}`.
@@ -107,17 +107,23 @@ pub async fn complete_issue_key(
     db: ReadStore,
     ctx: Ctx,
 ) -> Result<Vec<String>, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     let typed = completion.value.to_ascii_uppercase();
     // Every match counts, not only among the newest issues: the answer's `total` is
     // exact up to this many, and its first 100 values are the newest.
     const MOST: u32 = 1000;
-    transact!(db, |tx| tx.issue_keys(&workspace, &typed, MOST).await)
+    transact!(db, |tx| {
+        require_member(tx, &workspace, &user).await?;
+        tx.issue_keys(&workspace, &typed, MOST).await
+    })
 }
 
 async fn find(db: ReadStore, ctx: &Ctx, id: String) -> Result<Issue, ToolError> {
-    let (workspace, _) = caller(ctx)?;
-    transact!(db, |tx| tx.find_issue(&workspace, &id).await)
+    let (workspace, user) = caller(ctx)?;
+    transact!(db, |tx| {
+        require_member(tx, &workspace, &user).await?;
+        tx.find_issue(&workspace, &id).await
+    })
 }
 
 fn json_text(issue: &Issue) -> Result<String, ToolError> {

@@ -43,6 +43,26 @@ pub(crate) fn caller(ctx: &Ctx) -> Result<(String, String), ToolError> {
     Ok((workspace.to_owned(), principal.subject().to_owned()))
 }
 
+/// Every tool and item that reads asks this first, in its transaction: a user the
+/// workspace does not know reads nothing of it (403), whatever its token says (a user
+/// removed since the token was made, or a workspace deleted and made again under the
+/// same id).
+pub(crate) async fn require_member(
+    tx: &impl ReadMembers,
+    workspace: &str,
+    user: &str,
+) -> Result<Role, ToolError> {
+    tx.role(workspace, user)
+        .await?
+        .ok_or_else(|| not_a_member(workspace, user))
+}
+
+fn not_a_member(workspace: &str, user: &str) -> ToolError {
+    ToolError::forbidden(format!(
+        "user `{user}` is not a member of workspace `{workspace}`"
+    ))
+}
+
 /// Every tool that changes data asks this first, before it looks anything up: admins and
 /// members may write, a `viewer` reads only, and a user the workspace does not know may
 /// do neither (403 either way). `action` says what was refused, e.g. "update issues".
@@ -58,9 +78,7 @@ async fn require_writer(
             "your role `{}` may not {action}: viewers have read-only access; ask an admin or a member",
             role.as_str()
         ))),
-        None => Err(ToolError::forbidden(format!(
-            "user `{user}` is not a member of workspace `{workspace}`"
-        ))),
+        None => Err(not_a_member(workspace, user)),
     }
 }
 
@@ -131,7 +149,7 @@ pub async fn list_issues(
     ctx: Ctx,
     args: ListIssuesArgs,
 ) -> Result<IssuePage, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     let before = match &args.cursor {
         None => None,
         Some(cursor) => Some(decode_cursor(cursor).ok_or_else(|| {
@@ -147,7 +165,10 @@ pub async fn list_issues(
         before,
         limit: args.limit,
     };
-    let (rows, more) = transact!(db, |tx| tx.list_issues(&workspace, &filter).await)?;
+    let (rows, more) = transact!(db, |tx| {
+        require_member(tx, &workspace, &user).await?;
+        tx.list_issues(&workspace, &filter).await
+    })?;
     let next_cursor = if more {
         rows.last().map(|(number, _)| encode_cursor(*number))
     } else {
@@ -170,8 +191,11 @@ pub struct IssueIdArgs {
 /// Get one issue of your workspace by its UUID or its key (`AAC-42`).
 #[mcp_tool(read_only, idempotent, scope = "issues:read", audit_fields = ["issue_id"])]
 pub async fn get_issue(db: ReadStore, ctx: Ctx, args: IssueIdArgs) -> Result<Issue, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
-    transact!(db, |tx| tx.find_issue(&workspace, &args.issue_id).await)
+    let (workspace, user) = caller(&ctx)?;
+    transact!(db, |tx| {
+        require_member(tx, &workspace, &user).await?;
+        tx.find_issue(&workspace, &args.issue_id).await
+    })
 }
 
 /// The comments of an issue.
@@ -193,8 +217,9 @@ pub async fn list_comments(
     ctx: Ctx,
     args: IssueIdArgs,
 ) -> Result<CommentList, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     transact!(db, |tx| {
+        require_member(tx, &workspace, &user).await?;
         let issue = tx.find_issue(&workspace, &args.issue_id).await?;
         Ok(CommentList {
             comments: tx.comments(&issue.id).await?,
@@ -235,13 +260,16 @@ pub async fn dashboard_usage_daily(
     ctx: Ctx,
     args: UsageArgs,
 ) -> Result<Usage, ToolError> {
-    let (workspace, _) = caller(&ctx)?;
+    let (workspace, user) = caller(&ctx)?;
     let first_day =
         time::OffsetDateTime::now_utc() - time::Duration::days(i64::from(args.days) - 1);
     let since = timestamp(first_day)[..10].to_owned();
     let rows = {
         let (workspace, since) = (workspace.clone(), since.clone());
-        transact!(db, |tx| tx.usage_daily(&workspace, &since).await)?
+        transact!(db, |tx| {
+            require_member(tx, &workspace, &user).await?;
+            tx.usage_daily(&workspace, &since).await
+        })?
     };
     Ok(Usage {
         total_calls: rows.iter().map(|r| r.calls).sum(),

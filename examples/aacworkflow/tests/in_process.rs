@@ -647,6 +647,68 @@ async fn every_kind_of_refusal_is_answered_and_audited() {
     assert_eq!(s.count("autopilot_runs"), 0);
 }
 
+/// A user removed from the workspace reads nothing of it with a token made before: every
+/// read tool, the issue resource, the prompt and the completion are refused 403 by the
+/// handler and recorded so, as writes always were. (Only writes checked membership.)
+#[tokio::test]
+async fn a_user_removed_from_the_workspace_reads_nothing_of_it() {
+    let f = Fixture::new().await;
+    let s = &f.seeded;
+    let bob = s.token("bob", "demo", ALL_SCOPES);
+    let uri = "aacworkflow://issues/AAC-1";
+    let read = f.server.call(CallRequest::resource(uri).bearer(&bob)).await;
+    assert!(read.error().is_none(), "a member reads: {:?}", read.error());
+    s.remove_user("demo", "bob");
+    for (tool, args) in [
+        ("list_issues", json!({})),
+        ("get_issue", json!({"issue_id": "AAC-1"})),
+        ("list_comments", json!({"issue_id": "AAC-1"})),
+        ("dashboard_usage_daily", json!({})),
+    ] {
+        let record = refused(
+            &f,
+            Some(&bob),
+            tool,
+            args,
+            403,
+            "forbidden",
+            Check::Handler,
+            Outcome::Denied,
+        )
+        .await;
+        assert_eq!(record.principal.as_deref(), Some("bob"));
+    }
+    for request in [
+        CallRequest::resource(uri),
+        CallRequest::prompt("triage_issue", Some(json!({"issue_id": "AAC-1"}))),
+        CallRequest::completion(
+            "aacworkflow://issues/{id}",
+            true,
+            "id",
+            "AAC",
+            serde_json::Map::new(),
+        ),
+    ] {
+        let response = f.server.call(request.bearer(&bob)).await;
+        let err = response.error().expect("refused");
+        assert_eq!(
+            (err.status().code(), err.reason()),
+            (403, "forbidden"),
+            "{err}"
+        );
+        let record = f.last_record();
+        assert_eq!(
+            (record.outcome, record.status, record.principal.as_deref()),
+            (Outcome::Denied, 403, Some("bob"))
+        );
+    }
+    // A member still reads.
+    assert_eq!(
+        f.ok("get_issue", json!({"issue_id": "AAC-1"})).await["key"],
+        "AAC-1"
+    );
+}
+
 #[tokio::test]
 async fn another_workspace_issue_is_answered_exactly_like_a_missing_one() {
     let f = Fixture::new().await;

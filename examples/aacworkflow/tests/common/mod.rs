@@ -257,6 +257,25 @@ impl Seeded {
         }
     }
 
+    /// Remove `user` from `workspace` (the tokens made for them stay).
+    pub fn remove_user(&self, workspace: &str, user: &str) {
+        const QUERY: &str = "DELETE FROM users WHERE workspace = $1 AND name = $2";
+        let removed: i64 = match &self.backend {
+            Backend::Sqlite { db, .. } => db
+                .with_writer(|c| {
+                    c.execute(&QUERY.replace('$', "?"), rusqlite::params![workspace, user])
+                        .map(|n| n as i64)
+                })
+                .expect("removed"),
+            Backend::Postgres { test, .. } => pg_scalar(
+                &test.url,
+                &format!("WITH gone AS ({QUERY} RETURNING 1) SELECT count(*) FROM gone"),
+                &[&workspace, &user],
+            ),
+        };
+        assert_eq!(removed, 1, "{user} was a member of {workspace}");
+    }
+
     /// `SELECT count(*) FROM <table>`.
     pub fn count(&self, table: &str) -> i64 {
         let query = format!("SELECT count(*) FROM {table}");
