@@ -82,8 +82,9 @@ pub const POSTGRES_COMPONENT: &str = "aacworkflow";
 /// tables and columns as the SQLite schema, plus `comments.seq` (the order comments
 /// were written in, SQLite's `rowid`) and the view `aacworkflow_usage`, through which the
 /// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
-/// (they may not read `aac_audit` itself); version 2 keeps tool calls only in that view.
-pub const POSTGRES_MIGRATIONS: [&str; 2] = [
+/// (they may not read `aac_audit` itself); version 2 keeps tool calls only in that view,
+/// version 3 says how many calls each record stands for (a count of rate-limited ones).
+pub const POSTGRES_MIGRATIONS: [&str; 3] = [
     "
 CREATE TABLE workspaces (
     id          TEXT PRIMARY KEY,
@@ -142,6 +143,18 @@ CREATE VIEW aacworkflow_usage AS
 -- which the trail records beside them (column `kind`). Same columns, so the grants stay.
 CREATE OR REPLACE VIEW aacworkflow_usage AS
     SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome FROM aac_audit
+    WHERE kind = 'tool';
+",
+    "
+-- Version 3: how many calls each record stands for: one, but a count of calls refused
+-- past a rate limit (reason `rate_limited`, no request id, `{\"suppressed\": n}`) stands
+-- for n. A column added at the end, so the grants stay.
+CREATE OR REPLACE VIEW aacworkflow_usage AS
+    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome,
+           CASE WHEN reason = 'rate_limited' AND request_id IS NULL
+                THEN COALESCE((arguments::jsonb ->> 'suppressed')::bigint, 1)
+                ELSE 1 END AS calls
+    FROM aac_audit
     WHERE kind = 'tool';
 ",
 ];

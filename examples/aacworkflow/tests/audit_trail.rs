@@ -177,3 +177,61 @@ async fn the_four_read_only_tools_change_nothing() {
     assert!(response.error().is_none(), "{:?}", response.error());
     assert_ne!(content_hash(db, &["aac_audit"]).unwrap(), before);
 }
+
+/// Calls refused past a rate limit are recorded one, then counted in one record (its
+/// `suppressed`): the dashboard counts each call such a record stands for, as the trail
+/// does, not the record once.
+#[tokio::test]
+async fn dashboard_counts_every_call_a_count_of_refusals_stands_for() {
+    use aac_tools::audit::{AuditRecord, AuditSink, CallKind, Check};
+    let seeded = Seeded::new().await;
+    let server = server(&seeded);
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    call(&server, &alice, "get_issue", json!({"issue_id": "AAC-1"})).await;
+    let count = AuditRecord {
+        tool: "get_issue".to_owned(),
+        outcome: Outcome::Denied,
+        reason: Some("rate_limited".to_owned()),
+        check: Some(Check::RateLimit),
+        status: 429,
+        scopes_provided: Vec::new(),
+        timestamp: aacworkflow::model::now(),
+        principal: Some("alice".to_owned()),
+        workspace: Some("demo".to_owned()),
+        transport: "streamable_http".to_owned(),
+        request_id: None,
+        duration_us: 0,
+        access_level: None,
+        arguments: json!({"suppressed": 41}),
+        confirmed_by: None,
+        kind: CallKind::Tool,
+    };
+    match (seeded.sqlite(), seeded.postgres()) {
+        (Some((_, path)), _) => SqliteSink::open(path).unwrap().record(count).await.unwrap(),
+        (_, Some((db, _))) => aac_tools::postgres::PgSink::open(db)
+            .unwrap()
+            .record(count)
+            .await
+            .unwrap(),
+        _ => unreachable!("one backend or the other"),
+    }
+    let usage = call(&server, &alice, "dashboard_usage_daily", json!({"days": 2})).await;
+    let usage = &usage["structuredContent"];
+    let get_issue: Vec<_> = usage["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tool"] == "get_issue")
+        .map(|r| {
+            (
+                r["calls"].clone(),
+                r["success"].clone(),
+                r["denied"].clone(),
+            )
+        })
+        .collect();
+    let calls: i64 = get_issue.iter().map(|r| r.0.as_i64().unwrap()).sum();
+    let denied: i64 = get_issue.iter().map(|r| r.2.as_i64().unwrap()).sum();
+    assert_eq!((calls, denied), (42, 41), "{usage}");
+    assert_eq!(usage["total_calls"], 42, "{usage}");
+}

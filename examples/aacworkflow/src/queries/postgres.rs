@@ -199,10 +199,10 @@ impl<L: Level> ReadUsage for Tx<L> {
         let client = self.client();
         let stmt = client
             .prepare_cached(
-                "SELECT day, tool, count(*),
-                        count(*) FILTER (WHERE outcome = 'success'),
-                        count(*) FILTER (WHERE outcome = 'denied'),
-                        count(*) FILTER (WHERE outcome = 'error')
+                "SELECT day, tool, sum(calls)::bigint,
+                        COALESCE(sum(calls) FILTER (WHERE outcome = 'success'), 0)::bigint,
+                        COALESCE(sum(calls) FILTER (WHERE outcome = 'denied'), 0)::bigint,
+                        COALESCE(sum(calls) FILTER (WHERE outcome = 'error'), 0)::bigint
                  FROM aacworkflow_usage
                  WHERE workspace = $1 AND timestamp COLLATE \"C\" >= $2
                  GROUP BY day, tool

@@ -177,10 +177,16 @@ impl<L: Level> ReadUsage for Tx<'_, L> {
             return Ok(Vec::new());
         }
         let mut stmt = self.conn().prepare_cached(
-            "SELECT substr(timestamp, 1, 10) AS day, tool, count(*),
-                    sum(outcome = 'success'), sum(outcome = 'denied'), sum(outcome = 'error')
-             FROM aac_audit
-             WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
+            "SELECT day, tool, sum(calls), sum(calls * (outcome = 'success')),
+                    sum(calls * (outcome = 'denied')), sum(calls * (outcome = 'error'))
+             FROM (
+                 SELECT substr(timestamp, 1, 10) AS day, tool, outcome,
+                        CASE WHEN reason = 'rate_limited' AND request_id IS NULL
+                             THEN coalesce(json_extract(arguments, '$.suppressed'), 1)
+                             ELSE 1 END AS calls
+                 FROM aac_audit
+                 WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
+             )
              GROUP BY day, tool
              ORDER BY day, tool",
         )?;
