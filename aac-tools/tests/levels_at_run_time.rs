@@ -1151,6 +1151,25 @@ async fn no_tool_reaches_the_framework_s_tables() {
             "SELECT secret_hash FROM aac_tokens",
             "reading aac_tokens",
         ),
+        (
+            "delete_sql",
+            "CREATE TEMP TABLE aac_tokens (id TEXT)",
+            "CREATE TABLE aac_tokens",
+        ),
+        (
+            "delete_sql",
+            "CREATE VIEW Aac_Shadow AS SELECT 1",
+            "CREATE VIEW Aac_Shadow",
+        ),
+        // The schema table edited directly (a renamed `aac_tokens` would be any tool's),
+        // `writable_schema` switched back off before the tool returns.
+        (
+            "delete_sql",
+            "PRAGMA writable_schema = ON; \
+             UPDATE sqlite_master SET name = 'keys', tbl_name = 'keys' WHERE name = 'aac_tokens'; \
+             PRAGMA writable_schema = OFF",
+            "the schema table's rows",
+        ),
     ];
     for (tool, sql, what) in attempts {
         let err = run(&server, tool, sql)
@@ -1180,10 +1199,17 @@ async fn no_tool_reaches_the_framework_s_tables() {
     )
     .await
     .unwrap();
+    run(
+        &server,
+        "delete_sql",
+        "CREATE TABLE scratch (x); DROP TABLE scratch",
+    )
+    .await
+    .unwrap();
     assert_eq!(notes(&f.db), 3);
     assert!(tokens.verify_blocking(&issued.token).is_ok());
     let report = trail.verify().unwrap();
-    assert_eq!(report.checked, attempts.len() as u64 + 2, "{report:?}");
+    assert_eq!(report.checked, attempts.len() as u64 + 3, "{report:?}");
     assert!(report.broken.is_none(), "{report:?}");
     assert!(
         report.missing_triggers.is_empty() && report.foreign_triggers.is_empty(),

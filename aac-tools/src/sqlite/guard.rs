@@ -70,6 +70,12 @@ fn framework_refusal(action: &AuthAction<'_>) -> Option<String> {
         A::Delete { table_name } => ("DELETE FROM", table_name),
         A::DropTable { table_name } | A::DropTempTable { table_name } => ("DROP TABLE", table_name),
         A::AlterTable { table_name, .. } => ("ALTER TABLE", table_name),
+        // Nor a table or view of the framework's name (a temporary one shadows the real
+        // one for the framework's own statements on the writer connection).
+        A::CreateTable { table_name }
+        | A::CreateTempTable { table_name }
+        | A::CreateVtable { table_name, .. } => ("CREATE TABLE", table_name),
+        A::CreateView { view_name } | A::CreateTempView { view_name } => ("CREATE VIEW", view_name),
         A::CreateIndex { table_name, .. }
         | A::CreateTempIndex { table_name, .. }
         | A::DropIndex { table_name, .. }
@@ -81,6 +87,21 @@ fn framework_refusal(action: &AuthAction<'_>) -> Option<String> {
         _ => return None,
     };
     is_framework_table(table).then(|| format!("{what} {table}, the framework's table"))
+}
+
+/// What the schema table says of the framework's tables (their indexes and triggers
+/// too), as read on `conn` now: the framework's own read, made while no tool's rules
+/// refuse it (the schema table is no framework table).
+pub(super) fn framework_schema(
+    conn: &Connection,
+) -> Result<Vec<[Option<String>; 4]>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT type, name, tbl_name, sql FROM main.sqlite_master
+         WHERE lower(substr(name, 1, 4)) = 'aac_' OR lower(substr(tbl_name, 1, 4)) = 'aac_'
+         ORDER BY type, name",
+    )?;
+    let rows = stmt.query_map([], |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]))?;
+    rows.collect()
 }
 
 /// The rules installed on the writer connection.

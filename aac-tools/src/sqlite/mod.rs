@@ -428,16 +428,30 @@ impl Database {
                         "BEGIN IMMEDIATE",
                         commits.as_ref(),
                         |tx: &Tx<'_, L>| {
+                            // The `Delete` level may change the schema, and the schema table
+                            // itself with `writable_schema` (through the C API, switched back
+                            // before it returns): what it says of the framework's tables must
+                            // be the same at the end (a renamed `aac_tokens` is writable).
+                            let framework = (level == crate::access::AccessLevel::Delete)
+                                .then(|| guard::framework_schema(&writer.conn))
+                                .transpose()?;
                             let result = {
                                 // The tool's own commit is refused while it runs.
                                 let _runs = writer.tool_runs();
                                 f(tx)
+                            };
+                            let edited = match framework {
+                                Some(before) => guard::framework_schema(&writer.conn)? != before,
+                                None => false,
                             };
                             // A refusal fails the transaction even when the tool swallowed the
                             // error: the call is recorded as the violation it is.
                             match writer.take_refused() {
                                 Some(Refused::Action(what)) => Err(level_violation(level, &what)),
                                 Some(Refused::Framework(what)) => Err(framework_violation(&what)),
+                                None if edited => Err(framework_violation(
+                                    "the schema table's rows of the framework's tables",
+                                )),
                                 None => result,
                             }
                         },
