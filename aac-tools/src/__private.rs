@@ -101,6 +101,9 @@ std::thread_local! {
 #[allow(missing_debug_implementations)]
 pub struct ExtractScope {
     previous: Option<AccessLevel>,
+    /// Not `Send`: a scope entered on another thread (where no tool ran) and dropped on
+    /// the tool's would put that thread's "no tool" on it.
+    _here: std::marker::PhantomData<*const ()>,
 }
 
 impl ExtractScope {
@@ -114,6 +117,7 @@ impl ExtractScope {
                 cell.set(Some(previous.map_or(level, |running| running.min(level))));
                 previous
             }),
+            _here: std::marker::PhantomData,
         }
     }
 }

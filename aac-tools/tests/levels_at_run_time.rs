@@ -55,6 +55,23 @@ async fn write_sql(db: WriteDb, args: Sql) -> Result<Text, ToolError> {
     Ok(Text("ran".into()))
 }
 
+/// Turns `writable_schema` on through the C API (no pragma), runs the SQL it is given in
+/// its delete transaction, and turns it off again.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn delete_schema_sql(db: DeleteDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| {
+        use rusqlite::config::DbConfig;
+        tx.conn()
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_WRITABLE_SCHEMA, true)?;
+        let ran = tx.conn().execute_batch(&args.sql);
+        tx.conn()
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_WRITABLE_SCHEMA, false)?;
+        Ok(ran?)
+    })
+    .await?;
+    Ok(Text("ran".into()))
+}
+
 /// Runs whatever SQL it is given, in its delete transaction.
 #[mcp_tool(destructive, scope = "notes:write")]
 async fn delete_sql(db: DeleteDb, args: Sql) -> Result<Text, ToolError> {
@@ -180,7 +197,7 @@ fn caller() -> Credentials {
 
 async fn run(server: &Server, tool: &str, sql: &str) -> Result<(), ToolError> {
     let mut args = json!({ "sql": sql });
-    if tool == "delete_sql" {
+    if tool.starts_with("delete_") {
         args["confirm"] = json!(true);
     }
     let response = server
@@ -549,7 +566,8 @@ async fn a_read_transaction_cannot_leave_anything_behind_for_the_next_calls() {
 
 /// `writable_schema` turned on through the C API (which no pragma check sees) does not
 /// let a write-level tool edit the schema table: a direct `DELETE`, `UPDATE` or `INSERT`
-/// of `sqlite_master` is refused and rolled back, and the table is still there.
+/// of `sqlite_master` is refused (by the file's defensive mode, and the level's
+/// authorizer behind it) and rolled back, and the table is still there.
 #[tokio::test]
 async fn a_write_transaction_cannot_edit_the_schema_table_directly() {
     let f = fixture();
@@ -568,9 +586,14 @@ async fn a_write_transaction_cannot_edit_the_schema_table_directly() {
             "INSERT INTO sqlite_master",
         ),
     ] {
+        // Refused by the file's defensive mode, or (a tool that turned that off too) by
+        // the level's authorizer.
         let err = run(&server, "write_schema_sql", sql).await.unwrap_err();
-        assert_eq!(err.reason(), "level_violation", "{sql}: {err}");
-        assert!(err.message().contains(what), "{sql}: {err}");
+        assert!(
+            err.message().contains("sqlite_master may not be modified")
+                || (err.reason() == "level_violation" && err.message().contains(what)),
+            "{sql}: {err}"
+        );
     }
     // The schema is whole: reopened from the file, `notes` is there with its rows.
     drop(server);
@@ -1086,12 +1109,14 @@ async fn no_tool_reaches_the_framework_s_tables() {
     let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
     let issued = tokens.create("alice", None, &["notes:read"], None).unwrap();
     let trail = aac_tools::audit::SqliteSink::open(f.db.path()).unwrap();
-    let server =
-        Server::builder(Registry::collect_named(&["read_sql", "write_sql", "delete_sql"]).unwrap())
-            .audit(trail.clone())
-            .state(f.db.clone())
-            .build()
-            .unwrap();
+    let server = Server::builder(
+        Registry::collect_named(&["read_sql", "write_sql", "delete_sql", "delete_schema_sql"])
+            .unwrap(),
+    )
+    .audit(trail.clone())
+    .state(f.db.clone())
+    .build()
+    .unwrap();
     let before = content_hash(&f.db, &["aac_audit"]).unwrap();
     let attempts = [
         (
@@ -1161,13 +1186,13 @@ async fn no_tool_reaches_the_framework_s_tables() {
             "CREATE VIEW Aac_Shadow AS SELECT 1",
             "CREATE VIEW Aac_Shadow",
         ),
-        // The schema table edited directly (a renamed `aac_tokens` would be any tool's),
-        // `writable_schema` switched back off before the tool returns.
+        // A trigger of the application's that writes them, which would fire on the
+        // framework's own set-up code (no tool's rules there).
         (
             "delete_sql",
-            "PRAGMA writable_schema = ON; \
-             UPDATE sqlite_master SET name = 'keys', tbl_name = 'keys' WHERE name = 'aac_tokens'; \
-             PRAGMA writable_schema = OFF",
+            "CREATE TRIGGER seed AFTER INSERT ON notes BEGIN \
+             INSERT INTO aac_tokens (id, secret_hash, subject, scopes, created_at) \
+             VALUES ('0000deadbeef', x'00', 'mallory', 'notes:write', 0); END",
             "the schema table's rows",
         ),
     ];
@@ -1186,6 +1211,35 @@ async fn no_tool_reaches_the_framework_s_tables() {
             "`{sql}` changed nothing"
         );
     }
+    // The schema table edited directly (an alias of `aac_tokens` under another name is
+    // any tool's): the pragma is refused at the `Delete` level too, as every setting of
+    // the shared connection; switched on through the C API, the file's defensive mode
+    // refuses the edit.
+    let err = run(
+        &server,
+        "delete_sql",
+        "PRAGMA writable_schema = ON; \
+         UPDATE sqlite_master SET name = 'keys', tbl_name = 'keys' WHERE name = 'aac_tokens'",
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert!(err.message().contains("PRAGMA writable_schema"), "{err}");
+    let err = run(
+        &server,
+        "delete_schema_sql",
+        "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) \
+         SELECT 'table', 'keys', 'keys', rootpage, replace(sql, 'aac_tokens', 'keys') \
+         FROM sqlite_master WHERE name = 'aac_tokens'",
+    )
+    .await
+    .expect_err("refused");
+    assert!(err.message().contains("may not be modified"), "{err}");
+    assert_eq!(
+        content_hash(&f.db, &["aac_audit"]).unwrap(),
+        before,
+        "nothing changed"
+    );
     // The trail is readable (an application may count its own records), and intact: one
     // record each, none rewritten; the token still verifies; the application's own
     // tables are the tools' as before.
@@ -1209,7 +1263,7 @@ async fn no_tool_reaches_the_framework_s_tables() {
     assert_eq!(notes(&f.db), 3);
     assert!(tokens.verify_blocking(&issued.token).is_ok());
     let report = trail.verify().unwrap();
-    assert_eq!(report.checked, attempts.len() as u64 + 3, "{report:?}");
+    assert_eq!(report.checked, attempts.len() as u64 + 5, "{report:?}");
     assert!(report.broken.is_none(), "{report:?}");
     assert!(
         report.missing_triggers.is_empty() && report.foreign_triggers.is_empty(),
@@ -1307,4 +1361,73 @@ async fn a_tool_cannot_raise_its_own_level() {
     let server = with_setup(&f, &tokens, &["raise_own_level"]);
     refused_for_their_level(&server, &["raise_own_level"]).await;
     assert_eq!(notes(&f.db), 2, "nothing deleted");
+}
+
+/// Read-only: a token's row, read with the token store's own statement asked of the
+/// connection's statement cache (`sql` is the token's id).
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn cached_token_read(db: ReadDb, args: Sql) -> Result<Text, ToolError> {
+    let subject = db
+        .run(move |tx| {
+            let mut stmt = tx.conn().prepare_cached(
+                "SELECT secret_hash, subject, workspace, scopes, expires_at, revoked_at
+                     FROM aac_tokens WHERE id = ?1",
+            )?;
+            Ok(stmt.query_row([args.sql], |r| r.get::<_, String>(1)).ok())
+        })
+        .await?;
+    Ok(Text(format!("{subject:?}")))
+}
+
+/// A statement the framework prepared on a pooled reader (a token checked), outside any
+/// tool's rules, is not handed to a tool that asks the cache for the same SQL: it is
+/// prepared again, under the tool's rules, and refused.
+#[tokio::test]
+async fn a_tool_cannot_reuse_the_framework_s_prepared_statements() {
+    let f = fixture();
+    let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
+    let issued = tokens.create("alice", None, &["notes:read"], None).unwrap();
+    let server = server(&f, &["cached_token_read"]);
+    for _ in 0..3 {
+        tokens.verify_blocking(&issued.token).unwrap();
+        let response = server
+            .call(
+                CallRequest::new("cached_token_read", Some(json!({"sql": issued.id})))
+                    .credentials(caller()),
+            )
+            .await;
+        let err = response.error().expect("refused");
+        assert_eq!(err.reason(), "level_violation", "{err}");
+        assert!(err.message().contains("reading aac_tokens"), "{err}");
+    }
+}
+
+/// A destructive tool may delete and change the schema, but not the settings of the one
+/// writer connection every later call shares (checks ignored, writes refused for
+/// everyone, `LIKE` changed): refused as at the write level; a pragma that ends with the
+/// transaction is fine.
+#[tokio::test]
+async fn a_destructive_tool_leaves_no_setting_on_the_shared_connection() {
+    let f = fixture();
+    let server = server(&f, &["delete_sql"]);
+    for pragma in [
+        "PRAGMA ignore_check_constraints = ON",
+        "PRAGMA query_only = ON",
+        "PRAGMA case_sensitive_like = ON",
+        "PRAGMA recursive_triggers = 1",
+        "PRAGMA journal_mode = OFF",
+        "PRAGMA writable_schema = ON",
+    ] {
+        let err = run(&server, "delete_sql", pragma).await.expect_err(pragma);
+        assert_eq!(err.reason(), "level_violation", "{pragma}: {err}");
+        assert!(err.message().contains(pragma), "{pragma}: {err}");
+    }
+    run(
+        &server,
+        "delete_sql",
+        "PRAGMA defer_foreign_keys = ON; PRAGMA table_info(notes); DELETE FROM notes WHERE id = 2",
+    )
+    .await
+    .unwrap();
+    assert_eq!(notes(&f.db), 1);
 }

@@ -1233,6 +1233,35 @@ async fn an_answer_sent_with_the_end_of_input_decides() {
     }
 }
 
+/// A `notifications/cancelled` read before the person's answer (both in one write, the
+/// input still open) cancels the call: the "yes" after it does not run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_read_before_the_answer_wins() {
+    for n in 0..6 {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": 1}});
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}});
+        raw.write
+            .write_all(format!("{cancel}\n{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while sink.records().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "run {n}: {records:?}");
+        assert_eq!(
+            (records[0].reason.as_deref(), records[0].status),
+            (Some("cancelled"), 499),
+            "run {n}: {:?}",
+            records[0]
+        );
+    }
+}
+
 /// A client whose input ends while its user is asked stops the wait at once: the record
 /// says `cancelled` (499), not the confirmation's timeout (3 s here), which rmcp's drain
 /// of a closed connection (5 s) used to outlast.

@@ -95,9 +95,12 @@ fn framework_refusal(action: &AuthAction<'_>) -> Option<String> {
 pub(super) fn framework_schema(
     conn: &Connection,
 ) -> Result<Vec<[Option<String>; 4]>, rusqlite::Error> {
+    // A trigger or view of an application's table that names one of them (a trigger that
+    // writes `aac_tokens` fires on the framework's own set-up code too) counts as well.
     let mut stmt = conn.prepare_cached(
         "SELECT type, name, tbl_name, sql FROM main.sqlite_master
          WHERE lower(substr(name, 1, 4)) = 'aac_' OR lower(substr(tbl_name, 1, 4)) = 'aac_'
+            OR instr(lower(sql), 'aac_') > 0
          ORDER BY type, name",
     )?;
     let rows = stmt.query_map([], |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]))?;
@@ -109,7 +112,8 @@ pub(super) fn framework_schema(
 pub(super) enum Rules {
     /// No authorizer: set-up code outside tools.
     Open,
-    /// The `Delete` level: anything but the framework's tables.
+    /// The `Delete` level: anything but the framework's tables and the connection's
+    /// settings.
     NoFramework,
     /// The `Write` level: no `DELETE`, no `DROP`, no schema change, no `ATTACH`, no
     /// pragma that changes a setting, nothing of the framework's tables.
@@ -297,7 +301,17 @@ impl Writer {
             Rules::NoFramework => {
                 let refused = Arc::clone(&self.refused);
                 self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
-                    refuse_framework(&refused, &ctx.action).unwrap_or(Authorization::Allow)
+                    if let Some(denied) = refuse_framework(&refused, &ctx.action) {
+                        return denied;
+                    }
+                    match setting_refusal(&ctx.action) {
+                        None => Authorization::Allow,
+                        Some(what) => {
+                            let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
+                            verdict.refused.get_or_insert(Refused::Action(what));
+                            Authorization::Deny
+                        }
+                    }
                 }))?
             }
             Rules::NoDelete => {
@@ -353,6 +367,24 @@ fn schema_edit(action: &AuthAction<'_>) -> Option<String> {
         }
         A::Update { table_name, .. } if SCHEMA_TABLES.contains(&table_name) => {
             Some(format!("UPDATE {table_name}"))
+        }
+        _ => None,
+    }
+}
+
+/// A pragma that sets a value, which would stay on the shared writer connection for
+/// every later call (`ignore_check_constraints`, `query_only`, `case_sensitive_like`,
+/// `writable_schema`…), refused at the `Delete` level too: all but `defer_foreign_keys`,
+/// which ends with the transaction, and the pragmas that only name what they read.
+fn setting_refusal(action: &AuthAction<'_>) -> Option<String> {
+    match *action {
+        AuthAction::Pragma {
+            pragma_name,
+            pragma_value: Some(value),
+        } => {
+            let name = pragma_name.to_ascii_lowercase();
+            (name != "defer_foreign_keys" && !READING_PRAGMAS.contains(&name.as_str()))
+                .then(|| format!("PRAGMA {pragma_name} = {value}"))
         }
         _ => None,
     }

@@ -316,6 +316,9 @@ impl Database {
         let reader = self.take_reader()?;
         let result = f(&reader.conn);
         reader.take_refused();
+        // The statements prepared here were authorized outside any tool: a tool that
+        // asked the cache for the same SQL would get them, unchecked (a token's row).
+        reader.conn.flush_prepared_statement_cache();
         self.put_reader(reader);
         Ok(result?)
     }
@@ -492,12 +495,17 @@ fn read_violation(what: &str) -> ToolError {
 
 /// The error of an action the level's authorizer refused, naming the action.
 fn level_violation(level: crate::access::AccessLevel, what: &str) -> ToolError {
+    let rule = if level == crate::access::AccessLevel::Delete {
+        "no level may change a setting of the shared connection"
+    } else {
+        "only `destructive` tools may delete rows or change the schema"
+    };
     ToolError::new(
         Status::Internal,
         "level_violation",
         format!(
             "a tool at the `{level}` access level tried `{what}`, and the database refused it; \
-             only `destructive` tools may delete rows or change the schema"
+             {rule}"
         ),
     )
 }
@@ -505,6 +513,10 @@ fn level_violation(level: crate::access::AccessLevel, what: &str) -> ToolError {
 fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    // No SQL may corrupt the file: no `writable_schema` edit of the schema table (which
+    // can alias a framework table under another name), no `schema_version = N`, no
+    // `journal_mode = OFF`.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
     // Fails on a file that is not a database (or is corrupt): better at open than later.
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
         r.get::<_, i64>(0)
