@@ -1204,6 +1204,17 @@ async fn a_client_that_leaves_while_its_user_is_asked_abandoned_the_call() {
     }
 }
 
+/// The one record `sink` gets, waited for (up to 20 s).
+async fn the_one_record(sink: &MemorySink) -> aac_tools::audit::AuditRecord {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sink.records().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    records[0].clone()
+}
+
 /// A person's answer sent with the end of the client's input (one write: the answer,
 /// then the input closed) was read before the end, and decides: a "no" is recorded as the
 /// person's refusal (403 `user_declined`), not as the client going away, every time.
@@ -1218,17 +1229,11 @@ async fn an_answer_sent_with_the_end_of_input_decides() {
             .await
             .unwrap();
         raw.write.shutdown().await.unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while sink.records().is_empty() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let records = sink.records();
-        assert_eq!(records.len(), 1, "run {n}: {records:?}");
+        let record = the_one_record(&sink).await;
         assert_eq!(
-            (records[0].reason.as_deref(), records[0].status),
+            (record.reason.as_deref(), record.status),
             (Some("user_declined"), 403),
-            "run {n}: {:?}",
-            records[0]
+            "run {n}: {record:?}"
         );
     }
 }
@@ -1247,17 +1252,11 @@ async fn a_cancel_read_before_the_answer_wins() {
             .write_all(format!("{cancel}\n{answer}\n").as_bytes())
             .await
             .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while sink.records().is_empty() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let records = sink.records();
-        assert_eq!(records.len(), 1, "run {n}: {records:?}");
+        let record = the_one_record(&sink).await;
         assert_eq!(
-            (records[0].reason.as_deref(), records[0].status),
+            (record.reason.as_deref(), record.status),
             (Some("cancelled"), 499),
-            "run {n}: {:?}",
-            records[0]
+            "run {n}: {record:?}"
         );
     }
 }

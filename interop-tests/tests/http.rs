@@ -3213,17 +3213,20 @@ async fn arguments_that_repeat_a_key_are_refused() {
         ]
     );
     // The note is still there.
-    let notes: Value = client
-        .post(format!("{}/tools/list_notes", server.base))
-        .bearer_auth(full)
-        .body("{}")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
+    let notes = || async {
+        client
+            .post(format!("{}/tools/list_notes", server.base))
+            .bearer_auth(full)
+            .body("{}")
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let kept = notes().await;
+    assert_eq!(kept["notes"][0]["text"], "keep me", "{kept}");
 
     // The call's `params` repeating its `arguments` (a `confirm: false` first, what a
     // reader keeping the first key saw) or its `name`: never run, and the record names
@@ -3249,17 +3252,8 @@ async fn arguments_that_repeat_a_key_are_refused() {
             "{records:?}"
         );
     }
-    let notes: Value = client
-        .post(format!("{}/tools/list_notes", server.base))
-        .bearer_auth(full)
-        .body("{}")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(notes["notes"][0]["text"], "keep me", "{notes}");
+    let kept = notes().await;
+    assert_eq!(kept["notes"][0]["text"], "keep me", "{kept}");
 
     // A prompt's arguments too: refused, recorded, the prompt never rendered.
     server.sink.clear();

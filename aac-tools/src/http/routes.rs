@@ -1098,6 +1098,13 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         parts.headers.insert(SESSION_ID, unknown);
     }
 
+    // What refuses the body whole, past this point, for a reason of its own.
+    let whole = Whole {
+        body: &body,
+        peer,
+        principal: &principal,
+    };
+
     // An `initialize` is kept for the session's life: bounded (see the constant). The
     // body is refused whole, and every call, read, prompt or completion it carries beside
     // the `initialize` is recorded as refused with it.
@@ -1110,11 +1117,6 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "body_too_large",
             crate::mcp::initialize_too_large(),
         );
-        let whole = Whole {
-            body: &body,
-            peer,
-            principal: &principal,
-        };
         let err = whole
             .refuse(app, call.as_ref(), attempt.take(), item(), err)
             .await;
@@ -1138,11 +1140,6 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                         "a request of this session with the same JSON-RPC id is still in \
                          flight: ids must be unique among a session's requests in flight",
                     );
-                    let whole = Whole {
-                        body: &body,
-                        peer,
-                        principal: &principal,
-                    };
                     let err = whole
                         .refuse(app, call.as_ref(), attempt.take(), item(), err)
                         .await;
