@@ -1422,6 +1422,33 @@ async fn a_destructive_tool_leaves_no_setting_on_the_shared_connection() {
         assert_eq!(err.reason(), "level_violation", "{pragma}: {err}");
         assert!(err.message().contains(pragma), "{pragma}: {err}");
     }
+    // Nor what else outlives the call on the connection: an attached file (the database
+    // itself attached again locked every later write out), a temporary table (one
+    // renamed `aac_tokens` shadowed the real one for the token store), view or trigger
+    // (one on `notes` that writes `aac_tokens` fired on set-up code).
+    let same_file = f.db.path().display().to_string();
+    for (sql, what) in [
+        (
+            format!("ATTACH '{same_file}' AS again"),
+            "ATTACH".to_owned(),
+        ),
+        (
+            "CREATE TEMP TABLE foo (id TEXT); ALTER TABLE temp.foo RENAME TO aac_tokens".to_owned(),
+            "CREATE TEMP TABLE foo".to_owned(),
+        ),
+        (
+            "CREATE TEMP VIEW v AS SELECT 1".to_owned(),
+            "CREATE TEMP VIEW v".to_owned(),
+        ),
+        (
+            "CREATE TEMP TRIGGER t AFTER INSERT ON main.notes BEGIN SELECT 1; END".to_owned(),
+            "CREATE TEMP TRIGGER t".to_owned(),
+        ),
+    ] {
+        let err = run(&server, "delete_sql", &sql).await.expect_err(&sql);
+        assert_eq!(err.reason(), "level_violation", "{sql}: {err}");
+        assert!(err.message().contains(&what), "{sql}: {err}");
+    }
     run(
         &server,
         "delete_sql",

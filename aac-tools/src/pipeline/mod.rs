@@ -322,6 +322,16 @@ impl Attempt {
                 };
             }
         };
+        // A call its client cancelled while it was checked (while a person was asked, say:
+        // a `notifications/cancelled` read before the answer) does not run.
+        if prepared.call.ctx.is_cancelled() {
+            let err = ToolError::new(
+                Status::ClientClosedRequest,
+                "cancelled",
+                "the call was cancelled by its client before its tool ran",
+            );
+            return self.finish(Err(err), None).await;
+        }
         self.started_handler = true;
         let Prepared {
             name,

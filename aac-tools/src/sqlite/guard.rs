@@ -112,8 +112,8 @@ pub(super) fn framework_schema(
 pub(super) enum Rules {
     /// No authorizer: set-up code outside tools.
     Open,
-    /// The `Delete` level: anything but the framework's tables and the connection's
-    /// settings.
+    /// The `Delete` level: anything but the framework's tables and what would outlive
+    /// the call on the connection (settings, attachments, temporary objects).
     NoFramework,
     /// The `Write` level: no `DELETE`, no `DROP`, no schema change, no `ATTACH`, no
     /// pragma that changes a setting, nothing of the framework's tables.
@@ -304,7 +304,7 @@ impl Writer {
                     if let Some(denied) = refuse_framework(&refused, &ctx.action) {
                         return denied;
                     }
-                    match setting_refusal(&ctx.action) {
+                    match connection_refusal(&ctx.action) {
                         None => Authorization::Allow,
                         Some(what) => {
                             let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
@@ -372,19 +372,31 @@ fn schema_edit(action: &AuthAction<'_>) -> Option<String> {
     }
 }
 
-/// A pragma that sets a value, which would stay on the shared writer connection for
-/// every later call (`ignore_check_constraints`, `query_only`, `case_sensitive_like`,
-/// `writable_schema`…), refused at the `Delete` level too: all but `defer_foreign_keys`,
-/// which ends with the transaction, and the pragmas that only name what they read.
-fn setting_refusal(action: &AuthAction<'_>) -> Option<String> {
+/// What would stay on the shared writer connection for every later call, refused at the
+/// `Delete` level too: a pragma that sets a value (`ignore_check_constraints`,
+/// `query_only`, `case_sensitive_like`, `writable_schema`…; all but `defer_foreign_keys`,
+/// which ends with the transaction, and the pragmas that only name what they read), an
+/// attached database (the file itself attached again locks every later write out), and
+/// any temporary table, view, index or trigger (a temporary table renamed `aac_tokens`
+/// shadows the real one for the token store; a temporary trigger fires on set-up code).
+fn connection_refusal(action: &AuthAction<'_>) -> Option<String> {
+    use AuthAction as A;
     match *action {
-        AuthAction::Pragma {
+        A::Pragma {
             pragma_name,
             pragma_value: Some(value),
         } => {
             let name = pragma_name.to_ascii_lowercase();
             (name != "defer_foreign_keys" && !READING_PRAGMAS.contains(&name.as_str()))
                 .then(|| format!("PRAGMA {pragma_name} = {value}"))
+        }
+        A::Attach { .. } => Some("ATTACH".to_owned()),
+        A::Detach { database_name } => Some(format!("DETACH {database_name}")),
+        A::CreateTempTable { table_name } => Some(format!("CREATE TEMP TABLE {table_name}")),
+        A::CreateTempView { view_name } => Some(format!("CREATE TEMP VIEW {view_name}")),
+        A::CreateTempIndex { index_name, .. } => Some(format!("CREATE TEMP INDEX {index_name}")),
+        A::CreateTempTrigger { trigger_name, .. } => {
+            Some(format!("CREATE TEMP TRIGGER {trigger_name}"))
         }
         _ => None,
     }
