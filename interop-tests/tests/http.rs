@@ -3240,6 +3240,10 @@ async fn arguments_that_repeat_a_key_are_refused() {
             r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"list_notes","arguments":{"id":1,"confirm":true},"name":"delete_note"}}"#,
             "/params/name",
         ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":1,"confirm":false}},"params":{"name":"delete_note","arguments":{"id":1,"confirm":true}}}"#,
+            "/params",
+        ),
     ] {
         server.sink.clear();
         let _ = raw.send(body).await;

@@ -42,15 +42,21 @@ pub(crate) fn tool_call_request(body: &[u8]) -> Option<CallRequest> {
     Some(request)
 }
 
-/// Whether the call `body` is repeats its `params.name` or `params.arguments`, as the
-/// pointer of the repeat in the message: a reading keeping the last (serde_json's) took
-/// another tool or other arguments than one keeping the first (a `confirm: false`
-/// first), so the record names the repeat. A scan first: most bodies repeat no key.
+/// Whether the call `body` is repeats a key of its own (`params`, `method`, `id`) or of
+/// its `params` (`name`, `arguments`), as the pointer of the repeat in the message: a
+/// reading keeping the last (serde_json's) took another tool, other arguments (a
+/// `confirm: false` first) or another request than one keeping the first, so the record
+/// names the repeat. A scan first: most bodies repeat no key.
 pub(crate) fn repeated_params_key(body: &[u8]) -> Option<String> {
     if keys_all_differ(body) {
         return None;
     }
-    repeated_key(body).filter(|pointer| pointer == "/params/arguments" || pointer == "/params/name")
+    repeated_key(body).filter(|pointer| {
+        matches!(
+            pointer.as_str(),
+            "/params" | "/method" | "/id" | "/params/arguments" | "/params/name"
+        )
+    })
 }
 
 /// Whether `bytes` (JSON or not) hold the string `tools/call`, as it is or in a string
