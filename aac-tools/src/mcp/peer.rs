@@ -87,27 +87,17 @@ impl RmcpPeer {
         };
         // The answer first: one the client sent just before it went away (an answer and
         // the end of its input in one write) was read first, and decides; the end is
-        // noticed only when no answer has come.
-        // But an answer read after the client cancelled the call (its
-        // `notifications/cancelled` first, the connection still open) does not undo the
-        // cancel.
-        let ended = || {
-            self.closed
-                .as_ref()
-                .is_some_and(CancellationToken::is_cancelled)
-        };
+        // noticed only when no answer has come. (A yes read after the client cancelled
+        // the call does not run it: the pipeline starts no cancelled call's tool.)
         tokio::select! {
             biased;
-            result = self.peer.send_request(request) => match result {
-                Ok(_) if self.cancel.is_cancelled() && !ended() => Err(cancelled()),
-                result => result.map_err(|err| match err {
-                    ServiceError::TransportClosed
-                    | ServiceError::TransportSend(_)
-                    | ServiceError::Cancelled { .. } => cancelled(),
-                    _ if self.cancel.is_cancelled() => cancelled(),
-                    err => client_error(what, err),
-                }),
-            },
+            result = self.peer.send_request(request) => result.map_err(|err| match err {
+                ServiceError::TransportClosed
+                | ServiceError::TransportSend(_)
+                | ServiceError::Cancelled { .. } => cancelled(),
+                _ if self.cancel.is_cancelled() => cancelled(),
+                err => client_error(what, err),
+            }),
             () = self.cancel.cancelled() => Err(cancelled()),
             () = closed => Err(cancelled()),
         }

@@ -147,13 +147,18 @@ fn take(slot: &Slot) -> Option<Refused> {
     verdict.refused.take().or(schema_edit)
 }
 
+/// Keep `refused` (the first refusal of the transaction wins) and deny the action.
+fn deny(slot: &Slot, refused: Refused) -> Authorization {
+    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
+    // A `DROP` or `CREATE` is refused under its own name.
+    verdict.schema_edit = None;
+    verdict.refused.get_or_insert(refused);
+    Authorization::Deny
+}
+
 /// The verdict of a tool's statement on the framework's tables, if it is refused.
 fn refuse_framework(slot: &Slot, action: &AuthAction<'_>) -> Option<Authorization> {
-    let what = framework_refusal(action)?;
-    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
-    verdict.schema_edit = None;
-    verdict.refused.get_or_insert(Refused::Framework(what));
-    Some(Authorization::Deny)
+    Some(deny(slot, Refused::Framework(framework_refusal(action)?)))
 }
 
 /// A reader connection of the pool, with its authorizer's verdicts.
@@ -183,11 +188,7 @@ impl Reader {
             }
             match read_refusal(&ctx.action) {
                 None => Authorization::Allow,
-                Some(what) => {
-                    let mut verdict = slot.lock().unwrap_or_else(|e| e.into_inner());
-                    verdict.refused.get_or_insert(Refused::Action(what));
-                    Authorization::Deny
-                }
+                Some(what) => deny(&slot, Refused::Action(what)),
             }
         }))?;
         Ok(Reader {
@@ -306,11 +307,7 @@ impl Writer {
                     }
                     match connection_refusal(&ctx.action) {
                         None => Authorization::Allow,
-                        Some(what) => {
-                            let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
-                            verdict.refused.get_or_insert(Refused::Action(what));
-                            Authorization::Deny
-                        }
+                        Some(what) => deny(&refused, Refused::Action(what)),
                     }
                 }))?
             }
@@ -320,20 +317,15 @@ impl Writer {
                     if let Some(denied) = refuse_framework(&refused, &ctx.action) {
                         return denied;
                     }
-                    let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(edit) = schema_edit(&ctx.action) {
                         // A `DROP` or `CREATE` asks this first; a direct edit, only this.
+                        let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
                         verdict.schema_edit.get_or_insert(edit);
                         return Authorization::Allow;
                     }
                     match refusal(&ctx.action) {
                         None => Authorization::Allow,
-                        Some(what) => {
-                            // A `DROP` or `CREATE` is refused under its own name.
-                            verdict.schema_edit = None;
-                            verdict.refused.get_or_insert(Refused::Action(what));
-                            Authorization::Deny
-                        }
+                        Some(what) => deny(&refused, Refused::Action(what)),
                     }
                 }))?
             }
