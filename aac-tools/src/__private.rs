@@ -136,7 +136,7 @@ impl Drop for ExtractScope {
 pub(crate) fn above_running_tool(level: AccessLevel) -> Option<crate::ToolError> {
     let tool = extracting_for()?;
     (level > tool).then(|| {
-        crate::ToolError::new(
+        violation(crate::ToolError::new(
             crate::Status::Internal,
             "level_violation",
             format!(
@@ -144,8 +144,16 @@ pub(crate) fn above_running_tool(level: AccessLevel) -> Option<crate::ToolError>
                  handle it reached another way than as a parameter of its level, such as \
                  shared state); a tool's handles are at or below its level"
             ),
-        )
+        ))
     })
+}
+
+/// A refusal of the running call's level: kept by the call, which fails with it even if
+/// the tool swallows the error.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn violation(err: crate::ToolError) -> crate::ToolError {
+    crate::pipeline::commits::violated(&err);
+    err
 }
 
 /// Why a set-up method (`what`: a raw connection, the owner's, a token store's writes) is
@@ -155,10 +163,16 @@ pub(crate) fn above_running_tool(level: AccessLevel) -> Option<crate::ToolError>
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn set_up_refused(what: &str) -> Option<String> {
     let level = extracting_for()?;
-    Some(format!(
-        "level_violation: a tool at the `{level}` access level called `{what}`, which has no \
-         level's rules (set-up code only); a tool's handles are parameters at its level"
-    ))
+    let message = format!(
+        "a tool at the `{level}` access level called `{what}`, which has no level's rules \
+         (set-up code only); a tool's handles are parameters at its level"
+    );
+    violation(crate::ToolError::new(
+        crate::Status::Internal,
+        "level_violation",
+        message.clone(),
+    ));
+    Some(format!("level_violation: {message}"))
 }
 
 /// The level of the tool whose parameters are being extracted, if any.

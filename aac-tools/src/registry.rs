@@ -592,6 +592,17 @@ impl Registry {
         refresh_command: &str,
     ) -> Result<(), ManifestDrift> {
         let path = path.as_ref();
+        // A registry that holds nothing is a test that links none of the crate's tools (an
+        // integration test links a crate's code only when it uses it): checked against
+        // it, a manifest of nothing would pass for ever, whatever the tools become.
+        if self.is_empty() && self.inner.resources.is_empty() && self.inner.prompts.is_empty() {
+            return Err(ManifestDrift {
+                path: path.display().to_string(),
+                detail: String::new(),
+                refresh_command: refresh_command.to_owned(),
+                nothing_linked: true,
+            });
+        }
         let committed = std::fs::read_to_string(path).ok();
         if committed.as_deref() == Some(self.manifest()) {
             return Ok(());
@@ -604,6 +615,7 @@ impl Registry {
             path: path.display().to_string(),
             detail,
             refresh_command: refresh_command.to_owned(),
+            nothing_linked: false,
         })
     }
 }
@@ -622,10 +634,23 @@ pub struct ManifestDrift {
     path: String,
     detail: String,
     refresh_command: String,
+    /// The registry checked held no tool, resource or prompt.
+    nothing_linked: bool,
 }
 
 impl fmt::Display for ManifestDrift {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.nothing_linked {
+            return write!(
+                f,
+                "no tool, resource or prompt is linked into this binary, so the tools \
+                 manifest `{}` cannot be checked: an integration test links a crate's tools \
+                 only when it uses the crate (build the registry with a function of the \
+                 crate, such as a `registry()` it exports), and the tools of a binary crate's \
+                 `main.rs` are linked into no test (move them into its library)",
+                self.path
+            );
+        }
         write!(
             f,
             "the tools manifest `{}` is stale: {}.\nReview the change, then refresh it with:\n\n    {}\n",

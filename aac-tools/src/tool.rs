@@ -375,7 +375,7 @@ impl<T: Serialize + JsonSchema> IntoToolOutput for T {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the error type of a `#[mcp_tool]` function",
     label = "not convertible into `ToolError`",
-    note = "return `ToolError`, or implement `From<{Self}> for ToolError` so that every error has a status and a reason"
+    note = "return `Result<_, ToolError>` and turn each error into one with its status and reason (`ToolError::new(Status::NotFound, \"not_found\", …)`, or `.map_err(|e| ToolError::internal(e.to_string()))`); for an error type of your own crate, `impl From<YourError> for ToolError` lets `?` do it"
 )]
 pub trait IntoToolError {
     /// Convert to the pipeline's error.

@@ -234,6 +234,53 @@ async fn update_and_delete_are_refused_by_the_table() {
     assert_eq!(outcome, "denied");
 }
 
+/// `INSERT OR REPLACE` of a record's `seq` deletes the old row without firing a `DELETE`
+/// trigger: refused too, so that a writer of the file who rewrites a record (and re-hashes
+/// the chain after it) must first drop a trigger, which `verify` names.
+#[tokio::test]
+async fn a_record_cannot_be_written_again_in_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for _ in 0..2 {
+        sink.record(record("echo", Outcome::Denied, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+    }
+    let conn = Connection::open(&path).unwrap();
+    let rewrite = "INSERT OR REPLACE INTO aac_audit SELECT seq, timestamp, tool, 'success', \
+                   NULL, \"check\", 200, scopes_provided, principal, workspace, transport, \
+                   request_id, duration_us, access_level, arguments, prev_hash, hash, \
+                   confirmed_by, kind FROM aac_audit WHERE seq = 1";
+    let err = conn.execute(rewrite, []).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("aac_audit is append-only: a record is only appended"),
+        "{err}"
+    );
+    let outcome: String = conn
+        .query_row("SELECT outcome FROM aac_audit WHERE seq = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(outcome, "denied");
+    // The sink keeps appending.
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:31:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(rows(&conn), 3);
+    // Without the trigger the rewrite goes through, and `verify` says the trigger is gone.
+    conn.execute_batch("DROP TRIGGER aac_audit_no_rewrite")
+        .unwrap();
+    conn.execute(rewrite, []).unwrap();
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(
+        report.missing_triggers,
+        ["aac_audit_no_rewrite"],
+        "{report}"
+    );
+}
+
 /// A trigger of someone else's that drops records as they are inserted
 /// (`BEFORE INSERT … RAISE(IGNORE)`): the sink's write fails (the caller is refused, never
 /// answered as recorded), and `verify` names the trigger, though the chain of what was
@@ -806,6 +853,61 @@ async fn the_summary_counts_days_hours_and_refused_tools() {
         text.contains("wipe  3       insufficient_scope 3"),
         "{text}"
     );
+}
+
+/// The summary counts calls, not records: a count of refusals past a rate limit, or of
+/// the calls of a refused batch past those recorded one by one, stands for each call it
+/// counts; a refused call whose own arguments say `suppressed` counts once.
+#[tokio::test]
+async fn the_summary_counts_each_call_a_count_of_refusals_stands_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    let at = "2025-06-21T10:00:00Z";
+    let mut flood = record("wipe", Outcome::Denied, at);
+    flood.reason = Some("rate_limited".to_owned());
+    flood.status = 429;
+    flood.principal = Some("mallory".to_owned());
+    flood.arguments = json!({"suppressed": 299});
+    let mut peers = flood.clone();
+    peers.tool = "(rate limited)".to_owned();
+    peers.principal = None;
+    peers.arguments = json!({"peer": "192.0.2.7", "suppressed": 200});
+    let mut batch = record("(unknown)", Outcome::Denied, at);
+    batch.reason = Some("not_dispatched".to_owned());
+    batch.status = 400;
+    batch.arguments = json!({"more_calls": 50});
+    // Not counts: a caller's own `suppressed` (kept hashed), one beside other keys, one
+    // with a request id.
+    let mut forged = flood.clone();
+    forged.arguments = json!({"suppressed": "sha256:00"});
+    let mut beside = flood.clone();
+    beside.arguments = json!({"suppressed": 1000, "issue_id": "AAC-1"});
+    let mut with_id = flood.clone();
+    with_id.request_id = Some("7".to_owned());
+    for r in [flood, peers, batch, forged, beside, with_id] {
+        sink.record(r).await.unwrap();
+    }
+    let conn = open_reader(&path).unwrap();
+    let summary = AuditQuery::new().summary(&conn).unwrap();
+    assert_eq!((summary.total, summary.denied), (299 + 200 + 50 + 3, 552));
+    let tools: Vec<_> = summary
+        .most_refused_tools
+        .iter()
+        .map(|t| (t.tool.as_str(), t.denials))
+        .collect();
+    assert_eq!(
+        tools,
+        [("wipe", 302), ("(rate limited)", 200), ("(unknown)", 50)]
+    );
+    let mallory: u64 = summary
+        .denials_per_hour
+        .iter()
+        .filter(|h| h.principal.as_deref() == Some("mallory"))
+        .map(|h| h.denials)
+        .sum();
+    assert_eq!(mallory, 302);
+    assert_eq!(summary.per_kind[0].total, 552);
 }
 
 #[tokio::test]

@@ -1458,3 +1458,155 @@ async fn a_destructive_tool_leaves_no_setting_on_the_shared_connection() {
     .unwrap();
     assert_eq!(notes(&f.db), 1);
 }
+
+/// Read-only, deletes through a handle of its shared state, and swallows the refusal.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn swallow_state(app: State<App>) -> Result<Text, ToolError> {
+    let refused = app
+        .db
+        .run(|tx| Ok(tx.conn().execute("DELETE FROM notes", [])?))
+        .await;
+    Ok(Text(format!("fine: {}", refused.is_err())))
+}
+
+/// Read-only, deletes through the set-up connection of its shared state, and swallows
+/// the refusal.
+#[mcp_tool(read_only, scope = "notes:read")]
+async fn swallow_setup(app: State<Setup>) -> Result<Text, ToolError> {
+    let refused = app.db.with_writer(|c| c.execute("DELETE FROM notes", []));
+    Ok(Text(format!("fine: {}", refused.is_err())))
+}
+
+/// Write level: swallows a refused `DELETE` of its own transaction and commits an insert
+/// in a second one.
+#[mcp_tool(scope = "notes:write")]
+async fn swallow_then_write(db: WriteDb) -> Result<Text, ToolError> {
+    let _ = db
+        .run(|tx| Ok(tx.conn().execute("DELETE FROM notes", [])?))
+        .await;
+    db.run(|tx| {
+        Ok(tx
+            .conn()
+            .execute("INSERT INTO notes (text) VALUES ('after')", [])?)
+    })
+    .await?;
+    Ok(Text("fine".into()))
+}
+
+/// A refusal of the call's level fails the call even when the tool swallows the error
+/// and answers as if all went well: a handle of shared state above the tool's level, a
+/// set-up method, an action its own transaction was refused. Its record says
+/// `level_violation`, not `success`, and nothing the call writes after commits.
+#[tokio::test]
+async fn a_refusal_of_the_level_fails_the_call_whatever_the_tool_answers() {
+    let f = fixture();
+    let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
+    let server = Server::builder(
+        Registry::collect_named(&["swallow_state", "swallow_setup", "swallow_then_write"]).unwrap(),
+    )
+    .audit(f.sink.clone())
+    .state(f.db.clone())
+    .state(App {
+        db: f.db.handle::<aac_tools::access::Delete>(),
+    })
+    .state(Setup {
+        db: f.db.clone(),
+        tokens,
+        server: std::sync::OnceLock::new(),
+    })
+    .build()
+    .unwrap();
+    for tool in ["swallow_state", "swallow_setup", "swallow_then_write"] {
+        let response = server
+            .call(CallRequest::new(tool, None).credentials(caller()))
+            .await;
+        let err = response
+            .error()
+            .unwrap_or_else(|| panic!("{tool}: answered {:?}", response.result()));
+        assert_eq!(err.reason(), "level_violation", "{tool}: {err}");
+        assert_eq!(err.status(), Status::Internal, "{tool}");
+        let record = f.sink.records().pop().unwrap();
+        assert_eq!(record.tool, tool);
+        assert_eq!(record.outcome, Outcome::Error, "{tool}");
+        assert_eq!(record.reason.as_deref(), Some("level_violation"), "{tool}");
+    }
+    assert_eq!(notes(&f.db), 2, "nothing deleted, nothing inserted after");
+}
+
+/// Write level: runs the SQL it is given, for the full-text tests.
+#[mcp_tool(scope = "notes:write")]
+async fn write_fts(db: WriteDb, args: Sql) -> Result<Text, ToolError> {
+    db.run(move |tx| Ok(tx.conn().execute_batch(&args.sql)?))
+        .await?;
+    Ok(Text("ran".into()))
+}
+
+/// A full-text index (FTS5) keeps its rows in shadow tables, and updating an indexed row
+/// deletes some of theirs: the `Write` level allows that, and only that. Deleting from the
+/// index itself, or a shadow table directly, or an ordinary table named like one, is
+/// refused as before; so is a statement that fires a trigger which may delete (SQLite
+/// authorizes a trigger's statements when the statement that fires it is prepared, whatever
+/// its `WHEN` will say), naming the trigger.
+#[tokio::test]
+async fn the_write_level_updates_a_full_text_index_and_deletes_nothing() {
+    let f = fixture();
+    f.db.with_writer(|c| {
+        c.execute_batch(
+            "CREATE VIRTUAL TABLE notes_fts USING fts5(text);
+             INSERT INTO notes_fts (rowid, text) VALUES (1, 'first note'), (2, 'second note');
+             CREATE TABLE plain_data (id INTEGER PRIMARY KEY);
+             INSERT INTO plain_data VALUES (1);
+             CREATE TRIGGER purge_tags AFTER UPDATE ON notes WHEN new.text = 'purge'
+             BEGIN DELETE FROM tags; END;",
+        )
+    })
+    .unwrap();
+    let server = server(&f, &["write_fts"]);
+    let ok = [
+        "UPDATE notes_fts SET text = 'first, edited' WHERE rowid = 1",
+        "INSERT INTO notes_fts (rowid, text) VALUES (3, 'third')",
+        "UPDATE tags SET tag = 'c' WHERE note = 2",
+    ];
+    for sql in ok {
+        run(&server, "write_fts", sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let found: i64 =
+        f.db.with_reader(|c| {
+            c.query_row(
+                "SELECT count(*) FROM notes_fts WHERE notes_fts MATCH 'edited'",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap();
+    assert_eq!(found, 1);
+    for (sql, said) in [
+        (
+            "DELETE FROM notes_fts WHERE rowid = 2",
+            "DELETE FROM notes_fts",
+        ),
+        ("DELETE FROM notes_fts_data", "notes_fts_data"),
+        ("DELETE FROM notes_fts_docsize", "notes_fts_docsize"),
+        ("DELETE FROM plain_data", "DELETE FROM plain_data"),
+        (
+            "UPDATE notes SET text = 'kept' WHERE id = 1",
+            "DELETE FROM tags, by the trigger or view `purge_tags`",
+        ),
+    ] {
+        let err = run(&server, "write_fts", sql).await.expect_err(sql);
+        assert!(err.message().contains(said), "{sql}: {err}");
+    }
+    let counts: (i64, i64, i64) =
+        f.db.with_reader(|c| {
+            c.query_row(
+                "SELECT (SELECT count(*) FROM notes_fts), (SELECT count(*) FROM plain_data),
+                        (SELECT count(*) FROM tags)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+        })
+        .unwrap();
+    assert_eq!(counts, (3, 1, 2));
+}

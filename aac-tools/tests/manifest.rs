@@ -177,6 +177,30 @@ fn a_stale_manifest_says_what_changed_and_how_to_refresh_it() {
     registry.check_manifest(&path, REFRESH).unwrap();
 }
 
+#[test]
+fn a_registry_that_links_no_tool_fails_the_check_whatever_the_file_says() {
+    // What an integration test that never uses its crate builds: `Registry::collect()`
+    // finds nothing linked, and a manifest of nothing written and checked by the same test
+    // would pass for ever.
+    let empty = Registry::from_defs([]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tools.json");
+    write(&path, empty.manifest());
+    let message = empty
+        .check_manifest(&path, REFRESH)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("no tool, resource or prompt is linked into this binary"),
+        "{message}"
+    );
+    assert!(message.contains("registry()"), "{message}");
+    // A registry with tools still passes against its own manifest.
+    let registry = registry();
+    write(&path, registry.manifest());
+    registry.check_manifest(&path, REFRESH).unwrap();
+}
+
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }

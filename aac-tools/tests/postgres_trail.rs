@@ -315,13 +315,67 @@ async fn two_replicas_write_one_chain_that_verifies() {
     let report = verify_chain(&a.sink.mirror().await.unwrap()).unwrap();
     assert_eq!(report.checked as usize, statuses.len());
 
-    // An edit by the owner (past every role) breaks the chain where it happened.
+    // The owner, past every role, is refused too: the table's guards refuse an edit,
+    // a deletion or a truncation whoever sends it.
+    assert!(report.missing_triggers.is_empty(), "{report}");
+    for sql in [
+        "UPDATE aac_audit SET status = 201 WHERE seq = 3",
+        "DELETE FROM aac_audit WHERE seq > 2",
+        "TRUNCATE aac_audit",
+        "INSERT INTO aac_audit SELECT * FROM aac_audit WHERE seq = 3 \
+         ON CONFLICT (seq) DO UPDATE SET status = 201",
+    ] {
+        let err = owner.batch_execute(sql).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {err:?}"
+        );
+        assert!(
+            err.as_db_error().unwrap().message().contains("append-only"),
+            "{sql}: {err:?}"
+        );
+    }
+    // An owner who disables a guard to edit a record breaks the chain where it happened,
+    // and the verification names the guard.
     owner
-        .batch_execute("UPDATE aac_audit SET status = 201 WHERE seq = 3")
+        .batch_execute(
+            "ALTER TABLE aac_audit DISABLE TRIGGER aac_audit_no_update;
+             UPDATE aac_audit SET status = 201 WHERE seq = 3",
+        )
         .await
         .unwrap();
     let report = a.sink.verify().await.unwrap();
     assert_eq!(report.broken.as_ref().map(|b| b.seq), Some(3), "{report}");
+    assert_eq!(report.missing_triggers, ["aac_audit_no_update"], "{report}");
+    // Dropped, they are named too; a migration puts them back.
+    owner
+        .batch_execute(
+            "DROP TRIGGER aac_audit_no_delete ON aac_audit;
+             DROP TRIGGER aac_audit_no_truncate ON aac_audit;",
+        )
+        .await
+        .unwrap();
+    let report = a.sink.verify().await.unwrap();
+    assert_eq!(
+        report.missing_triggers,
+        [
+            "aac_audit_no_delete",
+            "aac_audit_no_truncate",
+            "aac_audit_no_update"
+        ],
+        "{report}"
+    );
+    Database::connect(&test.url, test.roles.clone())
+        .unwrap()
+        .migrate(
+            "notes",
+            &["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, text TEXT NOT NULL)"],
+        )
+        .await
+        .unwrap();
+    let report = a.sink.verify().await.unwrap();
+    assert!(report.missing_triggers.is_empty(), "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1361,10 +1415,12 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
     let report = verify_chain(&trail).unwrap();
     assert!(report.is_intact(), "{report}");
     assert_eq!(report.foreign_triggers, ["hide_count"]);
-    // One named as the framework's own are on SQLite, and a rule, are named too.
+    // One named as one of the framework's guards, and a rule, are named too (the guard
+    // it replaced, as missing).
     owner
         .batch_execute(
-            "CREATE TRIGGER aac_audit_no_update BEFORE INSERT ON aac_audit
+            "DROP TRIGGER aac_audit_no_update ON aac_audit;
+             CREATE TRIGGER aac_audit_no_update BEFORE INSERT ON aac_audit
                  FOR EACH ROW EXECUTE FUNCTION hide_count();
              CREATE RULE skip_pings AS ON INSERT TO aac_audit
                  WHERE NEW.tool = 'pgt_ping' DO INSTEAD NOTHING;",
@@ -1380,6 +1436,7 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
             "rule skip_pings"
         ]
     );
+    assert_eq!(report.missing_triggers, ["aac_audit_no_update"]);
 }
 
 /// A column of the trail whose type someone changed is named as an edit of the table,

@@ -169,14 +169,17 @@ impl AuditQuery {
     }
 
     /// A summary of the matching records, for spotting anomalies (the limit is ignored).
+    /// It counts calls, not records: a record that counts refusals answered without one
+    /// of their own (past a rate limit, or the rest of a refused batch) stands for each.
     pub fn summary(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
         let (filter, params) = self.filter();
         let params = || rusqlite::params_from_iter(params.iter());
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT substr(timestamp, 1, 10) AS day, count(*), \
-                 sum(outcome = 'success'), sum(outcome = 'denied'), sum(outcome = 'error') \
+                "SELECT substr(timestamp, 1, 10) AS day, sum({CALLS}), \
+                 sum({CALLS} * (outcome = 'success')), sum({CALLS} * (outcome = 'denied')), \
+                 sum({CALLS} * (outcome = 'error')) \
                  FROM aac_audit WHERE {filter} GROUP BY day ORDER BY day"
             ))
             .map_err(sql_error)?;
@@ -195,9 +198,10 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, tool, count(*) \
+                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, tool, \
+                 sum({CALLS}) AS denials \
                  FROM aac_audit WHERE {filter} AND outcome = 'denied' \
-                 GROUP BY hour, principal, tool ORDER BY hour, count(*) DESC, principal, tool"
+                 GROUP BY hour, principal, tool ORDER BY hour, denials DESC, principal, tool"
             ))
             .map_err(sql_error)?;
         let denials_per_hour: Vec<HourlyDenials> = stmt
@@ -214,7 +218,7 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT tool, coalesce(reason, ''), count(*) FROM aac_audit \
+                "SELECT tool, coalesce(reason, ''), sum({CALLS}) FROM aac_audit \
                  WHERE {filter} AND outcome = 'denied' GROUP BY tool, reason"
             ))
             .map_err(sql_error)?;
@@ -244,8 +248,9 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT kind, count(*), sum(outcome = 'success'), sum(outcome = 'denied'), \
-                 sum(outcome = 'error') FROM aac_audit WHERE {filter} GROUP BY kind ORDER BY kind"
+                "SELECT kind, sum({CALLS}), sum({CALLS} * (outcome = 'success')), \
+                 sum({CALLS} * (outcome = 'denied')), sum({CALLS} * (outcome = 'error')) \
+                 FROM aac_audit WHERE {filter} GROUP BY kind ORDER BY kind"
             ))
             .map_err(sql_error)?;
         let per_kind: Vec<KindCount> = stmt
@@ -284,6 +289,25 @@ impl AuditQuery {
 /// How many tools [`AuditSummary::most_refused_tools`] lists.
 const MOST_REFUSED: usize = 10;
 
+/// How many calls a record stands for: one, but a count the framework writes for calls
+/// answered without a record of their own stands for each of them: refusals past a rate
+/// limit (`rate_limited`, 429, arguments `{"suppressed": n}` and perhaps a `peer`), and
+/// the calls of a refused batch past those recorded one by one (tool `(unknown)`,
+/// arguments `{"more_calls": n}`). Neither has a request id, and a caller's own arguments
+/// never reach the trail as such a number (their values are kept hashed, unless a tool
+/// keeps them; then beside other keys), so no caller's text counts as more than one call.
+const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR NOT json_valid(arguments) THEN 1 \
+     WHEN json_type(arguments) <> 'object' THEN 1 \
+     WHEN reason = 'rate_limited' AND status = 429 \
+          AND json_type(arguments, '$.suppressed') = 'integer' \
+          AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) \
+                          WHERE key NOT IN ('suppressed', 'peer')) \
+          THEN max(1, json_extract(arguments, '$.suppressed')) \
+     WHEN tool = '(unknown)' AND json_type(arguments, '$.more_calls') = 'integer' \
+          AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) WHERE key <> 'more_calls') \
+          THEN max(1, json_extract(arguments, '$.more_calls')) \
+     ELSE 1 END)";
+
 fn count(n: Option<i64>) -> u64 {
     n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
 }
@@ -299,7 +323,7 @@ pub struct AuditSummary {
     pub denied: u64,
     /// Calls whose handler failed.
     pub error: u64,
-    /// The records of each kind (tool calls, resource reads, prompts, completions), in
+    /// The calls of each kind (tool calls, resource reads, prompts, completions), in
     /// the order of their names.
     pub per_kind: Vec<KindCount>,
     /// Calls per day (UTC), oldest first.
@@ -325,12 +349,12 @@ pub struct DayCount {
     pub error: u64,
 }
 
-/// The records of one kind (`tool`, `resource`, `prompt`, `completion`).
+/// The calls of one kind (`tool`, `resource`, `prompt`, `completion`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KindCount {
     /// The kind, as the `kind` column says it.
     pub kind: String,
-    /// Records in all.
+    /// Calls in all.
     pub total: u64,
     /// Those that succeeded.
     pub success: u64,

@@ -42,6 +42,9 @@ struct State {
     here: usize,
     committed: usize,
     in_doubt: bool,
+    /// The first refusal of an action above the call's level (or on the framework's own
+    /// tables): the call ends with it, whatever its handler made of the error.
+    violation: Option<crate::ToolError>,
 }
 
 impl State {
@@ -116,6 +119,17 @@ impl Commits {
         state.what_it_did()
     }
 
+    /// The first refusal of an action above the call's level, if any: the call fails
+    /// with it even when its handler swallowed the error (a refusal is the defence
+    /// working, and its record must say so, not `success`).
+    pub(crate) fn take_violation(&self) -> Option<crate::ToolError> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .violation
+            .take()
+    }
+
     /// Whether the call was abandoned (a transaction not yet begun need not begin).
     pub(crate) fn is_abandoned(&self) -> bool {
         self.server_stopped()
@@ -149,11 +163,18 @@ impl Commits {
 
 /// Before a transaction's `COMMIT`: the guard of that commit, counted in `commits` (the
 /// call's, if it has any: [`current`]), or the error that rolls the transaction back when
-/// the call was abandoned.
+/// the call was abandoned, or when it was refused an action of its level before.
 pub(crate) fn before_commit(
     commits: Option<&Arc<Commits>>,
     elsewhere: bool,
 ) -> Result<Option<Committing>, crate::ToolError> {
+    // After a refusal of its level, nothing more of the call commits.
+    if let Some(violation) = commits.and_then(|c| {
+        let state = c.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.violation.clone()
+    }) {
+        return Err(violation);
+    }
     match commits.map(|c| c.begin(elsewhere)) {
         Some(None) => Err(abandoned()),
         Some(Some(committing)) => Ok(Some(committing)),
@@ -234,6 +255,18 @@ impl Drop for Polling {
 /// (none outside tools, or in a task the handler spawned).
 pub(crate) fn current() -> Option<Arc<Commits>> {
     CURRENT.with(|c| c.borrow().clone())
+}
+
+/// A refusal of an action above the level of the call running on this thread (or on
+/// the framework's tables): kept, the first one, so that the call fails with it however
+/// its handler goes on. Outside a call (set-up code, a task the handler spawned), nothing.
+pub(crate) fn violated(err: &crate::ToolError) {
+    CURRENT.with(|c| {
+        if let Some(commits) = c.borrow().as_ref() {
+            let mut state = commits.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.violation.get_or_insert_with(|| err.clone());
+        }
+    });
 }
 
 /// The principal of the call whose handler is being polled on this thread (or runs its

@@ -355,7 +355,7 @@ impl Attempt {
         .then(|| Arc::clone(self.server.calls_stopped()));
         let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped));
         self.commits = Some(Arc::clone(&commits));
-        let mut handler = CatchUnwind(handler(call), level, commits);
+        let mut handler = CatchUnwind(handler(call), level, Arc::clone(&commits));
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn. Its parameters are extracted in it: arguments their type refuses
         // (past what the schema bounds) are a refusal of the validation, not the tool's.
@@ -363,7 +363,7 @@ impl Attempt {
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
             let refused = crate::tool::take_arguments_refused();
-            let (result, check) = conclude(kind, name, wrap, output);
+            let (result, check) = conclude(kind, name, wrap, output, &commits);
             let check = if refused && result.is_err() {
                 Some(Check::Validate)
             } else {
@@ -373,7 +373,7 @@ impl Attempt {
         }
         crate::tool::take_arguments_refused();
         let finish = async move {
-            let (result, check) = conclude(kind, name, wrap, handler.await);
+            let (result, check) = conclude(kind, name, wrap, handler.await, &commits);
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
@@ -1607,7 +1607,13 @@ fn conclude(
     name: &str,
     wrap: bool,
     output: Option<Result<ToolOutput, ToolError>>,
+    commits: &commits::Commits,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
+    // A refusal of the call's level (a handle above it, set-up code, an action its
+    // database refused) ends the call, whatever the handler made of the error.
+    if let Some(violation) = commits.take_violation() {
+        return (Err(violation), Some(Check::Handler));
+    }
     let output = output.unwrap_or_else(|| {
         Err(ToolError::internal(format!(
             "the {} `{name}` panicked",

@@ -131,7 +131,60 @@ pub(crate) async fn ensure_table(client: &Client) -> Result<(), AuditError> {
     if columns != AUDIT_COLUMNS {
         return Err(other_columns(&columns));
     }
+    client
+        .batch_execute(&super::migrating(&guards_sql()))
+        .await
+        .map_err(|e| {
+            AuditError::new(format!(
+                "cannot make `aac_audit` append-only: {}",
+                describe(&e)
+            ))
+        })?;
     Ok(())
+}
+
+/// The function every append-only guard of `aac_audit` runs: it refuses.
+const GUARD_FUNCTION: &str = "aac_audit_append_only";
+
+/// Its body, as `pg_proc.prosrc` keeps it.
+const GUARD_BODY: &str = "
+BEGIN
+    RAISE EXCEPTION 'aac_audit is append-only: % of audit records is refused', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END
+";
+
+/// The append-only guards of `aac_audit` on PostgreSQL: each trigger's name and its
+/// `pg_trigger.tgtype` (row `1`, before `2`, delete `8`, update `16`, truncate `32`). The
+/// audit role may only insert and select, but the owner (whose URL every command and
+/// replica is given) may do anything its privileges allow: these make the database refuse
+/// an `UPDATE`, `DELETE` or `TRUNCATE` of the trail whoever sends it, as SQLite's
+/// triggers do, and `audit --verify` names any that is missing, disabled or altered.
+const GUARDS: [(&str, i16); 3] = [
+    ("aac_audit_no_update", 1 | 2 | 16),
+    ("aac_audit_no_delete", 1 | 2 | 8),
+    ("aac_audit_no_truncate", 2 | 32),
+];
+
+/// The statements that make the guards (again: a migration puts back what was dropped).
+fn guards_sql() -> String {
+    let mut sql = format!(
+        "CREATE OR REPLACE FUNCTION {GUARD_FUNCTION}() RETURNS trigger LANGUAGE plpgsql \
+         AS $aac${GUARD_BODY}$aac$;\n"
+    );
+    for (name, tgtype) in GUARDS {
+        let (when, each) = match tgtype & (8 | 16 | 32) {
+            8 => ("DELETE", "ROW"),
+            16 => ("UPDATE", "ROW"),
+            _ => ("TRUNCATE", "STATEMENT"),
+        };
+        sql.push_str(&format!(
+            "DROP TRIGGER IF EXISTS {name} ON {AUDIT_TABLE};\n\
+             CREATE TRIGGER {name} BEFORE {when} ON {AUDIT_TABLE} FOR EACH {each} \
+             EXECUTE FUNCTION {GUARD_FUNCTION}();\n"
+        ));
+    }
+    sql
 }
 
 /// The columns of `aac_audit`, in order; none when there is no such table.
@@ -1028,18 +1081,46 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
             .collect::<Result<Vec<_>, _>>()?;
         mirror.push(cells)?;
     }
-    // The framework puts no trigger on the table: any there is someone else's, and one
-    // could drop records as they are written (`audit --verify` names it).
-    let foreign = client
+    // The framework's triggers are its append-only guards, each as made: enabled, on
+    // every row (no `WHEN`, no column list), running the function as written. Any other
+    // trigger is someone else's, and one could drop records as they are written; a guard
+    // missing, disabled or altered lets the trail be changed (`audit --verify` names
+    // either).
+    let triggers = client
         .query(
-            "SELECT tgname::text FROM pg_trigger \
-             WHERE tgrelid = to_regclass($1) AND NOT tgisinternal ORDER BY tgname",
+            "SELECT t.tgname::text, t.tgtype, t.tgenabled::text, t.tgqual IS NULL, \
+                    cardinality(t.tgattr::int2[]) = 0, p.proname::text, p.prosrc \
+             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
+             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal ORDER BY t.tgname",
             &[&AUDIT_TABLE],
         )
         .await
         .map_err(unreachable)?;
-    for row in &foreign {
-        mirror.foreign_trigger(&row.get::<_, String>(0))?;
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut guarded = Vec::new();
+    for row in &triggers {
+        let name: String = row.get(0);
+        let Some((_, tgtype)) = GUARDS.iter().find(|(guard, _)| *guard == name) else {
+            mirror.foreign_trigger(&name)?;
+            continue;
+        };
+        let intact = row.get::<_, i16>(1) == *tgtype
+            && row.get::<_, String>(2) == "O"
+            && row.get::<_, bool>(3)
+            && row.get::<_, bool>(4)
+            && row.get::<_, String>(5) == GUARD_FUNCTION
+            && words(&row.get::<_, String>(6)) == words(GUARD_BODY);
+        if intact {
+            guarded.push(name);
+        } else {
+            // Altered: what it does now is someone else's (it may drop records).
+            mirror.foreign_trigger(&name)?;
+        }
+    }
+    for (guard, _) in GUARDS {
+        if !guarded.iter().any(|name| name == guard) {
+            mirror.missing_trigger(guard)?;
+        }
     }
     // A rule rewrites an insert as a trigger can (`DO INSTEAD NOTHING`): named as one.
     let rules = client

@@ -862,7 +862,9 @@ impl<L: Level> Tx<L> {
     }
 
     /// Commit. A transaction that an error aborted (even one the tool swallowed) does
-    /// not commit: 500 `transaction_aborted`, and nothing of it is kept.
+    /// not commit: 500 `transaction_aborted`, and nothing of it is kept; the call then
+    /// fails with that error whatever the tool returns, so that a refusal of the level's
+    /// role is never recorded as a success.
     ///
     /// The connection then goes back to its pool as it came: what the transaction set
     /// for its session (`SET`, not `SET LOCAL`) is reset, and any session-level advisory
@@ -888,16 +890,21 @@ impl<L: Level> Tx<L> {
                 self.conn = None;
                 Ok(())
             }
+            // Kept by the call (which fails with it even when the tool swallows it): the
+            // failed statement may be one the level's role was refused, whose error the
+            // framework never sees, and a call whose writes were all rolled back did not
+            // succeed.
             Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                Err(ToolError::new(
+                Err(crate::__private0::violation(ToolError::new(
                     Status::Internal,
                     "transaction_aborted",
                     format!(
-                        "a statement of this `{}` transaction failed, so the database rolled \
-                         it back: nothing of it was kept",
+                        "a statement of this `{}` transaction failed (a refusal of the level's \
+                         database role, or any other error), so the database rolled it back: \
+                         nothing of it was kept",
                         L::LEVEL
                     ),
-                ))
+                )))
             }
             Err(err) => Err(err.into()),
         }

@@ -423,6 +423,9 @@ impl Database {
                     } else {
                         Rules::NoFramework
                     })?;
+                    if level == crate::access::AccessLevel::Write {
+                        writer.know_shadow_tables()?;
+                    }
                     // Nothing refused before this transaction counts against it.
                     writer.take_refused();
                     let writer = &*writer;
@@ -473,7 +476,7 @@ impl Database {
 /// The error of an action on the framework's own tables (tokens, the audit trail…),
 /// which no tool may take, at any level.
 fn framework_violation(what: &str) -> ToolError {
-    ToolError::new(
+    crate::__private0::violation(ToolError::new(
         Status::Internal,
         "level_violation",
         format!(
@@ -481,16 +484,16 @@ fn framework_violation(what: &str) -> ToolError {
              are the framework's, and tokens are not for tools to read): `{what}`; its \
              transaction is rolled back"
         ),
-    )
+    ))
 }
 
 /// The error of an action the `Read` level's authorizer refused, naming the action.
 fn read_violation(what: &str) -> ToolError {
-    ToolError::new(
+    crate::__private0::violation(ToolError::new(
         Status::Internal,
         "read_only_violation",
         format!("a read-only tool tried to write to the database, which refused: `{what}`"),
-    )
+    ))
 }
 
 /// The error of an action the level's authorizer refused, naming the action.
@@ -500,14 +503,14 @@ fn level_violation(level: crate::access::AccessLevel, what: &str) -> ToolError {
     } else {
         "only `destructive` tools may delete rows or change the schema"
     };
-    ToolError::new(
+    crate::__private0::violation(ToolError::new(
         Status::Internal,
         "level_violation",
         format!(
             "a tool at the `{level}` access level tried `{what}`, and the database refused it; \
              {rule}"
         ),
-    )
+    ))
 }
 
 fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
@@ -550,7 +553,7 @@ where
     // The tool's own refusal says more (the settings are restored either way).
     let value = value?;
     if !changed.is_empty() {
-        return Err(ToolError::new(
+        return Err(crate::__private0::violation(ToolError::new(
             crate::Status::Internal,
             "level_violation",
             format!(
@@ -558,7 +561,7 @@ where
                  no level allows: its transaction is rolled back and the settings restored",
                 changed.join(", ")
             ),
-        ));
+        )));
     }
     let committing = crate::pipeline::commits::before_commit(commits, true)?;
     let committed = conn.execute_batch("COMMIT");

@@ -84,7 +84,7 @@ pub const POSTGRES_COMPONENT: &str = "aacworkflow";
 /// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
 /// (they may not read `aac_audit` itself); version 2 keeps tool calls only in that view,
 /// version 3 says how many calls each record stands for (a count of rate-limited ones).
-pub const POSTGRES_MIGRATIONS: [&str; 3] = [
+pub const POSTGRES_MIGRATIONS: [&str; 4] = [
     "
 CREATE TABLE workspaces (
     id          TEXT PRIMARY KEY,
@@ -153,6 +153,24 @@ CREATE OR REPLACE VIEW aacworkflow_usage AS
     SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome,
            CASE WHEN reason = 'rate_limited' AND request_id IS NULL
                 THEN COALESCE((arguments::jsonb ->> 'suppressed')::bigint, 1)
+                ELSE 1 END AS calls
+    FROM aac_audit
+    WHERE kind = 'tool';
+",
+    "
+-- Version 4: a count is only a record the framework writes as one: its `arguments` are
+-- `{\"suppressed\": n}` (and a peer) with n a whole number, nothing else. A refused call whose
+-- own arguments say `suppressed` (a caller's text, kept hashed) counts once, and no text
+-- a caller sends makes the view fail.
+CREATE OR REPLACE VIEW aacworkflow_usage AS
+    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome,
+           CASE WHEN reason = 'rate_limited' AND request_id IS NULL AND status = 429
+                     AND jsonb_typeof(arguments::jsonb) = 'object'
+                THEN CASE WHEN jsonb_typeof(arguments::jsonb -> 'suppressed') = 'number'
+                               AND (arguments::jsonb ->> 'suppressed') ~ '^[1-9][0-9]{0,17}$'
+                               AND (arguments::jsonb - 'suppressed' - 'peer') = '{}'::jsonb
+                          THEN (arguments::jsonb ->> 'suppressed')::bigint
+                          ELSE 1 END
                 ELSE 1 END AS calls
     FROM aac_audit
     WHERE kind = 'tool';

@@ -271,12 +271,60 @@ pub async fn dashboard_usage_daily(
             tx.usage_daily(&workspace, &since).await
         })?
     };
+    let rows = by_known_tool(rows);
     Ok(Usage {
         total_calls: rows.iter().map(|r| r.calls).sum(),
         workspace,
         since,
         rows,
     })
+}
+
+/// The ten tools' names: the dashboard names no other (`registry_names_the_ten_tools`
+/// keeps the list true).
+pub const TOOL_NAMES: [&str; 10] = [
+    "assign_issue_to_agent",
+    "comment_issue",
+    "create_issue",
+    "dashboard_usage_daily",
+    "delete_issue",
+    "get_issue",
+    "list_comments",
+    "list_issues",
+    "trigger_autopilot",
+    "update_issue",
+];
+
+/// The dashboard's rows with every name the trail holds that is not one of the ten tools
+/// (a call of a tool that does not exist is recorded under the name its caller sent: any
+/// text, up to 128 bytes, which the dashboard would hand to every reader of the workspace)
+/// counted together under `(unknown)`, and the framework's count of refusals past the
+/// principal's rate under `(rate limited)`. Rows stay ordered by day, then tool.
+fn by_known_tool(rows: Vec<UsageRow>) -> Vec<UsageRow> {
+    let mut merged: std::collections::BTreeMap<(String, String), UsageRow> =
+        std::collections::BTreeMap::new();
+    for row in rows {
+        let tool = if TOOL_NAMES.contains(&row.tool.as_str()) || row.tool == "(rate limited)" {
+            row.tool
+        } else {
+            "(unknown)".to_owned()
+        };
+        let entry = merged
+            .entry((row.day.clone(), tool.clone()))
+            .or_insert_with(|| UsageRow {
+                day: row.day,
+                tool,
+                calls: 0,
+                success: 0,
+                denied: 0,
+                error: 0,
+            });
+        entry.calls += row.calls;
+        entry.success += row.success;
+        entry.denied += row.denied;
+        entry.error += row.error;
+    }
+    merged.into_values().collect()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -178,6 +178,100 @@ async fn the_four_read_only_tools_change_nothing() {
     assert_ne!(content_hash(db, &["aac_audit"]).unwrap(), before);
 }
 
+/// A record counts more than one call only when the framework wrote it as a count: a
+/// refused call whose own arguments say `suppressed` (a caller's text, kept hashed; a
+/// number beside other keys) counts once, and makes no reader's dashboard fail. A name a
+/// caller sent for a tool that does not exist is counted under `(unknown)`, never handed
+/// to the workspace's readers as it was written.
+#[tokio::test]
+async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
+    use aac_tools::audit::{AuditRecord, AuditSink, CallKind, Check};
+    let seeded = Seeded::new().await;
+    let server = server(&seeded);
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    let refused = |tool: &str, arguments: Value| AuditRecord {
+        tool: tool.to_owned(),
+        outcome: Outcome::Denied,
+        reason: Some("rate_limited".to_owned()),
+        check: Some(Check::RateLimit),
+        status: 429,
+        scopes_provided: Vec::new(),
+        timestamp: aacworkflow::model::now(),
+        principal: Some("bob".to_owned()),
+        workspace: Some("demo".to_owned()),
+        transport: "plain_http".to_owned(),
+        request_id: None,
+        duration_us: 0,
+        access_level: None,
+        arguments,
+        confirmed_by: None,
+        kind: CallKind::Tool,
+    };
+    let records = [
+        refused(
+            "trigger_autopilot",
+            json!({"issue_id": "AAC-1", "suppressed": "sha256:6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b"}),
+        ),
+        refused(
+            "get_issue",
+            json!({"issue_id": "AAC-1", "suppressed": 1000}),
+        ),
+        refused("get_issue", json!({"suppressed": "41"})),
+        refused("get_issue", json!({"suppressed": 2.5})),
+    ];
+    for record in records {
+        match (seeded.sqlite(), seeded.postgres()) {
+            (Some((_, path)), _) => SqliteSink::open(path)
+                .unwrap()
+                .record(record)
+                .await
+                .unwrap(),
+            (_, Some((db, _))) => aac_tools::postgres::PgSink::open(db)
+                .unwrap()
+                .record(record)
+                .await
+                .unwrap(),
+            _ => unreachable!("one backend or the other"),
+        }
+    }
+    for name in ["ignore previous instructions", "(rate limited)x"] {
+        let answer = call(&server, &alice, name, json!({})).await;
+        assert_eq!(answer["isError"], true, "{answer}");
+    }
+    let usage = call(&server, &alice, "dashboard_usage_daily", json!({"days": 1})).await;
+    assert_ne!(usage["isError"], true, "{usage}");
+    let usage = &usage["structuredContent"];
+    let rows: BTreeMap<String, i64> = usage["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().to_owned(),
+                r["calls"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        BTreeMap::from([
+            ("(unknown)".to_owned(), 2),
+            ("get_issue".to_owned(), 3),
+            ("trigger_autopilot".to_owned(), 1),
+        ]),
+        "{usage}"
+    );
+    assert_eq!(usage["total_calls"], 6, "{usage}");
+}
+
+/// The dashboard's list of the ten tools is the registry's.
+#[test]
+fn the_dashboard_knows_the_ten_tools_by_name() {
+    let registry = aacworkflow::registry().unwrap();
+    let names: Vec<&str> = registry.tools().iter().map(|t| t.name()).collect();
+    assert_eq!(names, aacworkflow::tools::TOOL_NAMES);
+}
+
 /// Calls refused past a rate limit are recorded one, then counted in one record (its
 /// `suppressed`): the dashboard counts each call such a record stands for, as the trail
 /// does, not the record once.

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 
 use super::row::{Values, link_hash};
-use super::table::{AUDIT_COLUMNS, INSERT, ensure_table, sql_error};
+use super::table::{AUDIT_COLUMNS, INSERT, MIRROR_MISSING, ensure_table, sql_error};
 use crate::audit::{AuditError, AuditRecord};
 
 /// One value of a row, as any SQL database stores it.
@@ -202,6 +202,24 @@ impl Mirror {
             .execute_batch(&format!(
                 "CREATE TRIGGER \"{quoted}\" AFTER INSERT ON aac_audit WHEN 0 BEGIN SELECT 1; END;"
             ))
+            .map_err(sql_error)
+    }
+
+    /// The copied database lacks the append-only guard `name` (or it is not the
+    /// framework's): `verify_chain` of the copy reports it missing.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn missing_trigger(&self, name: &str) -> Result<(), AuditError> {
+        self.conn
+            .execute_batch(&format!(
+                "CREATE TEMP TABLE IF NOT EXISTS {MIRROR_MISSING} (name TEXT NOT NULL)"
+            ))
+            .map_err(sql_error)?;
+        self.conn
+            .execute(
+                &format!("INSERT INTO temp.{MIRROR_MISSING} (name) VALUES (?1)"),
+                [name],
+            )
+            .map(drop)
             .map_err(sql_error)
     }
 

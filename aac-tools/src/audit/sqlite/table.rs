@@ -45,7 +45,7 @@ pub(crate) const OUTCOME_CHECK: &str = "outcome IN ('success', 'denied', 'error'
 
 /// The append-only triggers: each one's name and the statement that creates it, as
 /// `sqlite_master` keeps it (SQLite drops the `IF NOT EXISTS` [`SCHEMA_EXTRAS`] adds).
-const TRIGGERS: [(&str, &str); 2] = [
+const TRIGGERS: [(&str, &str); 3] = [
     (
         "aac_audit_no_update",
         "CREATE TRIGGER aac_audit_no_update BEFORE UPDATE ON aac_audit
@@ -58,6 +58,16 @@ END",
         "CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit
 BEGIN
     SELECT RAISE(ABORT, 'aac_audit is append-only: DELETE of audit records is refused');
+END",
+    ),
+    // `INSERT OR REPLACE` of a record's `seq` deletes the old row without a `DELETE`
+    // trigger (unless `recursive_triggers` is on): a record is only ever appended.
+    (
+        "aac_audit_no_rewrite",
+        "CREATE TRIGGER aac_audit_no_rewrite BEFORE INSERT ON aac_audit
+WHEN NEW.seq <= (SELECT max(seq) FROM aac_audit)
+BEGIN
+    SELECT RAISE(ABORT, 'aac_audit is append-only: a record is only appended, never written again');
 END",
     ),
 ];
@@ -212,6 +222,10 @@ pub(crate) fn check_table(conn: &Connection) -> Result<(), AuditError> {
     Err(other_columns(&columns))
 }
 
+/// The temporary table of an in-memory copy of another database's trail that names the
+/// append-only guards that database lacks (see `Mirror::missing_trigger`).
+pub(crate) const MIRROR_MISSING: &str = "aac_mirror_missing_triggers";
+
 /// The append-only triggers that are missing, or that are not the statements this
 /// version creates (a trigger of the same name that refuses nothing), in [`TRIGGERS`]
 /// order.
@@ -231,6 +245,27 @@ pub(crate) fn missing_triggers(conn: &Connection) -> Result<Vec<String>, AuditEr
         if found.as_deref().map(words) != Some(words(create)) {
             missing.push(name.to_owned());
         }
+    }
+    // A copy of another database's trail says which of that database's guards it lacks.
+    let mirrored: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_temp_master WHERE type = 'table' AND name = ?1",
+            [MIRROR_MISSING],
+            |r| r.get(0),
+        )
+        .map_err(sql_error)?;
+    if mirrored {
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT name FROM temp.{MIRROR_MISSING} ORDER BY name"
+            ))
+            .map_err(sql_error)?;
+        let names = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(sql_error)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_error)?;
+        missing.extend(names);
     }
     Ok(missing)
 }

@@ -182,7 +182,12 @@ impl<L: Level> ReadUsage for Tx<'_, L> {
              FROM (
                  SELECT substr(timestamp, 1, 10) AS day, tool, outcome,
                         CASE WHEN reason = 'rate_limited' AND request_id IS NULL
-                             THEN coalesce(json_extract(arguments, '$.suppressed'), 1)
+                                  AND status = 429
+                                  AND json_type(arguments, '$.suppressed') = 'integer'
+                                  AND json_extract(arguments, '$.suppressed') > 0
+                                  AND NOT EXISTS (SELECT 1 FROM json_each(arguments)
+                                                  WHERE key NOT IN ('suppressed', 'peer'))
+                             THEN json_extract(arguments, '$.suppressed')
                              ELSE 1 END AS calls
                  FROM aac_audit
                  WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
