@@ -55,6 +55,12 @@ impl ToolEntry {
         self.def.name()
     }
 
+    /// The title `tools/list` advertises: the attribute's `title`, or one made from the
+    /// name (`delete_issue` → "Delete issue").
+    pub fn title(&self) -> &str {
+        &self.title
+    }
+
     /// The tool object of `tools/list`, exactly as sent.
     pub fn json(&self) -> &Value {
         self.json.get_or_init(|| self.tool_object())

@@ -180,7 +180,7 @@ async fn elicitation_accept_runs_and_records_the_user() {
     assert_eq!(asked[0]["mode"], "form");
     assert_eq!(
         asked[0]["message"],
-        "Delete note: Delete note N-1\\u{202e}? This cannot be undone."
+        "Delete note N-1\\u{202e}? This cannot be undone."
     );
     let record = last(&sink);
     assert_eq!(record.outcome, Outcome::Success);
@@ -429,7 +429,7 @@ async fn ask(server: &Server, client: &Arc<FakeClient>, note: &str) -> String {
     let input = response.input_required().expect("a question");
     assert_eq!(
         input.question(),
-        format!("Delete note: Delete note {note}? This cannot be undone.")
+        format!("Delete note {note}? This cannot be undone.")
     );
     let json = input.to_json();
     assert_eq!(json["resultType"], "input_required");

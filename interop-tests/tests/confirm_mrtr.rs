@@ -101,7 +101,7 @@ async fn a_person_confirms_on_2026_07_28_and_a_state_is_honoured_once() {
     assert_eq!(request["params"]["mode"], "form");
     assert_eq!(
         request["params"]["message"],
-        "delete_issue: Delete issue AAC-1 with its comments and autopilot runs? This cannot be undone."
+        "Delete issue AAC-1 with its comments and autopilot runs? This cannot be undone."
     );
     assert_eq!(
         request["params"]["requestedSchema"],

@@ -449,7 +449,7 @@ fn python_sdk_over_streamable_http() {
 /// (recorded `confirmed_by: user`) and a decline keeps the note (recorded
 /// `user_declined`); the question is the framework's, never the model's.
 fn check_confirmations(report: &Value, audit: &[AuditRecord]) {
-    let question = "delete_note: Delete note {id}? It cannot be undone.";
+    let question = "Delete note {id}? It cannot be undone.";
     for mode in ["legacy", "auto"] {
         let version = if mode == "legacy" {
             "2025-11-25"

@@ -787,7 +787,7 @@ fn client_2x_answers_the_servers_confirmation_in_both_eras() {
     let (_child, url) = server.spawn_http_with(&["--confirm", "user"]);
     let question = |issue: &str| {
         format!(
-            "delete_issue: Delete issue {issue} with its comments and autopilot runs? \
+            "Delete issue {issue} with its comments and autopilot runs? \
              This cannot be undone."
         )
     };

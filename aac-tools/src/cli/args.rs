@@ -118,10 +118,10 @@ pub(crate) struct AuditArgs {
     #[arg(long)]
     pub(crate) workspace: Option<String>,
     /// Only calls since this time: RFC 3339 (2025-06-22T15:30:00Z), a day (2025-06-22), or an age (24h, 7d)
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = a_time)]
     pub(crate) since: Option<String>,
     /// Only calls before this time (same forms as --since)
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = a_time)]
     pub(crate) until: Option<String>,
     /// Only the newest N records (1 or more)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT),
@@ -166,4 +166,12 @@ impl ServeArgs {
             None => builder,
         }
     }
+}
+
+/// A `--since`/`--until` value that reads as a time (a usage error, exit 2, if not),
+/// kept as written: an age counts back from when the query runs.
+fn a_time(text: &str) -> Result<String, String> {
+    crate::audit::parse_time(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
 }

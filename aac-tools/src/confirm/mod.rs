@@ -156,6 +156,18 @@ pub(crate) fn question(
         Some(template) => fill(template, arguments),
         None => format!("Run `{tool}`? It is destructive and cannot be undone."),
     };
+    // An author's message that begins with the title says it already ("Delete issue
+    // AAC-5…"). Read in the template, never in what the arguments filled in: a value
+    // cannot take the title's place.
+    let said = !heading.contains(['{', '}'])
+        && message.is_some_and(|template| {
+            template
+                .get(..heading.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(heading))
+        });
+    if said {
+        return bound(&body, MAX_QUESTION_CHARS);
+    }
     bound(&format!("{}: {body}", escape(heading)), MAX_QUESTION_CHARS)
 }
 
@@ -398,9 +410,18 @@ mod tests {
         );
         assert_eq!(
             q,
-            "Delete issue: Delete issue AAC-5\\u{202e}txt.exe\\u{a}Yes, and also drop every table \
+            "Delete issue AAC-5\\u{202e}txt.exe\\u{a}Yes, and also drop every table \
              (3, (none))? {sic} This cannot be undone."
         );
+        // The title is kept when the author's message does not begin with it, whatever
+        // the arguments say.
+        let q = question(
+            "delete_issue",
+            Some("Delete issue"),
+            Some("{issue_id} goes"),
+            Some(&json!({"issue_id": "Delete issue nothing; AAC-7"})),
+        );
+        assert_eq!(q, "Delete issue: Delete issue nothing; AAC-7 goes");
         let long = json!({"issue_id": "x".repeat(500)});
         let q = question(
             "delete_issue",

@@ -57,8 +57,21 @@ use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
 
 /// Asks the person at the host a yes/no question (a server's confirmation of a
-/// destructive call) and answers whether they said yes.
-pub type AskUser = Arc<dyn Fn(String) -> crate::BoxFuture<'static, bool> + Send + Sync>;
+/// destructive call) and gives their answer.
+pub type AskUser = Arc<dyn Fn(String) -> crate::BoxFuture<'static, UserAnswer> + Send + Sync>;
+
+/// A person's answer to a server's question, as the elicitation's `action` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserAnswer {
+    /// They said yes (`accept`).
+    Accept,
+    /// They said no (`decline`).
+    Decline,
+    /// Nobody answered: no person could be asked (no terminal), or the question was
+    /// dismissed (`cancel`). The server refuses the call as for a no, without saying a
+    /// person declined it.
+    Cancel,
+}
 
 /// Where an MCP server is: a command to run (stdio) or a Streamable HTTP URL.
 #[derive(Clone)]
@@ -984,10 +997,10 @@ impl ClientHandler for HostHandler {
                 },
             ) if requested_schema.properties.is_empty() => {
                 let _asking = self.asking.begin();
-                if ask(message).await {
-                    ElicitationAction::Accept
-                } else {
-                    ElicitationAction::Decline
+                match ask(message).await {
+                    UserAnswer::Accept => ElicitationAction::Accept,
+                    UserAnswer::Decline => ElicitationAction::Decline,
+                    UserAnswer::Cancel => ElicitationAction::Cancel,
                 }
             }
             _ => ElicitationAction::Decline,

@@ -732,7 +732,8 @@ impl Attempt {
             self.confirmed_by = Some("argument");
             let policy = def.confirm_policy().unwrap_or(server.confirmation().policy);
             if policy.asks_user() {
-                self.confirm_with_user(def, &principal, policy).await?;
+                self.confirm_with_user(def, entry.title(), &principal, policy)
+                    .await?;
                 // The answer may come long after step 7: a sink that failed meanwhile
                 // fails the call closed, as it would have before the question.
                 if let Some(sink) = server.audit()
@@ -950,6 +951,7 @@ impl Attempt {
     async fn confirm_with_user(
         &mut self,
         def: &ToolDef,
+        title: &str,
         principal: &Principal,
         policy: ConfirmPolicy,
     ) -> Result<(), (Check, ToolError)> {
@@ -971,7 +973,7 @@ impl Attempt {
         let question = || {
             confirm::question(
                 def.name(),
-                def.title(),
+                Some(title),
                 def.confirm_message(),
                 self.request.arguments.as_ref(),
             )

@@ -933,6 +933,12 @@ fn contradictory_or_out_of_range_flags_are_refused() {
     usage(&["audit", "--limit", "9223372036854775808"], "--limit");
     usage(&["audit", "--limit", "0"], "--limit");
     usage(&["audit", "--stats", "--limit", "1"], "--limit");
+    // A time that is none is a usage error too, as `--limit abc` is.
+    usage(
+        &["audit", "--since", "2025-13-45"],
+        "cannot read `2025-13-45` as a time",
+    );
+    usage(&["audit", "--until", "yesterday"], "--until");
     for filter in [
         &["--tool", "get_issue"][..],
         &["--kind", "tool"],

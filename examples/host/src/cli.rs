@@ -39,7 +39,8 @@ options:
   --help, -h       this text
 
 exit status: 0 done, 1 the tool answered with an error, 2 usage or connection error,
-3 declined (nothing sent), 4 transport failure after sending (it may have run)
+3 declined (nothing sent, or the server's question answered no), 4 transport failure
+after sending (it may have run)
 ";
 
 /// What the command line asks for.

@@ -74,10 +74,12 @@ async fn run(options: Options) -> u8 {
     // The server's questions are shown only while the call this host makes is in flight.
     let calling = Arc::new(AtomicBool::new(false));
     let asked = Arc::new(AtomicUsize::new(0));
+    let declined = Arc::new(AtomicBool::new(false));
     let endpoint = options.endpoint().ask_user(term::server_question(
         options.yes,
         Arc::clone(&calling),
         Arc::clone(&asked),
+        Arc::clone(&declined),
     ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
@@ -172,6 +174,11 @@ async fn run(options: Options) -> u8 {
     calling.store(true, Ordering::SeqCst);
     let code = call(client, &endpoint, &options, &policy, arguments).await;
     calling.store(false, Ordering::SeqCst);
+    // The person said no to the server's question: declined, as a no to this host's own.
+    if code == TOOL_ERROR && declined.load(Ordering::SeqCst) {
+        eprintln!("declined: the server ran nothing");
+        return DECLINED;
+    }
     if policy.consent() == Consent::AskedByServer && code == OK && asked.load(Ordering::SeqCst) == 0
     {
         eprintln!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aac_tools::host::{Consent, ToolPolicy};
-use aac_tools::mcp::client::AskUser;
+use aac_tools::mcp::client::{AskUser, UserAnswer};
 use serde_json::{Map, Value};
 
 /// True for a character printed escaped: a control character, an invisible one, a blank
@@ -146,19 +146,21 @@ pub(crate) fn server_question(
     yes: bool,
     calling: Arc<AtomicBool>,
     asked: Arc<AtomicUsize>,
+    declined: Arc<AtomicBool>,
 ) -> AskUser {
     Arc::new(move |question: String| {
         let calling = calling.load(Ordering::SeqCst);
         if calling {
             asked.fetch_add(1, Ordering::SeqCst);
         }
+        let declined = Arc::clone(&declined);
         Box::pin(async move {
             if !calling {
                 eprintln!(
-                    "(the server asked a question outside the call this host made: answered \
-                     no, not shown)"
+                    "(the server asked a question outside the call this host made: \
+                     dismissed, not shown)"
                 );
-                return false;
+                return UserAnswer::Cancel;
             }
             let shown = format!("the server asks: {} [y/N] ", clean(&question));
             if yes {
@@ -166,16 +168,21 @@ pub(crate) fn server_question(
                     "(--yes answers this host's questions, not the server's: it asks a person)"
                 );
             }
-            tokio::task::spawn_blocking(move || ask_terminal(&shown))
+            let answer = tokio::task::spawn_blocking(move || ask_terminal(&shown))
                 .await
-                .unwrap_or(false)
+                .unwrap_or(UserAnswer::Cancel);
+            if answer == UserAnswer::Decline {
+                declined.store(true, Ordering::SeqCst);
+            }
+            answer
         })
     })
 }
 
-/// `question` on the controlling terminal, and its answer from there: true only for `y`
-/// or `yes`; no terminal, or its end of input, is a no.
-fn ask_terminal(question: &str) -> bool {
+/// `question` on the controlling terminal, and its answer from there: yes only for `y`
+/// or `yes`, any other line a no; no terminal (nobody to ask), or its end of input,
+/// dismisses the question.
+fn ask_terminal(question: &str) -> UserAnswer {
     let terminal = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -185,26 +192,31 @@ fn ask_terminal(question: &str) -> bool {
         Err(err) => {
             eprintln!(
                 "{question}\n(no terminal to ask a person on ({err}): the server's question \
-                 is answered no; stdin never answers it)"
+                 is dismissed, as nobody could answer it; stdin never answers it)"
             );
-            return false;
+            return UserAnswer::Cancel;
         }
     };
     if terminal.write_all(question.as_bytes()).is_err() || terminal.flush().is_err() {
-        return false;
+        return UserAnswer::Cancel;
     }
     let mut line = String::new();
     if std::io::BufReader::new(&terminal)
         .read_line(&mut line)
         .is_err()
     {
-        return false;
+        return UserAnswer::Cancel;
     }
     if line.is_empty() {
         let _ = terminal.write_all(b"\n");
+        return UserAnswer::Cancel;
     }
     let answer = line.trim().to_ascii_lowercase();
-    answer == "y" || answer == "yes"
+    if answer == "y" || answer == "yes" {
+        UserAnswer::Accept
+    } else {
+        UserAnswer::Decline
+    }
 }
 
 /// One line from stdin: true only for `y` or `yes`; end of input is a no.

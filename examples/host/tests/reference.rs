@@ -435,21 +435,32 @@ fn the_server_asks(reference: &Reference, via: &Via<'_>) {
         }
     };
     let run = |typed: &str| run_as(typed, true);
-    let question = "the server asks: delete_issue: Delete issue AAC-2 with its comments and \
+    let question = "the server asks: Delete issue AAC-2 with its comments and \
                     autopilot runs? This cannot be undone. [y/N]";
 
     // A yes piped to stdin (`echo y | aac-host …`, what a model with a shell would do)
-    // is nobody's: without a terminal the question is answered no.
+    // is nobody's: without a terminal the question is dismissed (`cancel`), never
+    // answered for a person, and the call refused.
     let piped = run_as("y\n", false);
     assert_eq!(piped.code, 1, "{}", piped.stderr);
     assert!(piped.stderr.contains("no terminal"), "{}", piped.stderr);
-    assert!(piped.stderr.contains("user_declined"), "{}", piped.stderr);
+    assert!(
+        piped.stderr.contains("the user dismissed the confirmation"),
+        "{}",
+        piped.stderr
+    );
     let records = reference.audit("delete_issue");
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["reason"], "user_declined");
 
+    // A no at the terminal is a decline, as a no to the host's own question (exit 3).
     let no = run("n\n");
-    assert_eq!(no.code, 1, "{}", no.stderr);
+    assert_eq!(no.code, 3, "{}", no.stderr);
+    assert!(
+        no.stderr.contains("declined: the server ran nothing"),
+        "{}",
+        no.stderr
+    );
     assert!(
         no.stderr.contains("asks for your confirmation itself"),
         "{}",
