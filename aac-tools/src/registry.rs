@@ -545,11 +545,19 @@ impl Registry {
     /// Every scope some tool requires, sorted and without repeats (for
     /// `scopes_supported` in the protected-resource metadata).
     pub fn scopes_supported(&self) -> Vec<&'static str> {
+        self.scopes_served(|_| true)
+    }
+
+    /// [`Registry::scopes_supported`] of the tools at the positions `served` keeps (a
+    /// read-only server's), with every resource and prompt.
+    pub(crate) fn scopes_served(&self, served: impl Fn(usize) -> bool) -> Vec<&'static str> {
         let mut scopes: Vec<&'static str> = self
             .inner
             .tools
             .iter()
-            .flat_map(|t| t.def.scopes().iter().copied())
+            .enumerate()
+            .filter(|(i, _)| served(*i))
+            .flat_map(|(_, t)| t.def.scopes().iter().copied())
             .chain(
                 self.inner
                     .resources

@@ -162,3 +162,77 @@ async fn a_nul_character_is_refused_and_never_recorded() {
     let json = serde_json::to_string(&record).unwrap();
     assert!(!json.contains("\\u0000"), "{json}");
 }
+
+/// A status.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Status2 {
+    /// Still to do.
+    Open,
+    /// Done.
+    Closed,
+}
+
+/// A plain enum, without descriptions.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Colour {
+    Red,
+    Green,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Filter {
+    /// Required, described variants (`oneOf` of `const`s behind a `$ref`).
+    status: Status2,
+    /// Optional (`anyOf` of that and `null`).
+    #[serde(default)]
+    also: Option<Status2>,
+    /// Plain variants (`enum`).
+    #[serde(default)]
+    colour: Option<Colour>,
+}
+
+/// Filter by status.
+#[mcp_tool(read_only, scope = "t:read")]
+async fn filtered(args: Filter) -> Result<Text, ToolError> {
+    let _ = (args.status, args.also, args.colour);
+    Ok(Text("ok".into()))
+}
+
+/// A value outside an enum is refused with the values it may take, not the validator's
+/// "not valid under any of the schemas listed in the 'anyOf' keyword": a model corrects
+/// itself from that.
+#[tokio::test]
+async fn a_value_outside_an_enum_names_the_values_it_may_take() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let call = |arguments| server.call(CallRequest::new("filtered", Some(arguments)).bearer("t"));
+    for (arguments, said) in [
+        (
+            json!({"status": "reopened"}),
+            r#"invalid arguments at `/status`: "reopened" is not one of: "open", "closed""#,
+        ),
+        (
+            json!({"status": "open", "also": "Open"}),
+            r#"invalid arguments at `/also`: "Open" is not one of: "open", "closed", null"#,
+        ),
+        (
+            json!({"status": "open", "colour": 7}),
+            r#"invalid arguments at `/colour`: 7 is not one of: "red", "green", null"#,
+        ),
+    ] {
+        let answer = call(arguments.clone()).await;
+        let err = answer
+            .error()
+            .unwrap_or_else(|| panic!("{arguments} refused"));
+        assert_eq!(err.reason(), "invalid_arguments", "{arguments}");
+        assert_eq!(err.message(), said, "{arguments}");
+    }
+    assert!(
+        call(json!({"status": "closed", "also": null, "colour": "red"}))
+            .await
+            .result()
+            .is_ok()
+    );
+}

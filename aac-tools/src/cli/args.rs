@@ -63,6 +63,30 @@ pub(crate) struct ServeArgs {
     /// Bounds how fast one token can grow the audit trail. Default: no limit
     #[arg(long, value_name = "RATE")]
     pub(crate) rate_limit: Option<crate::Rate>,
+    /// This endpoint's canonical URL, as clients reach it (such as
+    /// https://mcp.example.com/mcp): the `resource` of the OAuth protected-resource metadata
+    /// and the audience JWTs must name. Default: http://<the request's Host>/mcp
+    #[arg(long, value_name = "URL", requires = "http", value_parser = an_http_url)]
+    pub(crate) resource_url: Option<String>,
+    /// An OAuth authorization server that issues tokens for this server, listed in the
+    /// protected-resource metadata (`authorization_servers`); repeat it for several
+    #[arg(long = "authorization-server", value_name = "URL", requires = "http",
+          value_parser = an_http_url)]
+    pub(crate) authorization_servers: Vec<String>,
+    /// Also accept JWT access tokens issued by this issuer (`iss`), beside the store's
+    /// tokens; their keys come from --jwt-jwks, or from a shared HS256 secret (32 bytes or
+    /// more) in AAC_JWT_SECRET
+    #[arg(long, value_name = "ISSUER")]
+    pub(crate) jwt_issuer: Option<String>,
+    /// The JWKS file (RFC 7517) whose keys sign the JWTs
+    #[arg(long, value_name = "FILE", requires = "jwt_issuer")]
+    pub(crate) jwt_jwks: Option<std::path::PathBuf>,
+    /// The audience (`aud`) a JWT must name. Default: --resource-url
+    #[arg(long, value_name = "AUDIENCE", requires = "jwt_issuer")]
+    pub(crate) jwt_audience: Option<String>,
+    /// The JWT claim that holds the workspace (default `workspace`)
+    #[arg(long, value_name = "CLAIM", requires = "jwt_issuer")]
+    pub(crate) jwt_workspace_claim: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,6 +190,68 @@ impl ServeArgs {
             None => builder,
         }
     }
+}
+
+impl ServeArgs {
+    /// The JWT verifier `--jwt-issuer` asks for, if it does: its keys from `--jwt-jwks` or
+    /// `AAC_JWT_SECRET` (one of them), its audience `--jwt-audience` or `--resource-url`.
+    pub(crate) fn jwt(&self) -> Result<Option<crate::jwt::JwtVerifier>, super::CliError> {
+        let Some(issuer) = &self.jwt_issuer else {
+            return Ok(None);
+        };
+        let usage = |m: &str| super::CliError::new(format!("--jwt-issuer: {m}"));
+        let audience = self
+            .jwt_audience
+            .as_ref()
+            .or(self.resource_url.as_ref())
+            .ok_or_else(|| {
+                usage(
+                    "a JWT must name this server as its audience: give --jwt-audience, or \
+                     --resource-url (the audience is then this URL)",
+                )
+            })?;
+        let secret = std::env::var("AAC_JWT_SECRET")
+            .ok()
+            .filter(|s| !s.is_empty());
+        let mut builder = crate::jwt::JwtVerifier::builder()
+            .issuer(issuer.clone())
+            .audience(audience.clone());
+        builder = match (&self.jwt_jwks, secret) {
+            (Some(file), None) => builder.jwks_file(file),
+            (None, Some(secret)) => builder.hs256_secret(secret),
+            (Some(_), Some(_)) => {
+                return Err(usage(
+                    "both --jwt-jwks and AAC_JWT_SECRET are set: give the keys one way",
+                ));
+            }
+            (None, None) => {
+                return Err(usage(
+                    "no keys to check signatures with: give --jwt-jwks FILE, or a shared \
+                     HS256 secret in AAC_JWT_SECRET",
+                ));
+            }
+        };
+        if let Some(claim) = &self.jwt_workspace_claim {
+            builder = builder.workspace_claim(claim.clone());
+        }
+        builder.build().map(Some).map_err(|e| usage(&e.to_string()))
+    }
+}
+
+/// An absolute `http://` or `https://` URL with a host and no fragment.
+fn an_http_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"))
+        .ok_or("expected an absolute URL starting with https:// (or http://)")?;
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') {
+        return Err("the URL names no host".to_owned());
+    }
+    if text.contains('#') || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a URL here has no fragment, space or control character".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// A `--since`/`--until` value that reads as a time (a usage error, exit 2, if not),

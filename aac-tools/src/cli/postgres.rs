@@ -205,12 +205,17 @@ async fn serve(
     let sink = PgSink::open(&db).map_err(|e| CliError::new(e.to_string()))?;
     let ledger = PgLedger::open(&db);
     let shared = &context.shared;
-    let builder = Server::builder(context.registry()?)
-        .name(shared.name.clone(), shared.version.clone())
-        .verifier(tokens.clone())
-        .audit(sink)
-        .state(db)
-        .read_only_mode(args.read_only);
+    let builder =
+        Server::builder(context.registry()?).name(shared.name.clone(), shared.version.clone());
+    let builder = match args.jwt()? {
+        Some(jwt) => builder.verifier(
+            crate::VerifierChain::new()
+                .with(TokenStore::claims, tokens.clone())
+                .with(crate::jwt::looks_like_jwt, jwt),
+        ),
+        None => builder.verifier(tokens.clone()),
+    };
+    let builder = builder.audit(sink).state(db).read_only_mode(args.read_only);
     let server = args
         .confirmation(builder)
         .rate_limit_per_principal(args.rate_limit)

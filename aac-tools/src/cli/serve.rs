@@ -125,9 +125,17 @@ fn build(
         ))
     })?;
     let shared = &context.shared;
-    let builder = Server::builder(context.registry()?)
-        .name(shared.name.clone(), shared.version.clone())
-        .verifier(tokens)
+    let builder =
+        Server::builder(context.registry()?).name(shared.name.clone(), shared.version.clone());
+    let builder = match args.jwt()? {
+        Some(jwt) => builder.verifier(
+            crate::VerifierChain::new()
+                .with(TokenStore::claims, tokens)
+                .with(crate::jwt::looks_like_jwt, jwt),
+        ),
+        None => builder.verifier(tokens),
+    };
+    let builder = builder
         .audit(sink.clone())
         .state(db.clone())
         .read_only_mode(args.read_only);
@@ -336,6 +344,12 @@ pub(super) async fn http(
             usize::try_from(args.max_connections_per_peer).unwrap_or(usize::MAX),
         )
         .shutdown(shutdown.clone());
+    if let Some(url) = &args.resource_url {
+        options = options.resource_url(url.clone());
+    }
+    if !args.authorization_servers.is_empty() {
+        options = options.authorization_servers(args.authorization_servers.clone());
+    }
     if !args.allow_host.is_empty() {
         let defaults = ["localhost", "127.0.0.1", "::1"].map(str::to_owned);
         let hosts = defaults.into_iter().chain(

@@ -1563,9 +1563,16 @@ fn decoded(part: &str) -> String {
 /// `GET /.well-known/oauth-protected-resource[/…]`: RFC 9728 metadata.
 pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap) -> Response {
     let urls = app.resource_urls(&headers);
+    // The scopes of what this server serves: in read-only mode, none only its hidden
+    // tools use (a client would ask for a scope nothing here accepts).
+    let listing = app.server().listing();
+    let scopes = app
+        .server()
+        .registry()
+        .scopes_served(|i| listing.is_visible(i));
     let mut metadata = json!({
         "resource": urls.resource,
-        "scopes_supported": app.server().registry().scopes_supported(),
+        "scopes_supported": scopes,
         "bearer_methods_supported": ["header"],
         "resource_name": app.server().name(),
     });

@@ -711,7 +711,9 @@ impl Attempt {
             && let Err(err) = validator.validate(instance)
         {
             let pointer = argument_pointer(&err);
-            return Err((Check::Validate, ToolError::invalid_arguments(&pointer, err)));
+            let why = allowed_values_error(&err, entry.input_schema_shared())
+                .unwrap_or_else(|| err.to_string());
+            return Err((Check::Validate, ToolError::invalid_arguments(&pointer, why)));
         }
         // The record keeps the arguments redacted; the handler takes them as they are.
         if server.audit().is_some() {
@@ -1626,6 +1628,99 @@ fn conclude(
         Ok(output) => (Ok(output.finish(wrap)), None),
         Err(err) => (Err(err), Some(Check::Handler)),
     }
+}
+
+/// For a value outside a closed set (an enum's variants, in `anyOf`/`oneOf` of `const`s,
+/// `enum`, perhaps with `null`): the message naming the values it may take, which is what
+/// a model needs to correct itself (the validator's own says only "not valid under any of
+/// the schemas listed in the 'anyOf' keyword"). `None` for any other error.
+fn allowed_values_error(
+    err: &jsonschema::ValidationError<'_>,
+    schema: &Map<String, Value>,
+) -> Option<String> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    if !matches!(
+        err.kind(),
+        Kind::AnyOf { .. } | Kind::OneOfNotValid { .. } | Kind::Enum { .. } | Kind::Constant { .. }
+    ) {
+        return None;
+    }
+    let root = Value::Object(schema.clone());
+    // The schema of the failing keyword: its location without the keyword, followed
+    // through `$ref`s as the validator went.
+    let path = err.schema_path().as_str();
+    let (node, _keyword) = path.rsplit_once('/')?;
+    let mut at = &root;
+    for segment in node.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        at = if segment == "$ref" {
+            resolve_local_ref(&root, at.get("$ref")?.as_str()?)?
+        } else {
+            match at {
+                Value::Object(map) => map.get(&segment)?,
+                Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+                _ => return None,
+            }
+        };
+    }
+    let mut values = Vec::new();
+    closed_set(&root, at, &mut values, 0)?;
+    let listed: Vec<String> = values.iter().map(Value::to_string).collect();
+    let value = bounded_json(err.instance());
+    Some(format!("{value} is not one of: {}", listed.join(", ")))
+}
+
+/// The values `schema` allows, when it allows only listed ones; `None` when it allows
+/// others (a type, a pattern) or nests too deep.
+fn closed_set(root: &Value, schema: &Value, values: &mut Vec<Value>, depth: usize) -> Option<()> {
+    if depth > 8 || values.len() > 64 {
+        return None;
+    }
+    let map = schema.as_object()?;
+    if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+        return closed_set(root, resolve_local_ref(root, reference)?, values, depth + 1);
+    }
+    if let Some(value) = map.get("const") {
+        values.push(value.clone());
+        return Some(());
+    }
+    if let Some(listed) = map.get("enum").and_then(Value::as_array) {
+        values.extend(listed.iter().cloned());
+        return Some(());
+    }
+    if let Some(branches) = map
+        .get("anyOf")
+        .or_else(|| map.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        for branch in branches {
+            closed_set(root, branch, values, depth + 1)?;
+        }
+        return Some(());
+    }
+    if map.get("type").and_then(Value::as_str) == Some("null") {
+        values.push(Value::Null);
+        return Some(());
+    }
+    None
+}
+
+/// A `$ref` within the schema itself (`#/$defs/IssueStatus`).
+fn resolve_local_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+    root.pointer(reference.strip_prefix('#')?)
+}
+
+/// A value as an error message quotes it: JSON, cut at 200 bytes.
+fn bounded_json(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 200 {
+        return text;
+    }
+    let mut end = 200;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// The JSON pointer of a validation error: where the offending value is, or for a missing

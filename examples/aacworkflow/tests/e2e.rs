@@ -156,8 +156,14 @@ impl Env {
 
     /// Start `aacworkflow serve --http 127.0.0.1:0 [extra]` and wait for its address.
     fn http(&self, extra: &[&str]) -> HttpServer {
+        self.http_with(extra, &[])
+    }
+
+    /// [`Env::http`] with these environment variables too.
+    fn http_with(&self, extra: &[&str], vars: &[(&str, &str)]) -> HttpServer {
         let mut child = self
             .command()
+            .envs(vars.iter().copied())
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())
@@ -638,6 +644,177 @@ async fn allow_host_accepts_the_named_hosts_and_still_refuses_others() {
     ] {
         let line = tools_status(&server.url, host, &token);
         assert!(line.contains(status), "{host}: {line}");
+    }
+}
+
+/// A request sent by hand to the server at `url` (its `/mcp` address): the status line
+/// and the body.
+fn http_request(
+    url: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (String, String) {
+    use std::io::{Read, Write};
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// `serve` is an OAuth resource server from the command line: `--resource-url` and
+/// `--authorization-server` make the protected-resource metadata (RFC 9728), and
+/// `--jwt-issuer` accepts that issuer's JWTs (keys from `AAC_JWT_SECRET` or `--jwt-jwks`,
+/// audience `--resource-url`) beside the store's tokens.
+#[tokio::test]
+async fn serve_is_an_oauth_resource_server_from_the_command_line() {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let env = Env::new();
+    const SECRET: &str = "0123456789abcdef0123456789abcdef-a-test-secret";
+    const RESOURCE: &str = "https://mcp.example.test/mcp";
+    const ISSUER: &str = "https://auth.example.test";
+    let server = env.http_with(
+        &[
+            "--resource-url",
+            RESOURCE,
+            "--authorization-server",
+            ISSUER,
+            "--jwt-issuer",
+            ISSUER,
+        ],
+        &[("AAC_JWT_SECRET", SECRET)],
+    );
+    let (status, body) = http_request(
+        &server.url,
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        None,
+        "",
+    );
+    assert!(status.contains(" 200 "), "{status}");
+    let metadata: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(metadata["resource"], RESOURCE, "{metadata}");
+    assert_eq!(
+        metadata["authorization_servers"],
+        json!([ISSUER]),
+        "{metadata}"
+    );
+    assert!(
+        metadata["scopes_supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("issues:read")),
+        "{metadata}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let jwt = |aud: &str, iss: &str| {
+        encode(
+            &Header::default(),
+            &json!({"sub": "alice", "workspace": "demo", "scope": "issues:read",
+                    "aud": aud, "iss": iss, "exp": now + 600, "iat": now}),
+            &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let list =
+        |token: &str| http_request(&server.url, "POST", "/tools/list_issues", Some(token), "{}");
+    let (status, body) = list(&jwt(RESOURCE, ISSUER));
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert!(body.contains("AAC-1"), "{body}");
+    for (aud, iss) in [
+        ("https://other.example.test/mcp", ISSUER),
+        (RESOURCE, "https://evil.test"),
+    ] {
+        let (status, body) = list(&jwt(aud, iss));
+        assert!(status.contains(" 401 "), "{aud} {iss}: {status}: {body}");
+    }
+    // The store's tokens keep working beside them.
+    let token = env.token("demo", "alice", "issues:read");
+    let (status, body) = list(&token);
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    drop(server);
+
+    // A read-only server names only the scopes of what it serves.
+    let read_only = env.http(&["--read-only"]);
+    let (_, body) = http_request(
+        &read_only.url,
+        "GET",
+        "/.well-known/oauth-protected-resource",
+        None,
+        "",
+    );
+    let metadata: Value = serde_json::from_str(&body).unwrap();
+    let scopes = metadata["scopes_supported"].as_array().unwrap();
+    assert!(scopes.contains(&json!("issues:read")), "{metadata}");
+    for write in [
+        "issues:write",
+        "comments:write",
+        "agents:write",
+        "autopilot:run",
+    ] {
+        assert!(!scopes.contains(&json!(write)), "{write}: {metadata}");
+    }
+    drop(read_only);
+
+    // A JWT issuer with no keys, or no audience, stops the server at start; a URL that
+    // is none is a usage error.
+    for (args, vars, code, said) in [
+        (
+            &["--jwt-issuer", ISSUER, "--resource-url", RESOURCE][..],
+            &[][..],
+            1,
+            "no keys",
+        ),
+        (
+            &["--jwt-issuer", ISSUER][..],
+            &[("AAC_JWT_SECRET", SECRET)][..],
+            1,
+            "audience",
+        ),
+        (
+            &["--resource-url", "mcp.example.test"][..],
+            &[][..],
+            2,
+            "https://",
+        ),
+        (
+            &["--authorization-server", "https://"][..],
+            &[][..],
+            2,
+            "no host",
+        ),
+    ] {
+        let out = env
+            .command()
+            .envs(vars.iter().copied())
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
     }
 }
 
