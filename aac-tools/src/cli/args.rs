@@ -42,6 +42,12 @@ pub(crate) struct ServeArgs {
           default_value_t = crate::http::DEFAULT_MAX_CONNECTIONS_PER_PEER as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_connections_per_peer: u64,
+    /// The most connections open at once; past it new ones are closed at once. At most
+    /// what the open-file limit leaves (which `serve` raises to the hard limit first)
+    #[arg(long, value_name = "N", requires = "http",
+          default_value_t = crate::http::DEFAULT_MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_connections: u64,
     /// Append signed checkpoints of the audit chain's head to this file, every 10 s and
     /// when the server stops; the key is AAC_CHECKPOINT_KEY (see `audit --new-checkpoint-key`)
     #[arg(long, value_name = "FILE")]

@@ -338,7 +338,9 @@ pub(super) async fn http(
         );
     }
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let max_connections = connection_cap(args.max_connections);
     let mut options = crate::http::HttpOptions::default()
+        .max_connections(max_connections)
         .stateless(stateless)
         .max_connections_per_peer(
             usize::try_from(args.max_connections_per_peer).unwrap_or(usize::MAX),
@@ -377,6 +379,55 @@ pub(super) async fn http(
     crate::http::serve(server, listener, options)
         .await
         .map_err(|e| CliError::new(format!("the HTTP server failed: {e}")))
+}
+
+/// The connection cap: `asked`, within what the open-file limit leaves once raised to the
+/// hard limit (a quarter of it, at most 256, is kept for the databases, the logs and the
+/// rest). Past the limit `accept` fails (`Too many open files`) for everyone, valid clients
+/// included, where past the cap a new connection is closed at once and the open ones go on;
+/// the soft limit is often 1024, which idle connections fill.
+fn connection_cap(asked: u64) -> usize {
+    let asked = usize::try_from(asked).unwrap_or(usize::MAX);
+    let Some(limit) = raise_open_file_limit() else {
+        return asked;
+    };
+    let room = limit.saturating_sub((limit / 4).min(256)).max(1);
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
+    if asked > room {
+        tracing::warn!(
+            open_file_limit = limit,
+            max_connections = room,
+            asked,
+            "the open-file limit leaves room for fewer connections than asked: capped \
+             (raise the limit, `ulimit -n` or systemd's LimitNOFILE, for more)"
+        );
+        return room;
+    }
+    asked
+}
+
+/// Raise the soft open-file limit to the hard one, and say what it is then (`None`: no
+/// limit, or none known).
+#[cfg(unix)]
+fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => limit = raised,
+            Err(err) => tracing::debug!(error = %err, "cannot raise the open-file limit"),
+        }
+    }
+    limit.current
+}
+
+#[cfg(not(unix))]
+fn raise_open_file_limit() -> Option<u64> {
+    None
 }
 
 /// Ctrl-C (SIGINT), or SIGTERM (what `docker stop` and systemd send), handled from the

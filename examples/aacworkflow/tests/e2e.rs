@@ -1074,3 +1074,75 @@ async fn serve_rate_limit_bounds_each_user_and_counts_the_flood() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`0/s` is not a rate"), "{stderr}");
 }
+
+/// `serve --http` under the shell `ulimit` `limit`: the child, and the address line and
+/// the warnings it printed before it.
+fn serve_under_ulimit(env: &Env, limit: &str, extra: &str) -> (Child, Vec<String>) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit {limit} && exec {BIN} serve --http 127.0.0.1:0 {extra}"
+        ))
+        .current_dir(env.dir.path())
+        .envs(env.vars())
+        .env_remove("AAC_TOKEN")
+        .env("AAC_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    loop {
+        let line = lines.next().expect("the address line").unwrap();
+        let done = line.starts_with("aacworkflow: serving MCP on ");
+        said.push(line);
+        if done {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, said)
+}
+
+/// The open-file limit of process `pid`: (soft, hard).
+fn open_file_limit(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_owned();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    (fields[3].to_owned(), fields[4].to_owned())
+}
+
+/// Idle connections past the open-file limit made `accept` fail for everyone (a soft
+/// limit of 1024 is common): `serve --http` raises its soft limit to the hard one, and
+/// keeps its connection cap (`--max-connections`, 8192) within what the limit leaves, so
+/// that past it new connections are closed at once while the open ones are served.
+#[test]
+fn serve_raises_its_open_file_limit_and_caps_connections_within_it() {
+    let env = Env::new();
+    let (mut child, said) = serve_under_ulimit(&env, "-Sn 512", "");
+    let (soft, hard) = open_file_limit(child.id());
+    assert_eq!(
+        soft, hard,
+        "the soft limit is raised to the hard one: {said:?}"
+    );
+    assert_ne!(soft, "512");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // A hard limit of 300: 225 connections at most, said once.
+    let (mut child, said) = serve_under_ulimit(&env, "-n 300", "--max-connections 5000");
+    let _ = child.kill();
+    let _ = child.wait();
+    let capped = said
+        .iter()
+        .find(|l| l.contains("capped"))
+        .unwrap_or_else(|| panic!("{said:?}"));
+    assert!(capped.contains("max_connections=225"), "{capped}");
+    assert!(capped.contains("open_file_limit=300"), "{capped}");
+}
