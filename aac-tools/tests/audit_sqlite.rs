@@ -921,12 +921,14 @@ async fn records_format_as_a_table_and_as_json_lines() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4);
     assert!(lines[0].starts_with("seq  timestamp"), "{table}");
+    assert!(lines[0].ends_with("  ms     kind"), "{table}");
     assert!(
         lines[1].starts_with(
             "2    2025-06-21T10:15:00.000000Z  wipe  denied   insufficient_scope  403"
         ),
         "{table}"
     );
+    assert!(lines[1].ends_with("  0.042  tool"), "{table}");
     let jsonl = format_json_lines(&stored);
     let back: Vec<StoredRecord> = jsonl
         .lines()

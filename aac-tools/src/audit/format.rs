@@ -92,7 +92,9 @@ pub fn format_table(records: &[StoredRecord]) -> String {
 }
 
 /// The header of [`format_table`].
-pub(crate) const TABLE_HEADER: [&str; 12] = [
+/// (`kind` last, so that the columns before it keep their places: a prompt, a completion
+/// and a resource read are told from a tool call of the same name.)
+pub(crate) const TABLE_HEADER: [&str; 13] = [
     "seq",
     "timestamp",
     "tool",
@@ -105,6 +107,7 @@ pub(crate) const TABLE_HEADER: [&str; 12] = [
     "access",
     "confirmed_by",
     "ms",
+    "kind",
 ];
 
 /// One record's cells in [`format_table`], as stored (not yet made printable).
@@ -126,6 +129,7 @@ pub(crate) fn table_row(s: &StoredRecord) -> Vec<String> {
             .unwrap_or_else(dash),
         r.confirmed_by.clone().unwrap_or_else(dash),
         format!("{:.3}", r.duration_us as f64 / 1000.0),
+        r.kind.as_str().to_owned(),
     ]
 }
 
