@@ -938,7 +938,28 @@ fn root_properties(input_schema: &Value) -> Option<&Map<String, Value>> {
 
 /// Every audit field must be an argument, when the schema lists its properties at the
 /// root (a composed schema is taken on trust).
+/// The argument names of the framework's own records that count refusals answered without
+/// a record of their own (`{"suppressed": n}`, `{"more_calls": n}`, a `peer`): a tool may
+/// not keep an argument of such a name in the clear, or a caller could write a record that
+/// reads as a count of millions of calls (values not kept are hashed, so never a number).
+pub(crate) const COUNT_KEYS: [&str; 3] = ["suppressed", "more_calls", "peer"];
+
 fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
+    if let Some(field) = def
+        .audit_fields()
+        .iter()
+        .find(|field| COUNT_KEYS.contains(field))
+    {
+        return Err(RegistryError::InvalidDefinition {
+            tool: def.name().to_owned(),
+            why: format!(
+                "it keeps the argument `{field}` in the audit trail, a name the framework's \
+                 counts of refused calls use (`suppressed`, `more_calls`, `peer`): a caller \
+                 could write a record that reads as one; keep it under another name, or \
+                 leave it out of `audit_fields` (its value is then recorded hashed)"
+            ),
+        });
+    }
     let Some(properties) = root_properties(input_schema) else {
         return Ok(());
     };

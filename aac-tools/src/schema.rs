@@ -17,6 +17,30 @@ pub(crate) fn root_schema_for<T: JsonSchema>() -> Value {
     value
 }
 
+/// Whether the root is a `oneOf` or `anyOf` whose every branch is an object (a `$ref`
+/// into `$defs` followed), as an enum of struct variants is.
+fn every_branch_is_an_object(root: &Map<String, Value>) -> bool {
+    let Some(branches) = root
+        .get("oneOf")
+        .or_else(|| root.get("anyOf"))
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    let is_object = |branch: &Value| {
+        let branch = match branch.get("$ref").and_then(Value::as_str) {
+            Some(reference) => reference
+                .strip_prefix("#/$defs/")
+                .and_then(|name| root.get("$defs")?.get(name)),
+            None => Some(branch),
+        };
+        branch
+            .and_then(|b| b.get("type"))
+            .is_some_and(|t| t == "object")
+    };
+    !branches.is_empty() && branches.iter().all(is_object)
+}
+
 /// The input schema of a tool with no arguments.
 pub(crate) fn empty_object() -> Value {
     json!({"type": "object", "properties": {}})
@@ -35,9 +59,17 @@ pub(crate) fn finish_input_schema(mut schema: Value, destructive: bool) -> Resul
         None if root.contains_key("properties") => {
             root.insert("type".to_owned(), json!("object"));
         }
+        // An enum of struct variants (`#[serde(tag = "kind")]`): every branch an object.
+        None if every_branch_is_an_object(root) => {
+            root.insert("type".to_owned(), json!("object"));
+        }
         other => {
             return Err(format!(
-                "an MCP input schema must have `\"type\": \"object\"` at its root, found {}",
+                "an MCP input schema must have `\"type\": \"object\"` at its root, found {}: \
+                 a tool's arguments are one struct (or an enum whose variants are all \
+                 structs, tagged) deriving `Deserialize` and `JsonSchema`, such as \
+                 `async fn get_note(args: GetNote)` with `struct GetNote {{ id: i64 }}`, \
+                 not a bare value",
                 other.map_or("no type".to_owned(), Value::to_string)
             ));
         }

@@ -10,6 +10,35 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+mod enums {
+    use super::*;
+
+    /// Find by one thing or another.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum FindBy {
+        /// By its id.
+        ById {
+            /// The id.
+            id: i64,
+        },
+        /// By its text.
+        ByText {
+            /// The text.
+            text: String,
+        },
+    }
+
+    /// Find a note.
+    #[mcp_tool(read_only, scope = "find:read")]
+    async fn find_by(args: FindBy) -> Result<Text, ToolError> {
+        Ok(Text(match args {
+            FindBy::ById { id } => format!("id {id}"),
+            FindBy::ByText { text } => format!("text {text}"),
+        }))
+    }
+}
+
 mod first {
     use super::*;
 
@@ -48,6 +77,24 @@ mod broken {
     #[mcp_tool(destructive, scope = "broken:write")]
     async fn own_confirm(args: HasConfirm) -> Result<Text, ToolError> {
         Ok(Text(args.confirm.to_string()))
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Counted {
+        /// A count of the caller's.
+        suppressed: u64,
+    }
+
+    /// Keeps an argument named as the framework's counts.
+    #[mcp_tool(read_only, scope = "broken:read", audit_fields = ["suppressed"])]
+    async fn keeps_a_count(args: Counted) -> Result<Text, ToolError> {
+        Ok(Text(args.suppressed.to_string()))
+    }
+
+    /// A bare value as arguments.
+    #[mcp_tool(read_only, scope = "broken:read")]
+    async fn bare_id(id: i64) -> Result<Text, ToolError> {
+        Ok(Text(id.to_string()))
     }
 
     fn array_schema() -> Value {
@@ -140,11 +187,62 @@ fn schemas_that_cannot_be_advertised_are_refused() {
          their own `confirm` field: the framework adds it and the handler never sees it"
     );
     let err = Registry::collect_named(&["not_an_object"]).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "tool `not_an_object` has an invalid schema: an MCP input schema must have \
-         `\"type\": \"object\"` at its root, found \"array\""
+    let said = err.to_string();
+    assert!(
+        said.starts_with(
+            "tool `not_an_object` has an invalid schema: an MCP input schema must have \
+             `\"type\": \"object\"` at its root, found \"array\": a tool's arguments are one \
+             struct"
+        ),
+        "{said}"
     );
+    // An argument kept in the clear under a name of the framework's counts would let a
+    // caller write a record that reads as a count of millions of calls.
+    let err = Registry::collect_named(&["keeps_a_count"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("keeps the argument `suppressed` in the audit trail"),
+        "{err}"
+    );
+    // A bare value as the arguments says what to write instead.
+    let err = Registry::collect_named(&["bare_id"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("found \"integer\""), "{err}");
+    assert!(err.contains("`async fn get_note(args: GetNote)`"), "{err}");
+}
+
+/// An enum whose variants are all structs (tagged) is an object at its root: it
+/// registers, its schema says `"type": "object"`, and its calls are checked against it.
+#[tokio::test]
+async fn an_enum_of_struct_variants_is_an_object() {
+    use aac_tools::{CallRequest, Principal, Server, StaticTokens};
+    let registry = Registry::collect_named(&["find_by"]).unwrap();
+    let schema = registry.tools()[0].input_schema();
+    assert_eq!(schema["type"], "object", "{schema}");
+    let server = Server::builder(registry)
+        .verifier(StaticTokens::new().with("t", Principal::new("t", ["find:read"])))
+        .audit_disabled()
+        .build()
+        .unwrap();
+    let call = |args: Value| server.call(CallRequest::new("find_by", Some(args)).bearer("t"));
+    let answer = call(json!({"kind": "by_id", "id": 7})).await;
+    assert_eq!(answer.to_mcp_json()["content"][0]["text"], "id 7");
+    let answer = call(json!({"kind": "by_text", "text": "milk"})).await;
+    assert_eq!(answer.to_mcp_json()["content"][0]["text"], "text milk");
+    for wrong in [
+        json!({"kind": "by_colour"}),
+        json!({"kind": "by_id"}),
+        json!(7),
+    ] {
+        let answer = call(wrong.clone()).await;
+        assert_eq!(
+            answer.error().map(|e| e.reason()),
+            Some("invalid_arguments"),
+            "{wrong}"
+        );
+    }
 }
 
 #[test]

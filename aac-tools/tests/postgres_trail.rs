@@ -1437,6 +1437,25 @@ async fn a_trigger_that_drops_records_fails_their_calls() {
         ]
     );
     assert_eq!(report.missing_triggers, ["aac_audit_no_update"]);
+    // Row-level security that hides the newest records from the reader is named too.
+    owner
+        .batch_execute(
+            "DROP RULE skip_pings ON aac_audit;
+             ALTER TABLE aac_audit ENABLE ROW LEVEL SECURITY;
+             ALTER TABLE aac_audit FORCE ROW LEVEL SECURITY;
+             CREATE POLICY hide_new ON aac_audit FOR SELECT USING (seq <= 1);",
+        )
+        .await
+        .unwrap();
+    let report = verify_chain(&a.sink.mirror().await.unwrap()).unwrap();
+    assert!(
+        report
+            .foreign_triggers
+            .iter()
+            .any(|t| t.starts_with("row-level security (forced, 1 policies)")),
+        "{:?}",
+        report.foreign_triggers
+    );
 }
 
 /// A column of the trail whose type someone changed is named as an edit of the table,

@@ -294,18 +294,21 @@ const MOST_REFUSED: usize = 10;
 /// limit (`rate_limited`, 429, arguments `{"suppressed": n}` and perhaps a `peer`), and
 /// the calls of a refused batch past those recorded one by one (tool `(unknown)`,
 /// arguments `{"more_calls": n}`). Neither has a request id, and a caller's own arguments
-/// never reach the trail as such a number (their values are kept hashed, unless a tool
-/// keeps them; then beside other keys), so no caller's text counts as more than one call.
-const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR NOT json_valid(arguments) THEN 1 \
+/// never reach the trail as such a number (their values are kept hashed, and no tool may
+/// keep one of these names), so no caller's text counts as more than one call.
+/// No tool may keep an argument of these names in the clear (`Registry` refuses it), and
+/// one count stands for at most 10^12 calls, so that no sum overflows.
+const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
+          OR NOT json_valid(arguments) THEN 1 \
      WHEN json_type(arguments) <> 'object' THEN 1 \
      WHEN reason = 'rate_limited' AND status = 429 \
           AND json_type(arguments, '$.suppressed') = 'integer' \
           AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) \
                           WHERE key NOT IN ('suppressed', 'peer')) \
-          THEN max(1, json_extract(arguments, '$.suppressed')) \
+          THEN min(max(1, json_extract(arguments, '$.suppressed')), 1000000000000) \
      WHEN tool = '(unknown)' AND json_type(arguments, '$.more_calls') = 'integer' \
           AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) WHERE key <> 'more_calls') \
-          THEN max(1, json_extract(arguments, '$.more_calls')) \
+          THEN min(max(1, json_extract(arguments, '$.more_calls')), 1000000000000) \
      ELSE 1 END)";
 
 fn count(n: Option<i64>) -> u64 {

@@ -82,13 +82,13 @@ pub(crate) struct ServeArgs {
     /// Also accept JWT access tokens issued by this issuer (`iss`), beside the store's
     /// tokens; their keys come from --jwt-jwks, or from a shared HS256 secret (32 bytes or
     /// more) in AAC_JWT_SECRET
-    #[arg(long, value_name = "ISSUER")]
+    #[arg(long, value_name = "ISSUER", value_parser = not_empty)]
     pub(crate) jwt_issuer: Option<String>,
     /// The JWKS file (RFC 7517) whose keys sign the JWTs
     #[arg(long, value_name = "FILE", requires = "jwt_issuer")]
     pub(crate) jwt_jwks: Option<std::path::PathBuf>,
     /// The audience (`aud`) a JWT must name. Default: --resource-url
-    #[arg(long, value_name = "AUDIENCE", requires = "jwt_issuer")]
+    #[arg(long, value_name = "AUDIENCE", requires = "jwt_issuer", value_parser = not_empty)]
     pub(crate) jwt_audience: Option<String>,
     /// The JWT claim that holds the workspace (default `workspace`)
     #[arg(long, value_name = "CLAIM", requires = "jwt_issuer")]
@@ -244,18 +244,30 @@ impl ServeArgs {
     }
 }
 
-/// An absolute `http://` or `https://` URL with a host and no fragment.
+/// An absolute `http://` or `https://` URL with a host, a valid port if any, and no
+/// user, password or fragment (what RFC 9728 metadata and its clients accept), kept as
+/// written.
 fn an_http_url(text: &str) -> Result<String, String> {
-    let rest = text
-        .strip_prefix("https://")
-        .or_else(|| text.strip_prefix("http://"))
-        .ok_or("expected an absolute URL starting with https:// (or http://)")?;
-    let host = rest.split(['/', '?']).next().unwrap_or_default();
-    if host.is_empty() || host.starts_with(':') {
+    if !(text.starts_with("https://") || text.starts_with("http://")) {
+        return Err("expected an absolute URL starting with https:// (or http://)".to_owned());
+    }
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if url.host_str().is_none_or(str::is_empty) {
         return Err("the URL names no host".to_owned());
     }
-    if text.contains('#') || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("a URL here carries no user or password".to_owned());
+    }
+    if url.fragment().is_some() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("a URL here has no fragment, space or control character".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+/// A value that is not empty (nor only blanks).
+fn not_empty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("an empty value names nothing".to_owned());
     }
     Ok(text.to_owned())
 }

@@ -15,7 +15,6 @@ use super::{Cli, CliContext, CliError, TokenRequest};
 use crate::BoxFuture;
 use crate::audit::AuditError;
 use crate::postgres::{Database, PgLedger, PgSink, Roles, TokenStore};
-use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::tokens::TokenIssuer;
 
@@ -242,8 +241,9 @@ async fn serve(
                     token
                 }
             };
-            tokens
-                .verify(&token)
+            // The server's own verifier: the store's tokens, and JWTs with --jwt-issuer.
+            server
+                .authenticate(&crate::Credentials::Bearer(token.clone()))
                 .await
                 .map_err(|e| super::serve::token_refused(context, e.message()))?;
             super::serve::stdio_until_signal(server, token).await

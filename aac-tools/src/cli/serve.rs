@@ -6,7 +6,6 @@ use super::args::ServeArgs;
 use super::{CliContext, CliError, OpenMode};
 use crate::audit::{CheckpointKey, SqliteSink, write_checkpoint_for};
 use crate::confirm::SqliteLedger;
-use crate::principal::TokenVerifier;
 use crate::server::Server;
 use crate::sqlite::{Database, TokenStore};
 
@@ -29,7 +28,7 @@ pub(super) async fn serve(
         None => None,
     };
     let served = match args.http.clone() {
-        None => stdio(&context, server, &db, fallback_token).await,
+        None => stdio(&context, server, fallback_token).await,
         Some(addr) => http(&context, server, &addr, &args).await,
     };
     if let Some(checkpoints) = checkpoints {
@@ -207,7 +206,6 @@ fn parse_keys(text: &str) -> Result<Vec<Vec<u8>>, CliError> {
 async fn stdio(
     context: &CliContext,
     server: Server,
-    db: &Database,
     fallback_token: Option<String>,
 ) -> Result<(), CliError> {
     let token = match std::env::var("AAC_TOKEN") {
@@ -223,10 +221,9 @@ async fn stdio(
         },
     };
     // Checked again on every call; this only turns a typo into a clear start-up error.
-    let tokens = TokenStore::open(db)
-        .map_err(|e| CliError::new(format!("cannot open the token store: {e}")))?;
-    let principal = tokens
-        .verify(&token)
+    // The server's own verifier: the store's tokens, and JWTs with --jwt-issuer.
+    let principal = server
+        .authenticate(&crate::Credentials::Bearer(token.clone()))
         .await
         .map_err(|e| token_refused(context, e.message()))?;
     tracing::info!(

@@ -1122,6 +1122,27 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
             mirror.missing_trigger(guard)?;
         }
     }
+    // Row-level security hides rows from a reader (this one, the owner, too when forced)
+    // while the sink goes on appending: a trail read through it verifies without them.
+    let secured = client
+        .query(
+            "SELECT c.relrowsecurity, c.relforcerowsecurity, \
+                    (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) \
+             FROM pg_class c WHERE c.oid = to_regclass($1)",
+            &[&AUDIT_TABLE],
+        )
+        .await
+        .map_err(unreachable)?;
+    if let Some(row) = secured.first() {
+        let (on, forced, policies): (bool, bool, i64) = (row.get(0), row.get(1), row.get(2));
+        if on || forced || policies > 0 {
+            mirror.foreign_trigger(&format!(
+                "row-level security ({}{policies} policies), which can hide records from \
+                 this reading",
+                if forced { "forced, " } else { "" }
+            ))?;
+        }
+    }
     // A rule rewrites an insert as a trigger can (`DO INSTEAD NOTHING`): named as one.
     let rules = client
         .query(

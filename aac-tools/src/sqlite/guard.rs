@@ -254,27 +254,6 @@ pub(super) struct Writer {
     /// is the tool's own (`COMMIT`, or a statement run in autocommit after its own
     /// `ROLLBACK`), and is turned into a rollback.
     in_tool: Arc<AtomicBool>,
-    /// The shadow tables of the database's virtual tables, for the `Write` level.
-    shadows: Arc<Mutex<Shadows>>,
-}
-
-/// The shadow tables of the virtual tables (FTS5's `…_data`, `…_idx`, `…_docsize`…), as
-/// of a version of the schema. A virtual table's module keeps them itself: updating a row
-/// of a full-text index deletes some of their rows, which the `Write` level allows there
-/// only. No tool's SQL writes them: on a connection in defensive mode (every one of the
-/// framework's) SQLite refuses a direct write of a shadow table before any authorizer
-/// sees it, so a `DELETE` of one that reaches the authorizer is the module's own.
-#[derive(Default)]
-struct Shadows {
-    version: Option<i64>,
-    tables: Vec<String>,
-}
-
-impl Shadows {
-    fn contains(shadows: &Mutex<Shadows>, table: &str) -> bool {
-        let shadows = shadows.lock().unwrap_or_else(|e| e.into_inner());
-        shadows.tables.iter().any(|t| t.eq_ignore_ascii_case(table))
-    }
 }
 
 impl Writer {
@@ -302,36 +281,7 @@ impl Writer {
             installed: None,
             refused,
             in_tool,
-            shadows: Arc::default(),
         })
-    }
-
-    /// Learn the shadow tables again if the schema changed since they were last read (one
-    /// cached `PRAGMA schema_version` otherwise). Before a `Write` transaction.
-    pub(super) fn know_shadow_tables(&self) -> Result<(), rusqlite::Error> {
-        let version: i64 = self
-            .conn
-            .prepare_cached("PRAGMA main.schema_version")?
-            .query_row([], |r| r.get(0))?;
-        let known = self
-            .shadows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .version;
-        if known == Some(version) {
-            return Ok(());
-        }
-        // Read without the lock: the authorizer takes it while this is prepared.
-        let tables = self
-            .conn
-            .prepare_cached("SELECT name FROM pragma_table_list WHERE type = 'shadow'")?
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<Vec<String>, _>>()?;
-        *self.shadows.lock().unwrap_or_else(|e| e.into_inner()) = Shadows {
-            version: Some(version),
-            tables,
-        };
-        Ok(())
     }
 
     /// While the guard lives, a tool's closure runs: a commit is refused (rolled back).
@@ -363,7 +313,6 @@ impl Writer {
             }
             Rules::NoDelete => {
                 let refused = Arc::clone(&self.refused);
-                let shadows = Arc::clone(&self.shadows);
                 self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
                     if let Some(denied) = refuse_framework(&refused, &ctx.action) {
                         return denied;
@@ -372,11 +321,6 @@ impl Writer {
                         // A `DROP` or `CREATE` asks this first; a direct edit, only this.
                         let mut verdict = refused.lock().unwrap_or_else(|e| e.into_inner());
                         verdict.schema_edit.get_or_insert(edit);
-                        return Authorization::Allow;
-                    }
-                    if let AuthAction::Delete { table_name } = ctx.action
-                        && Shadows::contains(&shadows, table_name)
-                    {
                         return Authorization::Allow;
                     }
                     match (refusal(&ctx.action), ctx.accessor) {

@@ -423,9 +423,6 @@ impl Database {
                     } else {
                         Rules::NoFramework
                     })?;
-                    if level == crate::access::AccessLevel::Write {
-                        writer.know_shadow_tables()?;
-                    }
                     // Nothing refused before this transaction counts against it.
                     writer.take_refused();
                     let writer = &*writer;

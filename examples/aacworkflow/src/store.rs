@@ -158,19 +158,29 @@ CREATE OR REPLACE VIEW aacworkflow_usage AS
     WHERE kind = 'tool';
 ",
     "
--- Version 4: a count is only a record the framework writes as one: its `arguments` are
--- `{\"suppressed\": n}` (and a peer) with n a whole number, nothing else. A refused call whose
--- own arguments say `suppressed` (a caller's text, kept hashed) counts once, and no text
--- a caller sends makes the view fail.
+-- Version 4: a count is only a record the framework writes as one: `{\"suppressed\": n}` (and
+-- a peer) past a rate limit, or `{\"more_calls\": n}` of tool `(unknown)` for the rest of a
+-- refused batch, n a whole number (at most 10^12, so that no sum overflows), nothing else
+-- (no tool may keep an argument of these names in the clear). A name `(rate limited)` a
+-- caller sent for a tool is `(unknown)`. No text a caller sends makes the view fail.
 CREATE OR REPLACE VIEW aacworkflow_usage AS
-    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp, tool, outcome,
-           CASE WHEN reason = 'rate_limited' AND request_id IS NULL AND status = 429
-                     AND jsonb_typeof(arguments::jsonb) = 'object'
-                THEN CASE WHEN jsonb_typeof(arguments::jsonb -> 'suppressed') = 'number'
-                               AND (arguments::jsonb ->> 'suppressed') ~ '^[1-9][0-9]{0,17}$'
-                               AND (arguments::jsonb - 'suppressed' - 'peer') = '{}'::jsonb
-                          THEN (arguments::jsonb ->> 'suppressed')::bigint
-                          ELSE 1 END
+    SELECT workspace, substr(timestamp, 1, 10) AS day, timestamp,
+           CASE WHEN tool = '(rate limited)' AND reason IS DISTINCT FROM 'rate_limited'
+                THEN '(unknown)' ELSE tool END AS tool,
+           outcome,
+           CASE WHEN request_id IS NOT NULL OR jsonb_typeof(arguments::jsonb) <> 'object' THEN 1
+                WHEN reason = 'rate_limited' AND status = 429
+                     AND jsonb_typeof(arguments::jsonb -> 'suppressed') = 'number'
+                     AND (arguments::jsonb ->> 'suppressed') ~ '^[1-9][0-9]*$'
+                     AND (arguments::jsonb - 'suppressed' - 'peer') = '{}'::jsonb
+                THEN CASE WHEN length(arguments::jsonb ->> 'suppressed') > 12 THEN 1000000000000
+                          ELSE LEAST((arguments::jsonb ->> 'suppressed')::bigint, 1000000000000) END
+                WHEN tool = '(unknown)'
+                     AND jsonb_typeof(arguments::jsonb -> 'more_calls') = 'number'
+                     AND (arguments::jsonb ->> 'more_calls') ~ '^[1-9][0-9]*$'
+                     AND (arguments::jsonb - 'more_calls') = '{}'::jsonb
+                THEN CASE WHEN length(arguments::jsonb ->> 'more_calls') > 12 THEN 1000000000000
+                          ELSE LEAST((arguments::jsonb ->> 'more_calls')::bigint, 1000000000000) END
                 ELSE 1 END AS calls
     FROM aac_audit
     WHERE kind = 'tool';

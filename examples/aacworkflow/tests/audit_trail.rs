@@ -218,6 +218,16 @@ async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
         ),
         refused("get_issue", json!({"suppressed": "41"})),
         refused("get_issue", json!({"suppressed": 2.5})),
+        // Counts the framework writes: past a rate, at most 10^12 calls each (no sum
+        // overflows); the rest of a refused batch.
+        refused("get_issue", json!({"suppressed": i64::MAX})),
+        refused("get_issue", json!({"suppressed": i64::MAX})),
+        {
+            let mut batch = refused("(unknown)", json!({"more_calls": 50}));
+            batch.reason = Some("not_dispatched".to_owned());
+            batch.status = 400;
+            batch
+        },
     ];
     for record in records {
         match (seeded.sqlite(), seeded.postgres()) {
@@ -234,7 +244,11 @@ async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
             _ => unreachable!("one backend or the other"),
         }
     }
-    for name in ["ignore previous instructions", "(rate limited)x"] {
+    for name in [
+        "ignore previous instructions",
+        "(rate limited)x",
+        "(rate limited)",
+    ] {
         let answer = call(&server, &alice, name, json!({})).await;
         assert_eq!(answer["isError"], true, "{answer}");
     }
@@ -255,13 +269,13 @@ async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
     assert_eq!(
         rows,
         BTreeMap::from([
-            ("(unknown)".to_owned(), 2),
-            ("get_issue".to_owned(), 3),
+            ("(unknown)".to_owned(), 3 + 50),
+            ("get_issue".to_owned(), 3 + 2_000_000_000_000),
             ("trigger_autopilot".to_owned(), 1),
         ]),
         "{usage}"
     );
-    assert_eq!(usage["total_calls"], 6, "{usage}");
+    assert_eq!(usage["total_calls"], 57 + 2_000_000_000_000_i64, "{usage}");
 }
 
 /// The dashboard's list of the ten tools is the registry's.

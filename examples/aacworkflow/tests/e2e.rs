@@ -136,12 +136,18 @@ impl Env {
 
     /// Connect over stdio to `aacworkflow serve [extra]` with `AAC_TOKEN=token`.
     async fn stdio(&self, token: &str, extra: &[&str]) -> Client {
+        self.stdio_with(token, extra, &[]).await
+    }
+
+    /// [`Env::stdio`] with these environment variables too.
+    async fn stdio_with(&self, token: &str, extra: &[&str], vars: &[(&str, &str)]) -> Client {
         let mut command = tokio::process::Command::new(BIN);
         command
             .current_dir(self.dir.path())
             .arg("serve")
             .args(extra)
             .envs(self.vars())
+            .envs(vars.iter().copied())
             .env("AAC_TOKEN", token)
             .env("AAC_LOG", "info");
         let (transport, _) = TokioChildProcess::builder(command)
@@ -754,6 +760,18 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
     assert!(status.contains(" 200 "), "{status}: {body}");
     drop(server);
 
+    // Over stdio too: a JWT in AAC_TOKEN, checked at start and on every call.
+    let client = env
+        .stdio_with(
+            &jwt(RESOURCE, ISSUER),
+            &["--jwt-issuer", ISSUER, "--jwt-audience", RESOURCE],
+            &[("AAC_JWT_SECRET", SECRET)],
+        )
+        .await;
+    let listed = ok(&client, "list_issues", json!({})).await;
+    assert!(listed.to_string().contains("AAC-1"), "{listed}");
+    client.cancel().await.unwrap();
+
     // A read-only server names only the scopes of what it serves.
     let read_only = env.http(&["--read-only"]);
     let (_, body) = http_request(
@@ -801,8 +819,27 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
             &["--authorization-server", "https://"][..],
             &[][..],
             2,
-            "no host",
+            "--authorization-server",
         ),
+        (
+            &["--resource-url", "https://[::1/mcp"][..],
+            &[][..],
+            2,
+            "not a URL",
+        ),
+        (
+            &["--resource-url", "https://x:99999/mcp"][..],
+            &[][..],
+            2,
+            "not a URL",
+        ),
+        (
+            &["--authorization-server", "https://u:p@as.test"][..],
+            &[][..],
+            2,
+            "password",
+        ),
+        (&["--jwt-issuer", ""][..], &[][..], 2, "empty"),
     ] {
         let out = env
             .command()

@@ -180,14 +180,23 @@ impl<L: Level> ReadUsage for Tx<'_, L> {
             "SELECT day, tool, sum(calls), sum(calls * (outcome = 'success')),
                     sum(calls * (outcome = 'denied')), sum(calls * (outcome = 'error'))
              FROM (
-                 SELECT substr(timestamp, 1, 10) AS day, tool, outcome,
-                        CASE WHEN reason = 'rate_limited' AND request_id IS NULL
-                                  AND status = 429
+                 SELECT substr(timestamp, 1, 10) AS day,
+                        CASE WHEN tool = '(rate limited)' AND reason IS NOT 'rate_limited'
+                             THEN '(unknown)' ELSE tool END AS tool,
+                        outcome,
+                        CASE WHEN request_id IS NOT NULL THEN 1
+                             WHEN reason = 'rate_limited' AND status = 429
                                   AND json_type(arguments, '$.suppressed') = 'integer'
-                                  AND json_extract(arguments, '$.suppressed') > 0
                                   AND NOT EXISTS (SELECT 1 FROM json_each(arguments)
                                                   WHERE key NOT IN ('suppressed', 'peer'))
-                             THEN json_extract(arguments, '$.suppressed')
+                             THEN min(max(1, json_extract(arguments, '$.suppressed')),
+                                      1000000000000)
+                             WHEN tool = '(unknown)'
+                                  AND json_type(arguments, '$.more_calls') = 'integer'
+                                  AND NOT EXISTS (SELECT 1 FROM json_each(arguments)
+                                                  WHERE key <> 'more_calls')
+                             THEN min(max(1, json_extract(arguments, '$.more_calls')),
+                                      1000000000000)
                              ELSE 1 END AS calls
                  FROM aac_audit
                  WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
