@@ -1533,11 +1533,12 @@ async fn a_refusal_of_the_level_fails_the_call_whatever_the_tool_answers() {
     assert_eq!(notes(&f.db), 2, "nothing deleted, nothing inserted after");
 }
 
-/// A full-text index (FTS5) keeps its rows in shadow tables, and changing an indexed row
-/// deletes some of theirs: at the `Write` level that is refused (no way tells the module's
-/// own deletes from a tool's that turned SQLite's defensive mode off for a moment, or
-/// from an FTS5 `'delete-all'` that empties a contentless index), so full-text upkeep
-/// belongs to destructive tools; a delete by a trigger is refused naming the trigger.
+/// A full-text index (FTS5) keeps its rows in shadow tables, and changing it deletes some
+/// of theirs, at once or at a merge it starts later: at the `Write` level any change of a
+/// virtual table is refused, every time (no way tells the module's own deletes from a
+/// tool's that turned SQLite's defensive mode off for a moment, or from an FTS5
+/// `'delete-all'` that empties a contentless index), so full-text upkeep belongs to
+/// destructive tools; a refusal by a trigger names the trigger.
 #[tokio::test]
 async fn the_write_level_deletes_nothing_of_a_full_text_index() {
     let f = fixture();
@@ -1548,32 +1549,46 @@ async fn the_write_level_deletes_nothing_of_a_full_text_index() {
              CREATE VIRTUAL TABLE bare USING fts5(body, content='');
              INSERT INTO bare (rowid, body) VALUES (1, 'secret');
              CREATE TRIGGER purge_tags AFTER UPDATE ON notes WHEN new.text = 'purge'
-             BEGIN DELETE FROM tags; END;",
+             BEGIN DELETE FROM tags; END;
+             CREATE TRIGGER index_tags AFTER INSERT ON tags
+             BEGIN INSERT INTO notes_fts (rowid, text) VALUES (new.note + 100, new.tag); END;",
         )
     })
     .unwrap();
     let server = server(&f, &["write_sql", "delete_sql"]);
+    let virtual_change = "a change of the virtual table";
     for (sql, said) in [
         (
             "UPDATE notes_fts SET text = 'edited' WHERE rowid = 1",
-            "DELETE FROM notes_fts_",
+            format!("{virtual_change} notes_fts"),
+        ),
+        // Every time, not only once a merge deletes.
+        (
+            "INSERT INTO notes_fts (rowid, text) VALUES (3, 'third')",
+            format!("{virtual_change} notes_fts"),
         ),
         (
             "DELETE FROM notes_fts WHERE rowid = 2",
-            "DELETE FROM notes_fts",
+            "DELETE FROM notes_fts".to_owned(),
         ),
         (
             "INSERT INTO bare (bare) VALUES ('delete-all')",
-            "DELETE FROM bare_",
+            format!("{virtual_change} bare"),
         ),
-        ("DELETE FROM notes_fts_data", "notes_fts_data"),
+        ("DELETE FROM notes_fts_data", "notes_fts_data".to_owned()),
         (
             "UPDATE notes SET text = 'kept' WHERE id = 1",
-            "DELETE FROM tags, by the trigger or view `purge_tags`",
+            "DELETE FROM tags, by the trigger or view `purge_tags`".to_owned(),
+        ),
+        (
+            "INSERT INTO tags VALUES (3, 'c')",
+            format!(
+                "{virtual_change} notes_fts (its module deletes rows of its own tables), by the trigger or view `index_tags`"
+            ),
         ),
     ] {
         let err = run(&server, "write_sql", sql).await.expect_err(sql);
-        assert!(err.message().contains(said), "{sql}: {err}");
+        assert!(err.message().contains(&said), "{sql}: {err}");
     }
     let counts: (i64, i64, i64, i64) =
         f.db.with_reader(|c| {

@@ -938,7 +938,7 @@ async fn refuse_rest_of_batch(
     {
         return;
     }
-    let (rest, more) = probe::rest_of_batch(body);
+    let (rest, more, unread) = probe::rest_of_batch_read(body);
     let not_dispatched = |more: usize| {
         let counted = if more > 0 {
             format!("; the batch held {more} more calls, not recorded one by one")
@@ -961,7 +961,7 @@ async fn refuse_rest_of_batch(
     });
     // The count in the record's arguments too, for whoever reads the trail.
     let counted = counted.map(|(request, err)| {
-        let account = serde_json::json!({"more_calls": more});
+        let account = probe::count_of_the_rest(more, unread);
         (request, Some(Check::Protocol), err, Some(account))
     });
     for (request, check, err, account) in each.chain(counted) {

@@ -577,7 +577,7 @@ impl Refusals {
             )
         };
         // A batch (which rmcp refuses whole): each of its calls, not only the first.
-        let (rest, more) = probe::rest_of_batch(line);
+        let (rest, more, unread) = probe::rest_of_batch_read(line);
         let mut records = vec![self.refuse(request, err())];
         records.extend(rest.into_iter().map(|request| self.refuse(request, err())));
         if more > 0 {
@@ -590,7 +590,7 @@ impl Refusals {
             );
             // The count in the record's arguments too, for whoever reads the trail.
             let mut attempt = self.begin(CallRequest::new(UNKNOWN_TOOL, None));
-            attempt.account(serde_json::json!({"more_calls": more}));
+            attempt.account(probe::count_of_the_rest(more, unread));
             records.push(refuse(attempt, counted));
         }
         Some(Box::pin(async move {

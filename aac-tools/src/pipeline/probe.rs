@@ -693,6 +693,28 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// first read, prompt or completion, which [`item_request`] reads), in the batch's order,
 /// at most [`MAX_BATCH_RECORDS`] − 1 of them, and how many more the batch holds. Empty
 /// when `body` is not a batch of several (or several values one after the other).
+/// The record of the calls of a refused batch past those recorded one by one: its
+/// arguments, `{"more_calls": n}` for calls the batch holds, or `{"calls_named_unread": n}`
+/// for a body no reader parses, where `n` counts how often its bytes say `tools/call` (what
+/// it may hold, not calls: the trail's counts of calls, `audit --stats` and the reference
+/// dashboard, take it as one record, so that no junk a caller sends counts as thousands).
+pub(crate) fn count_of_the_rest(more: usize, unread: bool) -> Value {
+    if unread {
+        serde_json::json!({"calls_named_unread": more})
+    } else {
+        serde_json::json!({"more_calls": more})
+    }
+}
+
+/// [`rest_of_batch`], and whether `more` counts mentions in bytes no reader parses.
+pub(crate) fn rest_of_batch_read(body: &[u8]) -> (Vec<CallRequest>, usize, bool) {
+    let body = without_bom(body);
+    let unread = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+        && concatenated(body).is_none();
+    let (kept, more) = rest_of_batch(body);
+    (kept, more, unread && more > 0)
+}
+
 pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
     let body = without_bom(body);
     let read = serde_json::from_slice::<Value>(body)
@@ -1035,6 +1057,29 @@ pub(crate) fn ambiguous_answer(id: &serde_json::Value, pointer: &str) -> serde_j
 
 #[cfg(test)]
 mod tests {
+    /// A body no reader parses that says `tools/call` thousands of times holds no call a
+    /// reader can count: its count is of mentions, under a key of its own, so that it
+    /// counts as one record, not as thousands of calls. A batch's count is of its calls.
+    #[test]
+    fn the_rest_of_an_unread_body_is_counted_as_mentions_not_calls() {
+        let junk = format!("[{}", "\"tools/call\",".repeat(1000));
+        let (kept, more, unread) = super::rest_of_batch_read(junk.as_bytes());
+        assert!(kept.is_empty());
+        assert_eq!((more, unread), (999, true));
+        assert_eq!(
+            super::count_of_the_rest(more, unread),
+            serde_json::json!({"calls_named_unread": 999})
+        );
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
+        let batch = format!("[{}]", vec![call; 40].join(","));
+        let (kept, more, unread) = super::rest_of_batch_read(batch.as_bytes());
+        assert_eq!((kept.len(), more, unread), (31, 8, false));
+        assert_eq!(
+            super::count_of_the_rest(more, unread),
+            serde_json::json!({"more_calls": 8})
+        );
+    }
+
     use super::*;
     use serde_json::json;
 

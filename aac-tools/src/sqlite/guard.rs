@@ -254,6 +254,27 @@ pub(super) struct Writer {
     /// is the tool's own (`COMMIT`, or a statement run in autocommit after its own
     /// `ROLLBACK`), and is turned into a rollback.
     in_tool: Arc<AtomicBool>,
+    /// The virtual tables of the database, for the `Write` level.
+    virtual_tables: Arc<Mutex<VirtualTables>>,
+}
+
+/// The virtual tables (FTS5, FTS4, R-tree…), as of a version of the schema. Their modules
+/// keep their rows in shadow tables and delete some of them on an insert, an update or a
+/// merge the module starts on its own (FTS5's automerge, after enough inserts): at the
+/// `Write` level a change of one is refused every time, not only once a merge deletes
+/// (a tool that passed its tests with a few rows would fail for good later), and the
+/// module's own deletes could not be told from a tool's.
+#[derive(Default)]
+struct VirtualTables {
+    version: Option<i64>,
+    names: Vec<String>,
+}
+
+impl VirtualTables {
+    fn contains(tables: &Mutex<VirtualTables>, table: &str) -> bool {
+        let tables = tables.lock().unwrap_or_else(|e| e.into_inner());
+        tables.names.iter().any(|t| t.eq_ignore_ascii_case(table))
+    }
 }
 
 impl Writer {
@@ -281,7 +302,39 @@ impl Writer {
             installed: None,
             refused,
             in_tool,
+            virtual_tables: Arc::default(),
         })
+    }
+
+    /// Learn the virtual tables again if the schema changed since they were last read (one
+    /// cached `PRAGMA schema_version` otherwise). Before a `Write` transaction.
+    pub(super) fn know_virtual_tables(&self) -> Result<(), rusqlite::Error> {
+        let version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA main.schema_version")?
+            .query_row([], |r| r.get(0))?;
+        let known = self
+            .virtual_tables
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .version;
+        if known == Some(version) {
+            return Ok(());
+        }
+        // Read without the lock: the authorizer takes it while this is prepared.
+        let names = self
+            .conn
+            .prepare_cached("SELECT name FROM pragma_table_list WHERE type = 'virtual'")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        *self
+            .virtual_tables
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = VirtualTables {
+            version: Some(version),
+            names,
+        };
+        Ok(())
     }
 
     /// While the guard lives, a tool's closure runs: a commit is refused (rolled back).
@@ -313,6 +366,7 @@ impl Writer {
             }
             Rules::NoDelete => {
                 let refused = Arc::clone(&self.refused);
+                let virtual_tables = Arc::clone(&self.virtual_tables);
                 self.conn.authorizer(Some(move |ctx: AuthContext<'_>| {
                     if let Some(denied) = refuse_framework(&refused, &ctx.action) {
                         return denied;
@@ -323,7 +377,22 @@ impl Writer {
                         verdict.schema_edit.get_or_insert(edit);
                         return Authorization::Allow;
                     }
-                    match (refusal(&ctx.action), ctx.accessor) {
+                    let changed_virtual = match ctx.action {
+                        AuthAction::Insert { table_name }
+                        | AuthAction::Update { table_name, .. }
+                            if VirtualTables::contains(&virtual_tables, table_name) =>
+                        {
+                            Some(format!(
+                                "a change of the virtual table {table_name} (its module deletes \
+                                 rows of its own tables)"
+                            ))
+                        }
+                        _ => None,
+                    };
+                    match (
+                        changed_virtual.or_else(|| refusal(&ctx.action)),
+                        ctx.accessor,
+                    ) {
                         (None, _) => Authorization::Allow,
                         // Name the trigger: the tool's statement did not say it.
                         (Some(what), Some(trigger)) => deny(

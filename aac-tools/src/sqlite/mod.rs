@@ -423,6 +423,9 @@ impl Database {
                     } else {
                         Rules::NoFramework
                     })?;
+                    if level == crate::access::AccessLevel::Write {
+                        writer.know_virtual_tables()?;
+                    }
                     // Nothing refused before this transaction counts against it.
                     writer.take_refused();
                     let writer = &*writer;

@@ -1112,9 +1112,14 @@ async fn serve_rate_limit_bounds_each_user_and_counts_the_flood() {
     assert!(stderr.contains("`0/s` is not a rate"), "{stderr}");
 }
 
-/// `serve --http` under the shell `ulimit` `limit`: the child, and the address line and
-/// the warnings it printed before it.
-fn serve_under_ulimit(env: &Env, limit: &str, extra: &str) -> (Child, Vec<String>) {
+/// `serve --http` under the shell `ulimit` `limit`: the child once it listens, and its
+/// stderr lines as they come (the log's from a thread of its own: before or after the
+/// address line).
+fn serve_under_ulimit(
+    env: &Env,
+    limit: &str,
+    extra: &str,
+) -> (Child, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -1129,17 +1134,20 @@ fn serve_under_ulimit(env: &Env, limit: &str, extra: &str) -> (Child, Vec<String
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut said = Vec::new();
-    loop {
-        let line = lines.next().expect("the address line").unwrap();
-        let done = line.starts_with("aacworkflow: serving MCP on ");
-        said.push(line);
-        if done {
-            break;
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (send, said) = std::sync::mpsc::channel();
+    let (listening, listens) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.starts_with("aacworkflow: serving MCP on ") {
+                let _ = listening.send(());
+            }
+            let _ = send.send(line);
         }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    });
+    listens
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the address line");
     (child, said)
 }
 
@@ -1162,24 +1170,25 @@ fn open_file_limit(pid: u32) -> (String, String) {
 #[test]
 fn serve_raises_its_open_file_limit_and_caps_connections_within_it() {
     let env = Env::new();
-    let (mut child, said) = serve_under_ulimit(&env, "-Sn 512", "");
+    let (mut child, _said) = serve_under_ulimit(&env, "-Sn 512", "");
     let (soft, hard) = open_file_limit(child.id());
-    assert_eq!(
-        soft, hard,
-        "the soft limit is raised to the hard one: {said:?}"
-    );
+    assert_eq!(soft, hard, "the soft limit is raised to the hard one");
     assert_ne!(soft, "512");
     let _ = child.kill();
     let _ = child.wait();
 
     // A hard limit of 300: 225 connections at most, said once.
     let (mut child, said) = serve_under_ulimit(&env, "-n 300", "--max-connections 5000");
+    let mut seen = Vec::new();
+    let capped = loop {
+        match said.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(line) if line.contains("capped") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no warning of the cap: {seen:?}"),
+        }
+    };
     let _ = child.kill();
     let _ = child.wait();
-    let capped = said
-        .iter()
-        .find(|l| l.contains("capped"))
-        .unwrap_or_else(|| panic!("{said:?}"));
     assert!(capped.contains("max_connections=225"), "{capped}");
     assert!(capped.contains("open_file_limit=300"), "{capped}");
 }
