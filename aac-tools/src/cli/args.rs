@@ -212,8 +212,8 @@ impl ServeArgs {
             .or(self.resource_url.as_ref())
             .ok_or_else(|| {
                 usage(
-                    "a JWT must name this server as its audience: give --jwt-audience, or \
-                     --resource-url (the audience is then this URL)",
+                    "a JWT must name this server as its audience: give --jwt-audience (or, \
+                     over HTTP, --resource-url, which is then the audience)",
                 )
             })?;
         let secret = std::env::var("AAC_JWT_SECRET")
@@ -248,15 +248,34 @@ impl ServeArgs {
 /// user, password or fragment (what RFC 9728 metadata and its clients accept), kept as
 /// written.
 fn an_http_url(text: &str) -> Result<String, String> {
-    if !(text.starts_with("https://") || text.starts_with("http://")) {
+    let lower = text.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+    else {
         return Err("expected an absolute URL starting with https:// (or http://)".to_owned());
+    };
+    if text.contains('\\') {
+        return Err("a URL here has no backslash".to_owned());
     }
     let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
-    if url.host_str().is_none_or(str::is_empty) {
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
         return Err("the URL names no host".to_owned());
-    }
+    };
     if !url.username().is_empty() || url.password().is_some() {
         return Err("a URL here carries no user or password".to_owned());
+    }
+    // Published as written, and compared as written (a JWT's audience): the authority must
+    // be what a reader of the URL takes it for (no `https:///x`, `https://@x`, `x:`).
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let expected = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    if authority != expected {
+        return Err(format!(
+            "the URL's host is written `{authority}`: write it `{expected}`"
+        ));
     }
     if url.fragment().is_some() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("a URL here has no fragment, space or control character".to_owned());

@@ -270,8 +270,9 @@ pub(super) fn no_stdio_token(context: &CliContext) -> CliError {
 /// named, since a mistyped `--db` or `AAC_DB` opens (and creates) another one.
 pub(super) fn token_refused(context: &CliContext, why: &str) -> CliError {
     CliError::new(format!(
-        "AAC_TOKEN is refused by the database `{}` ({why}); create a new one with `{}`, or \
-         point --db (or AAC_DB) at the database that made it",
+        "AAC_TOKEN is refused ({why}): a token of the database `{}` comes from `{}` (point \
+         --db or AAC_DB at the database that made it); a JWT needs --jwt-issuer and is checked \
+         against its issuer's keys",
         context.db_path().display(),
         context.shared.token_create_usage
     ))

@@ -840,6 +840,24 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
             "password",
         ),
         (&["--jwt-issuer", ""][..], &[][..], 2, "empty"),
+        (
+            &["--resource-url", "https:///mcp.example.test/mcp"][..],
+            &[][..],
+            2,
+            "write it",
+        ),
+        (
+            &["--resource-url", "https://x:/mcp"][..],
+            &[][..],
+            2,
+            "write it `x`",
+        ),
+        (
+            &["--authorization-server", "https://as.test\\x"][..],
+            &[][..],
+            2,
+            "backslash",
+        ),
     ] {
         let out = env
             .command()
