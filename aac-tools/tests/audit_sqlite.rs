@@ -885,12 +885,16 @@ async fn the_summary_counts_each_call_a_count_of_refusals_stands_for() {
     beside.arguments = json!({"suppressed": 1000, "issue_id": "AAC-1"});
     let mut with_id = flood.clone();
     with_id.request_id = Some("7".to_owned());
-    for r in [flood, peers, batch, forged, beside, with_id] {
+    // A tool a caller named like the framework's count.
+    let mut named = record("(rate limited)", Outcome::Denied, at);
+    named.reason = Some("unknown_tool".to_owned());
+    named.status = 404;
+    for r in [flood, peers, batch, forged, beside, with_id, named] {
         sink.record(r).await.unwrap();
     }
     let conn = open_reader(&path).unwrap();
     let summary = AuditQuery::new().summary(&conn).unwrap();
-    assert_eq!((summary.total, summary.denied), (299 + 200 + 50 + 3, 552));
+    assert_eq!((summary.total, summary.denied), (299 + 200 + 50 + 4, 553));
     let tools: Vec<_> = summary
         .most_refused_tools
         .iter()
@@ -898,7 +902,7 @@ async fn the_summary_counts_each_call_a_count_of_refusals_stands_for() {
         .collect();
     assert_eq!(
         tools,
-        [("wipe", 302), ("(rate limited)", 200), ("(unknown)", 50)]
+        [("wipe", 302), ("(rate limited)", 200), ("(unknown)", 51)]
     );
     let mallory: u64 = summary
         .denials_per_hour
@@ -907,7 +911,7 @@ async fn the_summary_counts_each_call_a_count_of_refusals_stands_for() {
         .map(|h| h.denials)
         .sum();
     assert_eq!(mallory, 302);
-    assert_eq!(summary.per_kind[0].total, 552);
+    assert_eq!(summary.per_kind[0].total, 553);
 }
 
 #[tokio::test]

@@ -198,10 +198,11 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, tool, \
-                 sum({CALLS}) AS denials \
+                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, \
+                 {SHOWN_TOOL} AS shown_tool, sum({CALLS}) AS denials \
                  FROM aac_audit WHERE {filter} AND outcome = 'denied' \
-                 GROUP BY hour, principal, tool ORDER BY hour, denials DESC, principal, tool"
+                 GROUP BY hour, principal, shown_tool \
+                 ORDER BY hour, denials DESC, principal, shown_tool"
             ))
             .map_err(sql_error)?;
         let denials_per_hour: Vec<HourlyDenials> = stmt
@@ -218,8 +219,9 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT tool, coalesce(reason, ''), sum({CALLS}) FROM aac_audit \
-                 WHERE {filter} AND outcome = 'denied' GROUP BY tool, reason"
+                "SELECT {SHOWN_TOOL} AS shown_tool, coalesce(reason, ''), sum({CALLS}) \
+                 FROM aac_audit WHERE {filter} AND outcome = 'denied' \
+                 GROUP BY shown_tool, reason"
             ))
             .map_err(sql_error)?;
         let mut by_tool: BTreeMap<String, ToolRefusals> = BTreeMap::new();
@@ -296,6 +298,12 @@ const MOST_REFUSED: usize = 10;
 /// arguments `{"more_calls": n}`). Neither has a request id, and a caller's own arguments
 /// never reach the trail as such a number (their values are kept hashed, and no tool may
 /// keep one of these names), so no caller's text counts as more than one call.
+/// The tool a summary names: the name the record holds, but `(rate limited)`, the
+/// framework's name of a count of refusals past a principal's rate, only for such a record
+/// (a caller may call a tool of that name; it is then `(unknown)`, as the tool it is not).
+const SHOWN_TOOL: &str = "(CASE WHEN tool = '(rate limited)' AND reason IS NOT 'rate_limited' \
+     THEN '(unknown)' ELSE tool END)";
+
 /// No tool may keep an argument of these names in the clear (`Registry` refuses it), and
 /// one count stands for at most 10^12 calls, so that no sum overflows.
 const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
