@@ -177,9 +177,9 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT substr(timestamp, 1, 10) AS day, sum({CALLS}), \
-                 sum({CALLS} * (outcome = 'success')), sum({CALLS} * (outcome = 'denied')), \
-                 sum({CALLS} * (outcome = 'error')) \
+                "SELECT substr(timestamp, 1, 10) AS day, sum({CALLS_OF_A_RECORD_SQL}), \
+                 sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'success')), sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'denied')), \
+                 sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'error')) \
                  FROM aac_audit WHERE {filter} GROUP BY day ORDER BY day"
             ))
             .map_err(sql_error)?;
@@ -199,7 +199,7 @@ impl AuditQuery {
         let mut stmt = conn
             .prepare(&format!(
                 "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, \
-                 {SHOWN_TOOL} AS shown_tool, sum({CALLS}) AS denials \
+                 {TOOL_AS_COUNTED_SQL} AS shown_tool, sum({CALLS_OF_A_RECORD_SQL}) AS denials \
                  FROM aac_audit WHERE {filter} AND outcome = 'denied' \
                  GROUP BY hour, principal, shown_tool \
                  ORDER BY hour, denials DESC, principal, shown_tool"
@@ -219,7 +219,7 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {SHOWN_TOOL} AS shown_tool, coalesce(reason, ''), sum({CALLS}) \
+                "SELECT {TOOL_AS_COUNTED_SQL} AS shown_tool, coalesce(reason, ''), sum({CALLS_OF_A_RECORD_SQL}) \
                  FROM aac_audit WHERE {filter} AND outcome = 'denied' \
                  GROUP BY shown_tool, reason"
             ))
@@ -250,8 +250,8 @@ impl AuditQuery {
 
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT kind, sum({CALLS}), sum({CALLS} * (outcome = 'success')), \
-                 sum({CALLS} * (outcome = 'denied')), sum({CALLS} * (outcome = 'error')) \
+                "SELECT kind, sum({CALLS_OF_A_RECORD_SQL}), sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'success')), \
+                 sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'denied')), sum({CALLS_OF_A_RECORD_SQL} * (outcome = 'error')) \
                  FROM aac_audit WHERE {filter} GROUP BY kind ORDER BY kind"
             ))
             .map_err(sql_error)?;
@@ -291,22 +291,17 @@ impl AuditQuery {
 /// How many tools [`AuditSummary::most_refused_tools`] lists.
 const MOST_REFUSED: usize = 10;
 
-/// How many calls a record stands for: one, but a count the framework writes for calls
-/// answered without a record of their own stands for each of them: refusals past a rate
+/// SQLite's expression of how many calls a row of `aac_audit` stands for, for a count of
+/// your own (`SELECT sum(...) FROM aac_audit`, as `AuditQuery::summary` and the reference
+/// dashboard do): one, but a count the framework writes for calls answered without a
+/// record of their own stands for each of them: refusals past a rate
 /// limit (`rate_limited`, 429, arguments `{"suppressed": n}` and perhaps a `peer`), and
 /// the calls of a refused batch past those recorded one by one (tool `(unknown)`,
 /// arguments `{"more_calls": n}`). Neither has a request id, and a caller's own arguments
 /// never reach the trail as such a number (their values are kept hashed, and no tool may
-/// keep one of these names), so no caller's text counts as more than one call.
-/// The tool a summary names: the name the record holds, but `(rate limited)`, the
-/// framework's name of a count of refusals past a principal's rate, only for such a record
-/// (a caller may call a tool of that name; it is then `(unknown)`, as the tool it is not).
-const SHOWN_TOOL: &str = "(CASE WHEN tool = '(rate limited)' AND reason IS NOT 'rate_limited' \
-     THEN '(unknown)' ELSE tool END)";
-
-/// No tool may keep an argument of these names in the clear (`Registry` refuses it), and
-/// one count stands for at most 10^12 calls, so that no sum overflows.
-const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
+/// keep one of these names: `Registry` refuses it), so no caller's text counts as more
+/// than one call. One count stands for at most 10^12 calls, so that no sum overflows.
+pub const CALLS_OF_A_RECORD_SQL: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
           OR NOT json_valid(arguments) THEN 1 \
      WHEN json_type(arguments) <> 'object' THEN 1 \
      WHEN reason = 'rate_limited' AND status = 429 \
@@ -318,6 +313,13 @@ const CALLS: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
           AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) WHERE key <> 'more_calls') \
           THEN min(max(1, json_extract(arguments, '$.more_calls')), 1000000000000) \
      ELSE 1 END)";
+
+/// SQLite's expression of the tool a count names: the name a row of `aac_audit` holds, but
+/// `(rate limited)`, the framework's name of a count of refusals past a principal's rate,
+/// only for such a record (a caller may call a tool of that name; it is then `(unknown)`,
+/// as the tool it is not).
+pub const TOOL_AS_COUNTED_SQL: &str = "(CASE WHEN tool = '(rate limited)' \
+     AND reason IS NOT 'rate_limited' THEN '(unknown)' ELSE tool END)";
 
 fn count(n: Option<i64>) -> u64 {
     n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)

@@ -141,19 +141,24 @@ impl Commits {
     }
 
     /// A `COMMIT` is about to be sent, on another thread than the call's task
-    /// (`elsewhere`) or on it: `None` if the call was abandoned (roll back instead).
-    pub(crate) fn begin(self: &Arc<Self>, elsewhere: bool) -> Option<Committing> {
+    /// (`elsewhere`) or on it: the error to roll back with instead if the call was
+    /// abandoned, or was refused an action of its level before (nothing more of it
+    /// commits).
+    pub(crate) fn begin(self: &Arc<Self>, elsewhere: bool) -> Result<Committing, crate::ToolError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(violation) = &state.violation {
+            return Err(violation.clone());
+        }
         if state.abandoned || self.server_stopped() {
             state.abandoned = true;
-            return None;
+            return Err(abandoned());
         }
         if elsewhere {
             state.elsewhere += 1;
         } else {
             state.here += 1;
         }
-        Some(Committing {
+        Ok(Committing {
             commits: Arc::clone(self),
             elsewhere,
             done: false,
@@ -162,24 +167,13 @@ impl Commits {
 }
 
 /// Before a transaction's `COMMIT`: the guard of that commit, counted in `commits` (the
-/// call's, if it has any: [`current`]), or the error that rolls the transaction back when
-/// the call was abandoned, or when it was refused an action of its level before.
+/// call's, if it has any: [`current`]), or the error that rolls the transaction back
+/// ([`Commits::begin`]).
 pub(crate) fn before_commit(
     commits: Option<&Arc<Commits>>,
     elsewhere: bool,
 ) -> Result<Option<Committing>, crate::ToolError> {
-    // After a refusal of its level, nothing more of the call commits.
-    if let Some(violation) = commits.and_then(|c| {
-        let state = c.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.violation.clone()
-    }) {
-        return Err(violation);
-    }
-    match commits.map(|c| c.begin(elsewhere)) {
-        Some(None) => Err(abandoned()),
-        Some(Some(committing)) => Ok(Some(committing)),
-        None => Ok(None),
-    }
+    commits.map(|c| c.begin(elsewhere)).transpose()
 }
 
 /// The error of a transaction whose call was abandoned before it committed.
@@ -291,7 +285,7 @@ mod tests {
                 in_doubt: false
             }
         );
-        assert!(commits.begin(true).is_none(), "no commit after abandonment");
+        assert!(commits.begin(true).is_err(), "no commit after abandonment");
         assert!(commits.is_abandoned());
     }
 

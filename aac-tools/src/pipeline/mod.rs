@@ -711,8 +711,8 @@ impl Attempt {
             && let Err(err) = validator.validate(instance)
         {
             let pointer = argument_pointer(&err);
-            let why = allowed_values_error(&err, entry.input_schema_shared())
-                .unwrap_or_else(|| err.to_string());
+            let why =
+                allowed_values_error(&err, entry.input_schema()).unwrap_or_else(|| err.to_string());
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, why)));
         }
         // The record keeps the arguments redacted; the handler takes them as they are.
@@ -1634,10 +1634,7 @@ fn conclude(
 /// `enum`, perhaps with `null`): the message naming the values it may take, which is what
 /// a model needs to correct itself (the validator's own says only "not valid under any of
 /// the schemas listed in the 'anyOf' keyword"). `None` for any other error.
-fn allowed_values_error(
-    err: &jsonschema::ValidationError<'_>,
-    schema: &Map<String, Value>,
-) -> Option<String> {
+fn allowed_values_error(err: &jsonschema::ValidationError<'_>, root: &Value) -> Option<String> {
     use jsonschema::error::ValidationErrorKind as Kind;
     if !matches!(
         err.kind(),
@@ -1645,16 +1642,15 @@ fn allowed_values_error(
     ) {
         return None;
     }
-    let root = Value::Object(schema.clone());
     // The schema of the failing keyword: its location without the keyword, followed
     // through `$ref`s as the validator went.
     let path = err.schema_path().as_str();
     let (node, _keyword) = path.rsplit_once('/')?;
-    let mut at = &root;
+    let mut at = root;
     for segment in node.split('/').skip(1) {
         let segment = segment.replace("~1", "/").replace("~0", "~");
         at = if segment == "$ref" {
-            resolve_local_ref(&root, at.get("$ref")?.as_str()?)?
+            resolve_local_ref(root, at.get("$ref")?.as_str()?)?
         } else {
             match at {
                 Value::Object(map) => map.get(&segment)?,
@@ -1664,7 +1660,7 @@ fn allowed_values_error(
         };
     }
     let mut values = Vec::new();
-    closed_set(&root, at, &mut values, 0)?;
+    closed_set(root, at, &mut values, 0)?;
     let listed: Vec<String> = values.iter().map(Value::to_string).collect();
     let value = bounded_json(err.instance());
     Some(format!("{value} is not one of: {}", listed.join(", ")))

@@ -280,8 +280,8 @@ pub async fn dashboard_usage_daily(
     })
 }
 
-/// The ten tools' names: the dashboard names no other (`registry_names_the_ten_tools`
-/// keeps the list true).
+/// The ten tools' names: the dashboard names no other (`audit_trail.rs`
+/// `the_dashboard_knows_the_ten_tools_by_name` keeps the list true).
 pub const TOOL_NAMES: [&str; 10] = [
     "assign_issue_to_agent",
     "comment_issue",

@@ -159,6 +159,25 @@ impl<L: Level> ReadMembers for Tx<'_, L> {
     }
 }
 
+/// Tool calls per day and tool of a workspace since a day: the library's counts (a count
+/// of refusals stands for each call it counts; a name a caller made up for the framework's
+/// count is `(unknown)`), as `audit --stats` makes them.
+static USAGE_DAILY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use aac_tools::audit::{CALLS_OF_A_RECORD_SQL, TOOL_AS_COUNTED_SQL};
+    format!(
+        "SELECT day, tool, sum(calls), sum(calls * (outcome = 'success')),
+                sum(calls * (outcome = 'denied')), sum(calls * (outcome = 'error'))
+         FROM (
+             SELECT substr(timestamp, 1, 10) AS day, {TOOL_AS_COUNTED_SQL} AS tool, outcome,
+                    {CALLS_OF_A_RECORD_SQL} AS calls
+             FROM aac_audit
+             WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
+         )
+         GROUP BY day, tool
+         ORDER BY day, tool"
+    )
+});
+
 impl<L: Level> ReadUsage for Tx<'_, L> {
     async fn usage_daily(
         &self,
@@ -176,34 +195,7 @@ impl<L: Level> ReadUsage for Tx<'_, L> {
             // first record): no usage.
             return Ok(Vec::new());
         }
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT day, tool, sum(calls), sum(calls * (outcome = 'success')),
-                    sum(calls * (outcome = 'denied')), sum(calls * (outcome = 'error'))
-             FROM (
-                 SELECT substr(timestamp, 1, 10) AS day,
-                        CASE WHEN tool = '(rate limited)' AND reason IS NOT 'rate_limited'
-                             THEN '(unknown)' ELSE tool END AS tool,
-                        outcome,
-                        CASE WHEN request_id IS NOT NULL THEN 1
-                             WHEN reason = 'rate_limited' AND status = 429
-                                  AND json_type(arguments, '$.suppressed') = 'integer'
-                                  AND NOT EXISTS (SELECT 1 FROM json_each(arguments)
-                                                  WHERE key NOT IN ('suppressed', 'peer'))
-                             THEN min(max(1, json_extract(arguments, '$.suppressed')),
-                                      1000000000000)
-                             WHEN tool = '(unknown)'
-                                  AND json_type(arguments, '$.more_calls') = 'integer'
-                                  AND NOT EXISTS (SELECT 1 FROM json_each(arguments)
-                                                  WHERE key <> 'more_calls')
-                             THEN min(max(1, json_extract(arguments, '$.more_calls')),
-                                      1000000000000)
-                             ELSE 1 END AS calls
-                 FROM aac_audit
-                 WHERE workspace = ?1 AND timestamp >= ?2 AND kind = 'tool'
-             )
-             GROUP BY day, tool
-             ORDER BY day, tool",
-        )?;
+        let mut stmt = self.conn().prepare_cached(&USAGE_DAILY)?;
         let rows = stmt
             .query_map([workspace, since_day], |r| {
                 Ok(UsageRow {
