@@ -146,7 +146,7 @@ fn report(lines: &[Line], notes: &[String], secs: f64, rounds: usize) -> String 
 }
 
 /// The `aacworkflow` binary: `AACWORKFLOW_BIN`, else next to this program.
-fn aacworkflow_bin() -> io::Result<PathBuf> {
+pub(crate) fn aacworkflow_bin() -> io::Result<PathBuf> {
     if let Ok(bin) = std::env::var("AACWORKFLOW_BIN") {
         return Ok(bin.into());
     }

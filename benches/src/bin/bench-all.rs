@@ -118,6 +118,11 @@ fn main() -> io::Result<()> {
         _ => {}
     }
     let options = parse_options(&args).map_err(io::Error::other)?;
+    if options.postgres.is_some() {
+        // The run ends with the reference server on PostgreSQL: say now, not after every
+        // other measurement, that its binary is missing.
+        postgres::aacworkflow_bin()?;
+    }
     if cfg!(debug_assertions) {
         eprintln!(
             "warning: a debug build; run with `cargo run --release -p aac-bench --bin bench-all`"
@@ -800,6 +805,12 @@ fn end_to_end(options: &Options) -> io::Result<Measured> {
                     let r = http_run(addr, clients, plan).await?;
                     if let Some(sampler) = sampler {
                         mem.http_load = mem.http_load.max(sampler.finish());
+                    }
+                    if clients == 1 {
+                        // Idle again, once both frameworks have served a client (rmcp
+                        // builds its router for a session, not at start-up).
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        mem.http_served = mem.http_served.max(rss_kib(server.pid()).unwrap_or(0));
                     }
                     eprintln!("  HTTP {clients} clients: {:.0} calls/s", r.throughput());
                     e2e.runs.entry((s, variant)).or_default().push(r);
