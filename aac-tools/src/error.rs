@@ -31,11 +31,17 @@ pub enum Status {
     Conflict,
     /// 413: the request body is larger than the server accepts.
     PayloadTooLarge,
+    /// 414: the request line's URI is longer than the HTTP server reads (as it answers
+    /// before any route).
+    UriTooLong,
     /// 415: the body is not of a type the route reads (as the MCP layer answers a body
     /// that is not `application/json`).
     UnsupportedMediaType,
     /// 429: too many requests; retry later.
     TooManyRequests,
+    /// 431: the request's head (its headers) is larger, or has more headers, than the
+    /// HTTP server reads (as it answers before any route).
+    RequestHeaderFieldsTooLarge,
     /// 500: a fault of the server.
     Internal,
     /// 503: a dependency is unavailable (for example the audit sink).
@@ -46,8 +52,8 @@ pub enum Status {
 }
 
 impl Status {
-    /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 415, 429, 499, 500
-    /// or 503.
+    /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 414, 415, 429, 431,
+    /// 499, 500 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
@@ -59,8 +65,10 @@ impl Status {
             Status::RequestTimeout => 408,
             Status::Conflict => 409,
             Status::PayloadTooLarge => 413,
+            Status::UriTooLong => 414,
             Status::UnsupportedMediaType => 415,
             Status::TooManyRequests => 429,
+            Status::RequestHeaderFieldsTooLarge => 431,
             Status::Internal => 500,
             Status::Unavailable => 503,
             Status::ClientClosedRequest => 499,
@@ -79,8 +87,10 @@ impl Status {
             408 => Status::RequestTimeout,
             409 => Status::Conflict,
             413 => Status::PayloadTooLarge,
+            414 => Status::UriTooLong,
             415 => Status::UnsupportedMediaType,
             429 => Status::TooManyRequests,
+            431 => Status::RequestHeaderFieldsTooLarge,
             500 => Status::Internal,
             503 => Status::Unavailable,
             499 => Status::ClientClosedRequest,

@@ -553,3 +553,125 @@ async fn the_count_of_a_flood_that_stops_is_recorded_when_the_server_stops() {
         "every refusal recorded or counted: {records:?}"
     );
 }
+
+/// A request hyper cannot read as HTTP/1.1 is answered by hyper before any route (414 for
+/// a URI over its limit, 431 past 100 headers, 400 for a repeated `Content-Length` or a
+/// control byte in a header), or closed unanswered (HTTP/2's preface); each is a refusal,
+/// and leaves its record: a call of `(unknown)` by nobody known, refused by the protocol.
+#[tokio::test]
+async fn requests_hyper_refuses_before_any_route_are_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let many_headers: String = (0..120).map(|i| format!("X-Header-{i}: v\r\n")).collect();
+    let cases: Vec<(String, &str, u16, &str)> = vec![
+        (
+            format!(
+                "GET /tools/{} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                "a".repeat(70_000)
+            ),
+            "HTTP/1.1 414",
+            414,
+            "uri_too_long",
+        ),
+        (
+            format!("POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\n{many_headers}\r\n"),
+            "HTTP/1.1 431",
+            431,
+            "headers_too_large",
+        ),
+        (
+            "POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\
+             Content-Length: 3\r\n\r\n{}"
+                .to_owned(),
+            "HTTP/1.1 400",
+            400,
+            "unreadable_request",
+        ),
+        (
+            "POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad: a\u{1}b\r\n\r\n"
+                .to_owned(),
+            "HTTP/1.1 400",
+            400,
+            "unreadable_request",
+        ),
+        (
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned(),
+            "",
+            400,
+            "http2_not_served",
+        ),
+    ];
+    let mut expected = Vec::new();
+    for (request, answer_starts, status, reason) in &cases {
+        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answer = until_closed(&mut stream).await;
+        if answer_starts.is_empty() {
+            assert_eq!(answer, "", "{reason}: closed unanswered");
+        } else {
+            assert!(answer.starts_with(answer_starts), "{reason}: {answer}");
+        }
+        expected.push((*status, reason.to_string()));
+    }
+    // Each record is written as its connection ends, after the answer.
+    let started = Instant::now();
+    while server.sink.records().len() < cases.len() && started.elapsed() < GUARD {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), cases.len(), "{records:?}");
+    let mut got: Vec<(u16, String)> = records
+        .iter()
+        .map(|r| (r.status, r.reason.clone().unwrap_or_default()))
+        .collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+    for record in &records {
+        assert_eq!(record.tool, "(unknown)", "{record:?}");
+        assert_eq!(record.outcome, Outcome::Denied, "{record:?}");
+        assert_eq!(record.check, Some(aac_tools::audit::Check::Protocol));
+        assert_eq!(record.principal, None, "{record:?}");
+        assert_eq!(record.transport, "http", "{record:?}");
+    }
+    // A valid client is served as before.
+    assert_eq!(valid_call(&server).await, 200);
+}
+
+/// Requests hyper refuses count against their peer's rate of refusals before
+/// authentication, as a token-less call does: a flood of them costs a bounded trail.
+#[tokio::test]
+async fn a_flood_of_unreadable_requests_costs_a_bounded_trail() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let many_headers: String = (0..120).map(|i| format!("X-Header-{i}: v\r\n")).collect();
+    let request =
+        format!("POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\n{many_headers}\r\n");
+    let sent = 150;
+    for _ in 0..sent {
+        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        assert!(until_closed(&mut stream).await.starts_with("HTTP/1.1 431"));
+    }
+    // Every refusal within the rate is recorded; the rest are only counted.
+    let started = Instant::now();
+    let mut seen = 0;
+    while started.elapsed() < Duration::from_millis(500) || seen != server.sink.records().len() {
+        seen = server.sink.records().len();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if started.elapsed() > GUARD {
+            break;
+        }
+    }
+    let records = server.sink.records();
+    assert!(
+        (60..sent).contains(&records.len()),
+        "{} records for {sent} refusals",
+        records.len()
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.reason.as_deref() == Some("headers_too_large")
+                || r.tool == "(rate limited)"),
+        "{records:?}"
+    );
+}

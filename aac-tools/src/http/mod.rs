@@ -485,6 +485,7 @@ pub async fn serve(
             },
         );
         let shutdown = shutdown.clone();
+        let server = server.clone();
         connections.spawn(async move {
             let _slot = (slot, peer_slot);
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -509,6 +510,10 @@ pub async fn serve(
             };
             if let Err(err) = result {
                 tracing::debug!(%peer, error = %err, "connection ended with an error");
+                // A request hyper refused before any route is recorded as any refusal.
+                if let Some(refusal) = routes::unparsed_request_error(&err) {
+                    routes::refused_by_hyper(&server, peer.ip(), refusal).await;
+                }
             }
         });
     }

@@ -839,6 +839,62 @@ fn with_rest_request_id(request: CallRequest, headers: &HeaderMap) -> CallReques
     }
 }
 
+/// The refusal of a request hyper could not read as HTTP/1.1, which it answers itself
+/// before any route: 414 for a URI over its limit, 431 for a head over its size or with
+/// more than 100 headers, 400 for anything else it cannot parse (a control byte in a
+/// header, a repeated or bad `Content-Length`, a bad method or version), and a
+/// connection that opens with HTTP/2's preface, which it closes unanswered. `None` for
+/// any other end of a connection (the client left, a timeout): not a refusal of a request.
+pub(crate) fn unparsed_request_error(err: &hyper::Error) -> Option<ToolError> {
+    if !err.is_parse() {
+        return None;
+    }
+    // hyper says which parse error only in its message (its kinds are private).
+    let what = err.to_string();
+    let what = crate::audit::bounded(&what, 200);
+    Some(if err.is_parse_too_large() && what.starts_with("URI") {
+        ToolError::new(
+            Status::UriTooLong,
+            "uri_too_long",
+            "the request's URI is longer than the server reads",
+        )
+    } else if err.is_parse_too_large() {
+        ToolError::new(
+            Status::RequestHeaderFieldsTooLarge,
+            "headers_too_large",
+            "the request's head is larger, or has more headers, than the server reads",
+        )
+    } else if what.contains("HTTP2 preface") {
+        ToolError::new(
+            Status::BadRequest,
+            "http2_not_served",
+            "the connection opened with HTTP/2's preface; this server speaks HTTP/1.1 \
+             (the connection was closed unanswered)",
+        )
+    } else {
+        ToolError::new(
+            Status::BadRequest,
+            "unreadable_request",
+            format!("the request is not HTTP/1.1 the server can read: {what}"),
+        )
+    })
+}
+
+/// The record of a request hyper refused before any route ([`unparsed_request_error`]):
+/// nothing of it can be read, so it is a call of `(unknown)` from its peer, refused by
+/// the protocol, and counts against the peer's rate of refusals before authentication.
+pub(crate) async fn refused_by_hyper(server: &Server, peer: IpAddr, err: ToolError) {
+    let request = CallRequest::new(UNKNOWN_TOOL, None)
+        .transport(Transport::PlainHttp)
+        .peer_addr(peer);
+    let mut attempt = server.begin(request);
+    // Nothing was presented: the record is of a caller nobody knows.
+    let _ = attempt.authenticate().await;
+    // hyper has answered (or closed) already: what the record's write says is logged by
+    // the pipeline, and the peer past its rate is only counted.
+    let _ = attempt.refuse(Check::Protocol, err).await;
+}
+
 /// Where a request the `Host`/`Origin` guard refused was going.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
