@@ -44,6 +44,9 @@ pub enum Status {
     RequestHeaderFieldsTooLarge,
     /// 500: a fault of the server.
     Internal,
+    /// 501: the request uses what the server does not implement (a transfer coding
+    /// other than `chunked`).
+    NotImplemented,
     /// 503: a dependency is unavailable (for example the audit sink).
     Unavailable,
     /// 499 (nginx's "client closed request"): the call was abandoned before it ran (its
@@ -53,7 +56,7 @@ pub enum Status {
 
 impl Status {
     /// The numeric code: 400, 401, 403, 404, 405, 406, 408, 409, 413, 414, 415, 429, 431,
-    /// 499, 500 or 503.
+    /// 499, 500, 501 or 503.
     pub const fn code(self) -> u16 {
         match self {
             Status::BadRequest => 400,
@@ -70,6 +73,7 @@ impl Status {
             Status::TooManyRequests => 429,
             Status::RequestHeaderFieldsTooLarge => 431,
             Status::Internal => 500,
+            Status::NotImplemented => 501,
             Status::Unavailable => 503,
             Status::ClientClosedRequest => 499,
         }
@@ -92,6 +96,7 @@ impl Status {
             429 => Status::TooManyRequests,
             431 => Status::RequestHeaderFieldsTooLarge,
             500 => Status::Internal,
+            501 => Status::NotImplemented,
             503 => Status::Unavailable,
             499 => Status::ClientClosedRequest,
             _ => return None,

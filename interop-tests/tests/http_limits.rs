@@ -675,3 +675,141 @@ async fn a_flood_of_unreadable_requests_costs_a_bounded_trail() {
         "{records:?}"
     );
 }
+
+/// Send `request` on a new connection; the status line of the answer and its body.
+async fn exchange(server: &TestServer, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr(server)).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    until_closed(&mut stream).await
+}
+
+/// A chunked body of `bytes`, one chunk.
+fn chunked(bytes: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", bytes.len()).into_bytes();
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n0\r\n\r\n");
+    out
+}
+
+/// A body in a transfer coding other than `chunked` is refused unread, 501, and recorded,
+/// over REST and `/mcp`: hyper takes the chunks off and hands on the rest still coded, a
+/// call no check could read (as with `Content-Encoding`). Plain `chunked` is served.
+#[tokio::test]
+async fn a_body_in_a_transfer_coding_is_refused_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let token = &server.fixture.full;
+    let rest = |coding: &str, body: &[u8]| {
+        let mut request = format!(
+            "POST /tools/add_note HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes();
+        request.extend(chunked(body));
+        request
+    };
+    let answer = exchange(&server, &rest("gzip, chunked", br#"{"text":"coded"}"#)).await;
+    assert!(answer.starts_with("HTTP/1.1 501"), "{answer}");
+    assert!(answer.contains("unsupported_transfer_encoding"), "{answer}");
+    let mut mcp = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Transfer-Encoding: deflate\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes();
+    mcp.extend(chunked(b"\x78\x9c\x03\x00\x00\x00\x00\x01"));
+    let answer = exchange(&server, &mcp).await;
+    assert!(answer.starts_with("HTTP/1.1 501"), "{answer}");
+    let answer = exchange(&server, &rest("chunked", br#"{"text":"plain"}"#)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let records = server.sink.records();
+    let seen: Vec<(&str, u16, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.status, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("add_note", 501, Some("unsupported_transfer_encoding")),
+            ("(unknown)", 501, Some("unsupported_transfer_encoding")),
+            ("add_note", 200, None),
+        ]
+    );
+    assert_eq!(records[0].principal.as_deref(), Some("alice"));
+}
+
+/// A call sent where no route takes it, or with a method its route does not take, is
+/// refused 404 or 405 and recorded: a path a proxy in front could read as
+/// `/tools/{name}` (`//tools/…`, `/TOOLS/…`) as a call of that tool; a body that carries
+/// a `tools/call` as that call (`/%6dcp`, `PATCH /mcp`, the metadata's route); any other
+/// body sent under `/mcp` as a call nobody can know. A request elsewhere that carries no
+/// call, and one without a body (`PUT /tools/add_note` with none, say), leave none.
+#[tokio::test]
+async fn calls_sent_where_no_route_takes_them_are_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let token = &server.fixture.full;
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+    let send = |method: &str, path: &str, body: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let cases = [
+        (
+            send("POST", "//tools/add_note", r#"{"text":"x"}"#),
+            404,
+            "add_note",
+        ),
+        (
+            send("POST", "/TOOLS/add_note", r#"{"text":"x"}"#),
+            404,
+            "add_note",
+        ),
+        (
+            send("PUT", "/tools/add_note", r#"{"text":"x"}"#),
+            405,
+            "add_note",
+        ),
+        (send("POST", "/%6dcp", call), 404, "add_note"),
+        (send("PATCH", "/mcp", call), 405, "add_note"),
+        (
+            send("POST", "/.well-known/oauth-protected-resource/mcp", call),
+            405,
+            "add_note",
+        ),
+        (send("POST", "/mcp/x", "not json"), 404, "(unknown)"),
+    ];
+    for (request, status, _) in &cases {
+        let answer = exchange(&server, request.as_bytes()).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request}: {answer}"
+        );
+    }
+    // Nothing that could be a call: no record.
+    for request in [
+        send("POST", "/elsewhere", r#"{"text":"x"}"#),
+        "GET /tools/add_note HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_owned(),
+        "OPTIONS /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_owned(),
+        send("PUT", "/tools/add_note", ""),
+    ] {
+        let answer = exchange(&server, request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 40"), "{request}: {answer}");
+    }
+    let records = server.sink.records();
+    let seen: Vec<(u16, &str)> = records
+        .iter()
+        .map(|r| (r.status, r.tool.as_str()))
+        .collect();
+    let expected: Vec<(u16, &str)> = cases.iter().map(|(_, s, t)| (*s, *t)).collect();
+    assert_eq!(seen, expected, "{records:?}");
+    for record in &records {
+        assert_eq!(record.outcome, Outcome::Denied);
+        assert_eq!(record.check, Some(aac_tools::audit::Check::Protocol));
+        assert_eq!(record.principal.as_deref(), Some("alice"), "{record:?}");
+    }
+    // Nothing ran: the one note is the one a valid call adds now.
+    assert_eq!(valid_call(&server).await, 200);
+}

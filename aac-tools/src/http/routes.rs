@@ -227,11 +227,31 @@ fn credentials(headers: &HeaderMap) -> Result<Credentials, ToolError> {
 /// Read a body up to the limit (413 beyond it) within the body timeout (408 past it). A
 /// body in a content coding (`Content-Encoding: gzip`…) is refused unread, 415: read as
 /// it is, a compressed call would be no call at all to every check, and to its record.
+/// So is one in a transfer coding other than `chunked` (`Transfer-Encoding: gzip,
+/// chunked`), 501 as RFC 9112 says: hyper takes off the chunks and hands on the rest
+/// still coded.
 async fn read_body(
     body: Body,
     headers: &HeaderMap,
     options: &HttpOptions,
 ) -> Result<Bytes, ToolError> {
+    let transfer = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(|coding| coding.trim().to_ascii_lowercase())
+        .find(|coding| !coding.is_empty() && coding != "chunked" && coding != "identity");
+    if let Some(coding) = transfer {
+        return Err(ToolError::new(
+            Status::NotImplemented,
+            "unsupported_transfer_encoding",
+            format!(
+                "the body's Transfer-Encoding `{}` is not supported: send it `chunked` or with \
+                 a Content-Length",
+                crate::audit::bounded(&coding, 64)
+            ),
+        ));
+    }
     let codings = headers
         .get_all(header::CONTENT_ENCODING)
         .iter()
@@ -781,8 +801,10 @@ impl tower_service::Service<Request> for McpEndpoint {
                 );
             }
             if ![Method::GET, Method::POST, Method::DELETE].contains(request.method()) {
-                // rmcp's answer is plain text: the JSON of every other route's 405.
-                let mut response = method_not_allowed(request.method().clone()).await;
+                // rmcp's answer is plain text: the JSON of every other route's 405, and
+                // what the request may carry recorded.
+                let err = method_not_allowed_error(request.method());
+                let mut response = Box::pin(refused_unrouted(&endpoint.app, request, err)).await;
                 response.headers_mut().insert(
                     axum::http::header::ALLOW,
                     axum::http::HeaderValue::from_static("GET,POST,DELETE"),
@@ -948,9 +970,43 @@ pub(crate) async fn refused_by_guard(
         let _ = attempt.authenticate().await;
         return json_error(&attempt.refuse(Check::Protocol, err).await);
     }
+    refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await
+}
+
+/// Which bodies [`refuse_what_the_body_carries`] records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carries {
+    /// Only a body that carries a call (or a read, a prompt, a completion).
+    Calls,
+    /// Any body: one that carries no call is recorded as a call of a tool nobody can
+    /// know (or of the one `Mcp-Method` and `Mcp-Name` name), as `/mcp` records a body it
+    /// cannot read.
+    Any,
+}
+
+/// Refuse with `err` what `body`, read as the `/mcp` gate reads it (within the same
+/// limits), carries: its call, else its read, prompt or completion, each recorded, and
+/// every other call of a batch; a body that carries none as `carries` says. The caller's
+/// principal is in a record when its token is valid; a caller without one counts against
+/// its peer's rate of recorded refusals.
+async fn refuse_what_the_body_carries(
+    app: &App,
+    parts: &axum::http::request::Parts,
+    body: Body,
+    err: ToolError,
+    carries: Carries,
+) -> Response {
+    let peer = peer_addr(&parts.extensions);
+    let credentials = credentials(&parts.headers).ok();
+    let begin = |mut request: CallRequest| {
+        if let Some(credentials) = &credentials {
+            request = request.credentials(credentials.clone());
+        }
+        app.server().begin(request)
+    };
     let body = match read_body(body, &parts.headers, &app.options).await {
         Ok(bytes) => bytes,
-        Err(_) => return unread_body(app, &parts, err).await,
+        Err(_) => return unread_body(app, parts, err).await,
     };
     let mut principal = None;
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
@@ -960,6 +1016,14 @@ pub(crate) async fn refused_by_guard(
     } else if let Some(item) = item_request(&body, peer) {
         let mut attempt = begin(item);
         principal = attempt.authenticate().await.ok();
+        attempt.refuse(Check::Protocol, err.clone()).await
+    } else if carries == Carries::Any {
+        let mut request = named_by_headers(&parts.headers).transport(Transport::StreamableHttp);
+        if let Some(peer) = peer {
+            request = request.peer_addr(peer);
+        }
+        let mut attempt = begin(request);
+        let _ = attempt.authenticate().await;
         attempt.refuse(Check::Protocol, err.clone()).await
     } else {
         err.clone()
@@ -974,6 +1038,77 @@ pub(crate) async fn refused_by_guard(
     )
     .await;
     json_error(&answer)
+}
+
+/// What a path no route took looks like, read as a proxy in front might normalize it
+/// (repeated slashes merged, percent-escapes decoded, `tools` and `mcp` in any case).
+#[derive(Debug, PartialEq, Eq)]
+enum Unrouted {
+    /// `/tools/{name}` so read: a call of `name`.
+    Tool(String),
+    /// `/mcp`, `/tools` or below them otherwise: one of ours.
+    Ours,
+    /// Anything else.
+    Other,
+}
+
+impl Unrouted {
+    fn of(path: &str) -> Unrouted {
+        let mut segments = path.split('/').filter(|s| !s.is_empty());
+        let first = segments.next().map(decoded).unwrap_or_default();
+        let rest: Vec<&str> = segments.collect();
+        if first.eq_ignore_ascii_case("tools") {
+            match rest.as_slice() {
+                [name] => Unrouted::Tool(decoded(name)),
+                _ => Unrouted::Ours,
+            }
+        } else if first.eq_ignore_ascii_case("mcp") {
+            Unrouted::Ours
+        } else {
+            Unrouted::Other
+        }
+    }
+}
+
+/// A request refused for its path (404, no route) or its method (405) that may carry a
+/// call (one that declares a body, whatever its method), so that no
+/// variant of a call a proxy in front could take for one (`//tools/delete_issue`,
+/// `/Tools/…`, `/%6dcp`, `PUT /tools/delete_issue`, `PATCH /mcp`) is refused unrecorded:
+/// a path that reads as `/tools/{name}` is a call of that tool; a body that carries a call
+/// (or a read, a prompt, a completion) is that call; any other body sent to `/mcp` or
+/// `/tools` is a call of a tool nobody can know. A request elsewhere carrying no call,
+/// and one without a body, are answered unrecorded.
+pub(crate) async fn refused_unrouted(app: &App, request: Request, err: ToolError) -> Response {
+    let (parts, body) = request.into_parts();
+    let declares_body = parts.headers.contains_key(header::TRANSFER_ENCODING)
+        || parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0");
+    if !declares_body {
+        return json_error(&err);
+    }
+    match Unrouted::of(parts.uri.path()) {
+        Unrouted::Tool(name) => {
+            let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
+            if let Some(peer) = peer_addr(&parts.extensions) {
+                request = request.peer_addr(peer);
+            }
+            if let Ok(credentials) = credentials(&parts.headers) {
+                request = request.credentials(credentials);
+            }
+            let mut attempt = app
+                .server()
+                .begin(with_rest_request_id(request, &parts.headers));
+            // For the record only: the refusal is the route's, whoever sent it.
+            let _ = attempt.authenticate().await;
+            json_error(&attempt.refuse(Check::Protocol, err).await)
+        }
+        Unrouted::Ours => refuse_what_the_body_carries(app, &parts, body, err, Carries::Any).await,
+        Unrouted::Other => {
+            refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await
+        }
+    }
 }
 
 /// The records of the calls of a batch after its first (whose attempt the gate began),
@@ -1644,36 +1779,62 @@ pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap
 /// trailing slash, an empty or a dot segment: `/tools/delete_issue/`,
 /// `/tools//delete_issue`, `/tools/./delete_issue`) is a call of a tool named by all that
 /// follows `/tools/`, as sent (percent-decoded, never resolved to another tool's name):
-/// refused as any unknown tool is, and recorded.
-pub(crate) async fn not_found(
-    State(app): State<App>,
-    method: Method,
-    uri: axum::http::Uri,
-    extensions: axum::http::Extensions,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    match uri.path().strip_prefix("/tools/") {
-        Some(rest) if method == Method::POST => {
-            call_named(app, decoded(rest), extensions, headers, body).await
+/// refused as any unknown tool is, and recorded. Any other request that may carry a call
+/// is recorded as [`refused_unrouted`] says.
+pub(crate) async fn not_found(State(app): State<App>, request: Request) -> Response {
+    match request.uri().path().strip_prefix("/tools/") {
+        Some(rest) if request.method() == Method::POST => {
+            let name = decoded(rest);
+            let (parts, body) = request.into_parts();
+            call_named(app, name, parts.extensions, parts.headers, body).await
         }
-        _ => json_error(&ToolError::not_found("no such route")),
+        _ => refused_unrouted(&app, request, ToolError::not_found("no such route")).await,
     }
 }
 
-/// A route that exists, with a method it does not take: 405 in the JSON of every other
-/// error (axum adds `Allow`).
-pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Response {
-    json_error(&ToolError::new(
+/// The refusal of a route that exists, asked with a method it does not take: 405.
+pub(crate) fn method_not_allowed_error(method: &Method) -> ToolError {
+    ToolError::new(
         Status::MethodNotAllowed,
         "method_not_allowed",
         format!("this route does not take {method}"),
-    ))
+    )
+}
+
+/// A route that exists, with a method it does not take: 405 in the JSON of every other
+/// error (axum adds `Allow`), recorded as [`refused_unrouted`] says.
+pub(crate) async fn method_not_allowed(State(app): State<App>, request: Request) -> Response {
+    let err = method_not_allowed_error(request.method());
+    refused_unrouted(&app, request, err).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_no_route_takes_is_read_as_a_proxy_might_normalize_it() {
+        for (path, read) in [
+            (
+                "//tools/delete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            (
+                "/TOOLS/delete%5Fissue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            ("/%74ools//x/", Unrouted::Tool("x".into())),
+            ("/tools/a/b", Unrouted::Ours),
+            ("/tools", Unrouted::Ours),
+            ("/%6dcp", Unrouted::Ours),
+            ("/Mcp/../tools/delete_issue", Unrouted::Ours),
+            ("/", Unrouted::Other),
+            ("/wp-login.php", Unrouted::Other),
+            ("/.well-known/oauth-protected-resource/mcp", Unrouted::Other),
+        ] {
+            assert_eq!(Unrouted::of(path), read, "{path}");
+        }
+    }
 
     #[test]
     fn a_request_the_mcp_layer_refused_is_recorded_with_the_status_the_client_got() {
