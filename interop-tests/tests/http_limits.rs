@@ -768,6 +768,16 @@ async fn calls_sent_where_no_route_takes_them_are_recorded() {
             "add_note",
         ),
         (
+            send("POST", "/tools%2Fadd_note", r#"{"text":"x"}"#),
+            404,
+            "add_note",
+        ),
+        (
+            send("POST", "/x/%2e%2e/tools/add_note", r#"{"text":"x"}"#),
+            404,
+            "add_note",
+        ),
+        (
             send("PUT", "/tools/add_note", r#"{"text":"x"}"#),
             405,
             "add_note",
@@ -812,4 +822,55 @@ async fn calls_sent_where_no_route_takes_them_are_recorded() {
     }
     // Nothing ran: the one note is the one a valid call adds now.
     assert_eq!(valid_call(&server).await, 200);
+}
+
+/// The same variants with a foreign `Origin` or `Host`: refused 403 by the guard before
+/// any route, and recorded as the guard's refusal of what they carry.
+#[tokio::test]
+async fn calls_the_guard_refuses_off_any_route_are_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let token = &server.fixture.full;
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+    let send = |method: &str, path: &str, foreign: &str, body: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\n{foreign}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let origin = "Host: 127.0.0.1\r\nOrigin: http://evil.example";
+    let host = "Host: evil.example";
+    let cases = [
+        (send("PUT", "/mcp", origin, call), "origin_not_allowed"),
+        (send("PATCH", "/mcp", host, call), "host_not_allowed"),
+        (
+            send("POST", "//tools/add_note", origin, r#"{"text":"x"}"#),
+            "origin_not_allowed",
+        ),
+        (
+            send("PUT", "/tools/add_note", host, r#"{"text":"x"}"#),
+            "host_not_allowed",
+        ),
+        (
+            send("POST", "/tools%2Fadd_note", origin, r#"{"text":"x"}"#),
+            "origin_not_allowed",
+        ),
+        (send("POST", "/%6dcp", host, call), "host_not_allowed"),
+    ];
+    for (request, _) in &cases {
+        let answer = exchange(&server, request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{request}: {answer}");
+    }
+    let records = server.sink.records();
+    let seen: Vec<(&str, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.reason.as_deref()))
+        .collect();
+    let expected: Vec<(&str, Option<&str>)> = cases
+        .iter()
+        .map(|(_, reason)| ("add_note", Some(*reason)))
+        .collect();
+    assert_eq!(seen, expected, "{records:?}");
+    assert!(records.iter().all(|r| r.status == 403));
 }

@@ -940,37 +940,47 @@ pub(crate) async fn refused_by_guard(
     err: ToolError,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    if parts.method != Method::POST {
-        return json_error(&err);
-    }
-    let peer = peer_addr(&parts.extensions);
-    let credentials = credentials(&parts.headers).ok();
-    let begin = |mut request: CallRequest| {
-        if let Some(credentials) = &credentials {
-            request = request.credentials(credentials.clone());
-        }
-        app.server().begin(request)
-    };
-    if route == Refused::Rest {
-        // Under a router of the application's, the matched path has its prefix.
-        let calls = parts
+    let post = parts.method == Method::POST;
+    // Under a router of the application's, the matched path has its prefix.
+    let calls = post
+        && route == Refused::Rest
+        && parts
             .extensions
             .get::<axum::extract::MatchedPath>()
             .is_some_and(|path| path.as_str().ends_with("/tools/{name}"));
-        if !calls {
-            return json_error(&err);
-        }
+    if calls {
         let name = path_tool(parts.uri.path());
-        let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
-        if let Some(peer) = peer {
-            request = request.peer_addr(peer);
-        }
-        let mut attempt = begin(with_rest_request_id(request, &parts.headers));
-        // For the record only: the refusal is the guard's, whoever sent it.
-        let _ = attempt.authenticate().await;
-        return json_error(&attempt.refuse(Check::Protocol, err).await);
+        return refuse_named(app, &parts, name, err).await;
     }
-    refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await
+    if post && route == Refused::Mcp {
+        return refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await;
+    }
+    // Another method, or a path no route takes: what it may carry, as a 404 or a 405
+    // would record it, refused by the guard.
+    refused_unrouted(app, Request::from_parts(parts, body), err).await
+}
+
+/// Refuse with `err` a call of `tool`, named by the request's path: recorded with the
+/// caller's principal when its token is valid (the refusal is not its token's).
+async fn refuse_named(
+    app: &App,
+    parts: &axum::http::request::Parts,
+    tool: String,
+    err: ToolError,
+) -> Response {
+    let mut request = CallRequest::new(tool, None).transport(Transport::PlainHttp);
+    if let Some(peer) = peer_addr(&parts.extensions) {
+        request = request.peer_addr(peer);
+    }
+    if let Ok(credentials) = credentials(&parts.headers) {
+        request = request.credentials(credentials);
+    }
+    let mut attempt = app
+        .server()
+        .begin(with_rest_request_id(request, &parts.headers));
+    // For the record only.
+    let _ = attempt.authenticate().await;
+    json_error(&attempt.refuse(Check::Protocol, err).await)
 }
 
 /// Which bodies [`refuse_what_the_body_carries`] records.
@@ -1054,18 +1064,33 @@ enum Unrouted {
 
 impl Unrouted {
     fn of(path: &str) -> Unrouted {
-        let mut segments = path.split('/').filter(|s| !s.is_empty());
-        let first = segments.next().map(decoded).unwrap_or_default();
-        let rest: Vec<&str> = segments.collect();
-        if first.eq_ignore_ascii_case("tools") {
-            match rest.as_slice() {
-                [name] => Unrouted::Tool(decoded(name)),
-                _ => Unrouted::Ours,
+        // Decoded first, so that an escaped slash or dot separates and resolves as the
+        // plain one does; `\` taken for `/`, and `;…` parameters dropped, as some servers
+        // behind a proxy read them.
+        let path = percent_encoding::percent_decode_str(path)
+            .decode_utf8_lossy()
+            .replace('\\', "/");
+        let mut segments: Vec<&str> = Vec::new();
+        for segment in path.split('/') {
+            let segment = segment.split(';').next().unwrap_or_default();
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    segments.pop();
+                }
+                segment => segments.push(segment),
             }
-        } else if first.eq_ignore_ascii_case("mcp") {
-            Unrouted::Ours
-        } else {
-            Unrouted::Other
+        }
+        match segments.as_slice() {
+            [first, name] if first.eq_ignore_ascii_case("tools") => {
+                Unrouted::Tool((*name).to_owned())
+            }
+            [first, ..]
+                if first.eq_ignore_ascii_case("tools") || first.eq_ignore_ascii_case("mcp") =>
+            {
+                Unrouted::Ours
+            }
+            _ => Unrouted::Other,
         }
     }
 }
@@ -1089,21 +1114,7 @@ pub(crate) async fn refused_unrouted(app: &App, request: Request, err: ToolError
         return json_error(&err);
     }
     match Unrouted::of(parts.uri.path()) {
-        Unrouted::Tool(name) => {
-            let mut request = CallRequest::new(name, None).transport(Transport::PlainHttp);
-            if let Some(peer) = peer_addr(&parts.extensions) {
-                request = request.peer_addr(peer);
-            }
-            if let Ok(credentials) = credentials(&parts.headers) {
-                request = request.credentials(credentials);
-            }
-            let mut attempt = app
-                .server()
-                .begin(with_rest_request_id(request, &parts.headers));
-            // For the record only: the refusal is the route's, whoever sent it.
-            let _ = attempt.authenticate().await;
-            json_error(&attempt.refuse(Check::Protocol, err).await)
-        }
+        Unrouted::Tool(name) => refuse_named(app, &parts, name, err).await,
         Unrouted::Ours => refuse_what_the_body_carries(app, &parts, body, err, Carries::Any).await,
         Unrouted::Other => {
             refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await
@@ -1827,7 +1838,28 @@ mod tests {
             ("/tools/a/b", Unrouted::Ours),
             ("/tools", Unrouted::Ours),
             ("/%6dcp", Unrouted::Ours),
-            ("/Mcp/../tools/delete_issue", Unrouted::Ours),
+            (
+                "/Mcp/../tools/delete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            (
+                "/tools%2Fdelete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            (
+                "/x/%2e%2e/tools/delete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            (
+                "/./tools;a/delete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            (
+                "/tools\\delete_issue",
+                Unrouted::Tool("delete_issue".into()),
+            ),
+            ("/mcp%2F", Unrouted::Ours),
+            ("/tools/delete%2Fissue", Unrouted::Ours),
             ("/", Unrouted::Other),
             ("/wp-login.php", Unrouted::Other),
             ("/.well-known/oauth-protected-resource/mcp", Unrouted::Other),
