@@ -1051,7 +1051,8 @@ async fn refuse_what_the_body_carries(
 }
 
 /// What a path no route took looks like, read as a proxy in front might normalize it
-/// (repeated slashes merged, percent-escapes decoded, `tools` and `mcp` in any case).
+/// (percent-escapes decoded, repeated slashes merged, dot segments resolved, `tools` and
+/// `mcp` in any case).
 #[derive(Debug, PartialEq, Eq)]
 enum Unrouted {
     /// `/tools/{name}` so read: a call of `name`.
@@ -1096,9 +1097,10 @@ impl Unrouted {
 }
 
 /// A request refused for its path (404, no route) or its method (405) that may carry a
-/// call (one that declares a body, whatever its method), so that no
-/// variant of a call a proxy in front could take for one (`//tools/delete_issue`,
-/// `/Tools/…`, `/%6dcp`, `PUT /tools/delete_issue`, `PATCH /mcp`) is refused unrecorded:
+/// call (one that declares a body, whatever its method), so that no variant of a call a
+/// proxy in front could take for one (`//tools/delete_issue`, `/Tools/…`,
+/// `/tools%2Fdelete_issue`, `/%6dcp`, `PUT /tools/delete_issue`, `PATCH /mcp`) is refused
+/// unrecorded (by the Host/Origin guard too, which hands such requests here):
 /// a path that reads as `/tools/{name}` is a call of that tool; a body that carries a call
 /// (or a read, a prompt, a completion) is that call; any other body sent to `/mcp` or
 /// `/tools` is a call of a tool nobody can know. A request elsewhere carrying no call,
