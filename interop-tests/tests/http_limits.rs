@@ -683,6 +683,21 @@ async fn exchange(server: &TestServer, request: &[u8]) -> String {
     until_closed(&mut stream).await
 }
 
+/// A `tools/call` of `add_note` as a JSON-RPC body, and the same arguments as a REST body.
+const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
+const ARGS: &str = r#"{"text":"x"}"#;
+
+/// A request of `body`, JSON, with alice's `token`, whose `Host` (and `Origin`) lines are
+/// `host`, closing its connection after the answer.
+fn json_request(method: &str, path: &str, host: &str, token: &str, body: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\n{host}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// A chunked body of `bytes`, one chunk.
 fn chunked(bytes: &[u8]) -> Vec<u8> {
     let mut out = format!("{:x}\r\n", bytes.len()).into_bytes();
@@ -747,45 +762,23 @@ async fn a_body_in_a_transfer_coding_is_refused_and_recorded() {
 async fn calls_sent_where_no_route_takes_them_are_recorded() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let token = &server.fixture.full;
-    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
     let send = |method: &str, path: &str, body: &str| {
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
-             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
+        json_request(method, path, "Host: 127.0.0.1", token, body)
     };
     let cases = [
+        (send("POST", "//tools/add_note", ARGS), 404, "add_note"),
+        (send("POST", "/TOOLS/add_note", ARGS), 404, "add_note"),
+        (send("POST", "/tools%2Fadd_note", ARGS), 404, "add_note"),
         (
-            send("POST", "//tools/add_note", r#"{"text":"x"}"#),
+            send("POST", "/x/%2e%2e/tools/add_note", ARGS),
             404,
             "add_note",
         ),
+        (send("PUT", "/tools/add_note", ARGS), 405, "add_note"),
+        (send("POST", "/%6dcp", CALL), 404, "add_note"),
+        (send("PATCH", "/mcp", CALL), 405, "add_note"),
         (
-            send("POST", "/TOOLS/add_note", r#"{"text":"x"}"#),
-            404,
-            "add_note",
-        ),
-        (
-            send("POST", "/tools%2Fadd_note", r#"{"text":"x"}"#),
-            404,
-            "add_note",
-        ),
-        (
-            send("POST", "/x/%2e%2e/tools/add_note", r#"{"text":"x"}"#),
-            404,
-            "add_note",
-        ),
-        (
-            send("PUT", "/tools/add_note", r#"{"text":"x"}"#),
-            405,
-            "add_note",
-        ),
-        (send("POST", "/%6dcp", call), 404, "add_note"),
-        (send("PATCH", "/mcp", call), 405, "add_note"),
-        (
-            send("POST", "/.well-known/oauth-protected-resource/mcp", call),
+            send("POST", "/.well-known/oauth-protected-resource/mcp", CALL),
             405,
             "add_note",
         ),
@@ -800,7 +793,7 @@ async fn calls_sent_where_no_route_takes_them_are_recorded() {
     }
     // Nothing that could be a call: no record.
     for request in [
-        send("POST", "/elsewhere", r#"{"text":"x"}"#),
+        send("POST", "/elsewhere", ARGS),
         "GET /tools/add_note HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_owned(),
         "OPTIONS /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_owned(),
         send("PUT", "/tools/add_note", ""),
@@ -830,33 +823,27 @@ async fn calls_sent_where_no_route_takes_them_are_recorded() {
 async fn calls_the_guard_refuses_off_any_route_are_recorded() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
     let token = &server.fixture.full;
-    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_note","arguments":{"text":"x"}}}"#;
-    let send = |method: &str, path: &str, foreign: &str, body: &str| {
-        format!(
-            "{method} {path} HTTP/1.1\r\n{foreign}\r\nAuthorization: Bearer {token}\r\n\
-             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-    };
     let origin = "Host: 127.0.0.1\r\nOrigin: http://evil.example";
     let host = "Host: evil.example";
+    let send = |method: &str, path: &str, foreign: &str, body: &str| {
+        json_request(method, path, foreign, token, body)
+    };
     let cases = [
-        (send("PUT", "/mcp", origin, call), "origin_not_allowed"),
-        (send("PATCH", "/mcp", host, call), "host_not_allowed"),
+        (send("PUT", "/mcp", origin, CALL), "origin_not_allowed"),
+        (send("PATCH", "/mcp", host, CALL), "host_not_allowed"),
         (
-            send("POST", "//tools/add_note", origin, r#"{"text":"x"}"#),
+            send("POST", "//tools/add_note", origin, ARGS),
             "origin_not_allowed",
         ),
         (
-            send("PUT", "/tools/add_note", host, r#"{"text":"x"}"#),
+            send("PUT", "/tools/add_note", host, ARGS),
             "host_not_allowed",
         ),
         (
-            send("POST", "/tools%2Fadd_note", origin, r#"{"text":"x"}"#),
+            send("POST", "/tools%2Fadd_note", origin, ARGS),
             "origin_not_allowed",
         ),
-        (send("POST", "/%6dcp", host, call), "host_not_allowed"),
+        (send("POST", "/%6dcp", host, CALL), "host_not_allowed"),
     ];
     for (request, _) in &cases {
         let answer = exchange(&server, request.as_bytes()).await;

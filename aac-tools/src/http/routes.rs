@@ -1028,13 +1028,8 @@ async fn refuse_what_the_body_carries(
         principal = attempt.authenticate().await.ok();
         attempt.refuse(Check::Protocol, err.clone()).await
     } else if carries == Carries::Any {
-        let mut request = named_by_headers(&parts.headers).transport(Transport::StreamableHttp);
-        if let Some(peer) = peer {
-            request = request.peer_addr(peer);
-        }
-        let mut attempt = begin(request);
-        let _ = attempt.authenticate().await;
-        attempt.refuse(Check::Protocol, err.clone()).await
+        // No call in it, so no batch either: recorded as a body nobody could read.
+        return unread_body(app, parts, err).await;
     } else {
         err.clone()
     };
