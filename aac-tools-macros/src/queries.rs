@@ -8,7 +8,8 @@
 //!
 //! The bounds are added whether or not the author wrote them, so forgetting one is
 //! impossible; a macro among an `Update…` or `Delete…` trait's items (whose methods the
-//! attribute cannot see) is an error. The bounds carry the span of the trait's name,
+//! attribute cannot see), a method of one without `self` (whose `Self` its caller names)
+//! and a constant of one (which nothing gates) are errors. The bounds carry the span of the trait's name,
 //! which the compiler's note then points at ("required by this bound in
 //! `DeleteNotes::purge`").
 
@@ -78,7 +79,37 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
     let kind = Kind::of(&name);
     for trait_item in &item.items {
         match trait_item {
-            TraitItem::Fn(method) => check_written_bounds(&name, kind, method, &mut errors),
+            TraitItem::Fn(method) => {
+                check_written_bounds(&name, kind, method, &mut errors);
+                // The bound is on `Self`, which only the transaction a method is called on
+                // fixes: a caller names `Self` of an associated function
+                // (`<Tx<Write> as UpdateNotes>::add(read_tx)`) and passes any transaction.
+                if kind != Kind::Read && method.sig.receiver().is_none() {
+                    let method_name = &method.sig.ident;
+                    errors.push(syn::Error::new_spanned(
+                        &method.sig,
+                        format!(
+                            "`{name}::{method_name}` takes no `self`: `#[queries]` gates each \
+                             method of `{name}` on the transaction it is called on, and a \
+                             caller could name any `Self` for a function without one; take \
+                             the transaction as `&self`"
+                        ),
+                    ));
+                }
+            }
+            // Nothing gates a constant: a function pointer in one would be callable at
+            // every level.
+            TraitItem::Const(constant) if kind != Kind::Read => {
+                let const_name = &constant.ident;
+                errors.push(syn::Error::new_spanned(
+                    constant,
+                    format!(
+                        "`{name}::{const_name}`: `#[queries]` gates the methods of `{name}` by \
+                         the trait's name, and cannot gate a constant (a function in it would \
+                         be callable at every level); write a method that takes `&self`"
+                    ),
+                ));
+            }
             // The bound goes on the methods written out: one a macro declares would get
             // none, and be callable at every level.
             TraitItem::Macro(mac) if kind != Kind::Read => errors.push(syn::Error::new_spanned(

@@ -1,6 +1,6 @@
-//! An `Update…` query implemented for the level marker `Write` rather than a
-//! transaction, which takes a transaction of any level as an argument: the marker is no
-//! transaction of that level, and a read-only tool cannot call it.
+//! An `Update…` query implemented for the level marker `Write` rather than a transaction,
+//! which takes a transaction of any level as an argument: a method without `self` is
+//! refused by `#[queries]` itself, whatever the trait is implemented for.
 use aac_tools::access::{Level, Write};
 use aac_tools::sqlite::{ReadDb, Tx};
 use aac_tools::{Text, ToolError, mcp_tool, queries};
