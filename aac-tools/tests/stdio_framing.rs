@@ -80,6 +80,24 @@ mod stuck {
     }
 }
 
+mod parked {
+    use super::*;
+    use framed::{Echo, Said};
+
+    /// Until set, `parked_text` calls wait (one test's own gate).
+    pub(crate) static RELEASED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Says the text back once released.
+    #[mcp_tool(read_only, idempotent, scope = "echo:read")]
+    pub(crate) async fn parked_text(args: Echo) -> Result<Said, ToolError> {
+        while !RELEASED.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Ok(Said { text: args.text })
+    }
+}
+
 mod gated {
     use super::*;
     use framed::{Echo, Said};
@@ -1382,6 +1400,139 @@ async fn an_answer_that_repeats_a_key_confirms_nothing() {
                 "{text}"
             );
         }
+    }
+}
+
+/// rmcp takes an answer whose id is a string that reads as an integer (`"0"`, `"+0"`,
+/// `"00"`) for the answer to its question of that number: such an answer is read as
+/// rmcp reads it. One that repeats a key is refused `ambiguous_answer` (it confirmed),
+/// and one that confirms ends the question, so that requests in hand are bounded as
+/// after any answer (its question stayed asked, and a 65th request was refused busy
+/// instead of waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_under_its_id_written_as_a_string_is_read_as_rmcp_reads_it() {
+    for written in [r#""{id}""#, r#""+{id}""#, r#""0{id}""#] {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        let id = written.replace("{id}", &asked["id"].to_string());
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"action":"decline","action":"accept"}}}}"#
+        ))
+        .await;
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["result"]["isError"], true, "{id}: {answer}");
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (
+                records[0].reason.as_deref(),
+                records[0].status,
+                records[0].confirmed_by.as_deref()
+            ),
+            (Some("ambiguous_answer"), 400, None),
+            "{id}: {:?}",
+            records[0]
+        );
+    }
+
+    let sink = MemorySink::new();
+    let registry = Registry::collect_named(&["forget_text", "parked_text"]).unwrap();
+    let server = Server::builder(registry)
+        .verifier(
+            StaticTokens::new().with("all", Principal::new("all", ["echo:read", "echo:delete"])),
+        )
+        .audit(sink.clone())
+        .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+        .build()
+        .unwrap();
+    let mut raw = eliciting(server, 1 << 20).await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+        .await;
+    let asked = raw.next().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    raw.line(&format!(
+        r#"{{"jsonrpc":"2.0","id":"{}","result":{{"action":"accept"}}}}"#,
+        asked["id"]
+    ))
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(
+        (answer["id"].as_u64(), answer["result"]["isError"].as_bool()),
+        (Some(1), Some(false)),
+        "{answer}"
+    );
+    // 64 calls in hand, then a 65th: with no question asked, it waits to be read.
+    for i in 2..=66 {
+        raw.line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"parked_text","arguments":{{"text":"{i}"}}}}}}"#
+        ))
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    parked::RELEASED.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < 65 {
+        let answer = raw.next().await;
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        assert!(answered.insert(answer["id"].as_u64().unwrap()), "{answer}");
+    }
+    let records = sink.records();
+    assert_eq!(records.len(), 66, "{records:?}");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.outcome == Outcome::Success && r.status == 200),
+        "{records:?}"
+    );
+    assert_eq!(records[0].confirmed_by.as_deref(), Some("user"));
+}
+
+/// An answer to the confirmation that is not a JSON-RPC response (a `result` and an
+/// `error`; no `"jsonrpc": "2.0"`) ends the question as an error: the call is refused at
+/// once (403 `user_confirmation_unavailable`, as when the client's question fails), the
+/// tool not run, and nothing is written under the question's id, which a
+/// client reads as the answer to its own request of that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_is_no_response_ends_the_question_unanswered() {
+    for shape in [
+        r#"{"jsonrpc":"2.0","id":{id},"result":{"action":"accept"},"error":{"code":1,"message":"x"}}"#,
+        r#"{"id":{id},"result":{"action":"accept"}}"#,
+    ] {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        raw.line(&shape.replace("{id}", &asked["id"].to_string()))
+            .await;
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], 1, "{shape}: {answer}");
+        assert_eq!(answer["result"]["isError"], true, "{shape}: {answer}");
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        let body: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(body["reason"], "user_confirmation_unavailable", "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("the answer is not a JSON-RPC response"),
+            "{body}"
+        );
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (
+                records[0].status,
+                records[0].reason.as_deref(),
+                records[0].confirmed_by.as_deref()
+            ),
+            (403, Some("user_confirmation_unavailable"), None),
+            "{shape}: {:?}",
+            records[0]
+        );
+        // No question asked under that id: not answered, not the end of the session.
+        raw.line(&shape.replace("{id}", "99")).await;
+        raw.line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+            .await;
+        assert_eq!(raw.next().await["id"], 2);
     }
 }
 

@@ -1048,12 +1048,16 @@ impl Backlog {
 
     /// Whether the server asked the client `id` and awaits its answer.
     fn is_asking(&self, id: &RequestId) -> bool {
-        Backlog::set(&self.asking).contains(id)
+        asked_as(&Backlog::set(&self.asking), id).is_some()
     }
 
     /// The client answered the server's request `id`.
     fn answered(&self, id: &RequestId) {
-        if Backlog::set(&self.asking).remove(id) {
+        let mut asking = Backlog::set(&self.asking);
+        if let Some(asked) = asked_as(&asking, id)
+            && asking.remove(&asked)
+        {
+            drop(asking);
             self.changed.notify_waiters();
         }
     }
@@ -1112,6 +1116,11 @@ enum Parsed {
         code: ErrorCode,
         message: String,
     },
+    /// An object of a response's keys (`result` or `error`, no `method`) that is not a
+    /// response (both keys, no `"jsonrpc": "2.0"`…), under this `id`: JSON-RPC answers no
+    /// response, so it is not answered; when it names a question of the server's, it
+    /// ends that question as an error (the client's answer could not be read).
+    BadAnswer(serde_json::Value),
     /// Several messages one after the other on the line (`{…}{…}`), which JSON-RPC over
     /// stdio does not allow: every request among them is answered, under its own id.
     RefusedEach(Vec<serde_json::Value>),
@@ -1210,6 +1219,14 @@ fn parse(line: &[u8]) -> Parsed {
             // rmcp ignores the ones it does not know.
             if object.is_some_and(|o| !o.contains_key("id")) {
                 return Parsed::Ignored;
+            }
+            // An answer of the client's that is not one: answered under its id, the error
+            // would read as the answer to the client's own request of that id.
+            if let Some(o) = object
+                && !o.contains_key("method")
+                && (o.contains_key("result") || o.contains_key("error"))
+            {
+                return Parsed::BadAnswer(o.get("id").cloned().unwrap_or_default());
             }
             let id = json_rpc_id(object.and_then(|o| o.get("id")).cloned());
             // rmcp reads a method it does not know as a custom request whatever its
@@ -1602,6 +1619,27 @@ where
             {
                 **message = error;
             }
+            // An answer that is not one ends the question it names, if any, as an error:
+            // its call is refused now, not when the question times out.
+            if let Parsed::BadAnswer(id) = &parsed {
+                parsed = match serde_json::from_value::<RequestId>(id.clone()) {
+                    Ok(asked) if self.backlog.is_asking(&asked) => {
+                        match serde_json::from_value(serde_json::json!({
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "error": {
+                                "code": ErrorCode::INVALID_REQUEST.0,
+                                "message": "the answer is not a JSON-RPC response (a `result` or \
+                                            an `error`, not both, under `\"jsonrpc\": \"2.0\"`)",
+                            },
+                        })) {
+                            Ok(error) => Parsed::Message(Box::new(error)),
+                            Err(_) => Parsed::Ignored,
+                        }
+                    }
+                    _ => Parsed::Ignored,
+                };
+            }
             // One request in flight per id: a second under the id of a call (or read,
             // prompt, completion) not yet answered is refused, and recorded when it is one
             // (rmcp would answer one of the two and lose the other).
@@ -1648,6 +1686,7 @@ where
             let refused = match &parsed {
                 Parsed::Message(message) => is_unknown_method(message),
                 Parsed::Ignored
+                | Parsed::BadAnswer(_)
                 | Parsed::Refused { .. }
                 | Parsed::RefusedEach(_)
                 | Parsed::RefusedBatch(_) => true,
@@ -1665,7 +1704,8 @@ where
                     self.line.clear();
                     message
                 }
-                Parsed::Ignored => {
+                // (Made a message or ignored above.)
+                Parsed::Ignored | Parsed::BadAnswer(_) => {
                     self.line.clear();
                     continue;
                 }
@@ -1787,6 +1827,24 @@ fn serialize_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(item)?;
     line.push(b'\n');
     Ok(line)
+}
+
+/// The question of the server's that an answer's `id` names, as rmcp matches them: the
+/// same id, or a string that reads as an integer (`"1"`, `"+1"`, `"01"`) for the question
+/// of that number (rmcp's own are numbers). Matched otherwise, an answer rmcp takes for a
+/// person's would escape the checks of answers, and its question stay asked.
+fn asked_as(asking: &std::collections::HashSet<RequestId>, id: &RequestId) -> Option<RequestId> {
+    if asking.contains(id) {
+        return Some(id.clone());
+    }
+    match id {
+        RequestId::String(text) => text
+            .parse::<i64>()
+            .ok()
+            .map(RequestId::Number)
+            .filter(|number| asking.contains(number)),
+        RequestId::Number(_) => None,
+    }
 }
 
 #[cfg(test)]
