@@ -1099,6 +1099,134 @@ async fn a_tool_s_calls_in_process_are_made_for_its_own_caller() {
     );
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct Cell {
+    table: String,
+    column: String,
+    row: i64,
+}
+
+/// Overwrites the first byte of a cell in place, with SQLite's incremental blob I/O
+/// (rusqlite's `blob` feature): no statement, so no authorizer, trigger or `CHECK`.
+fn overwrite(tx: &rusqlite::Connection, cell: &Cell) -> Result<(), ToolError> {
+    use std::io::Write as _;
+    let mut blob = tx.blob_open(
+        "main",
+        cell.table.as_str(),
+        cell.column.as_str(),
+        cell.row,
+        false,
+    )?;
+    blob.write_all(b"X")
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    Ok(())
+}
+
+/// Overwrites a cell through a blob, in its write transaction.
+#[mcp_tool(scope = "notes:write")]
+async fn write_blob(db: WriteDb, args: Cell) -> Result<Text, ToolError> {
+    db.run(move |tx| overwrite(tx.conn(), &args)).await?;
+    Ok(Text("written".into()))
+}
+
+/// Overwrites a cell through a blob, in its delete transaction.
+#[mcp_tool(destructive, scope = "notes:write")]
+async fn delete_blob(db: DeleteDb, args: Cell) -> Result<Text, ToolError> {
+    db.run(move |tx| overwrite(tx.conn(), &args)).await?;
+    Ok(Text("written".into()))
+}
+
+/// A blob written in place needs no statement, so none of the authorizer's refusals see
+/// it: a write-level tool rewrote a token's hash (and so took over its subject) or its
+/// scopes, and a record of the trail with its hash, so that the chain still verified.
+/// Every column of the framework's tables refuses to be opened for writing (an empty
+/// index on an expression), at every level, and on a table of an earlier version once
+/// the store opens it; the application's own tables are written as before.
+#[tokio::test]
+async fn no_tool_writes_the_framework_s_tables_through_blob_io() {
+    let f = fixture();
+    // A token table of an earlier version, without the index.
+    f.db.with_writer(|c| {
+        c.execute_batch(
+            "CREATE TABLE aac_tokens (id TEXT PRIMARY KEY, secret_hash BLOB NOT NULL, \
+             subject TEXT NOT NULL, workspace TEXT, scopes TEXT NOT NULL, \
+             created_at INTEGER NOT NULL, expires_at INTEGER, revoked_at INTEGER)",
+        )
+    })
+    .unwrap();
+    let tokens = aac_tools::sqlite::TokenStore::open(&f.db).unwrap();
+    tokens.create("alice", None, &["notes:read"], None).unwrap();
+    let trail = aac_tools::audit::SqliteSink::open(f.db.path()).unwrap();
+    let server = Server::builder(Registry::collect_named(&["write_blob", "delete_blob"]).unwrap())
+        .audit(trail.clone())
+        .state(f.db.clone())
+        .build()
+        .unwrap();
+    let call = |tool: &str, table: &str, column: &str| {
+        let mut args = json!({"table": table, "column": column, "row": 1});
+        if tool == "delete_blob" {
+            args["confirm"] = json!(true);
+        }
+        server.call(CallRequest::new(tool, Some(args)).credentials(caller()))
+    };
+    // The application's table: written, as any update at the write level.
+    assert!(call("write_blob", "notes", "text").await.error().is_none());
+    assert_eq!(
+        f.db.with_reader(
+            |c| c.query_row("SELECT text FROM notes WHERE id = 1", [], |r| r
+                .get::<_, String>(0))
+        )
+        .unwrap(),
+        "Xirst"
+    );
+    // The trail grows by each call's record: its earlier ones are checked by the chain.
+    let before = content_hash(&f.db, &["aac_audit"]).unwrap();
+    for (tool, table, column) in [
+        ("write_blob", "aac_tokens", "secret_hash"),
+        ("write_blob", "aac_tokens", "scopes"),
+        ("write_blob", "aac_audit", "principal"),
+        ("write_blob", "aac_audit", "hash"),
+        ("delete_blob", "aac_tokens", "subject"),
+        ("delete_blob", "aac_audit", "outcome"),
+    ] {
+        let response = call(tool, table, column).await;
+        let err = response
+            .error()
+            .unwrap_or_else(|| panic!("{tool}: {table}.{column} is refused"));
+        assert_eq!(err.status(), Status::Internal, "{table}.{column}: {err}");
+        assert!(
+            err.message()
+                .contains("cannot open indexed column for writing"),
+            "{table}.{column}: {err}"
+        );
+        assert_eq!(
+            content_hash(&f.db, &["aac_audit"]).unwrap(),
+            before,
+            "{tool}: {table}.{column}"
+        );
+    }
+    // One record a call, each as written, every column (a CHECK a blob would skip).
+    let report = trail.verify().unwrap();
+    assert_eq!(
+        (report.checked, report.broken.is_none()),
+        (7, true),
+        "{report:?}"
+    );
+    let outcomes: Vec<String> =
+        f.db.with_reader(|c| {
+            c.prepare("SELECT outcome FROM aac_audit ORDER BY seq")?
+                .query_map([], |r| r.get(0))?
+                .collect()
+        })
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            "success", "error", "error", "error", "error", "error", "error"
+        ]
+    );
+}
+
 /// The framework's own tables share the file with the application's data: no tool writes
 /// them, at any level, nor reads the tokens. (A write-level tool minted itself a token of
 /// every scope, un-revoked one, and rewrote the audit trail with `INSERT OR REPLACE`,

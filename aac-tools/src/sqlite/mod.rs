@@ -171,6 +171,17 @@ impl fmt::Debug for Database {
     }
 }
 
+/// The statement that makes every column of the framework's `table` refuse to be opened
+/// for writing by SQLite's incremental blob I/O (rusqlite's `blob_open`, with its `blob`
+/// feature, which any crate of a build may turn on): a blob written in place needs no
+/// statement, so no authorizer, trigger or `CHECK` sees it, and a tool could otherwise
+/// rewrite a token's hash or scopes, or a record and its hash. SQLite refuses to open for
+/// writing any column of a table that has an index on an expression; this one is partial
+/// and its condition never true, so it holds no row and costs no write.
+pub(crate) fn no_blob_writes(table: &str) -> String {
+    format!("CREATE INDEX IF NOT EXISTS {table}_no_blob_writes ON {table} ((0)) WHERE 0")
+}
+
 /// Create the file at `path`, empty and readable by its owner only (`0600`), if nothing is
 /// there yet: a database of the framework's holds the audit trail, token hashes and the
 /// application's data, which other local users have no business reading. SQLite gives its

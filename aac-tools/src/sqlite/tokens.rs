@@ -60,6 +60,11 @@ impl TokenStore {
             }
             db.with_writer(|conn| conn.execute_batch(SCHEMA))?;
         }
+        // On a table of an earlier version too.
+        if !db.is_read_only() {
+            let seal = super::no_blob_writes("aac_tokens");
+            db.with_writer(|conn| conn.execute_batch(&seal))?;
+        }
         Ok(TokenStore { db: db.clone() })
     }
 

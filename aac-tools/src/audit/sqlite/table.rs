@@ -72,10 +72,13 @@ END",
     ),
 ];
 
-/// The index and the append-only triggers, created once the table is known to be ours.
+/// The indexes (the one of time ranges, and the one that refuses blob writes) and the
+/// append-only triggers, created once the table is known to be ours.
 static SCHEMA_EXTRAS: LazyLock<String> = LazyLock::new(|| {
-    let mut sql =
-        "CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);\n".to_owned();
+    let mut sql = format!(
+        "CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);\n{};\n",
+        crate::sqlite::no_blob_writes(AUDIT_TABLE)
+    );
     for (_, create) in TRIGGERS {
         sql.push_str(&create.replacen("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1));
         sql.push_str(";\n");
