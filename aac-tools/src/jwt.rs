@@ -431,7 +431,13 @@ fn describe(kind: &ErrorKind) -> String {
         ErrorKind::InvalidAudience => "the token was issued for another audience".to_owned(),
         ErrorKind::InvalidSignature => "the token's signature does not verify".to_owned(),
         ErrorKind::InvalidAlgorithm => "the token's algorithm is not accepted".to_owned(),
-        ErrorKind::MissingRequiredClaim(claim) => format!("the token has no `{claim}` claim"),
+        // jsonwebtoken says a claim is missing when it cannot read it either (an `exp` of
+        // `1e20`, a `sub` that is a number).
+        ErrorKind::MissingRequiredClaim(claim) => {
+            format!(
+                "the token has no `{claim}` claim it can read (missing, or not of its type or range)"
+            )
+        }
         ErrorKind::InvalidClaimFormat(claim) => format!("the token's `{claim}` claim is malformed"),
         _ => "malformed token".to_owned(),
     }
@@ -562,13 +568,18 @@ mod tests {
         no_sub.as_object_mut().unwrap().remove("sub");
         assert_eq!(
             reason(&v, &sign_hs256(no_sub)),
-            "the token has no `sub` claim"
+            "the token has no `sub` claim it can read (missing, or not of its type or range)"
         );
         let mut no_exp = claims(json!({}));
         no_exp.as_object_mut().unwrap().remove("exp");
         assert_eq!(
             reason(&v, &sign_hs256(no_exp)),
-            "the token has no `exp` claim"
+            "the token has no `exp` claim it can read (missing, or not of its type or range)"
+        );
+        // Out of range: not taken for a token that never expires.
+        assert_eq!(
+            reason(&v, &sign_hs256(claims(json!({"exp": 1e20})))),
+            "the token has no `exp` claim it can read (missing, or not of its type or range)"
         );
         // another secret
         let key = EncodingKey::from_secret(b"another secret that is also long enough").unwrap();
