@@ -1104,12 +1104,17 @@ struct Cell {
     table: String,
     column: String,
     row: i64,
+    /// Where to write `text` (default: the start).
+    #[serde(default)]
+    offset: u64,
+    /// What to write (default: `X`).
+    text: Option<String>,
 }
 
-/// Overwrites the first byte of a cell in place, with SQLite's incremental blob I/O
-/// (rusqlite's `blob` feature): no statement, so no authorizer, trigger or `CHECK`.
+/// Overwrites bytes of a cell in place, with SQLite's incremental blob I/O (rusqlite's
+/// `blob` feature): no statement, so no authorizer, trigger or `CHECK`.
 fn overwrite(tx: &rusqlite::Connection, cell: &Cell) -> Result<(), ToolError> {
-    use std::io::Write as _;
+    use std::io::{Seek as _, Write as _};
     let mut blob = tx.blob_open(
         "main",
         cell.table.as_str(),
@@ -1117,7 +1122,8 @@ fn overwrite(tx: &rusqlite::Connection, cell: &Cell) -> Result<(), ToolError> {
         cell.row,
         false,
     )?;
-    blob.write_all(b"X")
+    blob.seek(std::io::SeekFrom::Start(cell.offset))
+        .and_then(|_| blob.write_all(cell.text.as_deref().unwrap_or("X").as_bytes()))
         .map_err(|e| ToolError::internal(e.to_string()))?;
     Ok(())
 }
@@ -1224,6 +1230,64 @@ async fn no_tool_writes_the_framework_s_tables_through_blob_io() {
         [
             "success", "error", "error", "error", "error", "error", "error"
         ]
+    );
+}
+
+/// The schema table's own `sql` can be written through a blob (SQLite lets nothing index
+/// it): a write-level tool rewrote the seal's text in place (`((0))` to `(id) `, an index
+/// of the same name on a plain column), and at the next open, where the index was made
+/// only if no index had its name, its tokens were writable. The seal is checked by its
+/// text when the store opens, and made again.
+#[tokio::test]
+async fn a_seal_rewritten_in_the_schema_table_is_made_again_at_open() {
+    let f = fixture();
+    let path = f.db.path().to_path_buf();
+    aac_tools::sqlite::TokenStore::open(&f.db)
+        .unwrap()
+        .create("alice", None, &["notes:read"], None)
+        .unwrap();
+    let seal = |db: &Database| {
+        db.with_reader(|c| {
+            c.query_row(
+                "SELECT rowid, sql FROM sqlite_master WHERE name = 'aac_tokens_no_blob_writes'",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            )
+        })
+        .unwrap()
+    };
+    let (row, sql) = seal(&f.db);
+    assert_eq!(
+        sql,
+        "CREATE INDEX aac_tokens_no_blob_writes ON aac_tokens ((0)) WHERE 0"
+    );
+    let call = |server: Server, args: Value| async move {
+        server
+            .call(CallRequest::new("write_blob", Some(args)).credentials(caller()))
+            .await
+    };
+    let first = server(&f, &["write_blob"]);
+    let unseal = json!({"table": "sqlite_master", "column": "sql", "row": row,
+        "offset": sql.find("((0))").unwrap(), "text": "(id) "});
+    assert!(call(first.clone(), unseal).await.error().is_none());
+    drop(first);
+    let Fixture { dir, db, sink } = f;
+    drop(db);
+
+    let db = Database::open(&path).unwrap();
+    aac_tools::sqlite::TokenStore::open(&db).unwrap();
+    assert_eq!(seal(&db).1, sql, "made again");
+    let f = Fixture { dir, db, sink };
+    let response = call(
+        server(&f, &["write_blob"]),
+        json!({"table": "aac_tokens", "column": "scopes", "row": 1}),
+    )
+    .await;
+    let err = response.error().expect("refused");
+    assert!(
+        err.message()
+            .contains("cannot open indexed column for writing"),
+        "{err}"
     );
 }
 

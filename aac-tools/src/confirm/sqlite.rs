@@ -40,7 +40,7 @@ impl SqliteLedger {
         })?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .and_then(|()| conn.execute_batch(SCHEMA))
-            .and_then(|()| conn.execute_batch(&crate::sqlite::no_blob_writes("aac_request_states")))
+            .and_then(|()| crate::sqlite::seal_against_blob_writes(&conn, "aac_request_states"))
             .map_err(|e| format!("cannot create the request-state ledger: {e}"))?;
         Ok(SqliteLedger {
             conn: Arc::new(Mutex::new(conn)),

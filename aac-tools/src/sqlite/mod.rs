@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::access::{Delete, Level, MayDelete, MayUpdate, Read, Write};
 use crate::error::{Status, ToolError};
@@ -171,15 +171,35 @@ impl fmt::Debug for Database {
     }
 }
 
-/// The statement that makes every column of the framework's `table` refuse to be opened
-/// for writing by SQLite's incremental blob I/O (rusqlite's `blob_open`, with its `blob`
-/// feature, which any crate of a build may turn on): a blob written in place needs no
-/// statement, so no authorizer, trigger or `CHECK` sees it, and a tool could otherwise
-/// rewrite a token's hash or scopes, or a record and its hash. SQLite refuses to open for
-/// writing any column of a table that has an index on an expression; this one is partial
-/// and its condition never true, so it holds no row and costs no write.
-pub(crate) fn no_blob_writes(table: &str) -> String {
-    format!("CREATE INDEX IF NOT EXISTS {table}_no_blob_writes ON {table} ((0)) WHERE 0")
+/// Make every column of the framework's `table` refuse to be opened for writing by SQLite's
+/// incremental blob I/O (rusqlite's `blob_open`, with its `blob` feature, which any crate
+/// of a build may turn on): a blob written in place needs no statement, so no authorizer,
+/// trigger or `CHECK` sees it, and a tool could otherwise rewrite a token's hash or
+/// scopes, or a record and its hash. SQLite refuses to open for writing any column of a
+/// table that has an index on an expression; this one is partial and its condition never
+/// true, so it holds no row and costs no write.
+///
+/// The index is checked by its text, not only by its name: the schema table's own `sql`
+/// can be rewritten through a blob too (SQLite lets nothing index it), and an index of the
+/// same name on a plain column, loaded at the next open, would seal nothing. One that is
+/// not exactly this is dropped and made again, before any tool runs.
+pub(crate) fn seal_against_blob_writes(
+    conn: &Connection,
+    table: &str,
+) -> Result<(), rusqlite::Error> {
+    let name = format!("{table}_no_blob_writes");
+    let sealed = format!("CREATE INDEX {name} ON {table} ((0)) WHERE 0");
+    let stored: Option<String> = conn
+        .query_row(
+            "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND name = ?1",
+            [&name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if stored.as_deref() != Some(sealed.as_str()) {
+        conn.execute_batch(&format!("DROP INDEX IF EXISTS main.{name}; {sealed}"))?;
+    }
+    Ok(())
 }
 
 /// Create the file at `path`, empty and readable by its owner only (`0600`), if nothing is

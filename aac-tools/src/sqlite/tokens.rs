@@ -62,8 +62,7 @@ impl TokenStore {
         }
         // On a table of an earlier version too.
         if !db.is_read_only() {
-            let seal = super::no_blob_writes("aac_tokens");
-            db.with_writer(|conn| conn.execute_batch(&seal))?;
+            db.with_writer(|conn| super::seal_against_blob_writes(conn, "aac_tokens"))?;
         }
         Ok(TokenStore { db: db.clone() })
     }

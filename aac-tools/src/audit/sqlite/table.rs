@@ -72,13 +72,10 @@ END",
     ),
 ];
 
-/// The indexes (the one of time ranges, and the one that refuses blob writes) and the
-/// append-only triggers, created once the table is known to be ours.
+/// The index and the append-only triggers, created once the table is known to be ours.
 static SCHEMA_EXTRAS: LazyLock<String> = LazyLock::new(|| {
-    let mut sql = format!(
-        "CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);\n{};\n",
-        crate::sqlite::no_blob_writes(AUDIT_TABLE)
-    );
+    let mut sql =
+        "CREATE INDEX IF NOT EXISTS aac_audit_timestamp ON aac_audit (timestamp);\n".to_owned();
     for (_, create) in TRIGGERS {
         sql.push_str(&create.replacen("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1));
         sql.push_str(";\n");
@@ -160,11 +157,13 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
     if columns != AUDIT_COLUMNS {
         return Err(other_columns(&columns));
     }
-    conn.execute_batch(&SCHEMA_EXTRAS).map_err(|e| {
-        AuditError::new(format!(
-            "cannot create the `aac_audit` index and triggers: {e}"
-        ))
-    })
+    conn.execute_batch(&SCHEMA_EXTRAS)
+        .and_then(|()| crate::sqlite::seal_against_blob_writes(conn, AUDIT_TABLE))
+        .map_err(|e| {
+            AuditError::new(format!(
+                "cannot create the `aac_audit` indexes and triggers: {e}"
+            ))
+        })
 }
 
 /// The columns of `aac_audit`, in order; none when there is no such table.
