@@ -84,9 +84,11 @@ mod parked {
     use super::*;
     use framed::{Echo, Said};
 
-    /// Until set, `parked_text` calls wait (one test's own gate).
+    /// Until set, `parked_text` calls wait (the gate of the tests holding [`GATE`]).
     pub(crate) static RELEASED: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
+    /// Held by a test while it uses the gate.
+    pub(crate) static GATE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
     /// Says the text back once released.
     #[mcp_tool(read_only, idempotent, scope = "echo:read")]
@@ -1462,7 +1464,24 @@ async fn an_answer_under_its_id_written_as_a_string_is_read_as_rmcp_reads_it() {
         (Some(1), Some(false)),
         "{answer}"
     );
-    // 64 calls in hand, then a 65th: with no question asked, it waits to be read.
+    no_question_waits(&mut raw).await;
+    let records = sink.records();
+    assert_eq!(records.len(), 66, "{records:?}");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.outcome == Outcome::Success && r.status == 200),
+        "{records:?}"
+    );
+    assert_eq!(records[0].confirmed_by.as_deref(), Some("user"));
+}
+
+/// With no question of the server's awaited, past 64 requests in hand the input is not
+/// read: 64 `parked_text` calls (ids 2 to 65) and a 66th sent, none is refused busy, and
+/// every one is answered once released.
+async fn no_question_waits(raw: &mut Raw) {
+    let _gate = parked::GATE.lock().await;
+    parked::RELEASED.store(false, std::sync::atomic::Ordering::SeqCst);
     for i in 2..=66 {
         raw.line(&format!(
             r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"parked_text","arguments":{{"text":"{i}"}}}}}}"#
@@ -1477,15 +1496,58 @@ async fn an_answer_under_its_id_written_as_a_string_is_read_as_rmcp_reads_it() {
         assert_eq!(answer["result"]["isError"], false, "{answer}");
         assert!(answered.insert(answer["id"].as_u64().unwrap()), "{answer}");
     }
-    let records = sink.records();
-    assert_eq!(records.len(), 66, "{records:?}");
-    assert!(
-        records
+}
+
+/// A question no longer awaited, unanswered (it timed out, or its call was cancelled),
+/// is no longer one the input is read on for: requests past 64 in hand wait again,
+/// rather than being refused busy for the rest of the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_no_longer_awaited_bounds_the_input_again() {
+    for cancel in [false, true] {
+        let sink = MemorySink::new();
+        let registry = Registry::collect_named(&["forget_text", "parked_text"]).unwrap();
+        let server = Server::builder(registry)
+            .verifier(
+                StaticTokens::new()
+                    .with("all", Principal::new("all", ["echo:read", "echo:delete"])),
+            )
+            .audit(sink.clone())
+            .confirmation(aac_tools::confirm::ConfirmPolicy::User)
+            .confirmation_timeout(std::time::Duration::from_millis(200))
+            .build()
+            .unwrap();
+        let mut raw = eliciting(server, 1 << 20).await;
+        raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"forget_text","arguments":{"text":"x","confirm":true}}}"#)
+            .await;
+        let asked = raw.next().await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        if cancel {
+            raw.line(
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+            )
+            .await;
+        } else {
+            let answer = raw.next().await;
+            assert_eq!(answer["id"], 1, "{answer}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sink.records().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let reason = if cancel {
+            "cancelled"
+        } else {
+            "user_confirmation_timeout"
+        };
+        assert_eq!(sink.records()[0].reason.as_deref(), Some(reason));
+        no_question_waits(&mut raw).await;
+        let busy = sink
+            .records()
             .iter()
-            .all(|r| r.outcome == Outcome::Success && r.status == 200),
-        "{records:?}"
-    );
-    assert_eq!(records[0].confirmed_by.as_deref(), Some("user"));
+            .filter(|r| r.reason.as_deref() == Some("too_many_in_flight"))
+            .count();
+        assert_eq!((busy, sink.records().len()), (0, 66), "cancel: {cancel}");
+    }
 }
 
 /// An answer to the confirmation that is not a JSON-RPC response (a `result` and an

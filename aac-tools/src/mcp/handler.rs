@@ -632,7 +632,13 @@ impl ServerHandler for McpHandler {
             cancel.clone(),
             asking(&context, modern, self.shared.stateless),
         )
-        .ending_with(self.connection_closed.clone());
+        .ending_with(self.connection_closed.clone())
+        .telling_question_ends(
+            context
+                .extensions
+                .get::<super::peer::QuestionEnds>()
+                .cloned(),
+        );
         let tool = request.name.into_owned();
         let arguments = request.arguments.map(Value::Object);
         let resume = request.request_state.map(|state| {

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     ClientResult, CreateMessageRequest, ElicitRequest, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ServerRequest,
+    ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
 };
+use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleServer, ServiceError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +35,24 @@ pub(crate) struct RmcpPeer {
     asking: crate::confirm::Asking,
     /// The connection's end (stdio: its input ended), which no answer can come after.
     closed: Option<CancellationToken>,
+    /// Told when a question of the server's is no longer awaited, answered or not (the
+    /// stdio framing, which reads on past its bounds while a question waits).
+    question_ends: Option<QuestionEnds>,
+}
+
+/// Told the id of each question of the server's (a request to the client) once it is no
+/// longer awaited: answered, timed out, or given up when the call was cancelled. Carried
+/// in a client request's extensions by a transport that wants to know.
+#[derive(Clone)]
+pub(crate) struct QuestionEnds(pub(crate) Arc<dyn Fn(&RequestId) + Send + Sync>);
+
+/// Tells [`QuestionEnds`] of its question when dropped, however the wait ended.
+struct Awaited<'a>(&'a QuestionEnds, RequestId);
+
+impl Drop for Awaited<'_> {
+    fn drop(&mut self) {
+        (self.0.0)(&self.1);
+    }
 }
 
 impl RmcpPeer {
@@ -51,7 +70,14 @@ impl RmcpPeer {
             cancel,
             asking,
             closed: None,
+            question_ends: None,
         }
+    }
+
+    /// Tell `ends` of each question once it is no longer awaited.
+    pub(crate) fn telling_question_ends(mut self, ends: Option<QuestionEnds>) -> RmcpPeer {
+        self.question_ends = ends;
+        self
     }
 
     /// Stop waiting for the client's answers when `closed` is cancelled, too.
@@ -91,7 +117,7 @@ impl RmcpPeer {
         // the call does not run it: the pipeline starts no cancelled call's tool.)
         tokio::select! {
             biased;
-            result = self.peer.send_request(request) => result.map_err(|err| match err {
+            result = self.ask(request) => result.map_err(|err| match err {
                 ServiceError::TransportClosed
                 | ServiceError::TransportSend(_)
                 | ServiceError::Cancelled { .. } => cancelled(),
@@ -101,6 +127,22 @@ impl RmcpPeer {
             () = self.cancel.cancelled() => Err(cancelled()),
             () = closed => Err(cancelled()),
         }
+    }
+}
+
+impl RmcpPeer {
+    /// `request` sent, and its answer awaited; whoever waits for the answer of a
+    /// question is told when it is no longer awaited (dropped mid-wait too).
+    async fn ask(&self, request: ServerRequest) -> Result<ClientResult, ServiceError> {
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await?;
+        let _awaited = self
+            .question_ends
+            .as_ref()
+            .map(|ends| Awaited(ends, handle.id.clone()));
+        handle.await_response().await
     }
 }
 

@@ -966,6 +966,9 @@ struct Backlog {
     unwritten: std::sync::atomic::AtomicUsize,
     in_flight: StdMutex<std::collections::HashSet<RequestId>>,
     asking: StdMutex<std::collections::HashSet<RequestId>>,
+    /// Questions no longer awaited before they were sent (a call cancelled at once): not
+    /// taken among those asked when they are. At most [`MAX_IN_FLIGHT`] kept.
+    ended_unsent: StdMutex<std::collections::VecDeque<RequestId>>,
     changed: tokio::sync::Notify,
 }
 
@@ -1042,8 +1045,29 @@ impl Backlog {
 
     /// The server asks the client (`id`): its answer comes on the input.
     fn asked(&self, id: RequestId) {
+        {
+            let mut ended = self.ended_unsent.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(at) = ended.iter().position(|e| *e == id) {
+                ended.remove(at);
+                return;
+            }
+        }
         Backlog::set(&self.asking).insert(id);
         self.changed.notify_waiters();
+    }
+
+    /// The server no longer awaits the answer to its question `id` (answered, timed out,
+    /// or its call cancelled): the input is no longer read on past its bounds for it.
+    fn question_ended(&self, id: &RequestId) {
+        if Backlog::set(&self.asking).remove(id) {
+            self.changed.notify_waiters();
+            return;
+        }
+        let mut ended = self.ended_unsent.lock().unwrap_or_else(|e| e.into_inner());
+        if ended.len() == MAX_IN_FLIGHT {
+            ended.pop_front();
+        }
+        ended.push_back(id.clone());
     }
 
     /// Whether the server asked the client `id` and awaits its answer.
@@ -1762,7 +1786,12 @@ where
                 // a cancellation, whose answer rmcp drops).
                 JsonRpcMessage::Request(request) => {
                     let in_hand = self.backlog.took(request.id.clone());
-                    request.request.extensions_mut().insert(in_hand);
+                    let extensions = request.request.extensions_mut();
+                    extensions.insert(in_hand);
+                    let backlog = Arc::clone(&self.backlog);
+                    extensions.insert(super::peer::QuestionEnds(Arc::new(move |id| {
+                        backlog.question_ended(id)
+                    })));
                 }
                 // The client's answer to the server's request.
                 JsonRpcMessage::Response(answer) => self.backlog.answered(&answer.id),
