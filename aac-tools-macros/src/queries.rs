@@ -8,8 +8,9 @@
 //!
 //! The bounds are added whether or not the author wrote them, so forgetting one is
 //! impossible; a macro among an `Update…` or `Delete…` trait's items (whose methods the
-//! attribute cannot see), a method of one without `self` (whose `Self` its caller names)
-//! and a constant of one (which nothing gates) are errors. The bounds carry the span of the trait's name,
+//! attribute cannot see), a method of one without `self` (whose `Self` its caller names),
+//! an attribute macro on one of its methods (which expands after this one, and could take
+//! the bound away) and a constant of one (which nothing gates) are errors. The bounds carry the span of the trait's name,
 //! which the compiler's note then points at ("required by this bound in
 //! `DeleteNotes::purge`").
 
@@ -81,6 +82,24 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
         match trait_item {
             TraitItem::Fn(method) => {
                 check_written_bounds(&name, kind, method, &mut errors);
+                // An attribute macro on a method expands after this one, and can take the
+                // bound away again: only the compiler's own attributes, which cannot.
+                if kind != Kind::Read {
+                    for attr in &method.attrs {
+                        if !is_inert(attr) {
+                            errors.push(syn::Error::new_spanned(
+                                attr,
+                                format!(
+                                    "`#[queries]` gates each method of `{name}` by the \
+                                     trait's name, and an attribute macro on one could \
+                                     take the bound away: only the compiler's own \
+                                     attributes (`doc`, `allow`, `must_use`, `inline`…) \
+                                     are allowed on them"
+                                ),
+                            ));
+                        }
+                    }
+                }
                 // The bound is on `Self`, which only the transaction a method is called on
                 // fixes: a caller names `Self` of an associated function
                 // (`<Tx<Write> as UpdateNotes>::add(read_tx)`) and passes any transaction.
@@ -123,6 +142,15 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
         }
     }
     if let Err(errors) = errors.finish() {
+        // Emitted again without the attributes refused, which would only add errors of
+        // their own.
+        if kind != Kind::Read {
+            for trait_item in &mut item.items {
+                if let TraitItem::Fn(method) = trait_item {
+                    method.attrs.retain(is_inert);
+                }
+            }
+        }
         return Err(Failure::new(errors, item.into_token_stream()));
     }
 
@@ -146,6 +174,34 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
         }
     }
     Ok(quote!(#item))
+}
+
+/// An attribute of the compiler's own that changes nothing of a method's signature.
+/// (`cfg_attr` may expand to any attribute, a macro among them.)
+fn is_inert(attr: &syn::Attribute) -> bool {
+    const INERT: &[&str] = &[
+        "doc",
+        "allow",
+        "warn",
+        "deny",
+        "forbid",
+        "expect",
+        "must_use",
+        "inline",
+        "cold",
+        "track_caller",
+        "deprecated",
+        "cfg",
+    ];
+    let path = attr.path();
+    match path.segments.len() {
+        1 => INERT.iter().any(|name| path.is_ident(name)),
+        // `#[diagnostic::on_unimplemented]` and the like, and tool attributes
+        // (`#[rustfmt::skip]`, `#[clippy::…]`), which no macro defines.
+        _ => path.segments.first().is_some_and(|first| {
+            first.ident == "diagnostic" || first.ident == "rustfmt" || first.ident == "clippy"
+        }),
+    }
 }
 
 /// The span of the keyword that says what an item is (`struct`, `fn`, `impl`…), for the
