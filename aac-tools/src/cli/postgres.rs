@@ -218,7 +218,7 @@ async fn serve(
     let server = args
         .confirmation(builder)
         .rate_limit_per_principal(args.rate_limit)
-        .request_state_keys(super::serve::request_state_keys()?)
+        .request_state_keys(super::serve::request_state_keys(context, &args)?)
         // Single use of request states beside the trail: any replica refuses a replay.
         .request_state_ledger(ledger)
         .build()
@@ -245,7 +245,7 @@ async fn serve(
             server
                 .authenticate(&crate::Credentials::Bearer(token.clone()))
                 .await
-                .map_err(|e| super::serve::token_refused(context, e.message()))?;
+                .map_err(|e| super::serve::token_refused(context, &token, e.message()))?;
             super::serve::stdio_until_signal(server, token).await
         }
     }

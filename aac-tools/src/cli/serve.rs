@@ -141,7 +141,7 @@ fn build(
     let mut builder = args
         .confirmation(builder)
         .rate_limit_per_principal(args.rate_limit)
-        .request_state_keys(request_state_keys()?)
+        .request_state_keys(request_state_keys(context, args)?)
         // Single use of request states, in the audit database: any replica sharing it
         // refuses a replay.
         .request_state_ledger(SqliteLedger::open(db.path()).map_err(CliError::new)?);
@@ -155,12 +155,26 @@ fn build(
 }
 
 /// The request-state keys from `AAC_REQUEST_STATE_KEYS`: comma-separated hex, each at
-/// least 32 bytes; none when unset or empty (a random key per process).
-pub(super) fn request_state_keys() -> Result<Vec<Vec<u8>>, CliError> {
-    match std::env::var("AAC_REQUEST_STATE_KEYS") {
-        Ok(text) => parse_request_state_keys(&text),
-        Err(_) => Ok(Vec::new()),
+/// least 32 bytes; none when unset or empty (a random key per process). A stateless
+/// server that asks a person without them is told: a retry that another replica takes
+/// is refused there (its seal does not verify).
+pub(super) fn request_state_keys(
+    context: &CliContext,
+    args: &ServeArgs,
+) -> Result<Vec<Vec<u8>>, CliError> {
+    let keys = match std::env::var("AAC_REQUEST_STATE_KEYS") {
+        Ok(text) => parse_request_state_keys(&text)?,
+        Err(_) => Vec::new(),
+    };
+    if keys.is_empty() && args.stateless && args.confirm != crate::confirm::ConfirmPolicy::Argument
+    {
+        context.note(
+            "AAC_REQUEST_STATE_KEYS is not set, so this replica seals requestStates with a key \
+             of its own: behind a balancer, give every replica the same keys, or a retry that \
+             reaches another one is refused",
+        );
     }
+    Ok(keys)
 }
 
 /// [`request_state_keys`] of `text`. A value that names no key but is not empty (`,`) is
@@ -225,7 +239,7 @@ async fn stdio(
     let principal = server
         .authenticate(&crate::Credentials::Bearer(token.clone()))
         .await
-        .map_err(|e| token_refused(context, e.message()))?;
+        .map_err(|e| token_refused(context, &token, e.message()))?;
     tracing::info!(
         principal = %principal,
         read_only = server.is_read_only_mode(),
@@ -268,7 +282,16 @@ pub(super) fn no_stdio_token(context: &CliContext) -> CliError {
 
 /// A stdio `serve` whose token the store refuses (`why`): the database that refused it is
 /// named, since a mistyped `--db` or `AAC_DB` opens (and creates) another one.
-pub(super) fn token_refused(context: &CliContext, why: &str) -> CliError {
+pub(super) fn token_refused(context: &CliContext, token: &str, why: &str) -> CliError {
+    // What a header holds, not the token: said first, it is the whole mistake.
+    if token
+        .get(..7)
+        .is_some_and(|start| start.eq_ignore_ascii_case("bearer "))
+    {
+        return CliError::new(format!(
+            "AAC_TOKEN is refused ({why}): it holds the token alone, without `Bearer `"
+        ));
+    }
     CliError::new(format!(
         "AAC_TOKEN is refused ({why}): a token of the database `{}` comes from `{}` (point \
          --db or AAC_DB at the database that made it); a JWT needs --jwt-issuer and is checked \
@@ -291,6 +314,10 @@ fn cannot_listen(addr: &str, err: &std::io::Error) -> CliError {
         }
         std::io::ErrorKind::PermissionDenied => {
             "ports below 1024 need privileges: pick a port above 1024".to_owned()
+        }
+        // A port alone (`--http 8080`): on this machine's loopback.
+        _ if addr.parse::<u16>().is_ok() => {
+            format!("an address is HOST:PORT, such as `127.0.0.1:{addr}`")
         }
         _ if !addr.contains(':') || addr.ends_with(':') => {
             format!(
@@ -500,5 +527,20 @@ mod tests {
         assert_eq!(keys, vec![vec![0xab; 32], vec![0xab; 32]]);
         let err = parse_request_state_keys("abcd").unwrap_err();
         assert!(err.message().contains("key 1"), "{err:?}");
+    }
+
+    /// The hint of an address that is not one says what to write instead: a port alone
+    /// is on the loopback (it said `8080:8080`), a host alone gets a port.
+    #[test]
+    fn an_address_that_is_not_one_gets_one_to_write() {
+        let invalid = std::io::Error::new(std::io::ErrorKind::InvalidInput, "invalid");
+        for (addr, hint) in [
+            ("8080", "such as `127.0.0.1:8080`"),
+            ("localhost", "such as `localhost:8080`"),
+            ("localhost:", "such as `localhost:8080`"),
+        ] {
+            let err = super::cannot_listen(addr, &invalid);
+            assert!(err.message().contains(hint), "{addr}: {err:?}");
+        }
     }
 }

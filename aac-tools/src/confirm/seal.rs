@@ -47,7 +47,10 @@ impl Broken {
     pub(crate) fn describe(self) -> &'static str {
         match self {
             Broken::Malformed => "the requestState is not one this server issued",
-            Broken::Forged => "the requestState's seal does not verify (altered or forged)",
+            Broken::Forged => {
+                "the requestState's seal does not verify (altered or forged, or sealed by a \
+                 replica with other keys: replicas must share their request-state keys)"
+            }
             Broken::Expired => "the requestState has expired; call the tool again",
             Broken::OtherPrincipal => "the requestState was issued to another principal",
             Broken::OtherTool => "the requestState was issued for another tool",

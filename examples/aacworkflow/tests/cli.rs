@@ -474,6 +474,15 @@ fn serve_on_stdio_needs_a_token_and_checks_it_at_start() {
         .unwrap();
     let line = one_line_error(&out);
     assert!(line.contains("AAC_TOKEN is refused"), "{line}");
+    // A header's value rather than the token: the one thing to change is said.
+    let out = target
+        .command()
+        .arg("serve")
+        .env("AAC_TOKEN", "Bearer aac_000000000000_nope")
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(line.contains("without `Bearer `"), "{line}");
     let out = target.run(&["serve", "--stateless"]);
     assert_eq!(out.status.code(), Some(2), "clap: --stateless needs --http");
 }
@@ -1488,6 +1497,58 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
     let status = exited_within_30_s(&mut child);
     let status = status.expect("the server stops on SIGTERM");
     assert!(status.success(), "{status:?}");
+}
+
+/// A stateless replica that asks a person, started without shared request-state keys,
+/// says so before it serves: behind a balancer, a retry another replica takes would be
+/// refused there. With keys, or when the model's `confirm: true` is enough, nothing.
+#[test]
+fn a_stateless_replica_that_asks_without_shared_keys_says_so() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    for (confirm, keys, warned) in [
+        ("user", None, true),
+        ("user-or-argument", None, true),
+        ("user", Some("ab".repeat(32)), false),
+        ("argument", None, false),
+    ] {
+        let mut command = target.command();
+        command
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--stateless",
+                "--confirm",
+                confirm,
+            ])
+            .env("AAC_LOG", "info")
+            .env_remove("AAC_REQUEST_STATE_KEYS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(keys) = &keys {
+            command.env("AAC_REQUEST_STATE_KEYS", keys);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (mut line, mut said) = (String::new(), false);
+        while !line.contains("serving MCP on") {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
+            said |= line.contains("AAC_REQUEST_STATE_KEYS is not set");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            said,
+            warned,
+            "--confirm {confirm}, keys: {}",
+            keys.is_some()
+        );
+    }
 }
 
 /// `init --demo` in `target`, and a token of alice's with every scope.
