@@ -1497,6 +1497,13 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
     let status = exited_within_30_s(&mut child);
     let status = status.expect("the server stops on SIGTERM");
     assert!(status.success(), "{status:?}");
+    // Stopped cleanly, the file alone is the database: the write-ahead log (which held
+    // what `serve` wrote at start) is empty.
+    if target.pg.is_none() {
+        let wal = target.dir.path().join("aacworkflow.db-wal");
+        let left = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        assert_eq!(left, 0, "{} holds {left} bytes", wal.display());
+    }
 }
 
 /// A stateless replica that asks a person, started without shared request-state keys,
