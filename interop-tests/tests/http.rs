@@ -918,6 +918,23 @@ async fn a_method_a_route_does_not_take_is_a_json_405_with_allow() {
         );
         assert_eq!(body["status"], 405);
     }
+    // A path no route takes: a JSON 404 that names the routes there are.
+    for path in ["/mcp/", "/sse", "/"] {
+        let response = client
+            .get(format!("{}{path}", server.base))
+            .bearer_auth(&server.fixture.full)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["reason"], "not_found", "{path}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("no such route") && error.contains("`/mcp`"),
+            "{path}: {body}"
+        );
+    }
     assert!(server.sink.records().is_empty());
 }
 

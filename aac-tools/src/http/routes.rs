@@ -1783,6 +1783,12 @@ pub(crate) async fn resource_metadata(State(app): State<App>, headers: HeaderMap
     axum::Json(metadata).into_response()
 }
 
+/// The 404 of a path no route takes, which names the routes there are (a client that
+/// asked `/mcp/` or `/sse` learns where MCP is).
+const NO_SUCH_ROUTE: &str = "no such route: this server answers `/mcp` (MCP over Streamable \
+                             HTTP), `GET /tools`, `POST /tools/{name}`, `GET /resources`, \
+                             `GET /prompts` and `GET /.well-known/oauth-protected-resource`";
+
 /// Any other route: 404. A `POST` under `/tools/` that is not `/tools/{name}` (a
 /// trailing slash, an empty or a dot segment: `/tools/delete_issue/`,
 /// `/tools//delete_issue`, `/tools/./delete_issue`) is a call of a tool named by all that
@@ -1796,7 +1802,7 @@ pub(crate) async fn not_found(State(app): State<App>, request: Request) -> Respo
             let (parts, body) = request.into_parts();
             call_named(app, name, parts.extensions, parts.headers, body).await
         }
-        _ => refused_unrouted(&app, request, ToolError::not_found("no such route")).await,
+        _ => refused_unrouted(&app, request, ToolError::not_found(NO_SUCH_ROUTE)).await,
     }
 }
 
