@@ -1291,6 +1291,78 @@ async fn a_seal_rewritten_in_the_schema_table_is_made_again_at_open() {
     );
 }
 
+/// The same for the trail's append-only triggers: a write-level tool rewrote one's text
+/// in place through a blob of the schema table (here `BEFORE UPDATE` to `BEFORE INSERT`,
+/// which refuses every record; an `AFTER INSERT` that gives a token the admin's scopes
+/// fits the same length), and at the next open, where the triggers were made only if
+/// none had their names, it ran on every insert of the sink's, which no authorizer
+/// checks. The sink makes again a trigger whose text is not its own when it opens; and a
+/// trigger it did not make whose statement names the framework's tables stops the store
+/// and the sink from opening.
+#[tokio::test]
+async fn a_trigger_rewritten_in_the_schema_table_is_made_again_and_a_foreign_one_refused() {
+    let f = fixture();
+    let path = f.db.path().to_path_buf();
+    let trail = aac_tools::audit::SqliteSink::open(&path).unwrap();
+    let trigger = |db: &Database| {
+        db.with_reader(|c| {
+            c.query_row(
+                "SELECT rowid, sql FROM sqlite_master WHERE name = 'aac_audit_no_update'",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            )
+        })
+        .unwrap()
+    };
+    let (row, sql) = trigger(&f.db);
+    let first = Server::builder(Registry::collect_named(&["write_blob"]).unwrap())
+        .audit(trail.clone())
+        .state(f.db.clone())
+        .build()
+        .unwrap();
+    let args = json!({"table": "sqlite_master", "column": "sql", "row": row,
+        "offset": sql.find("BEFORE UPDATE").unwrap() + "BEFORE ".len(), "text": "INSERT"});
+    let response = first
+        .call(CallRequest::new("write_blob", Some(args)).credentials(caller()))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    drop((first, trail));
+    let Fixture { dir, db, sink } = f;
+    drop(db);
+
+    let trail = aac_tools::audit::SqliteSink::open(&path).unwrap();
+    let db = Database::open(&path).unwrap();
+    assert_eq!(trigger(&db).1, sql, "made again");
+    let f = Fixture { dir, db, sink };
+    let server = Server::builder(Registry::collect_named(&["write_sql"]).unwrap())
+        .audit(trail.clone())
+        .state(f.db.clone())
+        .build()
+        .unwrap();
+    run(
+        &server,
+        "write_sql",
+        "INSERT INTO notes (text) VALUES ('third')",
+    )
+    .await
+    .unwrap();
+    assert!(trail.verify().unwrap().broken.is_none());
+
+    // A trigger of the application's table that writes the tokens (set-up code may make
+    // anything): neither the store nor the sink opens over it.
+    f.db.with_writer(|c| {
+        c.execute_batch(
+            "CREATE TRIGGER seed AFTER INSERT ON notes BEGIN \
+             UPDATE aac_tokens SET scopes = 'admin:all'; END",
+        )
+    })
+    .unwrap();
+    let err = aac_tools::sqlite::TokenStore::open(&f.db).unwrap_err();
+    assert!(err.to_string().contains("the trigger `seed`"), "{err}");
+    let err = aac_tools::audit::SqliteSink::open(&path).unwrap_err();
+    assert!(err.to_string().contains("the trigger `seed`"), "{err}");
+}
+
 /// The framework's own tables share the file with the application's data: no tool writes
 /// them, at any level, nor reads the tokens. (A write-level tool minted itself a token of
 /// every scope, un-revoked one, and rewrote the audit trail with `INSERT OR REPLACE`,

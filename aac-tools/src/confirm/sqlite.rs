@@ -42,6 +42,7 @@ impl SqliteLedger {
             .and_then(|()| conn.execute_batch(SCHEMA))
             .and_then(|()| crate::sqlite::seal_against_blob_writes(&conn, "aac_request_states"))
             .map_err(|e| format!("cannot create the request-state ledger: {e}"))?;
+        crate::sqlite::refuse_foreign_framework_triggers(&conn)?;
         Ok(SqliteLedger {
             conn: Arc::new(Mutex::new(conn)),
         })

@@ -202,6 +202,41 @@ pub(crate) fn seal_against_blob_writes(
     Ok(())
 }
 
+/// Refuse a database holding a trigger the framework did not make whose statement names
+/// one of the framework's tables (`aac_…`): it would fire on the framework's own writes
+/// (the audit sink's inserts, a token created), which no authorizer checks. The schema
+/// table's `tbl_name` is not trusted (SQLite attaches a trigger to the table its
+/// statement names); its statement is.
+pub(crate) fn refuse_foreign_framework_triggers(conn: &Connection) -> Result<(), String> {
+    let found = (|| {
+        let mut stmt = conn.prepare(
+            "SELECT name FROM main.sqlite_master WHERE type = 'trigger' \
+             AND instr(lower(sql), 'aac_') > 0 ORDER BY name",
+        )?;
+        let names = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        names.collect::<Result<Vec<_>, _>>()
+    })()
+    .map_err(|e| format!("cannot read the schema: {e}"))?;
+    let foreign: Vec<String> = found
+        .into_iter()
+        .filter(|name| !crate::audit::sqlite::trigger_names().any(|ours| ours == name))
+        .collect();
+    match foreign.first() {
+        None => Ok(()),
+        Some(name) => Err(format!(
+            "the trigger `{}` is not the framework's, and its statement names the framework's \
+             tables (`aac_…`), on whose writes it would run unchecked: drop it (`DROP \
+             TRIGGER \"{}\"`) if it is not yours{}",
+            name.escape_debug(),
+            name.replace('"', "\"\""),
+            match foreign.len() {
+                1 => String::new(),
+                n => format!(" ({} more: {})", n - 1, foreign[1..].join(", ")),
+            }
+        )),
+    }
+}
+
 /// Create the file at `path`, empty and readable by its owner only (`0600`), if nothing is
 /// there yet: a database of the framework's holds the audit trail, token hashes and the
 /// application's data, which other local users have no business reading. SQLite gives its

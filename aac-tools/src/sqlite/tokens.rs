@@ -64,6 +64,11 @@ impl TokenStore {
         if !db.is_read_only() {
             db.with_writer(|conn| super::seal_against_blob_writes(conn, "aac_tokens"))?;
         }
+        if let Err(why) =
+            db.with_reader(|conn| Ok(super::refuse_foreign_framework_triggers(conn)))?
+        {
+            return Err(DbError::new(why, None));
+        }
         Ok(TokenStore { db: db.clone() })
     }
 

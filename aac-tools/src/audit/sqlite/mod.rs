@@ -30,6 +30,6 @@ pub(crate) use row::Row;
 pub use table::{AUDIT_COLUMNS, AUDIT_TABLE, GENESIS_HASH, ensure_table};
 #[cfg(feature = "postgres")]
 pub(crate) use table::{MISSING_TABLE, OUTCOME_CHECK, other_columns};
-pub(crate) use table::{SELECT_COLUMNS, check_table, sql_error};
+pub(crate) use table::{SELECT_COLUMNS, check_table, sql_error, trigger_names};
 pub use verify::{BrokenLink, ChainReport, verify_chain};
 pub use writer::{CommitMode, SqliteSink, SqliteSinkBuilder, Synchronous};

@@ -158,12 +158,43 @@ pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
         return Err(other_columns(&columns));
     }
     conn.execute_batch(&SCHEMA_EXTRAS)
+        .and_then(|()| remake_altered_triggers(conn))
         .and_then(|()| crate::sqlite::seal_against_blob_writes(conn, AUDIT_TABLE))
         .map_err(|e| {
             AuditError::new(format!(
                 "cannot create the `aac_audit` indexes and triggers: {e}"
             ))
-        })
+        })?;
+    crate::sqlite::refuse_foreign_framework_triggers(conn).map_err(AuditError::new)
+}
+
+/// The names of the append-only triggers the sink makes.
+pub(crate) fn trigger_names() -> impl Iterator<Item = &'static str> {
+    TRIGGERS.iter().map(|(name, _)| *name)
+}
+
+/// An append-only trigger whose text is not the one the sink makes is made again: the
+/// schema table's `sql` can be rewritten in place through incremental blob I/O (SQLite
+/// lets nothing index it), and a trigger of the same name, loaded at the next open, could
+/// then do anything on every insert of the sink's own (which runs with no authorizer).
+fn remake_altered_triggers(conn: &Connection) -> Result<(), rusqlite::Error> {
+    for (name, create) in TRIGGERS {
+        let stored: Option<String> = conn
+            .query_row(
+                "SELECT sql FROM main.sqlite_master WHERE type = 'trigger' AND name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if stored.as_deref() != Some(create) {
+            tracing::warn!(
+                trigger = name,
+                "an append-only trigger of the audit trail was not the sink's own; made again"
+            );
+            conn.execute_batch(&format!("DROP TRIGGER IF EXISTS main.{name}; {create}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The columns of `aac_audit`, in order; none when there is no such table.
