@@ -78,6 +78,20 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
     // the `r#`, or the prefix check would miss it.
     let name = item.ident.unraw().to_string();
     let kind = Kind::of(&name);
+    // An attribute macro below this one, on the trait, expands after it and could take
+    // every bound away again.
+    if kind != Kind::Read {
+        for attr in item.attrs.iter().filter(|attr| !is_inert(attr)) {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                format!(
+                    "`#[queries]` gates each method of `{name}` by the trait's name, and an \
+                     attribute macro below it expands after it and could take the bounds \
+                     away: put other attributes above `#[queries]`, or use the compiler's own"
+                ),
+            ));
+        }
+    }
     for trait_item in &item.items {
         match trait_item {
             TraitItem::Fn(method) => {
@@ -145,6 +159,7 @@ pub(crate) fn queries(args: TokenStream, input: TokenStream) -> Result<TokenStre
         // Emitted again without the attributes refused, which would only add errors of
         // their own.
         if kind != Kind::Read {
+            item.attrs.retain(is_inert);
             for trait_item in &mut item.items {
                 if let TraitItem::Fn(method) = trait_item {
                     method.attrs.retain(is_inert);
@@ -193,15 +208,11 @@ fn is_inert(attr: &syn::Attribute) -> bool {
         "deprecated",
         "cfg",
     ];
+    // One name only: a path (`#[clippy::…]`, `#[rustfmt::skip]`, `#[diagnostic::…]`) may
+    // name a module of the crate's own, and a macro in it. A built-in name taken by a macro
+    // of the crate's (`use my::strip as inline;`) is ambiguous, which the compiler refuses.
     let path = attr.path();
-    match path.segments.len() {
-        1 => INERT.iter().any(|name| path.is_ident(name)),
-        // `#[diagnostic::on_unimplemented]` and the like, and tool attributes
-        // (`#[rustfmt::skip]`, `#[clippy::…]`), which no macro defines.
-        _ => path.segments.first().is_some_and(|first| {
-            first.ident == "diagnostic" || first.ident == "rustfmt" || first.ident == "clippy"
-        }),
-    }
+    path.segments.len() == 1 && INERT.iter().any(|name| path.is_ident(name))
 }
 
 /// The span of the keyword that says what an item is (`struct`, `fn`, `impl`…), for the

@@ -1,6 +1,6 @@
-//! An attribute macro on a method of an `Update…` or `Delete…` trait expands after
-//! `#[queries]`, and could take away the bound it added: only the compiler's own
-//! attributes are allowed there.
+//! An attribute macro on a method of an `Update…` or `Delete…` trait, or on the trait
+//! below `#[queries]`, expands after it, and could take away the bound it added: only
+//! the compiler's own attributes, by a single name, are allowed there.
 use aac_tools::{ToolError, queries};
 
 #[queries]
@@ -17,6 +17,20 @@ pub trait UpdateNotes {
 pub trait DeleteNotes {
     #[cfg_attr(all(), tokio::test)]
     fn purge(&self) -> Result<usize, ToolError>;
+}
+
+/// A path may name a module of the crate's own: only single names pass.
+#[queries]
+pub trait UpdateTags {
+    #[clippy::strip_where]
+    fn tag(&self, tag: &str) -> Result<(), ToolError>;
+}
+
+/// An attribute macro below `#[queries]`, on the trait, expands after it.
+#[queries]
+#[tokio::main]
+pub trait DeleteTags {
+    fn untag(&self, tag: &str) -> Result<(), ToolError>;
 }
 
 fn main() {}
