@@ -533,6 +533,9 @@ struct LineTransport<R, W> {
     ended_at: Arc<std::sync::OnceLock<tokio::time::Instant>>,
     /// What is in hand: past [`MAX_UNWRITTEN`] or [`MAX_IN_FLIGHT`], no more is read.
     backlog: Arc<Backlog>,
+    /// Told when a question of the server's is no longer awaited (one for the connection,
+    /// carried in each request's extensions to the call's client peer).
+    question_ends: super::peer::QuestionEnds,
     /// Cancelled when the server stops (SIGTERM): a wait for room ends then too, as if
     /// the input had ended.
     stop: Option<tokio_util::sync::CancellationToken>,
@@ -834,6 +837,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         closed: tokio_util::sync::CancellationToken,
         stop: Option<tokio_util::sync::CancellationToken>,
     ) -> Self {
+        let backlog = Arc::<Backlog>::default();
         LineTransport {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -849,7 +853,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             pending: Arc::default(),
             closed,
             ended_at: Arc::default(),
-            backlog: Arc::default(),
+            question_ends: super::peer::QuestionEnds(Arc::new({
+                let backlog = Arc::clone(&backlog);
+                move |id| backlog.question_ended(id)
+            })),
+            backlog,
             stop,
         }
     }
@@ -1788,10 +1796,7 @@ where
                     let in_hand = self.backlog.took(request.id.clone());
                     let extensions = request.request.extensions_mut();
                     extensions.insert(in_hand);
-                    let backlog = Arc::clone(&self.backlog);
-                    extensions.insert(super::peer::QuestionEnds(Arc::new(move |id| {
-                        backlog.question_ended(id)
-                    })));
+                    extensions.insert(self.question_ends.clone());
                 }
                 // The client's answer to the server's request.
                 JsonRpcMessage::Response(answer) => self.backlog.answered(&answer.id),
