@@ -1286,6 +1286,39 @@ async fn a_cancel_read_before_the_answer_wins() {
     }
 }
 
+/// A call cancelled while its user was asked is abandoned, recorded as every abandoned
+/// call is (`error`, no check, `cancelled`, 499), whichever comes first in the one write
+/// that carries both, the cancel or the person's yes (the yes first used to record
+/// `denied`: the cancel was then read once the checks had passed), and its tool never
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_its_user_is_asked_is_recorded_as_abandoned_either_way() {
+    for n in 0..12 {
+        let sink = MemorySink::new();
+        let (mut raw, asked) = asked_to_confirm(&sink, None).await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": 1}});
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}});
+        let write = if n % 2 == 0 {
+            format!("{answer}\n{cancel}\n")
+        } else {
+            format!("{cancel}\n{answer}\n")
+        };
+        raw.write.write_all(write.as_bytes()).await.unwrap();
+        let record = the_one_record(&sink).await;
+        assert_eq!(
+            (
+                record.outcome,
+                record.check,
+                record.reason.as_deref(),
+                record.status
+            ),
+            (Outcome::Error, None, Some("cancelled"), 499),
+            "run {n}: {record:?}"
+        );
+    }
+}
+
 /// A client whose input ends while its user is asked stops the wait at once: the record
 /// says `cancelled` (499), not the confirmation's timeout (3 s here), which rmcp's drain
 /// of a closed connection (5 s) used to outlast.

@@ -523,11 +523,18 @@ impl Attempt {
             return CallResponse::new(result, check);
         };
         // A client that cancelled the call (or went away) while its user was being asked
-        // abandoned it: recorded as any abandoned call is, not as the user's refusal.
-        let abandoned = matches!(
-            (&result, check),
-            (Err(err), Some(Check::Confirm)) if err.reason() == "cancelled"
-        );
+        // abandoned it: recorded as any abandoned call is, not as the user's refusal. So is
+        // one whose cancellation is read once its checks passed (a yes and the cancel in
+        // one write), before its tool ran.
+        let abandoned = match (&result, check) {
+            (Err(err), Some(Check::Confirm)) => err.reason() == "cancelled",
+            (Err(err), None) => {
+                err.reason() == "cancelled"
+                    && err.status() == Status::ClientClosedRequest
+                    && !self.started_handler
+            }
+            _ => false,
+        };
         // Records of calls that ran while the sink failed go first, once it writes again.
         // Paid before this call's record is made, which takes the attempt's timestamp and
         // arguments: a call dropped while it waits here is recorded whole by `Drop`.
