@@ -636,8 +636,8 @@ impl ServerHandler for McpHandler {
         .telling_question_ends(
             context
                 .extensions
-                .get::<super::peer::QuestionEnds>()
-                .cloned(),
+                .get::<super::stdio::InHand>()
+                .map(super::stdio::InHand::question_ends),
         );
         let tool = request.name.into_owned();
         let arguments = request.arguments.map(Value::Object);

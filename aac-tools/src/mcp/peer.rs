@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
-    ClientResult, CreateMessageRequest, ElicitRequest, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
+    CancelledNotificationParam, ClientResult, CreateMessageRequest, ElicitRequest,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerRequest,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleServer, ServiceError};
@@ -44,14 +45,49 @@ pub(crate) struct RmcpPeer {
 /// longer awaited: answered, timed out, or given up when the call was cancelled. Carried
 /// in a client request's extensions by a transport that wants to know.
 #[derive(Clone)]
-pub(crate) struct QuestionEnds(pub(crate) Arc<dyn Fn(&RequestId) + Send + Sync>);
+pub(crate) struct QuestionEnds(pub(crate) Arc<dyn EndsQuestions>);
 
-/// Tells [`QuestionEnds`] of its question when dropped, however the wait ended.
-struct Awaited<'a>(&'a QuestionEnds, RequestId);
+/// What [`QuestionEnds`] tells.
+pub(crate) trait EndsQuestions: Send + Sync {
+    /// The question `id` is no longer awaited, and no answer to it was read.
+    fn question_ended(&self, id: &RequestId);
+}
+
+/// A question of the server's awaited: when it is no longer awaited and no answer came
+/// (the call was cancelled or timed out, the server stops), the client is told
+/// (`notifications/cancelled`, so that it stops asking its user), and so is
+/// [`QuestionEnds`], if any.
+struct Awaited<'a> {
+    peer: &'a Peer<RoleServer>,
+    ends: Option<&'a QuestionEnds>,
+    /// `None` once its answer was read.
+    id: Option<RequestId>,
+    /// The connection closed: nobody is left to tell.
+    gone: bool,
+}
 
 impl Drop for Awaited<'_> {
     fn drop(&mut self) {
-        (self.0.0)(&self.1);
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        if let Some(ends) = self.ends {
+            ends.0.question_ended(&id);
+        }
+        if !self.gone
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let peer = self.peer.clone();
+            runtime.spawn(async move {
+                // A client already gone is not told.
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the server no longer awaits the answer".to_owned()),
+                    ))
+                    .await;
+            });
+        }
     }
 }
 
@@ -138,11 +174,21 @@ impl RmcpPeer {
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await?;
-        let _awaited = self
-            .question_ends
-            .as_ref()
-            .map(|ends| Awaited(ends, handle.id.clone()));
-        handle.await_response().await
+        let mut awaited = Awaited {
+            peer: &self.peer,
+            ends: self.question_ends.as_ref(),
+            id: Some(handle.id.clone()),
+            gone: false,
+        };
+        let answer = handle.await_response().await;
+        match answer {
+            // An answer (or the client's error) came through the transport, which has
+            // already seen it end its question.
+            Ok(_) | Err(ServiceError::McpError(_)) => awaited.id = None,
+            Err(ServiceError::TransportClosed) => awaited.gone = true,
+            Err(_) => {}
+        }
+        answer
     }
 }
 

@@ -532,10 +532,9 @@ struct LineTransport<R, W> {
     /// not each its own.
     ended_at: Arc<std::sync::OnceLock<tokio::time::Instant>>,
     /// What is in hand: past [`MAX_UNWRITTEN`] or [`MAX_IN_FLIGHT`], no more is read.
+    /// (Told, through each request's [`InHand`], when a question of the server's is no
+    /// longer awaited.)
     backlog: Arc<Backlog>,
-    /// Told when a question of the server's is no longer awaited (one for the connection,
-    /// carried in each request's extensions to the call's client peer).
-    question_ends: super::peer::QuestionEnds,
     /// Cancelled when the server stops (SIGTERM): a wait for room ends then too, as if
     /// the input had ended.
     stop: Option<tokio_util::sync::CancellationToken>,
@@ -853,10 +852,6 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             pending: Arc::default(),
             closed,
             ended_at: Arc::default(),
-            question_ends: super::peer::QuestionEnds(Arc::new({
-                let backlog = Arc::clone(&backlog);
-                move |id| backlog.question_ended(id)
-            })),
             backlog,
             stop,
         }
@@ -987,7 +982,15 @@ struct Backlog {
 /// its checks ran on: its id could be sent again and take the first call's answer, and
 /// calls cancelled as soon as sent ran without bound.)
 #[derive(Clone)]
-struct InHand(#[allow(dead_code)] Arc<InHandId>);
+pub(super) struct InHand(Arc<InHandId>);
+
+impl InHand {
+    /// Whom to tell when a question of the server's, asked during this request, is no
+    /// longer awaited.
+    pub(super) fn question_ends(&self) -> super::peer::QuestionEnds {
+        super::peer::QuestionEnds(Arc::clone(&self.0.backlog) as _)
+    }
+}
 
 struct InHandId {
     backlog: Arc<Backlog>,
@@ -1063,9 +1066,12 @@ impl Backlog {
         Backlog::set(&self.asking).insert(id);
         self.changed.notify_waiters();
     }
+}
 
-    /// The server no longer awaits the answer to its question `id` (answered, timed out,
-    /// or its call cancelled): the input is no longer read on past its bounds for it.
+impl super::peer::EndsQuestions for Backlog {
+    /// The server no longer awaits the answer to its question `id`, and none was read
+    /// (it timed out, or its call was cancelled): the input is no longer read on past its
+    /// bounds for it.
     fn question_ended(&self, id: &RequestId) {
         if Backlog::set(&self.asking).remove(id) {
             self.changed.notify_waiters();
@@ -1077,7 +1083,9 @@ impl Backlog {
         }
         ended.push_back(id.clone());
     }
+}
 
+impl Backlog {
     /// Whether the server asked the client `id` and awaits its answer.
     fn is_asking(&self, id: &RequestId) -> bool {
         asked_as(&Backlog::set(&self.asking), id).is_some()
@@ -1796,7 +1804,6 @@ where
                     let in_hand = self.backlog.took(request.id.clone());
                     let extensions = request.request.extensions_mut();
                     extensions.insert(in_hand);
-                    extensions.insert(self.question_ends.clone());
                 }
                 // The client's answer to the server's request.
                 JsonRpcMessage::Response(answer) => self.backlog.answered(&answer.id),
