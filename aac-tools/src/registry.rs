@@ -742,6 +742,29 @@ fn changed_keys(before: &Value, after: &Value) -> String {
     keys.join(", ")
 }
 
+/// The MCP tool-name rule (SEP-986) `#[mcp_tool]` checks: 1–128 of `A-Z a-z 0-9 _ - .`,
+/// and not `.` or `..`.
+fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && name != "."
+        && name != ".."
+}
+
+/// `resource:action`, each side one or more of `a-z 0-9 _ -`, as `#[mcp_tool]` checks.
+fn is_valid_scope(scope: &str) -> bool {
+    let part = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    scope
+        .split_once(':')
+        .is_some_and(|(resource, action)| part(resource) && part(action))
+}
+
 /// `get_issue` → `Get issue`.
 fn title_from_name(name: &str) -> String {
     let words = name.replace(['_', '-', '.'], " ");
@@ -761,16 +784,30 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
     // tool with no scope is one every caller may call, and a read-only destructive one
     // would run at the read level while its callers are asked to confirm.
     let contradiction = if def.scopes().is_empty() {
-        Some("it declares no scope, so every caller would hold it; declare at least one")
+        Some("it declares no scope, so every caller would hold it; declare at least one".to_owned())
     } else if def.is_read_only() && def.is_destructive() {
-        Some("it is both `read_only` and `destructive`")
+        Some("it is both `read_only` and `destructive`".to_owned())
+    } else if !is_valid_tool_name(def.name()) {
+        Some(
+            "its name is not 1 to 128 of `A-Z a-z 0-9 _ - .` (and not `.` or `..`), the \
+             names MCP clients and `POST /tools/{name}` take"
+                .to_owned(),
+        )
     } else {
-        None
+        def.scopes()
+            .iter()
+            .find(|scope| !is_valid_scope(scope))
+            .map(|scope| {
+                format!(
+                    "its scope {scope:?} is not `resource:action` (each side one or more of \
+                     `a-z 0-9 _ -`)"
+                )
+            })
     };
     if let Some(why) = contradiction {
         return Err(RegistryError::InvalidDefinition {
             tool: def.name().to_owned(),
-            why: why.to_owned(),
+            why,
         });
     }
     let raw_input = def
@@ -1121,13 +1158,26 @@ mod tests {
     static NO_SCOPE: ToolDef = ToolDef::__from_parts(parts("no_scope", &[], false, false));
     static BOTH: ToolDef = ToolDef::__from_parts(parts("both", &["x:y"], true, true));
     static FINE: ToolDef = ToolDef::__from_parts(parts("fine", &["x:y"], true, false));
+    static SLASHED: ToolDef = ToolDef::__from_parts(parts("a/b", &["x:y"], true, false));
+    static DOTS: ToolDef = ToolDef::__from_parts(parts("..", &["x:y"], true, false));
+    static SPACED_SCOPE: ToolDef =
+        ToolDef::__from_parts(parts("spaced", &["x:y", "x:y "], true, false));
+    static BARE_SCOPE: ToolDef = ToolDef::__from_parts(parts("bare", &["admin"], true, false));
 
     /// A definition built by hand (`inventory::submit!` of `__from_parts`, as a
     /// dependency could) gets the macro's rules at start-up: no tool without a scope
-    /// (every caller would hold it), none both read-only and destructive.
+    /// (every caller would hold it), none both read-only and destructive, names and scopes
+    /// of the macro's form.
     #[test]
     fn a_hand_built_definition_gets_the_macros_rules() {
-        for (def, why) in [(&NO_SCOPE, "no scope"), (&BOTH, "both")] {
+        for (def, why) in [
+            (&NO_SCOPE, "no scope"),
+            (&BOTH, "both"),
+            (&SLASHED, "its name"),
+            (&DOTS, "its name"),
+            (&SPACED_SCOPE, "scope \"x:y \""),
+            (&BARE_SCOPE, "scope \"admin\""),
+        ] {
             match Registry::from_defs([def]) {
                 Err(RegistryError::InvalidDefinition { tool, why: said }) => {
                     assert_eq!(tool, def.name());
