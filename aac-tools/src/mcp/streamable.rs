@@ -174,6 +174,29 @@ impl SessionEnds {
     }
 }
 
+/// Where a stream resumed after `last_event_id` starts, in rmcp's in-memory event ids
+/// (`index` or `index/stream`): rmcp 3.11 replays *from* the index it is given, the
+/// event the client names as the last it received included, and the SSE and MCP
+/// specifications replay what came *after* it. A question (a person asked to confirm)
+/// replayed so came back to the host every time its client resumed the stream, after
+/// its call was cancelled too. An id of another form is left to rmcp to refuse.
+fn after_in_memory(last_event_id: String) -> String {
+    let (index, stream) = match last_event_id.split_once('/') {
+        Some((index, stream)) => (index, Some(stream)),
+        None => (last_event_id.as_str(), None),
+    };
+    let next = index
+        .parse::<usize>()
+        .ok()
+        .filter(|_| index.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|index| index.checked_add(1));
+    match (next, stream) {
+        (Some(next), Some(stream)) => format!("{next}/{stream}"),
+        (Some(next), None) => next.to_string(),
+        (None, _) => last_event_id,
+    }
+}
+
 /// rmcp's in-memory sessions, each with its end in [`SessionEnds`].
 pub(crate) struct Sessions {
     inner: LocalSessionManager,
@@ -248,6 +271,11 @@ impl SessionManager for Sessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let last_event_id = if self.inner.event_store().is_some() {
+            last_event_id
+        } else {
+            after_in_memory(last_event_id)
+        };
         self.inner.resume(id, last_event_id).await
     }
 
@@ -303,5 +331,28 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for EndingTransport<T> {
 impl<T> Drop for EndingTransport<T> {
     fn drop(&mut self) {
         self.ends.end(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::after_in_memory;
+
+    /// A stream resumes after the event the client names, in rmcp's forms of an id
+    /// (`index/stream`, or `index` for the standalone stream); other forms are rmcp's to
+    /// refuse.
+    #[test]
+    fn a_resumed_stream_starts_after_the_last_event_read() {
+        for (last, from) in [
+            ("1/2", "2/2"),
+            ("0/7", "1/7"),
+            ("5", "6"),
+            ("+1/2", "+1/2"),
+            ("x/2", "x/2"),
+            ("", ""),
+            ("18446744073709551615/1", "18446744073709551615/1"),
+        ] {
+            assert_eq!(after_in_memory(last.to_owned()), from, "{last}");
+        }
     }
 }
