@@ -496,8 +496,17 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
         ),
         (r#""tools/list""#, -32600),
         (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
+        // Arguments nested past what a JSON reader follows: not "not a JSON-RPC request".
+        (
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"add_note","arguments":{{"text":{}1{}}}}}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            -32700,
+        ),
     ] {
-        let response = raw.post().body(body).send().await.unwrap();
+        let response = raw.post().body(body.to_owned()).send().await.unwrap();
         assert_eq!(response.status(), 400, "{body}");
         let answer: Value = response.json().await.unwrap();
         assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
@@ -561,11 +570,13 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
         .into_iter()
         .map(|r| (r.tool, r.check))
         .collect();
-    // The two malformed `tools/call` requests (no name; params that are a string) are
-    // recorded too, refused by the MCP layer, their tool unknown.
+    // The call nested too deeply is recorded under its tool; the two malformed
+    // `tools/call` requests (no name; params that are a string) are recorded too, refused
+    // by the MCP layer, their tool unknown.
     assert_eq!(
         tools,
         [
+            ("add_note".to_owned(), Some(Check::Protocol)),
             ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("(unknown)".to_owned(), Some(Check::Protocol)),
             ("no_such_tool".to_owned(), Some(Check::FindTool)),

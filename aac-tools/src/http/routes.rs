@@ -1563,6 +1563,12 @@ fn unreadable_body(json_body: bool, body: &[u8], response: Response) -> Response
     }
     let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
         Err(_) => (-32700, "Parse error: the body is not JSON"),
+        // JSON all the same, but nested deeper than a reader follows (serde_json's 128
+        // levels, which rmcp's reading of the message keeps and skipping it does not).
+        Ok(_) if serde_json::from_slice::<serde_json::Value>(body).is_err() => (
+            -32700,
+            "Parse error: the body nests arrays and objects more than 128 levels deep",
+        ),
         Ok(_) if body.trim_ascii_start().starts_with(b"[") => (
             -32600,
             "Invalid Request: send one JSON-RPC message per request (batches are not supported)",
