@@ -1369,11 +1369,17 @@ async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
 }
 
 /// An answer to the confirmation that is not of an elicitation's shape (`ACCEPT`, `{}`,
-/// an action that is no string) is no: `user_declined`, the tool not run, as any answer
-/// but a plain `accept`.
+/// an action that is no string, an `accept` whose `content` is not the form's object) is
+/// no: `user_declined`, the tool not run, as any answer but a plain `accept`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_of_another_shape_is_a_no() {
-    for answer in [json!({"action": "ACCEPT"}), json!({}), json!({"action": 1})] {
+    for answer in [
+        json!({"action": "ACCEPT"}),
+        json!({}),
+        json!({"action": 1}),
+        json!({"action": "accept", "content": "yes"}),
+        json!({"action": "accept", "content": ["yes"]}),
+    ] {
         let sink = MemorySink::new();
         let (mut raw, asked) = asked_to_confirm(&sink, None).await;
         raw.line(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": answer}).to_string())

@@ -1039,8 +1039,7 @@ impl Attempt {
                         format!("the client could not ask the user: {}", err.message()),
                     ))),
                     Ok(Ok(answer)) => {
-                        self.accept(answer.get("action").and_then(Value::as_str))
-                            .map_err(refuse)?;
+                        self.accept(Some(&answer)).map_err(refuse)?;
                         self.still_allowed(def, principal).await
                     }
                 }
@@ -1168,18 +1167,24 @@ impl Attempt {
                 ));
             }
         }
-        let action = responses
-            .get(confirm::INPUT_KEY)
-            .and_then(|r| r.get("action"))
-            .and_then(Value::as_str);
-        self.accept(action)
+        self.accept(responses.get(confirm::INPUT_KEY))
     }
 
-    /// The person's answer: `accept` confirms, anything else refuses.
-    fn accept(&mut self, action: Option<&str>) -> Result<(), ToolError> {
+    /// The person's answer (an elicitation's result): `accept` confirms, anything else
+    /// refuses. An `accept` whose `content` is not the form's object (`"content": "yes"`)
+    /// is no elicitation result: it confirms nothing.
+    fn accept(&mut self, answer: Option<&Value>) -> Result<(), ToolError> {
         let declined =
             |why: &str| ToolError::new(Status::Forbidden, "user_declined", why.to_owned());
+        let action = answer.and_then(|a| a.get("action")).and_then(Value::as_str);
+        let content_is_a_form = answer
+            .and_then(|a| a.get("content"))
+            .is_none_or(|c| c.is_object() || c.is_null());
         match action {
+            Some("accept") if !content_is_a_form => Err(declined(
+                "the client's answer to the confirmation was `accept` with a `content` that \
+                 is not an object: not an elicitation result",
+            )),
             Some("accept") => {
                 self.confirmed_by = Some("user");
                 Ok(())
