@@ -546,6 +546,7 @@ impl ServerBuilder {
                 resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
                 owed: Arc::default(),
                 calls_stopped: Arc::default(),
+                stop_http_calls: std::sync::Mutex::default(),
             }),
         })
     }
@@ -586,6 +587,10 @@ struct Inner {
     /// How many times the HTTP calls then running were abandoned (a shutdown's drain
     /// ended): none of their transactions commits from then on.
     calls_stopped: Arc<std::sync::atomic::AtomicU64>,
+    /// Cancelled (and replaced) at the same time: an HTTP call whose tool is still
+    /// running then is dropped, and recorded as abandoned, rather than waited for (a tool
+    /// that never returns held the HTTP server's end, unrecorded).
+    stop_http_calls: std::sync::Mutex<tokio_util::sync::CancellationToken>,
 }
 
 impl Drop for Inner {
@@ -763,6 +768,22 @@ impl Server {
         self.inner
             .calls_stopped
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let mut stop = self
+            .inner
+            .stop_http_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *stop).cancel();
+    }
+
+    /// Cancelled when the HTTP calls running then are abandoned
+    /// ([`Server::stop_running_calls`]).
+    pub(crate) fn http_calls_stop(&self) -> tokio_util::sync::CancellationToken {
+        self.inner
+            .stop_http_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// How many times the running HTTP calls were abandoned

@@ -188,6 +188,16 @@ async fn drained_note(db: WriteDb) -> Result<Text, ToolError> {
     Ok(Text("added".into()))
 }
 
+static NEVER_ENDS_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Never returns (an author's mistake: a wait with no end).
+#[mcp_tool(scope = "notes:write")]
+async fn never_ends() -> Result<Text, ToolError> {
+    NEVER_ENDS_STARTED.store(true, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    Ok(Text("never".into()))
+}
+
 /// An HTTP server of `tool` on a free port, stopped by the token returned.
 async fn serve_http(
     f: &Fixture,
@@ -313,4 +323,43 @@ async fn a_call_running_past_the_http_drain_is_abandoned_and_commits_nothing() {
         .await;
     assert!(later.error().is_none(), "{:?}", later.error());
     assert_eq!(notes(&f.db, "slow over http"), 1);
+}
+
+/// A REST call whose tool never returns does not hold the HTTP server's end: when the
+/// shutdown's drain ends the call is dropped, recorded as abandoned (499 `cancelled`,
+/// at once, not when the process goes), answered as stopped, and the server returns.
+/// (`serve` waited for its connection for ever, and the call was never recorded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_call_that_never_ends_does_not_hold_the_server_s_end() {
+    let f = fixture("never_ends");
+    let (addr, stop, serving, _) = serve_http(&f, "never_ends").await;
+    let call = post_rest(addr, "never_ends");
+    wait_for(&NEVER_ENDS_STARTED).await;
+    stop.cancel();
+    let limit = aac_tools::http::SHUTDOWN_DRAIN + Duration::from_secs(5);
+    tokio::time::timeout(limit, serving)
+        .await
+        .expect("the server ends after its drain")
+        .unwrap()
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the call is answered")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.sink.records().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let records = f.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].outcome,
+            records[0].status,
+            records[0].reason.as_deref()
+        ),
+        (Outcome::Error, 499, Some("cancelled")),
+        "{records:?}"
+    );
 }

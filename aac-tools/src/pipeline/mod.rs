@@ -353,6 +353,7 @@ impl Attempt {
             Transport::StreamableHttp | Transport::PlainHttp
         )
         .then(|| Arc::clone(self.server.calls_stopped()));
+        let stop = stopped.is_some().then(|| self.server.http_calls_stop());
         let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped));
         self.commits = Some(Arc::clone(&commits));
         let mut handler = CatchUnwind(handler(call), level, Arc::clone(&commits));
@@ -377,14 +378,41 @@ impl Attempt {
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime.spawn(finish).await.unwrap_or_else(|err| {
-                // The task panicked outside the handler (the handler's own panics are
-                // caught): the attempt recorded itself when it was dropped.
-                CallResponse::new(
-                    Err(ToolError::internal(format!("the call failed: {err}"))),
-                    Some(Check::Handler),
-                )
-            }),
+            Ok(runtime) => {
+                let task = runtime.spawn(finish);
+                let joined = match stop {
+                    // An HTTP call still running when the shutdown's drain ends is
+                    // dropped, and records itself as abandoned (with what committed),
+                    // however long its tool would have run.
+                    Some(stop) => {
+                        let abort = task.abort_handle();
+                        tokio::select! {
+                            joined = task => joined,
+                            () = stop.cancelled() => {
+                                abort.abort();
+                                return CallResponse::new(
+                                    Err(ToolError::new(
+                                        Status::Unavailable,
+                                        "cancelled",
+                                        "the server stopped while the tool ran: the call was \
+                                         abandoned (its record says what it committed)",
+                                    )),
+                                    Some(Check::Handler),
+                                );
+                            }
+                        }
+                    }
+                    None => task.await,
+                };
+                joined.unwrap_or_else(|err| {
+                    // The task panicked outside the handler (the handler's own panics are
+                    // caught): the attempt recorded itself when it was dropped.
+                    CallResponse::new(
+                        Err(ToolError::internal(format!("the call failed: {err}"))),
+                        Some(Check::Handler),
+                    )
+                })
+            }
             Err(_) => finish.await,
         }
     }
