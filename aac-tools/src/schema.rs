@@ -8,7 +8,20 @@ use serde_json::{Map, Value, json};
 /// The root schema of `T`: draft 2020-12, definitions under `$defs`, no top-level
 /// `$schema` and no top-level `title` (the tool has its own).
 pub(crate) fn root_schema_for<T: JsonSchema>() -> Value {
-    let settings = SchemaSettings::draft2020_12().with(|s| s.meta_schema = None);
+    root_schema_with::<T>(SchemaSettings::draft2020_12())
+}
+
+/// The root schema of `T` as it is *serialized* (a tool's output): a field skipped when
+/// empty (`skip_serializing_if`) is not required, an `Option` always written is. The
+/// schema of how it is read (the default) required a field the output leaves out, and
+/// hosts that check `structuredContent` against `outputSchema` (the TypeScript and
+/// Python SDKs) refused the tool's answers.
+pub(crate) fn output_schema_for<T: JsonSchema>() -> Value {
+    root_schema_with::<T>(SchemaSettings::draft2020_12().for_serialize())
+}
+
+fn root_schema_with<T: JsonSchema>(settings: SchemaSettings) -> Value {
+    let settings = settings.with(|s| s.meta_schema = None);
     let schema = settings.into_generator().into_root_schema_for::<T>();
     let mut value = schema.to_value();
     if let Value::Object(map) = &mut value {

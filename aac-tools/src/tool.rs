@@ -361,7 +361,7 @@ pub trait IntoToolOutput {
 #[diagnostic::do_not_recommend]
 impl<T: Serialize + JsonSchema> IntoToolOutput for T {
     fn output_schema() -> Option<Value> {
-        Some(crate::schema::root_schema_for::<T>())
+        Some(crate::schema::output_schema_for::<T>())
     }
     fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
         let value = serde_json::to_value(&self).map_err(|err| {

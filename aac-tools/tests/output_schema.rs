@@ -1,0 +1,69 @@
+//! A tool's advertised `outputSchema` describes its output as it is written: hosts (the
+//! TypeScript and Python SDKs) check `structuredContent` against it and refuse an answer
+//! that does not match.
+
+use std::sync::Arc;
+
+use aac_tools::{CallRequest, Credentials, Principal, Registry, Server, ToolError, mcp_tool};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Serialize, JsonSchema)]
+struct Tagged {
+    id: String,
+    /// Left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tags: Vec<String>,
+    /// Always written, `null` when absent.
+    note: Option<String>,
+}
+
+/// A thing with its tags.
+#[mcp_tool(read_only, scope = "things:read")]
+async fn tagged_thing() -> Result<Tagged, ToolError> {
+    Ok(Tagged {
+        id: "t1".into(),
+        tags: Vec::new(),
+        note: None,
+    })
+}
+
+/// The output leaves out an empty `tags` (its schema must not require it), and always
+/// writes `note` (its schema says so). Generated as the type is read, the schema required
+/// `tags`, and the answer failed every host's check.
+#[tokio::test]
+async fn the_output_schema_describes_the_output_as_written() {
+    let registry = Registry::collect_named(&["tagged_thing"]).unwrap();
+    let schema = registry.get("tagged_thing").unwrap().json()["outputSchema"].clone();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    assert!(!required.contains(&"tags"), "{schema}");
+    assert!(required.contains(&"note"), "{schema}");
+    let server = Server::builder(registry)
+        .audit(aac_tools::audit::MemorySink::new())
+        .build()
+        .unwrap();
+    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
+    let response = server
+        .call(CallRequest::new("tagged_thing", Some(json!({}))).credentials(caller))
+        .await;
+    let output = response
+        .result()
+        .unwrap()
+        .structured_value()
+        .unwrap()
+        .clone();
+    assert_eq!(output, json!({"id": "t1", "note": null}));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(
+        validator.is_valid(&output),
+        "{output} against {schema}: {:?}",
+        validator
+            .iter_errors(&output)
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+    );
+}
