@@ -111,6 +111,12 @@ fn abandon_when(f: &Fixture, tool: &str, until: &AtomicBool) {
 fn a_transaction_of_a_call_abandoned_before_its_commit_rolls_back() {
     let f = fixture("slow_note");
     abandon_when(&f, "slow_note", &IN_TRANSACTION);
+    // The runtime drops the call's task in the background: its record, written as it is
+    // dropped, says it is gone (the transaction could otherwise end first, under load).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while f.sink.records().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // The transaction's thread goes on after the call's task is gone; once it is done
     // (it holds the writer until then), nothing of the call stayed.
     GO_ON.store(true, Ordering::SeqCst);
@@ -120,10 +126,6 @@ fn a_transaction_of_a_call_abandoned_before_its_commit_rolls_back() {
         0,
         "the abandoned call's insert committed"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while f.sink.records().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
     let records = f.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     let record = &records[0];
