@@ -470,3 +470,20 @@ async fn a_tool_with_odd_hints_does_not_spoil_the_list() {
     assert!(!result.is_error());
     client.close().await;
 }
+
+/// A JSON-RPC error keeps the server's own message beside its code.
+#[tokio::test]
+async fn a_jsonrpc_error_keeps_its_code_and_message() {
+    let server = server(&[]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let err = client
+        .call_tool("no_such_thing", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Protocol);
+    assert_eq!(err.code(), Some(-32602));
+    assert_eq!(err.server_message(), Some("unknown tool: no_such_thing"));
+    client.close().await;
+}

@@ -255,8 +255,9 @@ pub enum ClientErrorKind {
     /// The server refused the credentials: an HTTP 401 (or a 401 or 403 to the
     /// handshake). [`ClientError::refusal`] says why.
     Unauthorized,
-    /// The server answered with a JSON-RPC error, or with something that is not an answer
-    /// to the request. The request was delivered; it is not retried.
+    /// The server answered with a JSON-RPC error ([`ClientError::code`]: its answer), or
+    /// with something that is not an answer to the request (no code: whether a
+    /// `tools/call` ran is then unknown). The request was delivered; it is not retried.
     Protocol,
     /// The server refused the request with an HTTP 4xx status other than 401 (403
     /// `insufficient_scope`, 404, 429…): its answer, so the request did not run and is not
@@ -299,6 +300,8 @@ impl Refusal {
 pub struct ClientError {
     kind: ClientErrorKind,
     code: Option<i64>,
+    /// The message of a JSON-RPC error, as the server sent it.
+    server_message: Option<String>,
     refusal: Option<Refusal>,
     message: String,
 }
@@ -308,6 +311,7 @@ impl ClientError {
         ClientError {
             kind,
             code: None,
+            server_message: None,
             refusal: None,
             message: message.into(),
         }
@@ -317,6 +321,7 @@ impl ClientError {
         ClientError {
             kind,
             code: None,
+            server_message: None,
             refusal: Some(refusal),
             message,
         }
@@ -337,6 +342,12 @@ impl ClientError {
         self.code
     }
 
+    /// The message of a JSON-RPC error the server sent (with [`ClientError::code`]), as
+    /// it wrote it.
+    pub fn server_message(&self) -> Option<&str> {
+        self.server_message.as_deref()
+    }
+
     /// The HTTP refusal, when the server answered with a 4xx status: always for
     /// [`ClientErrorKind::Refused`], for [`ClientErrorKind::Unauthorized`] over HTTP, and
     /// for a [`ClientErrorKind::Connect`] whose handshake got a 4xx.
@@ -355,11 +366,12 @@ impl ClientError {
             ServiceError::McpError(data) => ClientError {
                 kind: ClientErrorKind::Protocol,
                 code: Some(i64::from(data.code.0)),
-                refusal: None,
                 message: format!(
                     "the server answered {what} with error {}: {}",
                     data.code.0, data.message
                 ),
+                server_message: Some(data.message.into_owned()),
+                refusal: None,
             },
             ServiceError::TransportSend(inner) => match http.and_then(|read| read(&*inner.error)) {
                 Some(HttpFailure::Refused(refusal)) => {

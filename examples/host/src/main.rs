@@ -279,6 +279,7 @@ async fn call(
     if let Some(client) = slot.into_inner() {
         client.close().await;
     }
+    let name = term::clean(&name);
     match done.result {
         Ok(result) => print_result(&result, options.json),
         Err(err) if err.is_transport_failure() => {
@@ -287,13 +288,11 @@ async fn call(
             }
             match policy.retry() {
                 Retry::Never => eprintln!(
-                    "aac-host: `{}` was not retried: it is not idempotent, so it may or may not \
-                     have run; check the server before calling it again",
-                    term::clean(&name)
+                    "aac-host: `{name}` was not retried: it is not idempotent, so it may or may \
+                     not have run; check the server before calling it again"
                 ),
                 Retry::Safe => eprintln!(
-                    "aac-host: `{}` failed {} times on the transport; giving up",
-                    term::clean(&name),
+                    "aac-host: `{name}` failed {} times on the transport; giving up",
                     done.attempts
                 ),
             }
@@ -310,9 +309,35 @@ async fn call(
             );
             TOOL_ERROR
         }
-        Err(Failure::Call(err) | Failure::Reconnect(err)) => {
+        // A JSON-RPC error answered to the call is the server's answer too: delivered,
+        // never resent, and no usage or connection error (a script reading 2 as "nothing
+        // happened" would send it again).
+        Err(Failure::Call(err)) if err.code().is_some() => {
+            let code = err.code().expect("a code");
+            eprintln!(
+                "error: {code}: {}",
+                term::clean(err.server_message().unwrap_or(err.message()))
+            );
+            TOOL_ERROR
+        }
+        // Any other answer was sent in reply to a call the server received and could not
+        // be read: the tool may have run.
+        Err(Failure::Call(err)) => {
             eprintln!("aac-host: {}", term::clean(err.message()));
-            USAGE_OR_CONNECT
+            eprintln!(
+                "aac-host: `{name}` was sent, and its answer is none this host can read: it may \
+                 or may not have run; check the server before calling it again"
+            );
+            TRANSPORT
+        }
+        // A resend stopped after a transport failure: the first attempt may have run.
+        Err(Failure::Reconnect(err)) => {
+            eprintln!("aac-host: {}", term::clean(err.message()));
+            eprintln!(
+                "aac-host: `{name}` was not resent; an earlier attempt may or may not have \
+                 run; check the server before calling it again"
+            );
+            TRANSPORT
         }
     }
 }

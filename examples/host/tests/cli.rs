@@ -728,6 +728,10 @@ tool = {"name": "peek", "title": "Peek", "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": True, "idempotentHint": True}}
 def send(message):
     sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
+def called():
+    return len(open(os.environ["CALLS"]).readlines()) if os.path.exists(os.environ["CALLS"]) else 0
+def answer(id, result):
+    send({"jsonrpc": "2.0", "id": id, "result": result})
 page, asked = 0, 0
 for line in sys.stdin:
     message = json.loads(line)
@@ -763,6 +767,13 @@ for line in sys.stdin:
                 if not sys.stdin.readline():
                     sys.exit(0)
                 time.sleep(0.3)
+        if mode == "rpc_error":
+            send({"jsonrpc": "2.0", "id": id, "error": {"code": -32603,
+                  "message": "internal error after deleting"}})
+            continue
+        if mode == "malformed":
+            answer(id, {"content": "deleted, but this is not an array"})
+            continue
         send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "peeked"}]}})
 "#;
 
@@ -834,4 +845,68 @@ fn a_hostile_server_is_bounded_in_time_tools_questions_and_names() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("more than once"), "{stderr}");
     assert_eq!(called(), 2, "nothing was sent");
+}
+
+/// `aac-host ARGS` (trusted, a 30 s timeout, no retry unless ARGS say otherwise) against
+/// the hostile server in `mode`, which counts its `tools/call`s in `calls`.
+#[cfg(unix)]
+fn hostile(mode: &str, calls: &std::path::Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_aac-host"))
+        .args(["--timeout", "30", "--trust", "--retries", "0"])
+        .args(args)
+        .args(["--", "python3", "-c", HOSTILE_SERVER])
+        .env("MODE", mode)
+        .env("CALLS", calls)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[cfg(unix)]
+fn count(calls: &std::path::Path) -> usize {
+    std::fs::read_to_string(calls)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A JSON-RPC error answered to the call is the server's answer (exit 1, never resent,
+/// even for a tool safe to retry), not a usage or connection error (2, "nothing
+/// happened"); an answer that is none (a `content` that is a string) leaves the call
+/// maybe run (exit 4), never resent.
+#[cfg(unix)]
+#[test]
+fn an_answer_to_the_call_is_never_a_usage_or_connection_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let retries = ["--retries", "3", "--backoff", "1", "peek"];
+
+    let run = hostile("rpc_error", &calls, &retries);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error: -32603: internal error after deleting"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(count(&calls), 1);
+
+    let run = hostile("malformed", &calls, &retries);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("may or may not have run"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(count(&calls), 2, "never resent");
+
+    // Before anything is sent, 2 it stays: the server lists no such tool.
+    let run = hostile("rpc_error", &calls, &["nothing_like_it"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(count(&calls), 2);
 }
