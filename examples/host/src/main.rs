@@ -19,7 +19,7 @@ mod term;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aac_tools::host::{Backoff, Consent, Retry, ToolPolicy, Trust, call_with_retry};
@@ -73,13 +73,11 @@ fn main() -> ExitCode {
 async fn run(options: Options) -> u8 {
     // The server's questions are shown only while the call this host makes is in flight.
     let calling = Arc::new(AtomicBool::new(false));
-    let asked = Arc::new(AtomicUsize::new(0));
-    let declined = Arc::new(AtomicBool::new(false));
+    let answers = term::Answers::default();
     let endpoint = options.endpoint().ask_user(term::server_question(
         options.yes,
         Arc::clone(&calling),
-        Arc::clone(&asked),
-        Arc::clone(&declined),
+        answers.clone(),
     ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
@@ -172,14 +170,28 @@ async fn run(options: Options) -> u8 {
     }
 
     calling.store(true, Ordering::SeqCst);
-    let code = call(client, &endpoint, &options, &policy, arguments).await;
+    let (code, reason) = call(client, &endpoint, &options, &policy, arguments).await;
     calling.store(false, Ordering::SeqCst);
-    // The person said no to the server's question: declined, as a no to this host's own.
-    if code == TOOL_ERROR && declined.load(Ordering::SeqCst) {
+    let (declined, dismissed) = (
+        answers.declined.load(Ordering::SeqCst),
+        answers.dismissed.load(Ordering::SeqCst),
+    );
+    // The person said no to the server's question and the server refused the call as
+    // aac-tools servers do (`user_declined`): declined, as a no to this host's own. Any
+    // other tool error is only that: what the server did before it is not known here.
+    if code == TOOL_ERROR && declined && reason.as_deref() == Some("user_declined") {
         eprintln!("declined: the server ran nothing");
         return DECLINED;
     }
-    if policy.consent() == Consent::AskedByServer && code == OK && asked.load(Ordering::SeqCst) == 0
+    if code == OK && (declined || dismissed) {
+        let answer = if declined { "answered no" } else { "dismissed" };
+        eprintln!(
+            "aac-host: warning: `{}` ran although the server's own question was {answer}",
+            term::clean(policy.name())
+        );
+    } else if policy.consent() == Consent::AskedByServer
+        && code == OK
+        && answers.asked.load(Ordering::SeqCst) == 0
     {
         eprintln!(
             "aac-host: warning: `{}` ran, and the server, which said it would ask you, did not",
@@ -227,14 +239,15 @@ fn warn_malformed(policy: &ToolPolicy) {
     );
 }
 
-/// Send the call, retrying with backoff only if the policy says it is safe.
+/// Send the call, retrying with backoff only if the policy says it is safe; the exit
+/// status, and the reason of a tool error.
 async fn call(
     client: Client,
     endpoint: &Endpoint,
     options: &Options,
     policy: &ToolPolicy,
     arguments: Map<String, Value>,
-) -> u8 {
+) -> (u8, Option<String>) {
     let backoff = Backoff::new(
         options.backoff,
         Duration::from_secs(8).max(options.backoff),
@@ -280,8 +293,8 @@ async fn call(
         client.close().await;
     }
     let name = term::clean(&name);
-    match done.result {
-        Ok(result) => print_result(&result, options.json),
+    let code = match done.result {
+        Ok(result) => return print_result(&result, options.json),
         Err(err) if err.is_transport_failure() => {
             if let Failure::Reconnect(err) = &err {
                 eprintln!("aac-host: {}", term::clean(err.message()));
@@ -339,7 +352,8 @@ async fn call(
             );
             TRANSPORT
         }
-    }
+    };
+    (code, None)
 }
 
 /// Why one attempt failed.
@@ -366,24 +380,29 @@ impl Failure {
     }
 }
 
-fn print_result(result: &ToolResult, json: bool) -> u8 {
+fn print_result(result: &ToolResult, json: bool) -> (u8, Option<String>) {
+    let reason = result.error_reason();
     if json {
         println!("{}", term::json(result.json()));
-        return if result.is_error() { TOOL_ERROR } else { OK };
+        return if result.is_error() {
+            (TOOL_ERROR, reason)
+        } else {
+            (OK, None)
+        };
     }
     if result.is_error() {
         let message = result.error_message().unwrap_or_default();
-        match result.error_reason() {
-            Some(reason) => eprintln!("error: {}: {}", term::clean(&reason), term::clean(&message)),
+        match &reason {
+            Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
             None => eprintln!("error: {}", term::clean(&message)),
         }
-        return TOOL_ERROR;
+        return (TOOL_ERROR, reason);
     }
     match result.structured_content() {
         Some(structured) => println!("{}", term::json(structured)),
         None => println!("{}", term::clean_text(&result.text())),
     }
-    OK
+    (OK, None)
 }
 
 fn list(tools: &[Value], trust: Trust) {

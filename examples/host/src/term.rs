@@ -131,29 +131,35 @@ pub(crate) fn question(
     format!("{subject}? [y/N]")
 }
 
+/// What the server's own questions got during the call.
+#[derive(Clone, Default)]
+pub(crate) struct Answers {
+    /// Questions shown.
+    pub(crate) asked: Arc<AtomicUsize>,
+    /// One was answered no.
+    pub(crate) declined: Arc<AtomicBool>,
+    /// One was dismissed (no terminal, or its end of input).
+    pub(crate) dismissed: Arc<AtomicBool>,
+}
+
 /// The answer to a server's own confirmation: its question (made safe to print) and
 /// `[y/N]` on the terminal. Never answered by `--yes`: the server asks because a person,
 /// not a script or the model driving it, must say yes, and records that a person did.
 /// Nor by stdin: asked and answered on the controlling terminal (`/dev/tty`), as `sudo`
 /// and `ssh` ask for a password, so that `echo y | aac-host …` is no yes; without a
-/// terminal there is nobody to ask, and the answer is no.
+/// terminal there is nobody to ask, and the question is dismissed.
 ///
 /// Only while the host's call is in flight (`calling`): a question the server sends at
 /// any other time (while the tools are listed, or while the host asks its own question,
-/// whose `y` would answer the server's) is answered no without being shown. `asked`
-/// counts the questions shown.
-pub(crate) fn server_question(
-    yes: bool,
-    calling: Arc<AtomicBool>,
-    asked: Arc<AtomicUsize>,
-    declined: Arc<AtomicBool>,
-) -> AskUser {
+/// whose `y` would answer the server's) is dismissed without being shown. `answers`
+/// counts the questions shown and notes a no or a dismissal.
+pub(crate) fn server_question(yes: bool, calling: Arc<AtomicBool>, answers: Answers) -> AskUser {
     Arc::new(move |question: String| {
         let calling = calling.load(Ordering::SeqCst);
         if calling {
-            asked.fetch_add(1, Ordering::SeqCst);
+            answers.asked.fetch_add(1, Ordering::SeqCst);
         }
-        let declined = Arc::clone(&declined);
+        let answers = answers.clone();
         Box::pin(async move {
             if !calling {
                 eprintln!(
@@ -171,8 +177,10 @@ pub(crate) fn server_question(
             let answer = tokio::task::spawn_blocking(move || ask_terminal(&shown))
                 .await
                 .unwrap_or(UserAnswer::Cancel);
-            if answer == UserAnswer::Decline {
-                declined.store(true, Ordering::SeqCst);
+            match answer {
+                UserAnswer::Decline => answers.declined.store(true, Ordering::SeqCst),
+                UserAnswer::Cancel => answers.dismissed.store(true, Ordering::SeqCst),
+                UserAnswer::Accept => {}
             }
             answer
         })
