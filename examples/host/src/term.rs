@@ -142,6 +142,11 @@ pub(crate) struct Answers {
     pub(crate) dismissed: Arc<AtomicBool>,
 }
 
+/// One question on the terminal at a time: a server that asks two at once gets them shown
+/// and answered in turn, each whole, so that the answer typed at one prompt is that
+/// prompt's (two readers of `/dev/tty` at once would take each other's lines).
+static TERMINAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The answer to a server's own confirmation: its question (made safe to print) and
 /// `[y/N]` on the terminal. Never answered by `--yes`: the server asks because a person,
 /// not a script or the model driving it, must say yes, and records that a person did.
@@ -151,17 +156,15 @@ pub(crate) struct Answers {
 ///
 /// Only while the host's call is in flight (`calling`): a question the server sends at
 /// any other time (while the tools are listed, or while the host asks its own question,
-/// whose `y` would answer the server's) is dismissed without being shown. `answers`
-/// counts the questions shown and notes a no or a dismissal.
+/// whose `y` would answer the server's) is dismissed without being shown, and so is one
+/// whose turn at the terminal comes after the call ended. `answers` counts the questions
+/// shown and notes a no or a dismissal.
 pub(crate) fn server_question(yes: bool, calling: Arc<AtomicBool>, answers: Answers) -> AskUser {
     Arc::new(move |question: String| {
-        let calling = calling.load(Ordering::SeqCst);
-        if calling {
-            answers.asked.fetch_add(1, Ordering::SeqCst);
-        }
-        let answers = answers.clone();
+        let in_call = calling.load(Ordering::SeqCst);
+        let (calling, answers) = (Arc::clone(&calling), answers.clone());
         Box::pin(async move {
-            if !calling {
+            if !in_call {
                 eprintln!(
                     "(the server asked a question outside the call this host made: \
                      dismissed, not shown)"
@@ -169,14 +172,23 @@ pub(crate) fn server_question(yes: bool, calling: Arc<AtomicBool>, answers: Answ
                 return UserAnswer::Cancel;
             }
             let shown = format!("the server asks: {} [y/N] ", clean(&question));
-            if yes {
-                eprintln!(
-                    "(--yes answers this host's questions, not the server's: it asks a person)"
-                );
-            }
-            let answer = tokio::task::spawn_blocking(move || ask_terminal(&shown))
-                .await
-                .unwrap_or(UserAnswer::Cancel);
+            let asked = Arc::clone(&answers.asked);
+            let answer = tokio::task::spawn_blocking(move || {
+                let _turn = TERMINAL.lock().unwrap_or_else(|e| e.into_inner());
+                if !calling.load(Ordering::SeqCst) {
+                    return UserAnswer::Cancel;
+                }
+                asked.fetch_add(1, Ordering::SeqCst);
+                if yes {
+                    eprintln!(
+                        "(--yes answers this host's questions, not the server's: it asks a \
+                         person)"
+                    );
+                }
+                ask_terminal(&shown)
+            })
+            .await
+            .unwrap_or(UserAnswer::Cancel);
             match answer {
                 UserAnswer::Decline => answers.declined.store(true, Ordering::SeqCst),
                 UserAnswer::Cancel => answers.dismissed.store(true, Ordering::SeqCst),

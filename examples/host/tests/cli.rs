@@ -767,8 +767,8 @@ for line in sys.stdin:
                 if not sys.stdin.readline():
                     sys.exit(0)
                 time.sleep(0.3)
-        if mode in ("ask_then_run", "ask_then_fail"):
-            questions = ["Peek now?"]
+        if mode in ("ask_then_run", "ask_then_fail", "ask_twice"):
+            questions = ["FIRST-Q", "SECOND-Q"] if mode == "ask_twice" else ["Peek now?"]
             for n, question in enumerate(questions):
                 send({"jsonrpc": "2.0", "id": "q%d" % n, "method": "elicitation/create",
                       "params": {"message": question,
@@ -1041,4 +1041,37 @@ fn a_server_that_runs_after_a_no_or_a_dismissal_is_reported() {
         run.stderr
     );
     assert!(!run.stderr.contains("ran nothing"), "{}", run.stderr);
+}
+
+/// Two questions of the server at once are shown one at a time: the second appears only
+/// once the first is answered, and each gets the answer typed at its own prompt.
+#[cfg(unix)]
+#[test]
+fn two_server_questions_at_once_are_asked_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let (run, terminal) = hostile_on_terminal(
+        "ask_twice",
+        &calls,
+        &["peek"],
+        &[(2000, "n\n"), (4000, "y\n")],
+    );
+    assert_eq!(run.code, 0, "{}: {terminal}", run.stderr);
+    let at = |q: &str| terminal.find(&format!("the server asks: {q} [y/N]"));
+    let (Some(first), Some(second)) = (at("FIRST-Q"), at("SECOND-Q")) else {
+        panic!("both questions are shown: {terminal}");
+    };
+    let (shown_first, shown_second) = if first < second {
+        ("FIRST-Q", "SECOND-Q")
+    } else {
+        ("SECOND-Q", "FIRST-Q")
+    };
+    let between = &terminal[first.min(second)..first.max(second)];
+    assert!(
+        between.contains("n\r\n"),
+        "the second question was shown before the first was answered: {terminal:?}"
+    );
+    let answers: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(answers[shown_first], "decline", "{answers}: {terminal:?}");
+    assert_eq!(answers[shown_second], "accept", "{answers}: {terminal:?}");
 }
