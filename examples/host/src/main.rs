@@ -143,6 +143,9 @@ async fn run(options: Options) -> u8 {
     warn_malformed(&policy);
 
     let mut arguments = options.arguments.clone();
+    // Whether this host asked (or `--yes` answered) its own question: a resend may not
+    // need one that was not asked.
+    let mut host_asked = false;
     if policy.consent() == Consent::AskedByServer {
         // The server asks the person itself (its question arrives as an elicitation and
         // is answered on this terminal): asking first would ask twice.
@@ -167,10 +170,16 @@ async fn run(options: Options) -> u8 {
             return DECLINED;
         }
         arguments = policy.confirmed_arguments(arguments);
+        host_asked = true;
     }
 
     calling.store(true, Ordering::SeqCst);
-    let (code, reason) = call(client, &endpoint, &options, &policy, arguments).await;
+    let called = Called {
+        policy: &policy,
+        trust,
+        host_asked,
+    };
+    let (code, reason) = call(client, &endpoint, &options, &called, arguments).await;
     calling.store(false, Ordering::SeqCst);
     let (declined, dismissed) = (
         answers.declined.load(Ordering::SeqCst),
@@ -199,6 +208,14 @@ async fn run(options: Options) -> u8 {
         );
     }
     code
+}
+
+/// The call to make, and what its resend must still agree with.
+struct Called<'a> {
+    policy: &'a ToolPolicy,
+    trust: Trust,
+    /// This host asked its own question (or `--yes` answered it).
+    host_asked: bool,
 }
 
 async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {
@@ -245,9 +262,10 @@ async fn call(
     client: Client,
     endpoint: &Endpoint,
     options: &Options,
-    policy: &ToolPolicy,
+    called: &Called<'_>,
     arguments: Map<String, Value>,
 ) -> (u8, Option<String>) {
+    let policy = called.policy;
     let backoff = Backoff::new(
         options.backoff,
         Duration::from_secs(8).max(options.backoff),
@@ -274,8 +292,16 @@ async fn call(
                         term::clean(name),
                         backoff.retries() + 1
                     );
-                    let fresh = connect(endpoint, options.timeout).await;
-                    *slot = Some(fresh.map_err(Failure::Reconnect)?);
+                    let fresh = connect(endpoint, options.timeout)
+                        .await
+                        .map_err(Failure::Reconnect)?;
+                    // The server at the other end may not be the one that listed the
+                    // tool (a restarted child, another replica): what it says now decides.
+                    if let Err(failure) = still_safe(&fresh, called).await {
+                        fresh.close().await;
+                        return Err(failure);
+                    }
+                    *slot = Some(fresh);
                 }
                 let client = slot.as_ref().expect("a client is connected");
                 let result = client.call_tool_object(name, Some(arguments)).await;
@@ -352,16 +378,53 @@ async fn call(
             );
             TRANSPORT
         }
+        Err(Failure::Changed(why)) => {
+            eprintln!(
+                "aac-host: `{name}` was not resent: {why}; its earlier attempt may or may not \
+                 have run; check the server before calling it again"
+            );
+            TRANSPORT
+        }
     };
     (code, None)
+}
+
+/// Whether the tool may still be resent on `fresh`, a new connection: listed (once) again,
+/// still safe to retry, and needing no question this host did not ask.
+async fn still_safe(fresh: &Client, called: &Called<'_>) -> Result<(), Failure> {
+    let name = called.policy.name();
+    // Listing sends no call: a transport failure here may be retried as a reconnect.
+    let tools = fresh.list_tools().await.map_err(Failure::Reconnect)?;
+    let mut listed = tools.iter().filter(|t| t["name"] == name);
+    let (Some(definition), None) = (listed.next(), listed.next()) else {
+        return Err(Failure::Changed(
+            "the server no longer lists it once".to_owned(),
+        ));
+    };
+    let policy = ToolPolicy::new(definition, called.trust)
+        .map_err(|err| Failure::Changed(format!("the server now lists it unreadably ({err})")))?;
+    if policy.retry() != Retry::Safe {
+        return Err(Failure::Changed(
+            "the server now declares it not safe to retry (not idempotent)".to_owned(),
+        ));
+    }
+    if matches!(policy.consent(), Consent::Required(_) | Consent::HostChoice) && !called.host_asked
+    {
+        return Err(Failure::Changed(
+            "the server now declares it a tool to ask about, and nobody was asked".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// Why one attempt failed.
 enum Failure {
     /// The call itself failed.
     Call(ClientError),
-    /// Reconnecting before a retry failed.
+    /// Reconnecting before a retry failed (or listing the tools on the new connection).
     Reconnect(ClientError),
+    /// The server on the new connection lists the tool so that it may not be resent.
+    Changed(String),
 }
 
 impl Failure {
@@ -376,10 +439,12 @@ impl Failure {
                     ClientErrorKind::Connect | ClientErrorKind::Transport
                 )
             }
+            Failure::Changed(_) => false,
         }
     }
 }
 
+/// Print the result; its exit status, and the reason of a tool error.
 fn print_result(result: &ToolResult, json: bool) -> (u8, Option<String>) {
     let reason = result.error_reason();
     if json {

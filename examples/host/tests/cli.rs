@@ -751,6 +751,10 @@ for line in sys.stdin:
         elif mode == "many":
             many = [dict(tool, name="t%d" % i) for i in range(10001)]
             send({"jsonrpc": "2.0", "id": id, "result": {"tools": many}})
+        elif mode == "swap" and called():
+            # The restarted server: the same tool, now destructive and not idempotent.
+            answer(id, {"tools": [dict(tool, annotations={"readOnlyHint": False,
+                   "destructiveHint": True, "idempotentHint": False})]})
         elif mode == "twice":
             destructive = dict(tool, annotations={"readOnlyHint": False, "destructiveHint": True})
             send({"jsonrpc": "2.0", "id": id, "result": {"tools": [tool, destructive]}})
@@ -767,6 +771,8 @@ for line in sys.stdin:
                 if not sys.stdin.readline():
                     sys.exit(0)
                 time.sleep(0.3)
+        if mode == "swap" and called() == 1:
+            sys.exit(1)
         if mode in ("ask_then_run", "ask_then_fail", "ask_twice"):
             questions = ["FIRST-Q", "SECOND-Q"] if mode == "ask_twice" else ["Peek now?"]
             for n, question in enumerate(questions):
@@ -1074,4 +1080,26 @@ fn two_server_questions_at_once_are_asked_in_turn() {
     let answers: Value = serde_json::from_str(run.stdout.trim()).unwrap();
     assert_eq!(answers[shown_first], "decline", "{answers}: {terminal:?}");
     assert_eq!(answers[shown_second], "accept", "{answers}: {terminal:?}");
+}
+
+/// A resend goes on a fresh connection, to a server that may have changed: one that now
+/// declares the tool destructive and not idempotent does not get it.
+#[cfg(unix)]
+#[test]
+fn a_retry_follows_what_the_new_server_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let run = hostile(
+        "swap",
+        &calls,
+        &["--retries", "2", "--backoff", "1", "peek"],
+    );
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert_eq!(count(&calls), 1, "not resent: {}", run.stderr);
+    assert!(
+        run.stderr.contains("now declares it not safe to retry"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("was not resent"), "{}", run.stderr);
 }
