@@ -230,10 +230,12 @@ pub enum ChildStderr {
     /// This process's stderr: the server's logs mix with the host's own output.
     #[default]
     Inherit,
-    /// This process's stderr, each line of the server's with its control and invisible
-    /// characters escaped (`\u{1b}`), so that a server's logs cannot drive the terminal
-    /// (clear it, retitle it, move the cursor over the host's question). Lines are cut
-    /// at 64 KiB.
+    /// This process's stderr, each line of the server's after `server: ` and escaped as
+    /// [`crate::host::escape_line`] escapes (control and invisible characters as
+    /// `\u{1b}`, blanks that are no space, overlay marks, runs of more than four spaces
+    /// by their length), so that a server's logs cannot drive the terminal (clear it,
+    /// retitle it, move the cursor over the host's question) nor pass for a line of the
+    /// host's own. Lines are cut at 64 KiB.
     Escaped,
     /// Nowhere.
     Discard,
@@ -956,6 +958,9 @@ impl Drop for AskingGuard {
     }
 }
 
+/// What starts each line of a stdio server's log shown by [`ChildStderr::Escaped`].
+const LOG_PREFIX: &str = "server: ";
+
 /// A child's stderr, line by line, escaped, onto this process's stderr.
 async fn copy_escaped(from: tokio::process::ChildStderr) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -975,15 +980,10 @@ async fn copy_escaped(from: tokio::process::ChildStderr) {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.strip_suffix('\n').unwrap_or(&text);
                 let text = text.strip_suffix('\r').unwrap_or(text);
-                let mut shown = String::with_capacity(text.len());
-                for c in text.chars() {
-                    if c.is_control() || crate::confirm::is_invisible(c) {
-                        shown.extend(c.escape_unicode());
-                    } else {
-                        shown.push(c);
-                    }
-                }
-                eprintln!("{shown}");
+                // Marked as the server's, so that a log line cannot pass for the host's
+                // own (a question of its own making), and escaped as the host escapes
+                // the server's other text; one write, so it is not cut by another line.
+                eprintln!("{LOG_PREFIX}{}", crate::host::escape_line(text));
             }
         }
     }

@@ -5,81 +5,24 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use aac_tools::host::{Consent, ToolPolicy};
+use aac_tools::host::{Consent, ToolPolicy, must_escape};
 use aac_tools::mcp::client::{AskUser, UserAnswer};
 use serde_json::{Map, Value};
-
-/// True for a character printed escaped: a control character, an invisible one, a blank
-/// that looks like a space but is none, or a combining mark drawn across the letters
-/// before it (a strike-through over a tool's title).
-fn must_escape(c: char) -> bool {
-    c.is_control()
-        || aac_tools::confirm::is_invisible(c)
-        || matches!(
-            c,
-            '\u{a0}'
-                | '\u{1680}'
-                | '\u{2000}'..='\u{200a}'
-                | '\u{202f}'
-                | '\u{205f}'
-                | '\u{3000}'
-                | '\u{334}'..='\u{338}'
-                | '\u{20d2}'..='\u{20d3}'
-                | '\u{20d8}'..='\u{20da}'
-                | '\u{20e5}'..='\u{20e6}'
-                | '\u{20ea}'..='\u{20eb}'
-        )
-}
-
-/// The longest run of spaces printed as it is: a longer one (padding that pushes the
-/// rest of a line out of view) is shown by its length.
-const MAX_SPACES: usize = 4;
 
 /// Server text on one line, with its control characters (line breaks and tabs included)
 /// and the invisible ones escaped (`\n`, `\u{202e}`), so that a title, a reason or an
 /// error message cannot start a line of its own, move the cursor, rewrite the question or
 /// hide what it asks. Every text of the server that the host prints goes through it,
-/// except the text result of a tool ([`clean_text`]) and JSON ([`json`]).
+/// except the text result of a tool ([`clean_text`]) and JSON ([`json`]). The library's
+/// escaping, so that the server's logs (`--verbose`) are escaped as this is.
 pub(crate) fn clean(text: &str) -> String {
-    escape(text, false)
+    aac_tools::host::escape_line(text)
 }
 
-/// The text result of a tool, which may hold several lines: [`clean`], but line breaks
-/// and tabs are kept.
+/// The text result of a tool, which may hold several lines: [`clean`], but line breaks,
+/// tabs and indentation are kept.
 pub(crate) fn clean_text(text: &str) -> String {
-    escape(text, true)
-}
-
-fn escape(text: &str, keep_lines: bool) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut spaces = 0usize;
-    let flush = |out: &mut String, spaces: &mut usize| {
-        if *spaces > MAX_SPACES {
-            out.push_str(&format!(" [{spaces} spaces] "));
-        } else {
-            out.extend(std::iter::repeat_n(' ', *spaces));
-        }
-        *spaces = 0;
-    };
-    for c in text.chars() {
-        // A tool's text result keeps its indentation; one line of server text is shown
-        // whole.
-        if c == ' ' && !keep_lines {
-            spaces += 1;
-            continue;
-        }
-        flush(&mut out, &mut spaces);
-        match c {
-            '\n' | '\t' if keep_lines => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if must_escape(c) => out.extend(c.escape_unicode()),
-            c => out.push(c),
-        }
-    }
-    flush(&mut out, &mut spaces);
-    out
+    aac_tools::host::escape_text(text)
 }
 
 /// JSON, pretty, with every control and invisible character in its strings written as a
@@ -296,19 +239,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn clean_keeps_text_on_one_line() {
-        assert_eq!(clean("a\nb\tc\rd"), r"a\nb\tc\rd");
-        assert_eq!(clean("x\u{1b}[2K\u{202e}y"), r"x\u{1b}[2K\u{202e}y");
-        assert_eq!(clean("é ✓ 日本"), "é ✓ 日本");
+    fn clean_is_the_library_escaping() {
+        assert_eq!(clean("a\nb\u{336}"), r"a\nb\u{336}");
         assert_eq!(clean_text("a\nb\u{200b}"), "a\nb\\u{200b}");
-        // Overlays drawn across letters, blanks that are no space, padding.
-        assert_eq!(clean("De\u{336}l"), r"De\u{336}l");
-        assert_eq!(clean("a\u{a0}b\u{3000}c"), r"a\u{a0}b\u{3000}c");
-        assert_eq!(
-            clean(&format!("Read{}(harmless)", " ".repeat(300))),
-            "Read [300 spaces] (harmless)"
-        );
-        assert_eq!(clean("a  b"), "a  b");
     }
 
     #[test]
