@@ -487,3 +487,17 @@ async fn a_jsonrpc_error_keeps_its_code_and_message() {
     assert_eq!(err.server_message(), Some("unknown tool: no_such_thing"));
     client.close().await;
 }
+
+/// `"structuredContent": null` is no structured content: the text is the result.
+#[tokio::test]
+async fn null_structured_content_counts_as_absent() {
+    let answer = json!({"content": [{"type": "text", "text": "done"}], "structuredContent": null});
+    let server = server(&[("get_thing", Behaviour::Answer(answer))]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let result = client.call_tool("get_thing", json!({})).await.unwrap();
+    assert_eq!(result.structured_content(), None);
+    assert_eq!(result.text(), "done");
+    client.close().await;
+}

@@ -6,8 +6,8 @@
 
 /// True for a character a host prints escaped: a control character, an invisible one
 /// ([`crate::confirm::is_invisible`]), a blank that looks like a space but is none, or a
-/// mark drawn across the letters before it (an overlay such as U+0336, which strikes a
-/// tool's title through).
+/// mark drawn across or around the letters before it (an overlay such as U+0336, which
+/// strikes a tool's title through, or an enclosing mark such as U+20DD, which circles it).
 pub fn must_escape(c: char) -> bool {
     c.is_control()
         || crate::confirm::is_invisible(c)
@@ -20,12 +20,24 @@ pub fn must_escape(c: char) -> bool {
                 | '\u{202f}'
                 | '\u{205f}'
                 | '\u{3000}'
-                // Overlays drawn across the letters.
+                // Overlays (canonical combining class 1) drawn across the letters.
                 | '\u{334}'..='\u{338}'
+                | '\u{1cd4}'
+                | '\u{1ce2}'..='\u{1ce8}'
                 | '\u{20d2}'..='\u{20d3}'
                 | '\u{20d8}'..='\u{20da}'
                 | '\u{20e5}'..='\u{20e6}'
                 | '\u{20ea}'..='\u{20eb}'
+                | '\u{10a39}'
+                | '\u{16af0}'..='\u{16af4}'
+                | '\u{1bc9e}'
+                | '\u{1d167}'..='\u{1d169}'
+                // Enclosing marks (general category Me), drawn around them.
+                | '\u{488}'..='\u{489}'
+                | '\u{1abe}'
+                | '\u{20dd}'..='\u{20e0}'
+                | '\u{20e2}'..='\u{20e4}'
+                | '\u{a670}'..='\u{a672}'
         )
 }
 
@@ -97,5 +109,38 @@ mod tests {
             "Read [300 spaces] (harmless)"
         );
         assert_eq!(escape_line("a  b"), "a  b");
+    }
+
+    #[test]
+    fn overlays_and_enclosing_marks_are_escaped() {
+        for c in [
+            '\u{1cd4}',
+            '\u{1ce2}',
+            '\u{1ce8}',
+            '\u{10a39}',
+            '\u{16af0}',
+            '\u{16af4}',
+            '\u{1bc9e}',
+            '\u{1d167}',
+            '\u{1d169}',
+            '\u{488}',
+            '\u{489}',
+            '\u{20dd}',
+            '\u{20e0}',
+            '\u{20e2}',
+            '\u{20e4}',
+            '\u{a670}',
+            '\u{a672}',
+        ] {
+            assert!(must_escape(c), "U+{:04X}", u32::from(c));
+            assert_eq!(
+                escape_line(&format!("Delete{c}")),
+                format!("Delete\\u{{{:x}}}", u32::from(c))
+            );
+        }
+        // Marks drawn above or below a letter, not across it, are text.
+        for c in ['\u{301}', '\u{323}', '\u{20d0}', '\u{1d165}'] {
+            assert!(!must_escape(c), "U+{:04X}", u32::from(c));
+        }
     }
 }

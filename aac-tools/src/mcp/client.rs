@@ -232,10 +232,10 @@ pub enum ChildStderr {
     Inherit,
     /// This process's stderr, each line of the server's after `server: ` and escaped as
     /// [`crate::host::escape_line`] escapes (control and invisible characters as
-    /// `\u{1b}`, blanks that are no space, overlay marks, runs of more than four spaces
-    /// by their length), so that a server's logs cannot drive the terminal (clear it,
-    /// retitle it, move the cursor over the host's question) nor pass for a line of the
-    /// host's own. Lines are cut at 64 KiB.
+    /// `\u{1b}`, blanks that are no space, overlay and enclosing marks, runs of more
+    /// than four spaces by their length), so that a server's logs cannot drive the
+    /// terminal (clear it, retitle it, move the cursor over the host's question) nor
+    /// pass for a line of the host's own. Lines are cut at 64 KiB.
     Escaped,
     /// Nowhere.
     Discard,
@@ -812,9 +812,12 @@ impl ToolResult {
         self.json.get("isError").and_then(Value::as_bool) == Some(true)
     }
 
-    /// `structuredContent`, if any.
+    /// `structuredContent`, if any: `null` counts as absent (the text content is then
+    /// the result).
     pub fn structured_content(&self) -> Option<&Value> {
-        self.json.get("structuredContent")
+        self.json
+            .get("structuredContent")
+            .filter(|value| !value.is_null())
     }
 
     /// The content blocks.

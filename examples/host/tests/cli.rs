@@ -757,7 +757,7 @@ for line in sys.stdin:
                    "destructiveHint": True, "idempotentHint": False})]})
         elif mode == "log_forge":
             sys.stderr.write("Delete thing A1 (archive only)? [y/N] \n")
-            sys.stderr.write("De\u0336lete" + " " * 300 + "padding\u00a0nbsp\n")
+            sys.stderr.write("De\u0336lete" + " " * 300 + "padding\u00a0nbsp\u20dd\n")
             sys.stderr.flush()
             answer(id, {"tools": [tool]})
         elif mode == "twice":
@@ -1133,8 +1133,18 @@ fn verbose_logs_are_the_servers_and_escaped_as_its_other_text() {
     );
     assert!(
         run.stderr
-            .contains(r"server: De\u{336}lete [300 spaces] padding\u{a0}nbsp"),
+            .contains(r"server: De\u{336}lete [300 spaces] padding\u{a0}nbsp\u{20dd}"),
         "{}",
         run.stderr
     );
+}
+
+#[test]
+fn null_structured_content_prints_the_text() {
+    let answer = json!({"content": [{"type": "text", "text": "done"}], "structuredContent": null});
+    let server = server(&[("get_thing", Behaviour::Answer(answer))]);
+    let url = server.url();
+    let run = host(&["--url", &url, "--trust", "get_thing", "{}"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "done");
 }
