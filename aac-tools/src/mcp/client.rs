@@ -961,6 +961,23 @@ impl Drop for AskingGuard {
     }
 }
 
+/// The length of `value` as compact JSON, counted without writing it anywhere.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// What starts each line of a stdio server's log shown by [`ChildStderr::Escaped`].
 const LOG_PREFIX: &str = "server: ";
 
@@ -1158,7 +1175,11 @@ impl Client {
         /// Nor kept in memory without end: a server listing more tools than this is
         /// refused (each tool is a JSON value of its own, many times its bytes).
         const MAX_TOOLS: usize = 10_000;
+        /// Nor many tools of huge descriptions: the tools of one list, as serialized,
+        /// fill at most this many bytes.
+        const MAX_BYTES: usize = 32 * 1024 * 1024;
         let mut tools = Vec::new();
+        let mut bytes = 0usize;
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
         // One timeout for the whole list, not one per page.
@@ -1188,7 +1209,19 @@ impl Client {
                         format!("the server lists more than {MAX_TOOLS} tools"),
                     ));
                 }
-                Some(Value::Array(more)) => tools.extend(more),
+                Some(Value::Array(more)) => {
+                    bytes = bytes.saturating_add(more.iter().map(serialized_len).sum::<usize>());
+                    if bytes > MAX_BYTES {
+                        return Err(ClientError::new(
+                            ClientErrorKind::Protocol,
+                            format!(
+                                "the server's tools/list is larger than {} MiB",
+                                MAX_BYTES / (1024 * 1024)
+                            ),
+                        ));
+                    }
+                    tools.extend(more);
+                }
                 _ => {
                     return Err(ClientError::new(
                         ClientErrorKind::Protocol,

@@ -751,6 +751,9 @@ for line in sys.stdin:
         elif mode == "many":
             many = [dict(tool, name="t%d" % i) for i in range(10001)]
             send({"jsonrpc": "2.0", "id": id, "result": {"tools": many}})
+        elif mode == "big":
+            fat = dict(tool, name="t%d" % page, description="x" * (4 << 20))
+            answer(id, {"tools": [fat], "nextCursor": str(page)})
         elif mode == "swap" and called():
             # The restarted server: the same tool, now destructive and not idempotent.
             answer(id, {"tools": [dict(tool, annotations={"readOnlyHint": False,
@@ -1134,6 +1137,21 @@ fn verbose_logs_are_the_servers_and_escaped_as_its_other_text() {
     assert!(
         run.stderr
             .contains(r"server: De\u{336}lete [300 spaces] padding\u{a0}nbsp\u{20dd}"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A listing of few tools with huge descriptions is bounded in bytes, not only in count.
+#[cfg(unix)]
+#[test]
+fn a_listing_is_bounded_in_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let run = hostile("big", &calls, &["--list"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("tools/list is larger than 32 MiB"),
         "{}",
         run.stderr
     );
