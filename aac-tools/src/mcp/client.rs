@@ -40,10 +40,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, CustomResult,
-    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest,
+    CustomResult, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
     FormElicitationCapability, Implementation, ListToolsRequest, PaginatedRequestParams,
-    ServerResult,
+    ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, RequestContext, RoleClient, RunningService, ServiceError, ServiceExt,
@@ -261,6 +261,10 @@ pub enum ClientErrorKind {
     /// with something that is not an answer to the request (no code: whether a
     /// `tools/call` ran is then unknown). The request was delivered; it is not retried.
     Protocol,
+    /// The server answered a `tools/call` that it needs input before the call can
+    /// complete (a 2026-07-28 `input_required` result). This client, which speaks the
+    /// session protocols, does not answer it nor send the call again.
+    InputRequired,
     /// The server refused the request with an HTTP 4xx status other than 401 (403
     /// `insufficient_scope`, 404, 429…): its answer, so the request did not run and is not
     /// retried. [`ClientError::refusal`] says why.
@@ -1072,10 +1076,14 @@ impl Client {
                 Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         }
         let config = HostHandler {
+            // The session protocols only (2025-11-25 and before): a server's question is
+            // an `elicitation/create` answered within the one `tools/call`, never a
+            // 2026-07-28 `input_required` round that sends the call again.
             config: ClientConfig::new(
                 capabilities,
                 Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
-            ),
+            )
+            .with_protocol_version(ProtocolVersion::V_2025_11_25),
             ask_user: endpoint.ask_user.clone(),
             asking: Arc::default(),
         };
@@ -1272,9 +1280,32 @@ impl Client {
         let mut params = CallToolRequestParams::new(Cow::Owned(name.to_owned()));
         params.arguments = arguments;
         let what = format!("tools/call `{name}`");
-        // The service's call (not the peer's) answers a 2026-07-28 `InputRequiredResult`
-        // through the handler and retries.
-        let result = self.bounded(self.service.call_tool(params), &what).await?;
+        // One `tools/call`, whatever it is answered: rmcp's service call would answer a
+        // 2026-07-28 `input_required` result and send the call again (up to ten times
+        // for one yes), and this client speaks the session protocols.
+        let response = self
+            .bounded(self.service.peer().call_tool_once(params), &what)
+            .await?;
+        let result = match response {
+            CallToolResponse::Complete(result) => result,
+            CallToolResponse::InputRequired(_) => {
+                return Err(ClientError::new(
+                    ClientErrorKind::InputRequired,
+                    format!(
+                        "the server answered {what} that it needs input first (a 2026-07-28 \
+                         `input_required` result, which this client does not answer): the \
+                         call did not complete, and was not sent again"
+                    ),
+                ));
+            }
+            // A task (which this client did not ask for) may be running the tool.
+            _ => {
+                return Err(ClientError::new(
+                    ClientErrorKind::Protocol,
+                    format!("the server's answer to {what} is not a result of it"),
+                ));
+            }
+        };
         let json = serde_json::to_value(&result).map_err(|err| {
             ClientError::new(
                 ClientErrorKind::Protocol,

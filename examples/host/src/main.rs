@@ -10,9 +10,10 @@
 //! tool's definition from `tools/list`, and follows `aac_tools::host::ToolPolicy`: a tool
 //! that may not run without asking is shown with its title and arguments and the user is
 //! asked (`Delete issue AAC-42? [y/N]`); only a yes adds `confirm: true`, and only for tools
-//! that declare a `confirm` property. A server that asks the person itself (an elicitation,
-//! or a 2026-07-28 `InputRequiredResult`) gets its question shown here with `[y/N]`. A transport failure is retried with backoff for
-//! read-only and idempotent tools, and reported, never retried, for the others.
+//! that declare a `confirm` property. A server that asks the person itself (an elicitation
+//! of the session protocols, which this host speaks) gets its question shown here with
+//! `[y/N]`. A transport failure is retried with backoff for read-only and idempotent tools,
+//! and reported, never retried, for the others.
 
 mod cli;
 mod term;
@@ -357,6 +358,10 @@ async fn call(
                 "error: {code}: {}",
                 term::clean(err.server_message().unwrap_or(err.message()))
             );
+            TOOL_ERROR
+        }
+        Err(Failure::Call(err)) if err.kind() == ClientErrorKind::InputRequired => {
+            eprintln!("error: input_required: {}", term::clean(err.message()));
             TOOL_ERROR
         }
         // Any other answer was sent in reply to a call the server received and could not

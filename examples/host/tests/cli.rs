@@ -779,6 +779,9 @@ for line in sys.stdin:
                 if not sys.stdin.readline():
                     sys.exit(0)
                 time.sleep(0.3)
+        if mode == "input_required":
+            answer(id, {"resultType": "input_required", "requestState": "round"})
+            continue
         if mode == "swap" and called() == 1:
             sys.exit(1)
         if mode in ("ask_then_run", "ask_then_fail", "ask_twice"):
@@ -1155,6 +1158,27 @@ fn a_listing_is_bounded_in_bytes() {
         "{}",
         run.stderr
     );
+}
+
+/// `input_required` (2026-07-28's question, which this host's protocols do not have) is
+/// the server's answer: reported, exit 1, the call sent once.
+#[cfg(unix)]
+#[test]
+fn an_input_required_answer_is_reported_and_not_resent() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let run = hostile(
+        "input_required",
+        &calls,
+        &["--retries", "3", "--backoff", "1", "peek"],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error: input_required"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(count(&calls), 1);
 }
 
 #[test]
