@@ -470,3 +470,63 @@ async fn a_tool_with_odd_hints_does_not_spoil_the_list() {
     assert!(!result.is_error());
     client.close().await;
 }
+
+/// The client speaks the session protocols, which `aac-host` and host.md promise: it
+/// offers 2025-11-25 in `initialize`, not 2026-07-28, and a `tools/call` answered
+/// `input_required` (2026-07-28's question) is sent once, never again with an answer.
+#[tokio::test]
+async fn the_client_offers_a_session_protocol_and_sends_one_call() {
+    let input_required = json!({"resultType": "input_required", "requestState": "round"});
+    let server = server(&[("get_thing", Behaviour::Answer(input_required))]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let offered: Vec<Value> = server
+        .seen()
+        .into_iter()
+        .filter(|s| s.method.as_deref() == Some("initialize"))
+        .map(|s| s.params["protocolVersion"].clone())
+        .collect();
+    assert_eq!(offered, [json!("2025-11-25")]);
+
+    let err = client
+        .call_tool("get_thing", json!({"id": "T-1"}))
+        .await
+        .unwrap_err();
+    assert_eq!(server.calls("get_thing"), 1, "one tools/call, never resent");
+    assert_eq!(err.kind(), ClientErrorKind::InputRequired, "{err}");
+    assert!(!err.is_transport_failure());
+    assert!(err.message().contains("input_required"), "{err}");
+    client.close().await;
+}
+
+/// A JSON-RPC error keeps the server's own message beside its code.
+#[tokio::test]
+async fn a_jsonrpc_error_keeps_its_code_and_message() {
+    let server = server(&[]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let err = client
+        .call_tool("no_such_thing", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Protocol);
+    assert_eq!(err.code(), Some(-32602));
+    assert_eq!(err.server_message(), Some("unknown tool: no_such_thing"));
+    client.close().await;
+}
+
+/// `"structuredContent": null` is no structured content: the text is the result.
+#[tokio::test]
+async fn null_structured_content_counts_as_absent() {
+    let answer = json!({"content": [{"type": "text", "text": "done"}], "structuredContent": null});
+    let server = server(&[("get_thing", Behaviour::Answer(answer))]);
+    let client = Client::connect(&Endpoint::http(server.url()))
+        .await
+        .unwrap();
+    let result = client.call_tool("get_thing", json!({})).await.unwrap();
+    assert_eq!(result.structured_content(), None);
+    assert_eq!(result.text(), "done");
+    client.close().await;
+}

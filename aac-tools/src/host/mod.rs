@@ -37,6 +37,8 @@
 
 mod policy;
 mod retry;
+mod text;
 
 pub use policy::{AskReason, Consent, Hints, InvalidTool, ResolvedHints, Retry, ToolPolicy, Trust};
 pub use retry::{Attempted, Backoff, call_with_retry};
+pub use text::{escape_line, escape_text, must_escape};

@@ -40,10 +40,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, CustomResult,
-    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest,
+    CustomResult, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
     FormElicitationCapability, Implementation, ListToolsRequest, PaginatedRequestParams,
-    ServerResult,
+    ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, RequestContext, RoleClient, RunningService, ServiceError, ServiceExt,
@@ -230,10 +230,12 @@ pub enum ChildStderr {
     /// This process's stderr: the server's logs mix with the host's own output.
     #[default]
     Inherit,
-    /// This process's stderr, each line of the server's with its control and invisible
-    /// characters escaped (`\u{1b}`), so that a server's logs cannot drive the terminal
-    /// (clear it, retitle it, move the cursor over the host's question). Lines are cut
-    /// at 64 KiB.
+    /// This process's stderr, each line of the server's after `server: ` and escaped as
+    /// [`crate::host::escape_line`] escapes (control and invisible characters as
+    /// `\u{1b}`, blanks that are no space, overlay and enclosing marks, runs of more
+    /// than four spaces by their length), so that a server's logs cannot drive the
+    /// terminal (clear it, retitle it, move the cursor over the host's question) nor
+    /// pass for a line of the host's own. Lines are cut at 64 KiB.
     Escaped,
     /// Nowhere.
     Discard,
@@ -255,9 +257,14 @@ pub enum ClientErrorKind {
     /// The server refused the credentials: an HTTP 401 (or a 401 or 403 to the
     /// handshake). [`ClientError::refusal`] says why.
     Unauthorized,
-    /// The server answered with a JSON-RPC error, or with something that is not an answer
-    /// to the request. The request was delivered; it is not retried.
+    /// The server answered with a JSON-RPC error ([`ClientError::code`]: its answer), or
+    /// with something that is not an answer to the request (no code: whether a
+    /// `tools/call` ran is then unknown). The request was delivered; it is not retried.
     Protocol,
+    /// The server answered a `tools/call` that it needs input before the call can
+    /// complete (a 2026-07-28 `input_required` result). This client, which speaks the
+    /// session protocols, does not answer it nor send the call again.
+    InputRequired,
     /// The server refused the request with an HTTP 4xx status other than 401 (403
     /// `insufficient_scope`, 404, 429…): its answer, so the request did not run and is not
     /// retried. [`ClientError::refusal`] says why.
@@ -299,6 +306,8 @@ impl Refusal {
 pub struct ClientError {
     kind: ClientErrorKind,
     code: Option<i64>,
+    /// The message of a JSON-RPC error, as the server sent it.
+    server_message: Option<String>,
     refusal: Option<Refusal>,
     message: String,
 }
@@ -308,6 +317,7 @@ impl ClientError {
         ClientError {
             kind,
             code: None,
+            server_message: None,
             refusal: None,
             message: message.into(),
         }
@@ -317,6 +327,7 @@ impl ClientError {
         ClientError {
             kind,
             code: None,
+            server_message: None,
             refusal: Some(refusal),
             message,
         }
@@ -337,6 +348,12 @@ impl ClientError {
         self.code
     }
 
+    /// The message of a JSON-RPC error the server sent (with [`ClientError::code`]), as
+    /// it wrote it.
+    pub fn server_message(&self) -> Option<&str> {
+        self.server_message.as_deref()
+    }
+
     /// The HTTP refusal, when the server answered with a 4xx status: always for
     /// [`ClientErrorKind::Refused`], for [`ClientErrorKind::Unauthorized`] over HTTP, and
     /// for a [`ClientErrorKind::Connect`] whose handshake got a 4xx.
@@ -355,11 +372,12 @@ impl ClientError {
             ServiceError::McpError(data) => ClientError {
                 kind: ClientErrorKind::Protocol,
                 code: Some(i64::from(data.code.0)),
-                refusal: None,
                 message: format!(
                     "the server answered {what} with error {}: {}",
                     data.code.0, data.message
                 ),
+                server_message: Some(data.message.into_owned()),
+                refusal: None,
             },
             ServiceError::TransportSend(inner) => match http.and_then(|read| read(&*inner.error)) {
                 Some(HttpFailure::Refused(refusal)) => {
@@ -798,9 +816,12 @@ impl ToolResult {
         self.json.get("isError").and_then(Value::as_bool) == Some(true)
     }
 
-    /// `structuredContent`, if any.
+    /// `structuredContent`, if any: `null` counts as absent (the text content is then
+    /// the result).
     pub fn structured_content(&self) -> Option<&Value> {
-        self.json.get("structuredContent")
+        self.json
+            .get("structuredContent")
+            .filter(|value| !value.is_null())
     }
 
     /// The content blocks.
@@ -944,6 +965,26 @@ impl Drop for AskingGuard {
     }
 }
 
+/// The length of `value` as compact JSON, counted without writing it anywhere.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// What starts each line of a stdio server's log shown by [`ChildStderr::Escaped`].
+const LOG_PREFIX: &str = "server: ";
+
 /// A child's stderr, line by line, escaped, onto this process's stderr.
 async fn copy_escaped(from: tokio::process::ChildStderr) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -963,15 +1004,10 @@ async fn copy_escaped(from: tokio::process::ChildStderr) {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.strip_suffix('\n').unwrap_or(&text);
                 let text = text.strip_suffix('\r').unwrap_or(text);
-                let mut shown = String::with_capacity(text.len());
-                for c in text.chars() {
-                    if c.is_control() || crate::confirm::is_invisible(c) {
-                        shown.extend(c.escape_unicode());
-                    } else {
-                        shown.push(c);
-                    }
-                }
-                eprintln!("{shown}");
+                // Marked as the server's, so that a log line cannot pass for the host's
+                // own (a question of its own making), and escaped as the host escapes
+                // the server's other text; one write, so it is not cut by another line.
+                eprintln!("{LOG_PREFIX}{}", crate::host::escape_line(text));
             }
         }
     }
@@ -1040,10 +1076,14 @@ impl Client {
                 Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         }
         let config = HostHandler {
+            // The session protocols only (2025-11-25 and before): a server's question is
+            // an `elicitation/create` answered within the one `tools/call`, never a
+            // 2026-07-28 `input_required` round that sends the call again.
             config: ClientConfig::new(
                 capabilities,
                 Implementation::new("aac-tools-host", env!("CARGO_PKG_VERSION")),
-            ),
+            )
+            .with_protocol_version(ProtocolVersion::V_2025_11_25),
             ask_user: endpoint.ask_user.clone(),
             asking: Arc::default(),
         };
@@ -1143,7 +1183,11 @@ impl Client {
         /// Nor kept in memory without end: a server listing more tools than this is
         /// refused (each tool is a JSON value of its own, many times its bytes).
         const MAX_TOOLS: usize = 10_000;
+        /// Nor many tools of huge descriptions: the tools of one list, as serialized,
+        /// fill at most this many bytes.
+        const MAX_BYTES: usize = 32 * 1024 * 1024;
         let mut tools = Vec::new();
+        let mut bytes = 0usize;
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
         // One timeout for the whole list, not one per page.
@@ -1173,7 +1217,19 @@ impl Client {
                         format!("the server lists more than {MAX_TOOLS} tools"),
                     ));
                 }
-                Some(Value::Array(more)) => tools.extend(more),
+                Some(Value::Array(more)) => {
+                    bytes = bytes.saturating_add(more.iter().map(serialized_len).sum::<usize>());
+                    if bytes > MAX_BYTES {
+                        return Err(ClientError::new(
+                            ClientErrorKind::Protocol,
+                            format!(
+                                "the server's tools/list is larger than {} MiB",
+                                MAX_BYTES / (1024 * 1024)
+                            ),
+                        ));
+                    }
+                    tools.extend(more);
+                }
                 _ => {
                     return Err(ClientError::new(
                         ClientErrorKind::Protocol,
@@ -1224,9 +1280,32 @@ impl Client {
         let mut params = CallToolRequestParams::new(Cow::Owned(name.to_owned()));
         params.arguments = arguments;
         let what = format!("tools/call `{name}`");
-        // The service's call (not the peer's) answers a 2026-07-28 `InputRequiredResult`
-        // through the handler and retries.
-        let result = self.bounded(self.service.call_tool(params), &what).await?;
+        // One `tools/call`, whatever it is answered: rmcp's service call would answer a
+        // 2026-07-28 `input_required` result and send the call again (up to ten times
+        // for one yes), and this client speaks the session protocols.
+        let response = self
+            .bounded(self.service.peer().call_tool_once(params), &what)
+            .await?;
+        let result = match response {
+            CallToolResponse::Complete(result) => result,
+            CallToolResponse::InputRequired(_) => {
+                return Err(ClientError::new(
+                    ClientErrorKind::InputRequired,
+                    format!(
+                        "the server answered {what} that it needs input first (a 2026-07-28 \
+                         `input_required` result, which this client does not answer): the \
+                         call did not complete, and was not sent again"
+                    ),
+                ));
+            }
+            // A task (which this client did not ask for) may be running the tool.
+            _ => {
+                return Err(ClientError::new(
+                    ClientErrorKind::Protocol,
+                    format!("the server's answer to {what} is not a result of it"),
+                ));
+            }
+        };
         let json = serde_json::to_value(&result).map_err(|err| {
             ClientError::new(
                 ClientErrorKind::Protocol,

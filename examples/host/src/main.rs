@@ -10,16 +10,17 @@
 //! tool's definition from `tools/list`, and follows `aac_tools::host::ToolPolicy`: a tool
 //! that may not run without asking is shown with its title and arguments and the user is
 //! asked (`Delete issue AAC-42? [y/N]`); only a yes adds `confirm: true`, and only for tools
-//! that declare a `confirm` property. A server that asks the person itself (an elicitation,
-//! or a 2026-07-28 `InputRequiredResult`) gets its question shown here with `[y/N]`. A transport failure is retried with backoff for
-//! read-only and idempotent tools, and reported, never retried, for the others.
+//! that declare a `confirm` property. A server that asks the person itself (an elicitation
+//! of the session protocols, which this host speaks) gets its question shown here with
+//! `[y/N]`. A transport failure is retried with backoff for read-only and idempotent tools,
+//! and reported, never retried, for the others.
 
 mod cli;
 mod term;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aac_tools::host::{Backoff, Consent, Retry, ToolPolicy, Trust, call_with_retry};
@@ -73,13 +74,11 @@ fn main() -> ExitCode {
 async fn run(options: Options) -> u8 {
     // The server's questions are shown only while the call this host makes is in flight.
     let calling = Arc::new(AtomicBool::new(false));
-    let asked = Arc::new(AtomicUsize::new(0));
-    let declined = Arc::new(AtomicBool::new(false));
+    let answers = term::Answers::default();
     let endpoint = options.endpoint().ask_user(term::server_question(
         options.yes,
         Arc::clone(&calling),
-        Arc::clone(&asked),
-        Arc::clone(&declined),
+        answers.clone(),
     ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
@@ -145,6 +144,9 @@ async fn run(options: Options) -> u8 {
     warn_malformed(&policy);
 
     let mut arguments = options.arguments.clone();
+    // Whether this host asked (or `--yes` answered) its own question: a resend may not
+    // need one that was not asked.
+    let mut host_asked = false;
     if policy.consent() == Consent::AskedByServer {
         // The server asks the person itself (its question arrives as an elicitation and
         // is answered on this terminal): asking first would ask twice.
@@ -169,17 +171,37 @@ async fn run(options: Options) -> u8 {
             return DECLINED;
         }
         arguments = policy.confirmed_arguments(arguments);
+        host_asked = true;
     }
 
     calling.store(true, Ordering::SeqCst);
-    let code = call(client, &endpoint, &options, &policy, arguments).await;
+    let called = Called {
+        policy: &policy,
+        trust,
+        host_asked,
+    };
+    let (code, reason) = call(client, &endpoint, &options, &called, arguments).await;
     calling.store(false, Ordering::SeqCst);
-    // The person said no to the server's question: declined, as a no to this host's own.
-    if code == TOOL_ERROR && declined.load(Ordering::SeqCst) {
+    let (declined, dismissed) = (
+        answers.declined.load(Ordering::SeqCst),
+        answers.dismissed.load(Ordering::SeqCst),
+    );
+    // The person said no to the server's question and the server refused the call as
+    // aac-tools servers do (`user_declined`): declined, as a no to this host's own. Any
+    // other tool error is only that: what the server did before it is not known here.
+    if code == TOOL_ERROR && declined && reason.as_deref() == Some("user_declined") {
         eprintln!("declined: the server ran nothing");
         return DECLINED;
     }
-    if policy.consent() == Consent::AskedByServer && code == OK && asked.load(Ordering::SeqCst) == 0
+    if code == OK && (declined || dismissed) {
+        let answer = if declined { "answered no" } else { "dismissed" };
+        eprintln!(
+            "aac-host: warning: `{}` ran although the server's own question was {answer}",
+            term::clean(policy.name())
+        );
+    } else if policy.consent() == Consent::AskedByServer
+        && code == OK
+        && answers.asked.load(Ordering::SeqCst) == 0
     {
         eprintln!(
             "aac-host: warning: `{}` ran, and the server, which said it would ask you, did not",
@@ -187,6 +209,14 @@ async fn run(options: Options) -> u8 {
         );
     }
     code
+}
+
+/// The call to make, and what its resend must still agree with.
+struct Called<'a> {
+    policy: &'a ToolPolicy,
+    trust: Trust,
+    /// This host asked its own question (or `--yes` answered it).
+    host_asked: bool,
 }
 
 async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {
@@ -227,14 +257,16 @@ fn warn_malformed(policy: &ToolPolicy) {
     );
 }
 
-/// Send the call, retrying with backoff only if the policy says it is safe.
+/// Send the call, retrying with backoff only if the policy says it is safe; the exit
+/// status, and the reason of a tool error.
 async fn call(
     client: Client,
     endpoint: &Endpoint,
     options: &Options,
-    policy: &ToolPolicy,
+    called: &Called<'_>,
     arguments: Map<String, Value>,
-) -> u8 {
+) -> (u8, Option<String>) {
+    let policy = called.policy;
     let backoff = Backoff::new(
         options.backoff,
         Duration::from_secs(8).max(options.backoff),
@@ -261,8 +293,16 @@ async fn call(
                         term::clean(name),
                         backoff.retries() + 1
                     );
-                    let fresh = connect(endpoint, options.timeout).await;
-                    *slot = Some(fresh.map_err(Failure::Reconnect)?);
+                    let fresh = connect(endpoint, options.timeout)
+                        .await
+                        .map_err(Failure::Reconnect)?;
+                    // The server at the other end may not be the one that listed the
+                    // tool (a restarted child, another replica): what it says now decides.
+                    if let Err(failure) = still_safe(&fresh, called).await {
+                        fresh.close().await;
+                        return Err(failure);
+                    }
+                    *slot = Some(fresh);
                 }
                 let client = slot.as_ref().expect("a client is connected");
                 let result = client.call_tool_object(name, Some(arguments)).await;
@@ -279,21 +319,20 @@ async fn call(
     if let Some(client) = slot.into_inner() {
         client.close().await;
     }
-    match done.result {
-        Ok(result) => print_result(&result, options.json),
+    let name = term::clean(&name);
+    let code = match done.result {
+        Ok(result) => return print_result(&result, options.json),
         Err(err) if err.is_transport_failure() => {
             if let Failure::Reconnect(err) = &err {
                 eprintln!("aac-host: {}", term::clean(err.message()));
             }
             match policy.retry() {
                 Retry::Never => eprintln!(
-                    "aac-host: `{}` was not retried: it is not idempotent, so it may or may not \
-                     have run; check the server before calling it again",
-                    term::clean(&name)
+                    "aac-host: `{name}` was not retried: it is not idempotent, so it may or may \
+                     not have run; check the server before calling it again"
                 ),
                 Retry::Safe => eprintln!(
-                    "aac-host: `{}` failed {} times on the transport; giving up",
-                    term::clean(&name),
+                    "aac-host: `{name}` failed {} times on the transport; giving up",
                     done.attempts
                 ),
             }
@@ -310,19 +349,87 @@ async fn call(
             );
             TOOL_ERROR
         }
-        Err(Failure::Call(err) | Failure::Reconnect(err)) => {
-            eprintln!("aac-host: {}", term::clean(err.message()));
-            USAGE_OR_CONNECT
+        // A JSON-RPC error answered to the call is the server's answer too: delivered,
+        // never resent, and no usage or connection error (a script reading 2 as "nothing
+        // happened" would send it again).
+        Err(Failure::Call(err)) if err.code().is_some() => {
+            let code = err.code().expect("a code");
+            eprintln!(
+                "error: {code}: {}",
+                term::clean(err.server_message().unwrap_or(err.message()))
+            );
+            TOOL_ERROR
         }
+        Err(Failure::Call(err)) if err.kind() == ClientErrorKind::InputRequired => {
+            eprintln!("error: input_required: {}", term::clean(err.message()));
+            TOOL_ERROR
+        }
+        // Any other answer was sent in reply to a call the server received and could not
+        // be read: the tool may have run.
+        Err(Failure::Call(err)) => {
+            eprintln!("aac-host: {}", term::clean(err.message()));
+            eprintln!(
+                "aac-host: `{name}` was sent, and its answer is none this host can read: it may \
+                 or may not have run; check the server before calling it again"
+            );
+            TRANSPORT
+        }
+        // A resend stopped after a transport failure: the first attempt may have run.
+        Err(Failure::Reconnect(err)) => {
+            eprintln!("aac-host: {}", term::clean(err.message()));
+            eprintln!(
+                "aac-host: `{name}` was not resent; an earlier attempt may or may not have \
+                 run; check the server before calling it again"
+            );
+            TRANSPORT
+        }
+        Err(Failure::Changed(why)) => {
+            eprintln!(
+                "aac-host: `{name}` was not resent: {why}; its earlier attempt may or may not \
+                 have run; check the server before calling it again"
+            );
+            TRANSPORT
+        }
+    };
+    (code, None)
+}
+
+/// Whether the tool may still be resent on `fresh`, a new connection: listed (once) again,
+/// still safe to retry, and needing no question this host did not ask.
+async fn still_safe(fresh: &Client, called: &Called<'_>) -> Result<(), Failure> {
+    let name = called.policy.name();
+    // Listing sends no call: a transport failure here may be retried as a reconnect.
+    let tools = fresh.list_tools().await.map_err(Failure::Reconnect)?;
+    let mut listed = tools.iter().filter(|t| t["name"] == name);
+    let (Some(definition), None) = (listed.next(), listed.next()) else {
+        return Err(Failure::Changed(
+            "the server no longer lists it once".to_owned(),
+        ));
+    };
+    let policy = ToolPolicy::new(definition, called.trust)
+        .map_err(|err| Failure::Changed(format!("the server now lists it unreadably ({err})")))?;
+    if policy.retry() != Retry::Safe {
+        return Err(Failure::Changed(
+            "the server now declares it not safe to retry (not idempotent)".to_owned(),
+        ));
     }
+    if matches!(policy.consent(), Consent::Required(_) | Consent::HostChoice) && !called.host_asked
+    {
+        return Err(Failure::Changed(
+            "the server now declares it a tool to ask about, and nobody was asked".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// Why one attempt failed.
 enum Failure {
     /// The call itself failed.
     Call(ClientError),
-    /// Reconnecting before a retry failed.
+    /// Reconnecting before a retry failed (or listing the tools on the new connection).
     Reconnect(ClientError),
+    /// The server on the new connection lists the tool so that it may not be resent.
+    Changed(String),
 }
 
 impl Failure {
@@ -337,28 +444,35 @@ impl Failure {
                     ClientErrorKind::Connect | ClientErrorKind::Transport
                 )
             }
+            Failure::Changed(_) => false,
         }
     }
 }
 
-fn print_result(result: &ToolResult, json: bool) -> u8 {
+/// Print the result; its exit status, and the reason of a tool error.
+fn print_result(result: &ToolResult, json: bool) -> (u8, Option<String>) {
+    let reason = result.error_reason();
     if json {
         println!("{}", term::json(result.json()));
-        return if result.is_error() { TOOL_ERROR } else { OK };
+        return if result.is_error() {
+            (TOOL_ERROR, reason)
+        } else {
+            (OK, None)
+        };
     }
     if result.is_error() {
         let message = result.error_message().unwrap_or_default();
-        match result.error_reason() {
-            Some(reason) => eprintln!("error: {}: {}", term::clean(&reason), term::clean(&message)),
+        match &reason {
+            Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
             None => eprintln!("error: {}", term::clean(&message)),
         }
-        return TOOL_ERROR;
+        return (TOOL_ERROR, reason);
     }
     match result.structured_content() {
         Some(structured) => println!("{}", term::json(structured)),
         None => println!("{}", term::clean_text(&result.text())),
     }
-    OK
+    (OK, None)
 }
 
 fn list(tools: &[Value], trust: Trust) {

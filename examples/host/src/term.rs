@@ -5,81 +5,24 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use aac_tools::host::{Consent, ToolPolicy};
+use aac_tools::host::{Consent, ToolPolicy, must_escape};
 use aac_tools::mcp::client::{AskUser, UserAnswer};
 use serde_json::{Map, Value};
-
-/// True for a character printed escaped: a control character, an invisible one, a blank
-/// that looks like a space but is none, or a combining mark drawn across the letters
-/// before it (a strike-through over a tool's title).
-fn must_escape(c: char) -> bool {
-    c.is_control()
-        || aac_tools::confirm::is_invisible(c)
-        || matches!(
-            c,
-            '\u{a0}'
-                | '\u{1680}'
-                | '\u{2000}'..='\u{200a}'
-                | '\u{202f}'
-                | '\u{205f}'
-                | '\u{3000}'
-                | '\u{334}'..='\u{338}'
-                | '\u{20d2}'..='\u{20d3}'
-                | '\u{20d8}'..='\u{20da}'
-                | '\u{20e5}'..='\u{20e6}'
-                | '\u{20ea}'..='\u{20eb}'
-        )
-}
-
-/// The longest run of spaces printed as it is: a longer one (padding that pushes the
-/// rest of a line out of view) is shown by its length.
-const MAX_SPACES: usize = 4;
 
 /// Server text on one line, with its control characters (line breaks and tabs included)
 /// and the invisible ones escaped (`\n`, `\u{202e}`), so that a title, a reason or an
 /// error message cannot start a line of its own, move the cursor, rewrite the question or
 /// hide what it asks. Every text of the server that the host prints goes through it,
-/// except the text result of a tool ([`clean_text`]) and JSON ([`json`]).
+/// except the text result of a tool ([`clean_text`]) and JSON ([`json`]). The library's
+/// escaping, so that the server's logs (`--verbose`) are escaped as this is.
 pub(crate) fn clean(text: &str) -> String {
-    escape(text, false)
+    aac_tools::host::escape_line(text)
 }
 
-/// The text result of a tool, which may hold several lines: [`clean`], but line breaks
-/// and tabs are kept.
+/// The text result of a tool, which may hold several lines: [`clean`], but line breaks,
+/// tabs and indentation are kept.
 pub(crate) fn clean_text(text: &str) -> String {
-    escape(text, true)
-}
-
-fn escape(text: &str, keep_lines: bool) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut spaces = 0usize;
-    let flush = |out: &mut String, spaces: &mut usize| {
-        if *spaces > MAX_SPACES {
-            out.push_str(&format!(" [{spaces} spaces] "));
-        } else {
-            out.extend(std::iter::repeat_n(' ', *spaces));
-        }
-        *spaces = 0;
-    };
-    for c in text.chars() {
-        // A tool's text result keeps its indentation; one line of server text is shown
-        // whole.
-        if c == ' ' && !keep_lines {
-            spaces += 1;
-            continue;
-        }
-        flush(&mut out, &mut spaces);
-        match c {
-            '\n' | '\t' if keep_lines => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if must_escape(c) => out.extend(c.escape_unicode()),
-            c => out.push(c),
-        }
-    }
-    flush(&mut out, &mut spaces);
-    out
+    aac_tools::host::escape_text(text)
 }
 
 /// JSON, pretty, with every control and invisible character in its strings written as a
@@ -131,31 +74,40 @@ pub(crate) fn question(
     format!("{subject}? [y/N]")
 }
 
+/// What the server's own questions got during the call.
+#[derive(Clone, Default)]
+pub(crate) struct Answers {
+    /// Questions shown.
+    pub(crate) asked: Arc<AtomicUsize>,
+    /// One was answered no.
+    pub(crate) declined: Arc<AtomicBool>,
+    /// One was dismissed (no terminal, or its end of input).
+    pub(crate) dismissed: Arc<AtomicBool>,
+}
+
+/// One question on the terminal at a time: a server that asks two at once gets them shown
+/// and answered in turn, each whole, so that the answer typed at one prompt is that
+/// prompt's (two readers of `/dev/tty` at once would take each other's lines).
+static TERMINAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The answer to a server's own confirmation: its question (made safe to print) and
 /// `[y/N]` on the terminal. Never answered by `--yes`: the server asks because a person,
 /// not a script or the model driving it, must say yes, and records that a person did.
 /// Nor by stdin: asked and answered on the controlling terminal (`/dev/tty`), as `sudo`
 /// and `ssh` ask for a password, so that `echo y | aac-host …` is no yes; without a
-/// terminal there is nobody to ask, and the answer is no.
+/// terminal there is nobody to ask, and the question is dismissed.
 ///
 /// Only while the host's call is in flight (`calling`): a question the server sends at
 /// any other time (while the tools are listed, or while the host asks its own question,
-/// whose `y` would answer the server's) is answered no without being shown. `asked`
-/// counts the questions shown.
-pub(crate) fn server_question(
-    yes: bool,
-    calling: Arc<AtomicBool>,
-    asked: Arc<AtomicUsize>,
-    declined: Arc<AtomicBool>,
-) -> AskUser {
+/// whose `y` would answer the server's) is dismissed without being shown, and so is one
+/// whose turn at the terminal comes after the call ended. `answers` counts the questions
+/// shown and notes a no or a dismissal.
+pub(crate) fn server_question(yes: bool, calling: Arc<AtomicBool>, answers: Answers) -> AskUser {
     Arc::new(move |question: String| {
-        let calling = calling.load(Ordering::SeqCst);
-        if calling {
-            asked.fetch_add(1, Ordering::SeqCst);
-        }
-        let declined = Arc::clone(&declined);
+        let in_call = calling.load(Ordering::SeqCst);
+        let (calling, answers) = (Arc::clone(&calling), answers.clone());
         Box::pin(async move {
-            if !calling {
+            if !in_call {
                 eprintln!(
                     "(the server asked a question outside the call this host made: \
                      dismissed, not shown)"
@@ -163,16 +115,27 @@ pub(crate) fn server_question(
                 return UserAnswer::Cancel;
             }
             let shown = format!("the server asks: {} [y/N] ", clean(&question));
-            if yes {
-                eprintln!(
-                    "(--yes answers this host's questions, not the server's: it asks a person)"
-                );
-            }
-            let answer = tokio::task::spawn_blocking(move || ask_terminal(&shown))
-                .await
-                .unwrap_or(UserAnswer::Cancel);
-            if answer == UserAnswer::Decline {
-                declined.store(true, Ordering::SeqCst);
+            let asked = Arc::clone(&answers.asked);
+            let answer = tokio::task::spawn_blocking(move || {
+                let _turn = TERMINAL.lock().unwrap_or_else(|e| e.into_inner());
+                if !calling.load(Ordering::SeqCst) {
+                    return UserAnswer::Cancel;
+                }
+                asked.fetch_add(1, Ordering::SeqCst);
+                if yes {
+                    eprintln!(
+                        "(--yes answers this host's questions, not the server's: it asks a \
+                         person)"
+                    );
+                }
+                ask_terminal(&shown)
+            })
+            .await
+            .unwrap_or(UserAnswer::Cancel);
+            match answer {
+                UserAnswer::Decline => answers.declined.store(true, Ordering::SeqCst),
+                UserAnswer::Cancel => answers.dismissed.store(true, Ordering::SeqCst),
+                UserAnswer::Accept => {}
             }
             answer
         })
@@ -276,19 +239,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn clean_keeps_text_on_one_line() {
-        assert_eq!(clean("a\nb\tc\rd"), r"a\nb\tc\rd");
-        assert_eq!(clean("x\u{1b}[2K\u{202e}y"), r"x\u{1b}[2K\u{202e}y");
-        assert_eq!(clean("é ✓ 日本"), "é ✓ 日本");
+    fn clean_is_the_library_escaping() {
+        assert_eq!(clean("a\nb\u{336}"), r"a\nb\u{336}");
         assert_eq!(clean_text("a\nb\u{200b}"), "a\nb\\u{200b}");
-        // Overlays drawn across letters, blanks that are no space, padding.
-        assert_eq!(clean("De\u{336}l"), r"De\u{336}l");
-        assert_eq!(clean("a\u{a0}b\u{3000}c"), r"a\u{a0}b\u{3000}c");
-        assert_eq!(
-            clean(&format!("Read{}(harmless)", " ".repeat(300))),
-            "Read [300 spaces] (harmless)"
-        );
-        assert_eq!(clean("a  b"), "a  b");
     }
 
     #[test]
