@@ -327,6 +327,103 @@ async fn a_trigger_that_drops_records_fails_the_write_and_the_verification() {
     assert!(err.to_string().contains("zz_hide"), "{err}");
 }
 
+/// An index edited in the file to disagree with the table: a record whose timestamp
+/// entry in `aac_audit_timestamp` says 1999 is missed by every query through the index
+/// (`--since`, a dashboard), while the chain, walked by `seq` through the table, links.
+/// `verify` runs SQLite's integrity check, which compares the two, and fails naming what
+/// it says. (The attack: the triggers dropped, the index dropped, the row edited, the
+/// index made again, then hidden from the schema while the row is edited back, restored.)
+#[tokio::test]
+async fn an_index_that_disagrees_with_the_table_fails_the_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for minute in 30..33 {
+        sink.record(record(
+            "echo",
+            Outcome::Success,
+            &format!("2025-06-22T15:{minute}:00Z"),
+        ))
+        .await
+        .unwrap();
+    }
+    drop(sink);
+    let since = || AuditQuery::new().since("2025-06-22").unwrap();
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(since().summary(&conn).unwrap().total, 3);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.integrity.is_empty(), "{report}");
+    let triggers: Vec<String> = conn
+        .prepare("SELECT sql FROM sqlite_master WHERE type = 'trigger'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete; \
+         DROP TRIGGER aac_audit_no_rewrite; DROP INDEX aac_audit_timestamp; \
+         UPDATE aac_audit SET timestamp = '1999-01-01T00:00:00.000000Z' WHERE seq = 2; \
+         CREATE INDEX aac_audit_timestamp ON aac_audit (timestamp); \
+         CREATE TEMP TABLE saved AS SELECT * FROM sqlite_master \
+             WHERE name = 'aac_audit_timestamp'; \
+         PRAGMA writable_schema = ON; \
+         DELETE FROM sqlite_master WHERE name = 'aac_audit_timestamp'; \
+         PRAGMA writable_schema = OFF;",
+    )
+    .unwrap();
+    let saved: (String, String, String, i64, String) = conn
+        .query_row("SELECT * FROM temp.saved", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap();
+    drop(conn);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE aac_audit SET timestamp = '2025-06-22T15:31:00.000000Z' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA writable_schema = ON").unwrap();
+    conn.execute(
+        "INSERT INTO sqlite_master VALUES (?1, ?2, ?3, ?4, ?5)",
+        rusqlite::params![saved.0, saved.1, saved.2, saved.3, saved.4],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA writable_schema = OFF").unwrap();
+    drop(conn);
+    let conn = Connection::open(&path).unwrap();
+    for sql in &triggers {
+        conn.execute_batch(sql).unwrap();
+    }
+    // The harm: the record is there, but a query through the index misses it.
+    assert_eq!(rows(&conn), 3);
+    assert_eq!(since().summary(&conn).unwrap().total, 2);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.is_intact(), "the chain itself links: {report}");
+    assert!(report.missing_triggers.is_empty() && report.foreign_triggers.is_empty());
+    assert!(
+        report
+            .integrity
+            .iter()
+            .any(|line| line.contains("missing from index aac_audit_timestamp")),
+        "{report}"
+    );
+    assert!(report.to_string().contains("integrity check"), "{report}");
+    let mut out = Vec::new();
+    let err = AuditCommand {
+        verify: true,
+        ..AuditCommand::default()
+    }
+    .run(&open_reader(&path).unwrap(), &mut out)
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("missing from index aac_audit_timestamp"),
+        "{err}"
+    );
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
