@@ -546,6 +546,7 @@ impl ServerBuilder {
                 resource_updates: tokio::sync::broadcast::channel(RESOURCE_UPDATES).0,
                 owed: Arc::default(),
                 calls_stopped: Arc::default(),
+                stdio_calls_stopped: Arc::default(),
             }),
         })
     }
@@ -586,6 +587,8 @@ struct Inner {
     /// How many times the HTTP calls then running were abandoned (a shutdown's drain
     /// ended): none of their transactions commits from then on.
     calls_stopped: Arc<std::sync::atomic::AtomicU64>,
+    /// How many times the stdio calls were abandoned (`serve` stopped at once).
+    stdio_calls_stopped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Drop for Inner {
@@ -763,6 +766,23 @@ impl Server {
         self.inner
             .calls_stopped
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Abandon every stdio call, running or to come (`serve` over stdio stopped at once by
+    /// a second signal: the process exits within moments): a transaction of theirs that
+    /// has not begun its `COMMIT` rolls back, and each ends recorded as abandoned (499),
+    /// with what committed before, so that what the process still writes before it exits
+    /// is their records, not work without one.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+    pub(crate) fn stop_stdio_calls(&self) {
+        self.inner
+            .stdio_calls_stopped
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// How many times the stdio calls were abandoned ([`Server::stop_stdio_calls`]).
+    pub(crate) fn stdio_calls_stopped(&self) -> &Arc<std::sync::atomic::AtomicU64> {
+        &self.inner.stdio_calls_stopped
     }
 
     /// How many times the running HTTP calls were abandoned

@@ -1230,6 +1230,81 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
     assert!(verify.status.success(), "{}", stderr(&verify));
 }
 
+/// A second SIGTERM right after the first (an operator's double Ctrl-C) stops a stdio
+/// `serve` at once, exit 130, yet leaves a record of every issue created: the calls in
+/// hand are abandoned (nothing of theirs commits from then on) and the process exits once
+/// their records are written. It used to exit on the spot, between a call's commit and
+/// its record: 5 to 16 of 40 pipelined calls created their issue with no record.
+#[test]
+fn a_second_sigterm_on_stdio_exits_at_once_leaving_a_record_of_every_issue_created() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    let before = target.count_issues();
+    for round in 0..5 {
+        let mut child = stdio_serve(&target, &token, Stdio::null());
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = opening_lines();
+        for i in 1..=60 {
+            lines.push(format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"create_issue","arguments":{{"title":"r{round}-{i}"}}}}}}"#
+            ));
+        }
+        stdin
+            .write_all((lines.join("\n") + "\n").as_bytes())
+            .unwrap();
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("\"result\"") && !line.contains("\"protocolVersion\"") {
+                    let _ = first_tx.send(());
+                }
+            }
+        });
+        first_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a first answer");
+        let stopped = std::time::Instant::now();
+        sigterm(&child);
+        std::thread::sleep(std::time::Duration::from_millis(2 + round));
+        sigterm(&child);
+        let status = child.wait().unwrap();
+        let took = stopped.elapsed();
+        drop(stdin);
+        reader.join().unwrap();
+        // 130 when the second signal came before the session ended, 0 after.
+        assert!(
+            matches!(status.code(), Some(0 | 130)),
+            "round {round}: exited {status:?}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "round {round}: {took:?}"
+        );
+    }
+    let created = target.count_issues() - before;
+    let audit = target.run(&["audit", "--tool", "create_issue", "--json"]);
+    assert!(audit.status.success(), "{}", stderr(&audit));
+    let records: Vec<serde_json::Value> = stdout(&audit)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // A call abandoned after its commit is recorded `success` (499,
+    // `cancelled_after_commit`): what it wrote stands.
+    let successes = records.iter().filter(|r| r["outcome"] == "success").count();
+    assert_eq!(
+        successes as i64,
+        created,
+        "one success record per issue created ({} records)",
+        records.len()
+    );
+    let verify = target.run(&["audit", "--verify"]);
+    assert!(verify.status.success(), "{}", stderr(&verify));
+}
+
 /// stdio `serve` whose stdout is a file (or a terminal), not a pipe, and whose stdin
 /// stays open: SIGTERM ends it at once, its call recorded. Its stdin used to be read on
 /// the runtime's blocking pool, whose read of a stdin where nothing more comes held the
