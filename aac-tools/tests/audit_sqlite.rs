@@ -424,6 +424,59 @@ async fn an_index_that_disagrees_with_the_table_fails_the_verification() {
     );
 }
 
+/// Names read from the file (a trigger's, a column's) are whoever wrote it's: `verify`,
+/// the sink's refusal to open (what `serve` prints) and the message about a table of other
+/// columns print them escaped, never as bytes a terminal obeys (`\r` and `ESC [2K` erase
+/// the line that names the trigger, `ESC [8m` hides what follows).
+#[tokio::test]
+async fn names_read_from_the_file_are_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER \"zz\r\x1b[2K\x1b[8m\" BEFORE INSERT ON aac_audit \
+         BEGIN SELECT RAISE(IGNORE); END; \
+         CREATE TRIGGER \"yy\x1b]0;t\x07\" BEFORE INSERT ON aac_audit \
+         BEGIN SELECT 1; END; \
+         DROP TRIGGER aac_audit_no_delete; \
+         CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit BEGIN SELECT 1; END;",
+    )
+    .unwrap();
+    let raw = |text: &str| text.chars().any(|c| c.is_control() && c != '\n');
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(report.foreign_triggers.len(), 2, "{report}");
+    let shown = report.to_string();
+    assert!(!raw(&shown), "{shown:?}");
+    assert!(shown.contains(r"zz\r\u{1b}[2K\u{1b}[8m"), "{shown}");
+    let err = AuditCommand {
+        verify: true,
+        ..AuditCommand::default()
+    }
+    .run(&conn, &mut Vec::new())
+    .unwrap_err()
+    .to_string();
+    assert!(!raw(&err) && err.contains(r"zz\r\u{1b}[2K"), "{err:?}");
+    // The sink refuses the file, naming the triggers escaped.
+    let err = SqliteSink::open(&path).err().unwrap().to_string();
+    assert!(!raw(&err) && err.contains(r"\u{1b}"), "{err:?}");
+    // A table of other columns, one of them named with escapes.
+    let other = dir.path().join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE aac_audit (seq INTEGER, \"x\x1b[2J\" TEXT)")
+        .unwrap();
+    let err = AuditCommand::default()
+        .run(&open_reader(&other).unwrap(), &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(!raw(&err) && err.contains(r"x\u{1b}[2J"), "{err:?}");
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();

@@ -59,14 +59,14 @@ impl ChainReport {
             problems.push(format!(
                 "append-only triggers of `aac_audit` missing or altered ({}): records can be \
                  changed or deleted without the database refusing",
-                self.missing_triggers.join(", ")
+                shown(&self.missing_triggers, ", ")
             ));
         }
         if !self.foreign_triggers.is_empty() {
             problems.push(format!(
                 "triggers on `aac_audit` that are not the framework's ({}): one can drop \
                  records as they are written, unseen by the chain",
-                self.foreign_triggers.join(", ")
+                shown(&self.foreign_triggers, ", ")
             ));
         }
         if !self.integrity.is_empty() {
@@ -95,14 +95,14 @@ impl fmt::Display for ChainReport {
             write!(
                 f,
                 "\nappend-only triggers missing or altered: {}",
-                self.missing_triggers.join(", ")
+                shown(&self.missing_triggers, ", ")
             )?;
         }
         if !self.foreign_triggers.is_empty() {
             write!(
                 f,
                 "\ntriggers on aac_audit that are not the framework's: {}",
-                self.foreign_triggers.join(", ")
+                shown(&self.foreign_triggers, ", ")
             )?;
         }
         if !self.integrity.is_empty() {
