@@ -477,6 +477,77 @@ async fn names_read_from_the_file_are_printed_escaped() {
     assert!(!raw(&err) && err.contains(r"x\u{1b}[2J"), "{err:?}");
 }
 
+/// A row this version cannot read back (a `kind` a newer version wrote, a cell of
+/// another type) is listed all the same, as stored and escaped, with a warning that names
+/// it: the table is append-only, and such a row used to end every listing, `--json`
+/// included. `--verify` still checks its hash.
+#[tokio::test]
+async fn a_row_this_version_cannot_read_is_listed_as_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for minute in 30..34 {
+        sink.record(record(
+            "echo",
+            Outcome::Success,
+            &format!("2025-06-22T15:{minute}:00Z"),
+        ))
+        .await
+        .unwrap();
+    }
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER aac_audit_no_update; \
+         UPDATE aac_audit SET kind = 'elicitation' || char(27) || '[2J' WHERE seq = 2; \
+         UPDATE aac_audit SET status = 'teapot' WHERE seq = 3;",
+    )
+    .unwrap();
+    for json in [false, true] {
+        let (mut out, mut warnings) = (Vec::new(), Vec::new());
+        AuditCommand {
+            json,
+            ..AuditCommand::default()
+        }
+        .run_with_warnings(&conn, &mut out, &mut warnings)
+        .unwrap_or_else(|e| panic!("json {json}: the listing goes on: {e}"));
+        let (out, warnings) = (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(warnings).unwrap(),
+        );
+        assert_eq!(out.lines().count(), if json { 4 } else { 5 }, "{out}");
+        assert!(
+            !out.contains('\u{1b}') && !warnings.contains('\u{1b}'),
+            "{out:?}"
+        );
+        assert!(
+            warnings.contains("audit record 2: unreadable `kind`")
+                && warnings.contains("audit record 3")
+                && warnings.lines().count() == 2,
+            "{warnings}"
+        );
+        if json {
+            let rows: Vec<serde_json::Value> = out
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(rows[1]["kind"], "elicitation\u{1b}[2J", "{out}");
+            assert!(rows[1]["unreadable"].as_str().unwrap().contains("kind"));
+            assert_eq!(rows[2]["status"], "teapot");
+            assert_eq!(rows[2]["arguments"], json!({}));
+            assert!(rows[3].get("unreadable").is_none());
+            assert_eq!(rows[3]["seq"], 4);
+        } else {
+            assert!(out.contains(r"elicitation\u{1b}[2J"), "{out}");
+            assert!(out.contains("teapot"), "{out}");
+        }
+    }
+    // The library's own reading still says it cannot read the record.
+    assert!(AuditQuery::new().fetch(&conn).is_err());
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(report.broken.unwrap().seq, 2, "its hash is checked");
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
@@ -1401,8 +1472,9 @@ async fn a_record_that_met_a_locked_database_is_written_once_it_is_free() {
 }
 
 /// A cell edited to hold terminal escapes (an unknown `access_level`, `check` or `kind`)
-/// makes the record unreadable; the error that says so prints the value escaped, as every
-/// printed value is, never the raw bytes a terminal would obey.
+/// makes the record unreadable; the warning that says so, and the row listed as stored,
+/// print the value escaped, as every printed value is, never the raw bytes a terminal
+/// would obey.
 #[tokio::test]
 async fn an_unreadable_cell_is_named_escaped() {
     let dir = tempfile::tempdir().unwrap();
@@ -1427,19 +1499,26 @@ async fn an_unreadable_cell_is_named_escaped() {
         )
         .unwrap();
         for json in [false, true] {
-            let mut out = Vec::new();
-            let err = AuditCommand {
+            let (mut out, mut warnings) = (Vec::new(), Vec::new());
+            AuditCommand {
                 json,
                 ..AuditCommand::default()
             }
-            .run(&conn, &mut out)
-            .unwrap_err()
-            .to_string();
+            .run_with_warnings(&conn, &mut out, &mut warnings)
+            .unwrap();
+            let err = String::from_utf8(warnings).unwrap();
+            let out = String::from_utf8(out).unwrap();
             assert!(err.contains("unreadable"), "{column}: {err}");
+            assert_eq!(err.lines().count(), 1, "{column}: {err:?}");
             assert!(
-                !err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\n'),
+                !err.contains('\u{1b}') && !err.contains('\u{7}'),
                 "{column}: {err:?}"
             );
+            assert!(
+                !out.contains('\u{1b}') && !out.contains('\u{7}'),
+                "{column}: {out:?}"
+            );
+            assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out:?}");
         }
         conn.execute(&format!("UPDATE aac_audit SET {column} = {valid}"), [])
             .unwrap();
