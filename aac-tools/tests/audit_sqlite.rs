@@ -548,6 +548,60 @@ async fn a_row_this_version_cannot_read_is_listed_as_stored() {
     assert_eq!(report.broken.unwrap().seq, 2, "its hash is checked");
 }
 
+/// The summary's queries share one snapshot: a record appended while it reads (here,
+/// between the steps of its first query) is in none of its totals or in all. They ran
+/// one transaction each, and on a live trail the totals disagreed with themselves.
+#[tokio::test]
+async fn the_summary_reads_one_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for _ in 0..3 {
+        sink.record(record("echo", Outcome::Denied, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+    }
+    drop(sink);
+    let mut conn = open_reader(&path).unwrap();
+    let writer = path.clone();
+    let mut steps = 0;
+    // Well into the first query, another connection appends a denial: SQLite steps
+    // (virtual machine instructions) 80 to 320 of the summary are its scan here, once its
+    // read began (the first 40 are before it, and appending then is no test: every query
+    // would count the record; the first assertion below says it was not so).
+    let _ = conn.progress_handler(
+        1,
+        Some(move || {
+            steps += 1;
+            if steps == 160 {
+                Connection::open(&writer)
+                    .unwrap()
+                    .execute(
+                        "INSERT INTO aac_audit (seq, timestamp, tool, outcome, status, \
+                         scopes_provided, transport, duration_us, arguments, prev_hash, hash) \
+                         VALUES (4, '2025-06-22T15:31:00.000000Z', 'echo', 'denied', 403, '[]', \
+                         'stdio', 1, '{}', '', '')",
+                        [],
+                    )
+                    .unwrap();
+            }
+            false
+        }),
+    );
+    let summary = AuditQuery::new().summary(&conn).unwrap();
+    let _ = conn.progress_handler(0, None::<fn() -> bool>);
+    assert_eq!(rows(&conn), 4, "the record was appended meanwhile");
+    assert_eq!(summary.total, 3, "appended after the first query began");
+    let by_kind: u64 = summary.per_kind.iter().map(|k| k.total).sum();
+    let by_hour: u64 = summary.denials_per_hour.iter().map(|h| h.denials).sum();
+    let by_tool: u64 = summary.most_refused_tools.iter().map(|t| t.denials).sum();
+    assert_eq!(
+        (by_kind, by_hour, by_tool),
+        (summary.total, summary.denied, summary.denied),
+        "{summary:?}"
+    );
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();

@@ -190,6 +190,22 @@ impl AuditQuery {
     /// It counts calls, not records: a record that counts refusals answered without one
     /// of their own (past a rate limit, or the rest of a refused batch) stands for each.
     pub fn summary(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
+        // Its queries in one read transaction (unless `conn` is in one already): each
+        // would otherwise read the trail as it is when it runs, and on a trail a server
+        // appends to, the totals by day, by kind and by hour would disagree.
+        let snapshot = conn.is_autocommit();
+        if snapshot {
+            conn.execute_batch("BEGIN").map_err(sql_error)?;
+        }
+        let summary = self.summary_of(conn);
+        if snapshot {
+            let _ = conn.execute_batch("COMMIT");
+        }
+        summary
+    }
+
+    /// [`AuditQuery::summary`], in the transaction `conn` is in.
+    fn summary_of(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
         let (filter, params) = self.filter();
         let params = || rusqlite::params_from_iter(params.iter());
 
