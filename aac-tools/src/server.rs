@@ -547,6 +547,7 @@ impl ServerBuilder {
                 owed: Arc::default(),
                 calls_stopped: Arc::default(),
                 stop_http_calls: std::sync::Mutex::default(),
+                stdio_calls_stopped: Arc::default(),
             }),
         })
     }
@@ -591,6 +592,8 @@ struct Inner {
     /// running then is dropped, and recorded as abandoned, rather than waited for (a tool
     /// that never returns held the HTTP server's end, unrecorded).
     stop_http_calls: std::sync::Mutex<tokio_util::sync::CancellationToken>,
+    /// How many times the stdio calls were abandoned (`serve` stopped at once).
+    stdio_calls_stopped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Drop for Inner {
@@ -784,6 +787,23 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Abandon every stdio call, running or to come (`serve` over stdio stopped at once by
+    /// a second signal: the process exits within moments): a transaction of theirs that
+    /// has not begun its `COMMIT` rolls back, and each ends recorded as abandoned (499),
+    /// with what committed before, so that what the process still writes before it exits
+    /// is their records, not work without one.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+    pub(crate) fn stop_stdio_calls(&self) {
+        self.inner
+            .stdio_calls_stopped
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// How many times the stdio calls were abandoned ([`Server::stop_stdio_calls`]).
+    pub(crate) fn stdio_calls_stopped(&self) -> &Arc<std::sync::atomic::AtomicU64> {
+        &self.inner.stdio_calls_stopped
     }
 
     /// How many times the running HTTP calls were abandoned

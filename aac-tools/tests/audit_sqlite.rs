@@ -327,6 +327,281 @@ async fn a_trigger_that_drops_records_fails_the_write_and_the_verification() {
     assert!(err.to_string().contains("zz_hide"), "{err}");
 }
 
+/// An index edited in the file to disagree with the table: a record whose timestamp
+/// entry in `aac_audit_timestamp` says 1999 is missed by every query through the index
+/// (`--since`, a dashboard), while the chain, walked by `seq` through the table, links.
+/// `verify` runs SQLite's integrity check, which compares the two, and fails naming what
+/// it says. (The attack: the triggers dropped, the index dropped, the row edited, the
+/// index made again, then hidden from the schema while the row is edited back, restored.)
+#[tokio::test]
+async fn an_index_that_disagrees_with_the_table_fails_the_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for minute in 30..33 {
+        sink.record(record(
+            "echo",
+            Outcome::Success,
+            &format!("2025-06-22T15:{minute}:00Z"),
+        ))
+        .await
+        .unwrap();
+    }
+    drop(sink);
+    let since = || AuditQuery::new().since("2025-06-22").unwrap();
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(since().summary(&conn).unwrap().total, 3);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.integrity.is_empty(), "{report}");
+    let triggers: Vec<String> = conn
+        .prepare("SELECT sql FROM sqlite_master WHERE type = 'trigger'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER aac_audit_no_update; DROP TRIGGER aac_audit_no_delete; \
+         DROP TRIGGER aac_audit_no_rewrite; DROP INDEX aac_audit_timestamp; \
+         UPDATE aac_audit SET timestamp = '1999-01-01T00:00:00.000000Z' WHERE seq = 2; \
+         CREATE INDEX aac_audit_timestamp ON aac_audit (timestamp); \
+         CREATE TEMP TABLE saved AS SELECT * FROM sqlite_master \
+             WHERE name = 'aac_audit_timestamp'; \
+         PRAGMA writable_schema = ON; \
+         DELETE FROM sqlite_master WHERE name = 'aac_audit_timestamp'; \
+         PRAGMA writable_schema = OFF;",
+    )
+    .unwrap();
+    let saved: (String, String, String, i64, String) = conn
+        .query_row("SELECT * FROM temp.saved", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap();
+    drop(conn);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE aac_audit SET timestamp = '2025-06-22T15:31:00.000000Z' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA writable_schema = ON").unwrap();
+    conn.execute(
+        "INSERT INTO sqlite_master VALUES (?1, ?2, ?3, ?4, ?5)",
+        rusqlite::params![saved.0, saved.1, saved.2, saved.3, saved.4],
+    )
+    .unwrap();
+    conn.execute_batch("PRAGMA writable_schema = OFF").unwrap();
+    drop(conn);
+    let conn = Connection::open(&path).unwrap();
+    for sql in &triggers {
+        conn.execute_batch(sql).unwrap();
+    }
+    // The harm: the record is there, but a query through the index misses it.
+    assert_eq!(rows(&conn), 3);
+    assert_eq!(since().summary(&conn).unwrap().total, 2);
+    let report = verify_chain(&conn).unwrap();
+    assert!(report.is_intact(), "the chain itself links: {report}");
+    assert!(report.missing_triggers.is_empty() && report.foreign_triggers.is_empty());
+    assert!(
+        report
+            .integrity
+            .iter()
+            .any(|line| line.contains("missing from index aac_audit_timestamp")),
+        "{report}"
+    );
+    assert!(report.to_string().contains("integrity check"), "{report}");
+    let mut out = Vec::new();
+    let err = AuditCommand {
+        verify: true,
+        ..AuditCommand::default()
+    }
+    .run(&open_reader(&path).unwrap(), &mut out)
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("missing from index aac_audit_timestamp"),
+        "{err}"
+    );
+}
+
+/// Names read from the file (a trigger's, a column's) are whoever wrote it's: `verify`,
+/// the sink's refusal to open (what `serve` prints) and the message about a table of other
+/// columns print them escaped, never as bytes a terminal obeys (`\r` and `ESC [2K` erase
+/// the line that names the trigger, `ESC [8m` hides what follows).
+#[tokio::test]
+async fn names_read_from_the_file_are_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    sink.record(record("echo", Outcome::Success, "2025-06-22T15:30:00Z"))
+        .await
+        .unwrap();
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER \"zz\r\x1b[2K\x1b[8m\" BEFORE INSERT ON aac_audit \
+         BEGIN SELECT RAISE(IGNORE); END; \
+         CREATE TRIGGER \"yy\x1b]0;t\x07\" BEFORE INSERT ON aac_audit \
+         BEGIN SELECT 1; END; \
+         DROP TRIGGER aac_audit_no_delete; \
+         CREATE TRIGGER aac_audit_no_delete BEFORE DELETE ON aac_audit BEGIN SELECT 1; END;",
+    )
+    .unwrap();
+    let raw = |text: &str| text.chars().any(|c| c.is_control() && c != '\n');
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(report.foreign_triggers.len(), 2, "{report}");
+    let shown = report.to_string();
+    assert!(!raw(&shown), "{shown:?}");
+    assert!(shown.contains(r"zz\r\u{1b}[2K\u{1b}[8m"), "{shown}");
+    let err = AuditCommand {
+        verify: true,
+        ..AuditCommand::default()
+    }
+    .run(&conn, &mut Vec::new())
+    .unwrap_err()
+    .to_string();
+    assert!(!raw(&err) && err.contains(r"zz\r\u{1b}[2K"), "{err:?}");
+    // The sink refuses the file, naming the triggers escaped.
+    let err = SqliteSink::open(&path).err().unwrap().to_string();
+    assert!(!raw(&err) && err.contains(r"\u{1b}"), "{err:?}");
+    // A table of other columns, one of them named with escapes.
+    let other = dir.path().join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE aac_audit (seq INTEGER, \"x\x1b[2J\" TEXT)")
+        .unwrap();
+    let err = AuditCommand::default()
+        .run(&open_reader(&other).unwrap(), &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(!raw(&err) && err.contains(r"x\u{1b}[2J"), "{err:?}");
+}
+
+/// A row this version cannot read back (a `kind` a newer version wrote, a cell of
+/// another type) is listed all the same, as stored and escaped, with a warning that names
+/// it: the table is append-only, and such a row used to end every listing, `--json`
+/// included. `--verify` still checks its hash.
+#[tokio::test]
+async fn a_row_this_version_cannot_read_is_listed_as_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for minute in 30..34 {
+        sink.record(record(
+            "echo",
+            Outcome::Success,
+            &format!("2025-06-22T15:{minute}:00Z"),
+        ))
+        .await
+        .unwrap();
+    }
+    drop(sink);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER aac_audit_no_update; \
+         UPDATE aac_audit SET kind = 'elicitation' || char(27) || '[2J' WHERE seq = 2; \
+         UPDATE aac_audit SET status = 'teapot' WHERE seq = 3;",
+    )
+    .unwrap();
+    for json in [false, true] {
+        let (mut out, mut warnings) = (Vec::new(), Vec::new());
+        AuditCommand {
+            json,
+            ..AuditCommand::default()
+        }
+        .run_with_warnings(&conn, &mut out, &mut warnings)
+        .unwrap_or_else(|e| panic!("json {json}: the listing goes on: {e}"));
+        let (out, warnings) = (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(warnings).unwrap(),
+        );
+        assert_eq!(out.lines().count(), if json { 4 } else { 5 }, "{out}");
+        assert!(
+            !out.contains('\u{1b}') && !warnings.contains('\u{1b}'),
+            "{out:?}"
+        );
+        assert!(
+            warnings.contains("audit record 2: unreadable `kind`")
+                && warnings.contains("audit record 3")
+                && warnings.lines().count() == 2,
+            "{warnings}"
+        );
+        if json {
+            let rows: Vec<serde_json::Value> = out
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(rows[1]["kind"], "elicitation\u{1b}[2J", "{out}");
+            assert!(rows[1]["unreadable"].as_str().unwrap().contains("kind"));
+            assert_eq!(rows[2]["status"], "teapot");
+            assert_eq!(rows[2]["arguments"], json!({}));
+            assert!(rows[3].get("unreadable").is_none());
+            assert_eq!(rows[3]["seq"], 4);
+        } else {
+            assert!(out.contains(r"elicitation\u{1b}[2J"), "{out}");
+            assert!(out.contains("teapot"), "{out}");
+        }
+    }
+    // The library's own reading still says it cannot read the record.
+    assert!(AuditQuery::new().fetch(&conn).is_err());
+    let report = verify_chain(&conn).unwrap();
+    assert_eq!(report.broken.unwrap().seq, 2, "its hash is checked");
+}
+
+/// The summary's queries share one snapshot: a record appended while it reads (here,
+/// between the steps of its first query) is in none of its totals or in all. They ran
+/// one transaction each, and on a live trail the totals disagreed with themselves.
+#[tokio::test]
+async fn the_summary_reads_one_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    for _ in 0..3 {
+        sink.record(record("echo", Outcome::Denied, "2025-06-22T15:30:00Z"))
+            .await
+            .unwrap();
+    }
+    drop(sink);
+    let mut conn = open_reader(&path).unwrap();
+    let writer = path.clone();
+    let mut steps = 0;
+    // Well into the first query, another connection appends a denial: SQLite steps
+    // (virtual machine instructions) 80 to 320 of the summary are its scan here, once its
+    // read began (the first 40 are before it, and appending then is no test: every query
+    // would count the record; the first assertion below says it was not so).
+    let _ = conn.progress_handler(
+        1,
+        Some(move || {
+            steps += 1;
+            if steps == 160 {
+                Connection::open(&writer)
+                    .unwrap()
+                    .execute(
+                        "INSERT INTO aac_audit (seq, timestamp, tool, outcome, status, \
+                         scopes_provided, transport, duration_us, arguments, prev_hash, hash) \
+                         VALUES (4, '2025-06-22T15:31:00.000000Z', 'echo', 'denied', 403, '[]', \
+                         'stdio', 1, '{}', '', '')",
+                        [],
+                    )
+                    .unwrap();
+            }
+            false
+        }),
+    );
+    let summary = AuditQuery::new().summary(&conn).unwrap();
+    let _ = conn.progress_handler(0, None::<fn() -> bool>);
+    assert_eq!(rows(&conn), 4, "the record was appended meanwhile");
+    assert_eq!(summary.total, 3, "appended after the first query began");
+    let by_kind: u64 = summary.per_kind.iter().map(|k| k.total).sum();
+    let by_hour: u64 = summary.denials_per_hour.iter().map(|h| h.denials).sum();
+    let by_tool: u64 = summary.most_refused_tools.iter().map(|t| t.denials).sum();
+    assert_eq!(
+        (by_kind, by_hour, by_tool),
+        (summary.total, summary.denied, summary.denied),
+        "{summary:?}"
+    );
+}
+
 /// Write `n` records, then open a connection with the triggers dropped.
 async fn chain_of(n: usize) -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
@@ -1251,8 +1526,9 @@ async fn a_record_that_met_a_locked_database_is_written_once_it_is_free() {
 }
 
 /// A cell edited to hold terminal escapes (an unknown `access_level`, `check` or `kind`)
-/// makes the record unreadable; the error that says so prints the value escaped, as every
-/// printed value is, never the raw bytes a terminal would obey.
+/// makes the record unreadable; the warning that says so, and the row listed as stored,
+/// print the value escaped, as every printed value is, never the raw bytes a terminal
+/// would obey.
 #[tokio::test]
 async fn an_unreadable_cell_is_named_escaped() {
     let dir = tempfile::tempdir().unwrap();
@@ -1277,19 +1553,26 @@ async fn an_unreadable_cell_is_named_escaped() {
         )
         .unwrap();
         for json in [false, true] {
-            let mut out = Vec::new();
-            let err = AuditCommand {
+            let (mut out, mut warnings) = (Vec::new(), Vec::new());
+            AuditCommand {
                 json,
                 ..AuditCommand::default()
             }
-            .run(&conn, &mut out)
-            .unwrap_err()
-            .to_string();
+            .run_with_warnings(&conn, &mut out, &mut warnings)
+            .unwrap();
+            let err = String::from_utf8(warnings).unwrap();
+            let out = String::from_utf8(out).unwrap();
             assert!(err.contains("unreadable"), "{column}: {err}");
+            assert_eq!(err.lines().count(), 1, "{column}: {err:?}");
             assert!(
-                !err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\n'),
+                !err.contains('\u{1b}') && !err.contains('\u{7}'),
                 "{column}: {err:?}"
             );
+            assert!(
+                !out.contains('\u{1b}') && !out.contains('\u{7}'),
+                "{column}: {out:?}"
+            );
+            assert_eq!(out.lines().count(), if json { 1 } else { 2 }, "{out:?}");
         }
         conn.execute(&format!("UPDATE aac_audit SET {column} = {valid}"), [])
             .unwrap();

@@ -278,6 +278,47 @@ async fn writes_that_start_failing_close_the_server_after_one_call() {
     assert!(sink.verify().unwrap().is_intact());
 }
 
+/// The database file deleted (unlinked) while the server runs: the sink's connection
+/// would write on to a file no one can open, every call answered 200 with its record
+/// going nowhere. The sink notices that the file is no longer linked (it looks at most
+/// once a second) and fails its writes as a failed write does (503 `audit_unavailable`, then refused before the handler). A
+/// file renamed (and its log with it) is still the trail, and is written on.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_database_file_deleted_while_serving_fails_the_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    let server = server(sink.clone(), "unlinker");
+    let call = || server.call(CallRequest::new("count_runs", None).bearer("unlinker"));
+    assert!(call().await.error().is_none());
+    // Renamed: fine.
+    let moved = dir.path().join("moved.db");
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::rename(
+            format!("{}{suffix}", path.display()),
+            format!("{}{suffix}", moved.display()),
+        )
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(call().await.error().is_none());
+    assert!(sink.ready().is_ok());
+    // Deleted: noticed at the sink's next look, at most a second later.
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::remove_file(format!("{}{suffix}", moved.display())).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let response = call().await;
+    let err = response
+        .error()
+        .expect("refused: its record would go nowhere");
+    assert_eq!(err.reason(), "audit_unavailable");
+    assert!(err.message().contains("was deleted"), "{}", err.message());
+    assert!(sink.ready().is_err());
+    assert_refuses_everything(&server, "unlinker", "after the file was deleted").await;
+}
+
 /// A tool that ran and failed, whose record then cannot be written: the answer says it
 /// failed, with its own error, not that what it did stands.
 #[tokio::test]

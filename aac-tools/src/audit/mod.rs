@@ -48,10 +48,12 @@ pub use command::AuditCommand;
 pub(crate) use command::verdict;
 pub use fanout::FanOut;
 #[cfg(feature = "sqlite")]
+pub(crate) use format::printable;
+#[cfg(feature = "sqlite")]
 pub use format::{format_json_lines, format_table};
 #[cfg(feature = "sqlite")]
 #[cfg(feature = "cli")]
-pub(crate) use format::{json_text, printable, table_cell};
+pub(crate) use format::{json_text, table_cell};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
 pub use query::{

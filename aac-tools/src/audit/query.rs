@@ -146,6 +146,21 @@ impl AuditQuery {
         conn: &Connection,
         mut each: impl FnMut(StoredRecord) -> Result<(), AuditError>,
     ) -> Result<(), AuditError> {
+        self.for_each_listed(conn, |listed| match listed {
+            Listed::Record(record) => each(record),
+            Listed::Unreadable(row) => Err(AuditError::new(row.problem)),
+        })
+    }
+
+    /// [`AuditQuery::for_each`] for a listing, which never stops at a row this version
+    /// cannot read back (a `kind` a newer version wrote, a cell edited in the file): the
+    /// append-only table cannot be cleaned of it, so it would end every listing for good.
+    /// Such a row comes as [`Listed::Unreadable`], its cells as stored.
+    pub(crate) fn for_each_listed(
+        &self,
+        conn: &Connection,
+        mut each: impl FnMut(Listed) -> Result<(), AuditError>,
+    ) -> Result<(), AuditError> {
         let (filter, params) = self.filter();
         let columns = &*SELECT_COLUMNS;
         let sql = match self.limit {
@@ -160,10 +175,13 @@ impl AuditQuery {
             .query(rusqlite::params_from_iter(params.iter()))
             .map_err(sql_error)?;
         while let Some(row) = rows.next().map_err(sql_error)? {
-            let row = Row::read(row).map_err(|bad| {
-                AuditError::new(format!("audit record {}: {}", bad.seq, bad.problem))
-            })?;
-            each(row.into_stored()?)?;
+            let read = Row::read(row)
+                .map_err(|bad| format!("audit record {}: {}", bad.seq, bad.problem))
+                .and_then(|read| read.into_stored().map_err(|e| e.to_string()));
+            match read {
+                Ok(record) => each(Listed::Record(record))?,
+                Err(problem) => each(Listed::Unreadable(RawRow::read(row, problem)))?,
+            }
         }
         Ok(())
     }
@@ -172,6 +190,22 @@ impl AuditQuery {
     /// It counts calls, not records: a record that counts refusals answered without one
     /// of their own (past a rate limit, or the rest of a refused batch) stands for each.
     pub fn summary(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
+        // Its queries in one read transaction (unless `conn` is in one already): each
+        // would otherwise read the trail as it is when it runs, and on a trail a server
+        // appends to, the totals by day, by kind and by hour would disagree.
+        let snapshot = conn.is_autocommit();
+        if snapshot {
+            conn.execute_batch("BEGIN").map_err(sql_error)?;
+        }
+        let summary = self.summary_of(conn);
+        if snapshot {
+            let _ = conn.execute_batch("COMMIT");
+        }
+        summary
+    }
+
+    /// [`AuditQuery::summary`], in the transaction `conn` is in.
+    fn summary_of(&self, conn: &Connection) -> Result<AuditSummary, AuditError> {
         let (filter, params) = self.filter();
         let params = || rusqlite::params_from_iter(params.iter());
 
@@ -285,6 +319,82 @@ impl AuditQuery {
             summary.error += day.error;
         }
         Ok(summary)
+    }
+}
+
+/// A row of a listing: a record, or a row this version cannot read back.
+// One at a time, handed on and dropped: a box would only cost each record an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Listed {
+    Record(StoredRecord),
+    Unreadable(RawRow),
+}
+
+/// A row of `aac_audit` that does not read back as a record, its cells as stored.
+pub(crate) struct RawRow {
+    /// The row's `seq`.
+    pub(crate) seq: i64,
+    /// Why it does not read back, naming its record and column (already escaped).
+    pub(crate) problem: String,
+    /// Each column's name and its cell as stored (text read as UTF-8, lossily).
+    pub(crate) cells: Vec<(&'static str, serde_json::Value)>,
+}
+
+impl RawRow {
+    fn read(row: &rusqlite::Row<'_>, problem: String) -> RawRow {
+        use rusqlite::types::ValueRef;
+        let cells: Vec<(&'static str, serde_json::Value)> = super::AUDIT_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| {
+                let value = match row.get_ref(i) {
+                    Ok(ValueRef::Null) | Err(_) => serde_json::Value::Null,
+                    Ok(ValueRef::Integer(n)) => n.into(),
+                    Ok(ValueRef::Real(x)) => x.into(),
+                    Ok(ValueRef::Text(text)) => String::from_utf8_lossy(text).into_owned().into(),
+                    Ok(ValueRef::Blob(bytes)) => {
+                        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                        format!("x'{hex}'").into()
+                    }
+                };
+                (name, value)
+            })
+            .collect();
+        let seq = cells
+            .first()
+            .and_then(|(_, v)| v.as_i64())
+            .unwrap_or_default();
+        RawRow {
+            seq,
+            problem,
+            cells,
+        }
+    }
+
+    /// The cell of `column`, as text (`-` for NULL).
+    pub(crate) fn text(&self, column: &str) -> String {
+        match self.cells.iter().find(|(name, _)| *name == column) {
+            None | Some((_, serde_json::Value::Null)) => "-".to_owned(),
+            Some((_, serde_json::Value::String(text))) => text.clone(),
+            Some((_, other)) => other.to_string(),
+        }
+    }
+
+    /// The row as a JSON object: each column's cell as stored (`scopes_provided` and
+    /// `arguments` as the JSON they hold when they hold some), and `unreadable`, why.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let mut object = serde_json::Map::new();
+        for (name, value) in &self.cells {
+            let value = match (name, value) {
+                (&("scopes_provided" | "arguments"), serde_json::Value::String(text)) => {
+                    serde_json::from_str(text).unwrap_or_else(|_| value.clone())
+                }
+                _ => value.clone(),
+            };
+            object.insert((*name).to_owned(), value);
+        }
+        object.insert("unreadable".to_owned(), self.problem.clone().into());
+        serde_json::Value::Object(object)
     }
 }
 

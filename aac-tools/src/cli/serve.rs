@@ -259,10 +259,16 @@ async fn stdio(
 
 /// Serve MCP over stdio with `token` until stdin ends, or SIGTERM or Ctrl-C, which end
 /// the session as the end of stdin does: every call read so far is taken to its end and
-/// recorded before the process exits. A second signal exits at once. (Every backend.)
+/// recorded before the process exits. A second signal stops it at once, exit 130: every
+/// call still in hand is abandoned (no transaction of it commits from then on, running or
+/// yet to begin), and the process exits as soon as their records are written, at most
+/// [`LAST_RECORDS`] later. (Every backend.)
 pub(super) async fn stdio_until_signal(server: Server, token: String) -> Result<(), CliError> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let on_signal = shutdown.clone();
+    let stopping = server.clone();
+    let stopped_at_once = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let at_once = std::sync::Arc::clone(&stopped_at_once);
     // Taken over now, before the first request is read: a signal that came before the
     // task below first ran would kill the process as if none were handled.
     let mut signals = StopSignals::now();
@@ -273,13 +279,37 @@ pub(super) async fn stdio_until_signal(server: Server, token: String) -> Result<
         );
         on_signal.cancel();
         signals.next().await;
-        tracing::warn!("stopped at once by a second signal: records not yet written are lost");
+        // Exiting here, as this did, cut the calls in hand between their tool's commit
+        // and their record: work done with no record. They are abandoned instead (what
+        // has not committed rolls back, each is recorded 499 with what it committed), and
+        // the session, which ends once they have, gets a bounded time to write that.
+        tracing::warn!(
+            "stopping at once (a second signal): the calls in hand are abandoned, and the \
+             process exits once their records are written"
+        );
+        at_once.store(true, std::sync::atomic::Ordering::Release);
+        stopping.stop_stdio_calls();
+        drop(stopping);
+        tokio::time::sleep(LAST_RECORDS).await;
+        tracing::error!(
+            limit_s = LAST_RECORDS.as_secs(),
+            "stopped at once: records not written by now are lost"
+        );
         std::process::exit(130);
     });
-    crate::mcp::serve_stdio_until(server, Some(token), shutdown)
+    let served = crate::mcp::serve_stdio_until(server, Some(token), shutdown)
         .await
-        .map_err(|e| CliError::new(format!("the stdio session failed: {e}")))
+        .map_err(|e| CliError::new(format!("the stdio session failed: {e}")));
+    if stopped_at_once.load(std::sync::atomic::Ordering::Acquire) {
+        // Every call of the session ended, its record written (its answer waited for it).
+        std::process::exit(130);
+    }
+    served
 }
+
+/// How long a `serve` over stdio stopped at once (a second signal) waits for the records
+/// of the calls it abandons before it exits regardless.
+const LAST_RECORDS: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A stdio `serve` without a token: which command makes one.
 pub(super) fn no_stdio_token(context: &CliContext) -> CliError {

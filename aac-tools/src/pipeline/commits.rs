@@ -68,15 +68,22 @@ pub(crate) struct Abandoned {
 
 impl Commits {
     /// The transactions of a call made by `principal`, abandoned with the calls running
-    /// when the count `stopped` next moves.
+    /// when the count `stopped` next moves; with `ever`, once it has moved at all (then a
+    /// call that begins after the abandonment is abandoned from the start: stdio's, whose
+    /// process is about to exit).
     pub(crate) fn of(
         principal: Option<Arc<crate::Principal>>,
         stopped: Option<Arc<std::sync::atomic::AtomicU64>>,
+        ever: bool,
     ) -> Commits {
         Commits {
             principal,
             stopped: stopped.map(|count| {
-                let now = count.load(std::sync::atomic::Ordering::Acquire);
+                let now = if ever {
+                    0
+                } else {
+                    count.load(std::sync::atomic::Ordering::Acquire)
+                };
                 (count, now)
             }),
             ..Commits::default()

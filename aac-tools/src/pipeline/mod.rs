@@ -347,14 +347,22 @@ impl Attempt {
         let kind = self.request.kind;
         let level = call.level;
         // An HTTP call is abandoned with those still running when the HTTP server's
-        // shutdown drain ends.
-        let stopped = matches!(
+        // shutdown drain ends; a stdio call, with every other once `serve` is stopped at
+        // once (a second signal), even one that begins after.
+        let (stopped, ever) = match self.request.transport {
+            Transport::StreamableHttp | Transport::PlainHttp => {
+                (Some(Arc::clone(self.server.calls_stopped())), false)
+            }
+            Transport::Stdio => (Some(Arc::clone(self.server.stdio_calls_stopped())), true),
+            Transport::InProcess => (None, false),
+        };
+        // An HTTP call's tool is dropped then too, however long it would run.
+        let stop = matches!(
             self.request.transport,
             Transport::StreamableHttp | Transport::PlainHttp
         )
-        .then(|| Arc::clone(self.server.calls_stopped()));
-        let stop = stopped.is_some().then(|| self.server.http_calls_stop());
-        let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped));
+        .then(|| self.server.http_calls_stop());
+        let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped, ever));
         self.commits = Some(Arc::clone(&commits));
         let mut handler = CatchUnwind(handler(call), level, Arc::clone(&commits));
         // The first poll, here: a handler that does not wait finishes in it, with no task

@@ -221,17 +221,28 @@ pub(crate) fn refuse_foreign_framework_triggers(conn: &Connection) -> Result<(),
         .into_iter()
         .filter(|name| !crate::audit::sqlite::trigger_names().any(|ours| ours == name))
         .collect();
+    // Every name is whoever wrote the file's: escaped as a table cell is, so that none
+    // drives the terminal `serve` prints the refusal on.
+    let shown = |name: &str| crate::audit::printable(name).into_owned();
     match foreign.first() {
         None => Ok(()),
         Some(name) => Err(format!(
             "the trigger `{}` is not the framework's, and its statement names the framework's \
              tables (`aac_…`), on whose writes it would run unchecked: drop it (`DROP \
              TRIGGER \"{}\"`) if it is not yours{}",
-            name.escape_debug(),
-            name.replace('"', "\"\""),
+            shown(name),
+            shown(&name.replace('"', "\"\"")),
             match foreign.len() {
                 1 => String::new(),
-                n => format!(" ({} more: {})", n - 1, foreign[1..].join(", ")),
+                n => format!(
+                    " ({} more: {})",
+                    n - 1,
+                    foreign[1..]
+                        .iter()
+                        .map(|name| shown(name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             }
         )),
     }

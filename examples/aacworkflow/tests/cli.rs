@@ -827,8 +827,9 @@ fn record_refused_calls(path: &Path, n: usize) {
 }
 
 /// A cell of the wrong type (which only an edit of the file can put there) is a broken
-/// record to `--verify`, named by its seq and column, and the listing's error names the
-/// record, where both failed with a bare SQL error.
+/// record to `--verify`, named by its seq and column, where it failed with a bare SQL
+/// error; the listing shows the row as stored and warns on stderr, naming the record and
+/// column (it stopped there, and the append-only table could never be cleaned of it).
 #[test]
 fn a_wrong_typed_cell_is_a_broken_record_named_by_seq_and_column() {
     if sqlite_only("tampering with the file") {
@@ -871,9 +872,19 @@ fn a_wrong_typed_cell_is_a_broken_record_named_by_seq_and_column() {
         let json = run(dir.path(), &["audit", "--verify", "--json"]);
         let json: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
         assert_eq!(json["broken"]["seq"], 2, "{edit}: {json}");
-        let line = one_line_error(&run(dir.path(), &["audit"]));
+        let listed = run(dir.path(), &["audit"]);
+        assert!(listed.status.success(), "{edit}: {}", stderr(&listed));
+        assert_eq!(
+            stdout(&listed).lines().count(),
+            4,
+            "{edit}: {}",
+            stdout(&listed)
+        );
+        let line = stderr(&listed);
         assert!(
-            line.contains("record 2") && line.contains(&format!("`{column}`")),
+            line.lines().count() == 1
+                && line.starts_with("warning: audit record 2")
+                && line.contains(&format!("`{column}`")),
             "{edit}: {line}"
         );
         let conn = rusqlite::Connection::open(&path).unwrap();
@@ -1226,6 +1237,81 @@ fn sigterm_on_stdio_leaves_a_record_of_every_call_that_ran() {
         records.len()
     );
     assert!(records.len() <= 300 && answers <= records.len());
+    let verify = target.run(&["audit", "--verify"]);
+    assert!(verify.status.success(), "{}", stderr(&verify));
+}
+
+/// A second SIGTERM right after the first (an operator's double Ctrl-C) stops a stdio
+/// `serve` at once, exit 130, yet leaves a record of every issue created: the calls in
+/// hand are abandoned (nothing of theirs commits from then on) and the process exits once
+/// their records are written. It used to exit on the spot, between a call's commit and
+/// its record: 5 to 16 of 40 pipelined calls created their issue with no record.
+#[test]
+fn a_second_sigterm_on_stdio_exits_at_once_leaving_a_record_of_every_issue_created() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    let before = target.count_issues();
+    for round in 0..5 {
+        let mut child = stdio_serve(&target, &token, Stdio::null());
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = opening_lines();
+        for i in 1..=60 {
+            lines.push(format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"create_issue","arguments":{{"title":"r{round}-{i}"}}}}}}"#
+            ));
+        }
+        stdin
+            .write_all((lines.join("\n") + "\n").as_bytes())
+            .unwrap();
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("\"result\"") && !line.contains("\"protocolVersion\"") {
+                    let _ = first_tx.send(());
+                }
+            }
+        });
+        first_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a first answer");
+        let stopped = std::time::Instant::now();
+        sigterm(&child);
+        std::thread::sleep(std::time::Duration::from_millis(2 + round));
+        sigterm(&child);
+        let status = child.wait().unwrap();
+        let took = stopped.elapsed();
+        drop(stdin);
+        reader.join().unwrap();
+        // 130 when the second signal came before the session ended, 0 after.
+        assert!(
+            matches!(status.code(), Some(0 | 130)),
+            "round {round}: exited {status:?}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "round {round}: {took:?}"
+        );
+    }
+    let created = target.count_issues() - before;
+    let audit = target.run(&["audit", "--tool", "create_issue", "--json"]);
+    assert!(audit.status.success(), "{}", stderr(&audit));
+    let records: Vec<serde_json::Value> = stdout(&audit)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // A call abandoned after its commit is recorded `success` (499,
+    // `cancelled_after_commit`): what it wrote stands.
+    let successes = records.iter().filter(|r| r["outcome"] == "success").count();
+    assert_eq!(
+        successes as i64,
+        created,
+        "one success record per issue created ({} records)",
+        records.len()
+    );
     let verify = target.run(&["audit", "--verify"]);
     assert!(verify.status.success(), "{}", stderr(&verify));
 }

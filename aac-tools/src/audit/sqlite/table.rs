@@ -223,6 +223,11 @@ fn older_table_lacks(columns: &[String]) -> &'static [&'static str] {
 }
 
 pub(crate) fn other_columns(columns: &[String]) -> AuditError {
+    // The names are whoever made the table's (an edited file): escaped as a table cell is.
+    let columns: Vec<_> = columns
+        .iter()
+        .map(|c| crate::audit::format::printable(c))
+        .collect();
     AuditError::new(format!(
         "the existing `aac_audit` table has columns ({}) but this version of aac-tools \
          expects ({}); move it aside or migrate it",

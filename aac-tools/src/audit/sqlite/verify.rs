@@ -29,7 +29,18 @@ pub struct ChainReport {
     /// Triggers on `aac_audit` that the sink did not create: one can drop a record as it
     /// is inserted, leaving a chain that verifies without it. Empty when there are none.
     pub foreign_triggers: Vec<String>,
+    /// What SQLite's `PRAGMA integrity_check` says of `aac_audit` and its indexes, when it
+    /// finds something (at most 10 lines, each cut to 200 characters). The chain is walked by `seq`, through the
+    /// table itself; an index that disagrees with the table (an entry edited in the file)
+    /// makes every query that goes through it (`--since`, the dashboard) miss records the
+    /// chain holds. Empty when the check says `ok`.
+    pub integrity: Vec<String>,
 }
+
+/// The most lines of [`ChainReport::integrity`] (SQLite lists up to 100).
+const MOST_INTEGRITY_LINES: usize = 10;
+/// The longest line of [`ChainReport::integrity`], in characters.
+const LONGEST_INTEGRITY_LINE: usize = 200;
 
 impl ChainReport {
     /// Whether every record links to the previous one and matches its hash.
@@ -48,14 +59,21 @@ impl ChainReport {
             problems.push(format!(
                 "append-only triggers of `aac_audit` missing or altered ({}): records can be \
                  changed or deleted without the database refusing",
-                self.missing_triggers.join(", ")
+                shown(&self.missing_triggers, ", ")
             ));
         }
         if !self.foreign_triggers.is_empty() {
             problems.push(format!(
                 "triggers on `aac_audit` that are not the framework's ({}): one can drop \
                  records as they are written, unseen by the chain",
-                self.foreign_triggers.join(", ")
+                shown(&self.foreign_triggers, ", ")
+            ));
+        }
+        if !self.integrity.is_empty() {
+            problems.push(format!(
+                "SQLite's integrity check of `aac_audit` and its indexes fails ({}): a query \
+                 through an index (`--since`, a dashboard) may miss records the chain holds",
+                shown(&self.integrity, "; ")
             ));
         }
         problems
@@ -77,18 +95,35 @@ impl fmt::Display for ChainReport {
             write!(
                 f,
                 "\nappend-only triggers missing or altered: {}",
-                self.missing_triggers.join(", ")
+                shown(&self.missing_triggers, ", ")
             )?;
         }
         if !self.foreign_triggers.is_empty() {
             write!(
                 f,
                 "\ntriggers on aac_audit that are not the framework's: {}",
-                self.foreign_triggers.join(", ")
+                shown(&self.foreign_triggers, ", ")
+            )?;
+        }
+        if !self.integrity.is_empty() {
+            write!(
+                f,
+                "\nSQLite's integrity check of aac_audit and its indexes: {}",
+                shown(&self.integrity, "; ")
             )?;
         }
         Ok(())
     }
+}
+
+/// `texts` read from the database, each escaped as a table cell is (a name or a message
+/// written by whoever could write the file must not drive the terminal), joined.
+fn shown(texts: &[String], separator: &str) -> String {
+    texts
+        .iter()
+        .map(|text| crate::audit::format::printable(text))
+        .collect::<Vec<_>>()
+        .join(separator)
 }
 
 /// The first place where the chain does not hold.
@@ -116,12 +151,17 @@ impl fmt::Display for BrokenLink {
 /// ([`ChainReport::foreign_triggers`]), and fails, creating nothing, when there is no
 /// `aac_audit` table or one of other columns: a trail that is gone is not an empty one.
 ///
+/// It runs SQLite's `PRAGMA integrity_check` on the table and its indexes
+/// ([`ChainReport::integrity`]): the walk reads the table by `seq`, and an index edited in
+/// the file to disagree with it hides records from the queries that use it.
+///
 /// Truncation of the newest records leaves an intact, shorter chain: compare
 /// [`ChainReport::head`] with a head noted earlier to catch it.
 pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
     check_table(conn)?;
     let missing_triggers = missing_triggers(conn)?;
     let foreign_triggers = foreign_triggers(conn)?;
+    let integrity = integrity(conn);
     let mut stmt = conn
         .prepare(&format!(
             "SELECT {} FROM {AUDIT_TABLE} ORDER BY seq",
@@ -145,6 +185,7 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
                     }),
                     missing_triggers,
                     foreign_triggers,
+                    integrity,
                 });
             }
         };
@@ -185,6 +226,7 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
                 }),
                 missing_triggers,
                 foreign_triggers,
+                integrity,
             });
         }
         prev = Some((row.seq, row.hash));
@@ -195,5 +237,37 @@ pub fn verify_chain(conn: &Connection) -> Result<ChainReport, AuditError> {
         broken: None,
         missing_triggers,
         foreign_triggers,
+        integrity,
     })
+}
+
+/// What `PRAGMA integrity_check` finds wrong with `aac_audit` and its indexes, bounded
+/// (a damaged file can make SQLite list a hundred lines, each naming what the file says),
+/// or why it could not run: nothing when it says `ok`.
+fn integrity(conn: &Connection) -> Vec<String> {
+    let bounded = |line: &str| -> String {
+        let mut cut: String = line.chars().take(LONGEST_INTEGRITY_LINE).collect();
+        if cut.len() < line.len() {
+            cut.push('…');
+        }
+        cut
+    };
+    let check = || -> Result<Vec<String>, rusqlite::Error> {
+        let mut stmt = conn.prepare(&format!("PRAGMA main.integrity_check({AUDIT_TABLE})"))?;
+        let mut rows = stmt.query([])?;
+        let mut found = Vec::new();
+        while let Some(row) = rows.next()? {
+            let line: String = row.get(0)?;
+            if line == "ok" {
+                continue;
+            }
+            if found.len() == MOST_INTEGRITY_LINES {
+                found.push("…".to_owned());
+                break;
+            }
+            found.push(bounded(&line));
+        }
+        Ok(found)
+    };
+    check().unwrap_or_else(|e| vec![bounded(&format!("the check could not run: {e}"))])
 }
