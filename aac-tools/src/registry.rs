@@ -39,6 +39,10 @@ pub struct ToolEntry {
     /// call: a server keeps the validators of the tools it is asked to run. Shared by
     /// the tools with the same input schema ([`share_schemas`]).
     validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
+    /// The output's validator, compiled at the tool's first call (`None`: it does not
+    /// compile, and outputs go unchecked, as the tool's schema is advertised all the
+    /// same). Shared by the tools with the same output schema.
+    output_validator: Arc<OnceLock<Option<jsonschema::Validator>>>,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
     policy: ConfirmPolicy,
@@ -144,6 +148,22 @@ impl ToolEntry {
 
     pub(crate) fn wrap_output(&self) -> bool {
         self.wrap_output
+    }
+
+    /// The validator of the tool's output (as sent: wrapped in `{"result": …}` when
+    /// [`ToolEntry::wrap_output`]), compiled on first use; `None` without an output
+    /// schema, or when it does not compile (logged once).
+    pub(crate) fn output_validator(&self) -> Option<Arc<OnceLock<Option<jsonschema::Validator>>>> {
+        let schema = self.output_schema.as_ref()?;
+        self.output_validator.get_or_init(|| {
+            compile_input_schema(schema)
+                .inspect_err(|err| {
+                    tracing::warn!(tool = %self.name(), error = %err,
+                        "the output schema does not compile: outputs go unchecked");
+                })
+                .ok()
+        });
+        Some(Arc::clone(&self.output_validator))
     }
 
     /// The same entry, built again from its definition (which built once already).
@@ -855,6 +875,7 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         meta,
         json: OnceLock::new(),
         validator: Arc::new(OnceLock::new()),
+        output_validator: Arc::new(OnceLock::new()),
         wrap_output,
         policy,
     })
@@ -875,7 +896,8 @@ fn share_schemas(
     type Schema = Arc<Map<String, Value>>;
     type Validator = Arc<OnceLock<Result<jsonschema::Validator, String>>>;
     let mut inputs: HashMap<u64, Vec<(Schema, Validator)>> = HashMap::new();
-    let mut outputs: HashMap<u64, Vec<Schema>> = HashMap::new();
+    type OutputValidator = Arc<OnceLock<Option<jsonschema::Validator>>>;
+    let mut outputs: HashMap<u64, Vec<(Schema, OutputValidator)>> = HashMap::new();
     let mut tools = Vec::new();
     for entry in entries {
         let mut entry = entry?;
@@ -903,9 +925,12 @@ fn share_schemas(
         }
         if let Some(output) = &mut entry.output_schema {
             let same = outputs.entry(schema_hash(output)).or_default();
-            match same.iter().find(|schema| *schema == output) {
-                Some(schema) => *output = Arc::clone(schema),
-                None => same.push(Arc::clone(output)),
+            match same.iter().find(|(schema, _)| schema == output) {
+                Some((schema, validator)) => {
+                    *output = Arc::clone(schema);
+                    entry.output_validator = Arc::clone(validator);
+                }
+                None => same.push((Arc::clone(output), Arc::clone(&entry.output_validator))),
             }
         }
         tools.push(entry);

@@ -67,3 +67,54 @@ async fn the_output_schema_describes_the_output_as_written() {
             .collect::<Vec<_>>()
     );
 }
+
+#[derive(Serialize, JsonSchema)]
+struct Mean {
+    mean: f64,
+    count: u32,
+}
+
+/// The mean of nothing: NaN, which JSON writes as `null`.
+#[mcp_tool(read_only, scope = "things:read")]
+async fn mean_of_nothing() -> Result<Mean, ToolError> {
+    Ok(Mean {
+        mean: f64::NAN,
+        count: 0,
+    })
+}
+
+/// An output its own schema refuses (a NaN written `null` where the schema says
+/// `number`) is not sent as a success every host would refuse: the call fails 500
+/// `invalid_output`, naming where, and is recorded so. (It was answered, and recorded,
+/// as a success; the TypeScript and Python SDKs threw on it.)
+#[tokio::test]
+async fn an_output_its_schema_refuses_is_an_error_not_a_success() {
+    let sink = aac_tools::audit::MemorySink::new();
+    let server =
+        Server::builder(Registry::collect_named(&["mean_of_nothing", "tagged_thing"]).unwrap())
+            .audit(sink.clone())
+            .build()
+            .unwrap();
+    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
+    let response = server
+        .call(CallRequest::new("mean_of_nothing", Some(json!({}))).credentials(caller.clone()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(
+        (err.status().code(), err.reason()),
+        (500, "invalid_output"),
+        "{err:?}"
+    );
+    assert!(err.message().contains("`/mean`"), "{}", err.message());
+    // An output that matches is sent as before.
+    let fine = server
+        .call(CallRequest::new("tagged_thing", Some(json!({}))).credentials(caller))
+        .await;
+    assert!(fine.error().is_none(), "{:?}", fine.error());
+    let records = sink.records();
+    let reasons: Vec<(Option<&str>, u16)> = records
+        .iter()
+        .map(|r| (r.reason.as_deref(), r.status))
+        .collect();
+    assert_eq!(reasons, [(Some("invalid_output"), 500), (None, 200)]);
+}

@@ -337,6 +337,7 @@ impl Attempt {
             name,
             handler,
             wrap,
+            output: output_validator,
             call,
         } = prepared;
         let Some(handler) = handler else {
@@ -372,7 +373,14 @@ impl Attempt {
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
             let refused = crate::tool::take_arguments_refused();
-            let (result, check) = conclude(kind, name, wrap, output, &commits);
+            let (result, check) = conclude(
+                kind,
+                name,
+                wrap,
+                output_validator.as_deref(),
+                output,
+                &commits,
+            );
             let check = if refused && result.is_err() {
                 Some(Check::Validate)
             } else {
@@ -382,7 +390,14 @@ impl Attempt {
         }
         crate::tool::take_arguments_refused();
         let finish = async move {
-            let (result, check) = conclude(kind, name, wrap, handler.await, &commits);
+            let (result, check) = conclude(
+                kind,
+                name,
+                wrap,
+                output_validator.as_deref(),
+                handler.await,
+                &commits,
+            );
             self.finish(result, check).await
         };
         match tokio::runtime::Handle::try_current() {
@@ -811,6 +826,7 @@ impl Attempt {
             name: def.name(),
             handler: Some(def.handler()),
             wrap: entry.wrap_output(),
+            output: entry.output_validator(),
             call: Call {
                 arguments: handler_args,
                 ctx,
@@ -913,6 +929,7 @@ impl Attempt {
             name: target.name,
             handler: target.handler,
             wrap: false,
+            output: None,
             call: Call {
                 arguments: match arguments {
                     Some(Value::Object(map)) => Some(map),
@@ -1468,8 +1485,13 @@ struct Prepared {
     /// `None`: a completion without a completion function (it answers no values).
     handler: Option<Handler>,
     wrap: bool,
+    /// The tool's output validator, when it declares an output schema.
+    output: Option<OutputValidator>,
     call: Call,
 }
+
+/// A tool's output validator ([`crate::registry::ToolEntry::output_validator`]).
+type OutputValidator = Arc<std::sync::OnceLock<Option<jsonschema::Validator>>>;
 
 /// What a resource read, prompt or completion names, found in the registry.
 #[derive(Clone, Copy)]
@@ -1658,6 +1680,7 @@ fn conclude(
     kind: CallKind,
     name: &str,
     wrap: bool,
+    output_validator: Option<&std::sync::OnceLock<Option<jsonschema::Validator>>>,
     output: Option<Result<ToolOutput, ToolError>>,
     commits: &commits::Commits,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
@@ -1673,9 +1696,53 @@ fn conclude(
         )))
     });
     match output {
-        Ok(output) => (Ok(output.finish(wrap)), None),
+        Ok(output) => {
+            let output = output.finish(wrap);
+            // What the tool advertises is what it sends: an output its schema refuses (a
+            // NaN written as `null`, a `serialize_with` of another type) would be refused
+            // by every host that checks `structuredContent` against `outputSchema` (the
+            // TypeScript and Python SDKs) while the trail said `success`.
+            if let Some(validator) = output_validator.and_then(|v| v.get()?.as_ref())
+                && let Some(value) = output.structured_value()
+                && !validator.is_valid(value)
+                && let Err(err) = validator.validate(value)
+            {
+                let pointer = err.instance_path().as_str().to_owned();
+                let at = if pointer.is_empty() {
+                    "/".to_owned()
+                } else {
+                    pointer
+                };
+                tracing::error!(tool = %name, at = %at, error = %err,
+                    "a tool's output does not match its output schema");
+                return (
+                    Err(ToolError::new(
+                        crate::error::Status::Internal,
+                        "invalid_output",
+                        format!(
+                            "the tool's output does not match its outputSchema at `{at}`: {}",
+                            bounded_text(&err.to_string())
+                        ),
+                    )),
+                    Some(Check::Handler),
+                );
+            }
+            (Ok(output), None)
+        }
         Err(err) => (Err(err), Some(Check::Handler)),
     }
+}
+
+/// An error message cut at 200 bytes.
+fn bounded_text(text: &str) -> String {
+    if text.len() <= 200 {
+        return text.to_owned();
+    }
+    let mut end = 200;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// For a value outside a closed set (an enum's variants, in `anyOf`/`oneOf` of `const`s,
@@ -1756,15 +1823,7 @@ fn resolve_local_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> 
 
 /// A value as an error message quotes it: JSON, cut at 200 bytes.
 fn bounded_json(value: &Value) -> String {
-    let text = value.to_string();
-    if text.len() <= 200 {
-        return text;
-    }
-    let mut end = 200;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    bounded_text(&value.to_string())
 }
 
 /// The JSON pointer of a validation error: where the offending value is, or for a missing
