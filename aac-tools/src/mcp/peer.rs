@@ -62,8 +62,6 @@ struct Awaited<'a> {
     ends: Option<&'a QuestionEnds>,
     /// `None` once its answer was read.
     id: Option<RequestId>,
-    /// The connection closed: nobody is left to tell.
-    gone: bool,
 }
 
 impl Drop for Awaited<'_> {
@@ -74,9 +72,10 @@ impl Drop for Awaited<'_> {
         if let Some(ends) = self.ends {
             ends.0.question_ended(&id);
         }
-        if !self.gone
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        // Told even when rmcp says the transport closed: over stdio its requests end so
+        // when the input ends (SIGTERM), while the output still carries the answers. A
+        // client really gone is not told (the send fails).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let peer = self.peer.clone();
             runtime.spawn(async move {
                 // A client already gone is not told.
@@ -178,15 +177,12 @@ impl RmcpPeer {
             peer: &self.peer,
             ends: self.question_ends.as_ref(),
             id: Some(handle.id.clone()),
-            gone: false,
         };
         let answer = handle.await_response().await;
-        match answer {
-            // An answer (or the client's error) came through the transport, which has
-            // already seen it end its question.
-            Ok(_) | Err(ServiceError::McpError(_)) => awaited.id = None,
-            Err(ServiceError::TransportClosed) => awaited.gone = true,
-            Err(_) => {}
+        // An answer (or the client's error) came through the transport, which has
+        // already seen it end its question.
+        if matches!(answer, Ok(_) | Err(ServiceError::McpError(_))) {
+            awaited.id = None;
         }
         answer
     }

@@ -179,7 +179,8 @@ impl SessionEnds {
 /// event the client names as the last it received included, and the SSE and MCP
 /// specifications replay what came *after* it. A question (a person asked to confirm)
 /// replayed so came back to the host every time its client resumed the stream, after
-/// its call was cancelled too. An id of another form is left to rmcp to refuse.
+/// its call was cancelled too. The index is read as rmcp reads it (`+1` is 1); an id of
+/// another form is left to rmcp to refuse.
 fn after_in_memory(last_event_id: String) -> String {
     let (index, stream) = match last_event_id.split_once('/') {
         Some((index, stream)) => (index, Some(stream)),
@@ -188,7 +189,6 @@ fn after_in_memory(last_event_id: String) -> String {
     let next = index
         .parse::<usize>()
         .ok()
-        .filter(|_| index.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|index| index.checked_add(1));
     match (next, stream) {
         (Some(next), Some(stream)) => format!("{next}/{stream}"),
@@ -347,7 +347,9 @@ mod tests {
             ("1/2", "2/2"),
             ("0/7", "1/7"),
             ("5", "6"),
-            ("+1/2", "+1/2"),
+            ("+1/2", "2/2"),
+            ("-1/2", "-1/2"),
+            (" 1/2", " 1/2"),
             ("x/2", "x/2"),
             ("", ""),
             ("18446744073709551615/1", "18446744073709551615/1"),
