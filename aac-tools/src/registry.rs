@@ -813,6 +813,20 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
              names MCP clients and `POST /tools/{name}` take"
                 .to_owned(),
         )
+    } else if let Some((count, seconds)) = def.rate_as_written()
+        && (count == 0 || seconds == 0)
+    {
+        Some(format!(
+            "its rate is {count} per {seconds} s: at least one call in at least one second"
+        ))
+    } else if let Some(scope) = def
+        .scopes()
+        .iter()
+        .enumerate()
+        .find(|(i, scope)| def.scopes()[..*i].contains(scope))
+        .map(|(_, scope)| scope)
+    {
+        Some(format!("its scope {scope:?} is declared twice"))
     } else {
         def.scopes()
             .iter()
@@ -1188,6 +1202,11 @@ mod tests {
     static SPACED_SCOPE: ToolDef =
         ToolDef::__from_parts(parts("spaced", &["x:y", "x:y "], true, false));
     static BARE_SCOPE: ToolDef = ToolDef::__from_parts(parts("bare", &["admin"], true, false));
+    static TWICE: ToolDef = ToolDef::__from_parts(parts("twice", &["x:y", "x:y"], true, false));
+    static NO_RATE: ToolDef = ToolDef::__from_parts(ToolParts {
+        rate: Some((0, 0)),
+        ..parts("no_rate", &["x:y"], true, false)
+    });
 
     /// A definition built by hand (`inventory::submit!` of `__from_parts`, as a
     /// dependency could) gets the macro's rules at start-up: no tool without a scope
@@ -1202,6 +1221,8 @@ mod tests {
             (&DOTS, "its name"),
             (&SPACED_SCOPE, "scope \"x:y \""),
             (&BARE_SCOPE, "scope \"admin\""),
+            (&TWICE, "declared twice"),
+            (&NO_RATE, "its rate"),
         ] {
             match Registry::from_defs([def]) {
                 Err(RegistryError::InvalidDefinition { tool, why: said }) => {
