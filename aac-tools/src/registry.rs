@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Map, Value, json};
 
 use crate::confirm::ConfirmPolicy;
-use crate::resource::{PromptDef, ResourceDef};
+use crate::resource::{self, PromptDef, ResourceDef};
 use crate::schema;
 use crate::tool::ToolDef;
 
@@ -207,6 +207,15 @@ pub enum RegistryError {
         /// What is wrong.
         why: String,
     },
+    /// A resource or prompt whose arguments type cannot be filled from what MCP sends
+    /// (strings: a template's variables, a prompt's arguments), so that it could never
+    /// be read or got.
+    UnusableArguments {
+        /// What it is, by name and place: ``resource `notes://{id}` (`…`)``.
+        item: String,
+        /// What is wrong, and what to do.
+        why: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
@@ -234,6 +243,9 @@ impl fmt::Display for RegistryError {
             ),
             RegistryError::InvalidDefinition { tool, why } => {
                 write!(f, "tool `{tool}` cannot be served: {why}")
+            }
+            RegistryError::UnusableArguments { item, why } => {
+                write!(f, "{item} could never be used: {why}")
             }
             RegistryError::UnknownConfirmField { tool, field } => write!(
                 f,
@@ -350,6 +362,9 @@ impl Registry {
                     second: pair[1].location(),
                 });
             }
+        }
+        for &resource in &resources {
+            check_resource_arguments(resource)?;
         }
         let mut prompts: Vec<&'static PromptDef> = prompts.into_iter().collect();
         prompts.sort_by(|a, b| {
@@ -1013,6 +1028,107 @@ fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Registr
     }
 }
 
+/// A resource's arguments type is its template's variables, which MCP fills with strings:
+/// every variable must be a string field of it (else a read is refused, or the variable
+/// dropped), and every field it requires a variable (else every read is refused).
+fn check_resource_arguments(def: &ResourceDef) -> Result<(), RegistryError> {
+    let unusable = |why: String| RegistryError::UnusableArguments {
+        item: format!("resource `{}` ({})", def.uri(), def.location()),
+        why,
+    };
+    let variables = resource::template_variables(def.uri());
+    let Some(schema) = def.input_schema_value() else {
+        return match variables.first() {
+            Some(variable) => Err(unusable(format!(
+                "its function takes no arguments type, so the template variable \
+                 `{{{variable}}}` reaches nothing: take one with a field `{variable}: String`"
+            ))),
+            None => Ok(()),
+        };
+    };
+    let empty = Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let defs = schema.get("$defs").unwrap_or(&Value::Null);
+    for variable in &variables {
+        match properties.get(*variable) {
+            None => {
+                return Err(unusable(format!(
+                    "its arguments type has no field `{variable}`, so the template variable \
+                     `{{{variable}}}` would be dropped: add `{variable}: String` to it, or \
+                     take the variable out of the URI"
+                )));
+            }
+            Some(property) if !takes_a_string(property, defs, 0) => {
+                return Err(unusable(format!(
+                    "its field `{variable}` is not a string, and a template variable always is \
+                     (`\"1\"`, never `1`), so every read would be refused: make it a `String` \
+                     and parse it in the handler"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(field) = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|field| !variables.contains(field))
+    {
+        return Err(unusable(format!(
+            "its arguments type requires the field `{field}`, which is not a variable of the \
+             URI, so every read would be refused: make it one (`{{{field}}}`), or make the \
+             field optional (`Option<…>` or `#[serde(default)]`)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a string can be a value of `schema` (a `$ref` into `defs` followed): what a
+/// `type`, `enum`, `const` or the branches of `anyOf`, `oneOf`, `allOf` say; a schema
+/// that says nothing of it (`true`, `{}`) takes one.
+fn takes_a_string(schema: &Value, defs: &Value, depth: usize) -> bool {
+    let Value::Object(map) = schema else {
+        return *schema != Value::Bool(false);
+    };
+    // A definition that refers to itself: schemars writes none that a string could be.
+    if depth > 16 {
+        return true;
+    }
+    let followed = map
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(|name| defs.get(name));
+    if followed.is_some_and(|target| !takes_a_string(target, defs, depth + 1)) {
+        return false;
+    }
+    let typed = match map.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => true,
+    };
+    let listed = match map.get("enum") {
+        Some(Value::Array(values)) => values.iter().any(Value::is_string),
+        _ => true,
+    };
+    let constant = map.get("const").is_none_or(Value::is_string);
+    let branch = |b: &Value| takes_a_string(b, defs, depth + 1);
+    let some = |key: &str| match map.get(key) {
+        Some(Value::Array(branches)) => branches.iter().any(branch),
+        _ => true,
+    };
+    let all = match map.get("allOf") {
+        Some(Value::Array(branches)) => branches.iter().all(branch),
+        _ => true,
+    };
+    typed && listed && constant && some("anyOf") && some("oneOf") && all
+}
+
 /// The prompt's `prompts/list` object: its arguments are the properties of its arguments
 /// type (strings, as the protocol passes them), required as the schema says.
 fn build_prompt(def: &'static PromptDef) -> Result<PromptEntry, RegistryError> {
@@ -1029,6 +1145,25 @@ fn build_prompt(def: &'static PromptDef) -> Result<PromptEntry, RegistryError> {
     .map_err(invalid)?;
     let validator = jsonschema::validator_for(&schema)
         .map_err(|e| invalid(format!("the arguments schema does not compile: {e}")))?;
+    // MCP passes a prompt's arguments as strings (`{"count": "3"}`): an argument of
+    // another type would refuse every `prompts/get`.
+    let defs = schema.get("$defs").unwrap_or(&Value::Null);
+    if let Some((name, _)) = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .find(|(_, property)| !takes_a_string(property, defs, 0))
+    {
+        return Err(RegistryError::UnusableArguments {
+            item: format!("prompt `{}` ({})", def.name(), def.location()),
+            why: format!(
+                "its argument `{name}` is not a string, and MCP passes a prompt's arguments \
+                 as strings (`\"3\"`, never `3`), so every `prompts/get` would be refused: \
+                 make the field a `String` (or `Option<String>`) and parse it in the handler"
+            ),
+        });
+    }
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)

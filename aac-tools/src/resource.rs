@@ -28,6 +28,7 @@ pub struct ResourceParts {
     pub description: &'static str,
     pub mime_type: Option<&'static str>,
     pub scopes: &'static [&'static str],
+    pub input_schema: fn() -> Option<Value>,
     pub handler: Handler,
     pub complete: Option<Handler>,
     pub rust_name: &'static str,
@@ -91,6 +92,10 @@ impl ResourceDef {
     }
     pub(crate) fn completion(&self) -> Option<Handler> {
         self.parts.complete
+    }
+    /// The schema of its arguments type (the template's variables), if it takes one.
+    pub(crate) fn input_schema_value(&self) -> Option<Value> {
+        (self.parts.input_schema)()
     }
 
     /// The template variables of `uri` if it names this resource (for a fixed URI, an
@@ -251,6 +256,16 @@ pub(crate) fn match_template(template: &str, uri: &str) -> Option<Map<String, Va
         }
     }
     rest.is_empty().then_some(vars)
+}
+
+/// `template`'s variables (`{name}`), in order.
+pub(crate) fn template_variables(template: &str) -> Vec<&str> {
+    template
+        .split('{')
+        .skip(1)
+        .filter_map(|part| part.split_once('}'))
+        .map(|(variable, _)| variable)
+        .collect()
 }
 
 /// Whether `name` is one of `template`'s variables (`{name}`).
@@ -580,6 +595,7 @@ mod tests {
             Some(Map::new())
         );
         assert!(match_template("test://static", "test://static2").is_none());
+        assert_eq!(template_variables("x://{a}/b/{c}"), ["a", "c"]);
         let vars = match_template("x://{a}-{b}", "x://1-2").unwrap();
         assert_eq!(
             (vars["a"].as_str(), vars["b"].as_str()),
