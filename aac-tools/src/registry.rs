@@ -221,6 +221,16 @@ pub enum RegistryError {
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A resource's URI has a scheme; a tool's or prompt's name has no `:`.
+            RegistryError::DuplicateName {
+                name,
+                first,
+                second,
+            } if name.contains(':') => write!(
+                f,
+                "two resources answer to `{name}`: {first} and {second}; change one's \
+                 `#[mcp_resource(uri = \"…\")]`"
+            ),
             RegistryError::DuplicateName {
                 name,
                 first,
@@ -363,7 +373,18 @@ impl Registry {
                 });
             }
         }
+        // Templates that differ only in their variables' names (`docs://{a}`,
+        // `docs://{b}`) match the same URIs: the second could never be read, and the
+        // scope it declares would be no one's.
+        let mut shapes: HashMap<String, &'static ResourceDef> = HashMap::new();
         for &resource in &resources {
+            if let Some(first) = shapes.insert(resource::template_shape(resource.uri()), resource) {
+                return Err(RegistryError::DuplicateName {
+                    name: format!("{}` and `{}", first.uri(), resource.uri()),
+                    first: first.location(),
+                    second: resource.location(),
+                });
+            }
             check_resource_arguments(resource)?;
         }
         let mut prompts: Vec<&'static PromptDef> = prompts.into_iter().collect();

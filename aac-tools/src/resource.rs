@@ -268,6 +268,25 @@ pub(crate) fn template_variables(template: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `template` with each variable's name taken out (`docs://{a}` → `docs://{}`): two
+/// templates of one shape match the same URIs, whatever their variables are called.
+pub(crate) fn template_shape(template: &str) -> String {
+    let mut shape = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        shape.push_str(&rest[..=open]);
+        match rest[open..].find('}') {
+            Some(close) => rest = &rest[open + close..],
+            None => {
+                rest = &rest[open + 1..];
+                break;
+            }
+        }
+    }
+    shape.push_str(rest);
+    shape
+}
+
 /// Whether `name` is one of `template`'s variables (`{name}`).
 pub(crate) fn is_template_variable(template: &str, name: &str) -> bool {
     template
@@ -596,6 +615,8 @@ mod tests {
         );
         assert!(match_template("test://static", "test://static2").is_none());
         assert_eq!(template_variables("x://{a}/b/{c}"), ["a", "c"]);
+        assert_eq!(template_shape("x://{a}/b/{cd}"), "x://{}/b/{}");
+        assert_eq!(template_shape("x://fixed"), "x://fixed");
         let vars = match_template("x://{a}-{b}", "x://1-2").unwrap();
         assert_eq!(
             (vars["a"].as_str(), vars["b"].as_str()),

@@ -1,6 +1,6 @@
 //! A resource or prompt whose arguments MCP can never fill (it sends strings: a template's
 //! variables, a prompt's arguments) stops the registry at start-up, naming it, the field
-//! and what to do.
+//! and what to do; so do two templates that differ only in their variables' names.
 
 use aac_tools::{Registry, RegistryError};
 
@@ -181,5 +181,52 @@ fn string_arguments_and_variables_start() {
     assert_eq!(
         (registry.resources().len(), registry.prompts().len()),
         (2, 1)
+    );
+}
+
+mod same_shape {
+    use aac_tools::{ToolError, mcp_resource};
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct A {
+        a: String,
+    }
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct B {
+        b: String,
+    }
+
+    /// Public docs.
+    #[mcp_resource(uri = "docs://{a}", scope = "public:read")]
+    async fn public_doc(u: A) -> Result<String, ToolError> {
+        Ok(u.a)
+    }
+
+    /// Secret docs: the same URIs, another scope.
+    #[mcp_resource(uri = "docs://{b}", scope = "secret:read")]
+    async fn secret_doc(u: B) -> Result<String, ToolError> {
+        Ok(u.b)
+    }
+}
+
+#[test]
+fn templates_that_differ_only_in_their_variables_are_one_uri() {
+    let err = Registry::collect_module(&format!("{}::same_shape", module_path!()))
+        .map(|_| ())
+        .unwrap_err();
+    let RegistryError::DuplicateName {
+        name,
+        first,
+        second,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(name, "docs://{a}` and `docs://{b}");
+    assert!(first.contains("public_doc") && second.contains("secret_doc"));
+    assert!(
+        err.to_string()
+            .starts_with("two resources answer to `docs://{a}` and `docs://{b}`: "),
+        "{err}"
     );
 }
