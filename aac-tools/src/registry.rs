@@ -1,7 +1,7 @@
 //! The registry: every tool linked into the binary, checked once at start-up, with the
 //! `tools/list` JSON and the manifest built once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -976,18 +976,18 @@ fn compile_input_schema(
     jsonschema::validator_for(&Value::Object(schema.clone()))
 }
 
-/// Every `{placeholder}` of the confirm message must be an argument, when the schema
-/// lists its properties at the root (a composed schema is taken on trust).
+/// Every `{placeholder}` of the confirm message must be an argument, of some variant of
+/// an enum ([`argument_names`]; a schema it cannot read is taken on trust).
 fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
     let Some(message) = def.confirm_message() else {
         return Ok(());
     };
-    let Some(properties) = root_properties(input_schema) else {
+    let Some(names) = argument_names(input_schema) else {
         return Ok(());
     };
     match crate::confirm::placeholders(message)
         .into_iter()
-        .find(|field| !properties.contains_key(*field))
+        .find(|field| !names.contains(field))
     {
         Some(field) => Err(RegistryError::UnknownConfirmField {
             tool: def.name().to_owned(),
@@ -997,20 +997,54 @@ fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Regis
     }
 }
 
-/// The properties an input schema lists at its root, unless it is composed (`allOf`,
-/// `$ref`…: its arguments are then taken on trust).
-fn root_properties(input_schema: &Value) -> Option<&Map<String, Value>> {
-    let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
-        .iter()
-        .any(|k| input_schema.get(*k).is_some());
-    if composed {
+/// The arguments an input schema names: its root's properties, and those of every
+/// branch of a root `oneOf`, `anyOf` or `allOf` (an enum's variants; a `$ref` into
+/// `$defs` followed). `None` when it cannot be read so (a root `$ref`, `if` or
+/// `dependentSchemas`, a branch composed in turn): its arguments are then taken on trust.
+fn argument_names(input_schema: &Value) -> Option<HashSet<&str>> {
+    let opaque = |schema: &Value, keys: &[&str]| keys.iter().any(|k| schema.get(*k).is_some());
+    if opaque(input_schema, &["$ref", "if", "dependentSchemas"]) {
         return None;
     }
-    input_schema.get("properties").and_then(Value::as_object)
+    let mut names: HashSet<&str> = input_schema
+        .get("properties")?
+        .as_object()?
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let defs = input_schema.get("$defs");
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for branch in input_schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let branch = match branch.get("$ref").and_then(Value::as_str) {
+                Some(reference) => reference
+                    .strip_prefix("#/$defs/")
+                    .and_then(|name| defs?.get(name))?,
+                None => branch,
+            };
+            let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"];
+            if opaque(branch, &composed) {
+                return None;
+            }
+            match branch.get("properties") {
+                Some(properties) => {
+                    names.extend(properties.as_object()?.keys().map(String::as_str))
+                }
+                // A variant without fields (`{"type": "object"}`) names none.
+                None if branch.get("type").and_then(Value::as_str) == Some("object") => {}
+                None => return None,
+            }
+        }
+    }
+    Some(names)
 }
 
-/// Every audit field must be an argument, when the schema lists its properties at the
-/// root (a composed schema is taken on trust).
+/// Every audit field must be an argument, of some variant of an enum ([`argument_names`];
+/// a schema it cannot read is taken on trust).
 /// The argument names of the framework's own records that count refusals answered without
 /// a record of their own (`{"suppressed": n}`, `{"more_calls": n}`, a `peer`): a tool may
 /// not keep an argument of such a name in the clear, or a caller could write a record that
@@ -1033,13 +1067,13 @@ fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Registr
             ),
         });
     }
-    let Some(properties) = root_properties(input_schema) else {
+    let Some(names) = argument_names(input_schema) else {
         return Ok(());
     };
     match def
         .audit_fields()
         .iter()
-        .find(|field| !properties.contains_key(**field))
+        .find(|field| !names.contains(**field))
     {
         Some(field) => Err(RegistryError::UnknownAuditField {
             tool: def.name().to_owned(),
