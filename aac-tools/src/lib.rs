@@ -185,7 +185,10 @@ pub use aac_tools_macros::queries;
 /// `#[mcp_resource(uri = "…", scope = "…", name = "…", title = "…", description = "…",
 /// mime_type = "…", complete = path)]` on an `async fn` returning
 /// `Result<T, ToolError>` where `T:` [`IntoResourceContents`]. The template's variables
-/// are its arguments (one type deriving `Deserialize`, as for a tool); every other
+/// are its arguments (one type deriving `Deserialize`, as for a tool): MCP fills them with
+/// strings, so each variable must be a `String` field of that type and each field it
+/// requires a variable, or the registry refuses to start
+/// ([`RegistryError::UnusableArguments`]); every other
 /// parameter is something the framework provides at the `Read` level (a `Db<Write>`
 /// does not compile). Reads go through the same pipeline as tool calls: deny by
 /// default, the scope checked first, one audit record of kind `resource` each. See
@@ -195,7 +198,9 @@ pub use aac_tools_macros::mcp_resource;
 /// Declares a prompt: `#[mcp_prompt(scope = "…", name = "…", title = "…",
 /// description = "…", complete = path)]` on an `async fn` returning
 /// `Result<T, ToolError>` where `T:` [`IntoPromptMessages`]. Its arguments are the
-/// fields of its one arguments type (strings); handles are `Read`-level only. One audit
+/// fields of its one arguments type, strings as MCP passes them (`String` or
+/// `Option<String>`: another type refuses to start, [`RegistryError::UnusableArguments`]);
+/// handles are `Read`-level only. One audit
 /// record of kind `prompt` per `prompts/get`.
 pub use aac_tools_macros::mcp_prompt;
 

@@ -1,7 +1,7 @@
 //! The registry: every tool linked into the binary, checked once at start-up, with the
 //! `tools/list` JSON and the manifest built once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Map, Value, json};
 
 use crate::confirm::ConfirmPolicy;
-use crate::resource::{PromptDef, ResourceDef};
+use crate::resource::{self, PromptDef, ResourceDef};
 use crate::schema;
 use crate::tool::ToolDef;
 
@@ -227,11 +227,30 @@ pub enum RegistryError {
         /// What is wrong.
         why: String,
     },
+    /// A resource or prompt whose arguments type cannot be filled from what MCP sends
+    /// (strings: a template's variables, a prompt's arguments), so that it could never
+    /// be read or got.
+    UnusableArguments {
+        /// What it is, by name and place: ``resource `notes://{id}` (`…`)``.
+        item: String,
+        /// What is wrong, and what to do.
+        why: String,
+    },
 }
 
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A resource's URI has a scheme; a tool's or prompt's name has no `:`.
+            RegistryError::DuplicateName {
+                name,
+                first,
+                second,
+            } if name.contains(':') => write!(
+                f,
+                "two resources answer to `{name}`: {first} and {second}; change one's \
+                 `#[mcp_resource(uri = \"…\")]`"
+            ),
             RegistryError::DuplicateName {
                 name,
                 first,
@@ -254,6 +273,9 @@ impl fmt::Display for RegistryError {
             ),
             RegistryError::InvalidDefinition { tool, why } => {
                 write!(f, "tool `{tool}` cannot be served: {why}")
+            }
+            RegistryError::UnusableArguments { item, why } => {
+                write!(f, "{item} could never be used: {why}")
             }
             RegistryError::UnknownConfirmField { tool, field } => write!(
                 f,
@@ -370,6 +392,20 @@ impl Registry {
                     second: pair[1].location(),
                 });
             }
+        }
+        // Templates that differ only in their variables' names (`docs://{a}`,
+        // `docs://{b}`) match the same URIs: the second could never be read, and the
+        // scope it declares would be no one's.
+        let mut shapes: HashMap<String, &'static ResourceDef> = HashMap::new();
+        for &resource in &resources {
+            if let Some(first) = shapes.insert(resource::template_shape(resource.uri()), resource) {
+                return Err(RegistryError::DuplicateName {
+                    name: format!("{}` and `{}", first.uri(), resource.uri()),
+                    first: first.location(),
+                    second: resource.location(),
+                });
+            }
+            check_resource_arguments(resource)?;
         }
         let mut prompts: Vec<&'static PromptDef> = prompts.into_iter().collect();
         prompts.sort_by(|a, b| {
@@ -979,18 +1015,18 @@ fn compile_input_schema(
     jsonschema::validator_for(&Value::Object(schema.clone()))
 }
 
-/// Every `{placeholder}` of the confirm message must be an argument, when the schema
-/// lists its properties at the root (a composed schema is taken on trust).
+/// Every `{placeholder}` of the confirm message must be an argument, of some variant of
+/// an enum ([`argument_names`]; a schema it cannot read is taken on trust).
 fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), RegistryError> {
     let Some(message) = def.confirm_message() else {
         return Ok(());
     };
-    let Some(properties) = root_properties(input_schema) else {
+    let Some(names) = argument_names(input_schema) else {
         return Ok(());
     };
     match crate::confirm::placeholders(message)
         .into_iter()
-        .find(|field| !properties.contains_key(*field))
+        .find(|field| !names.contains(field))
     {
         Some(field) => Err(RegistryError::UnknownConfirmField {
             tool: def.name().to_owned(),
@@ -1000,20 +1036,54 @@ fn check_confirm_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Regis
     }
 }
 
-/// The properties an input schema lists at its root, unless it is composed (`allOf`,
-/// `$ref`…: its arguments are then taken on trust).
-fn root_properties(input_schema: &Value) -> Option<&Map<String, Value>> {
-    let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"]
-        .iter()
-        .any(|k| input_schema.get(*k).is_some());
-    if composed {
+/// The arguments an input schema names: its root's properties, and those of every
+/// branch of a root `oneOf`, `anyOf` or `allOf` (an enum's variants; a `$ref` into
+/// `$defs` followed). `None` when it cannot be read so (a root `$ref`, `if` or
+/// `dependentSchemas`, a branch composed in turn): its arguments are then taken on trust.
+fn argument_names(input_schema: &Value) -> Option<HashSet<&str>> {
+    let opaque = |schema: &Value, keys: &[&str]| keys.iter().any(|k| schema.get(*k).is_some());
+    if opaque(input_schema, &["$ref", "if", "dependentSchemas"]) {
         return None;
     }
-    input_schema.get("properties").and_then(Value::as_object)
+    let mut names: HashSet<&str> = input_schema
+        .get("properties")?
+        .as_object()?
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let defs = input_schema.get("$defs");
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for branch in input_schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let branch = match branch.get("$ref").and_then(Value::as_str) {
+                Some(reference) => reference
+                    .strip_prefix("#/$defs/")
+                    .and_then(|name| defs?.get(name))?,
+                None => branch,
+            };
+            let composed = ["allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas"];
+            if opaque(branch, &composed) {
+                return None;
+            }
+            match branch.get("properties") {
+                Some(properties) => {
+                    names.extend(properties.as_object()?.keys().map(String::as_str))
+                }
+                // A variant without fields (`{"type": "object"}`) names none.
+                None if branch.get("type").and_then(Value::as_str) == Some("object") => {}
+                None => return None,
+            }
+        }
+    }
+    Some(names)
 }
 
-/// Every audit field must be an argument, when the schema lists its properties at the
-/// root (a composed schema is taken on trust).
+/// Every audit field must be an argument, of some variant of an enum ([`argument_names`];
+/// a schema it cannot read is taken on trust).
 /// The argument names of the framework's own records that count refusals answered without
 /// a record of their own (`{"suppressed": n}`, `{"more_calls": n}`, a `peer`): a tool may
 /// not keep an argument of such a name in the clear, or a caller could write a record that
@@ -1036,13 +1106,13 @@ fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Registr
             ),
         });
     }
-    let Some(properties) = root_properties(input_schema) else {
+    let Some(names) = argument_names(input_schema) else {
         return Ok(());
     };
     match def
         .audit_fields()
         .iter()
-        .find(|field| !properties.contains_key(**field))
+        .find(|field| !names.contains(**field))
     {
         Some(field) => Err(RegistryError::UnknownAuditField {
             tool: def.name().to_owned(),
@@ -1050,6 +1120,107 @@ fn check_audit_fields(def: &ToolDef, input_schema: &Value) -> Result<(), Registr
         }),
         None => Ok(()),
     }
+}
+
+/// A resource's arguments type is its template's variables, which MCP fills with strings:
+/// every variable must be a string field of it (else a read is refused, or the variable
+/// dropped), and every field it requires a variable (else every read is refused).
+fn check_resource_arguments(def: &ResourceDef) -> Result<(), RegistryError> {
+    let unusable = |why: String| RegistryError::UnusableArguments {
+        item: format!("resource `{}` ({})", def.uri(), def.location()),
+        why,
+    };
+    let variables = resource::template_variables(def.uri());
+    let Some(schema) = def.input_schema_value() else {
+        return match variables.first() {
+            Some(variable) => Err(unusable(format!(
+                "its function takes no arguments type, so the template variable \
+                 `{{{variable}}}` reaches nothing: take one with a field `{variable}: String`"
+            ))),
+            None => Ok(()),
+        };
+    };
+    let empty = Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let defs = schema.get("$defs").unwrap_or(&Value::Null);
+    for variable in &variables {
+        match properties.get(*variable) {
+            None => {
+                return Err(unusable(format!(
+                    "its arguments type has no field `{variable}`, so the template variable \
+                     `{{{variable}}}` would be dropped: add `{variable}: String` to it, or \
+                     take the variable out of the URI"
+                )));
+            }
+            Some(property) if !takes_a_string(property, defs, 0) => {
+                return Err(unusable(format!(
+                    "its field `{variable}` is not a string, and a template variable always is \
+                     (`\"1\"`, never `1`), so every read would be refused: make it a `String` \
+                     and parse it in the handler"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(field) = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|field| !variables.contains(field))
+    {
+        return Err(unusable(format!(
+            "its arguments type requires the field `{field}`, which is not a variable of the \
+             URI, so every read would be refused: make it one (`{{{field}}}`), or make the \
+             field optional (`Option<…>` or `#[serde(default)]`)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a string can be a value of `schema` (a `$ref` into `defs` followed): what a
+/// `type`, `enum`, `const` or the branches of `anyOf`, `oneOf`, `allOf` say; a schema
+/// that says nothing of it (`true`, `{}`) takes one.
+fn takes_a_string(schema: &Value, defs: &Value, depth: usize) -> bool {
+    let Value::Object(map) = schema else {
+        return *schema != Value::Bool(false);
+    };
+    // A definition that refers to itself: schemars writes none that a string could be.
+    if depth > 16 {
+        return true;
+    }
+    let followed = map
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(|name| defs.get(name));
+    if followed.is_some_and(|target| !takes_a_string(target, defs, depth + 1)) {
+        return false;
+    }
+    let typed = match map.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => true,
+    };
+    let listed = match map.get("enum") {
+        Some(Value::Array(values)) => values.iter().any(Value::is_string),
+        _ => true,
+    };
+    let constant = map.get("const").is_none_or(Value::is_string);
+    let branch = |b: &Value| takes_a_string(b, defs, depth + 1);
+    let some = |key: &str| match map.get(key) {
+        Some(Value::Array(branches)) => branches.iter().any(branch),
+        _ => true,
+    };
+    let all = match map.get("allOf") {
+        Some(Value::Array(branches)) => branches.iter().all(branch),
+        _ => true,
+    };
+    typed && listed && constant && some("anyOf") && some("oneOf") && all
 }
 
 /// The prompt's `prompts/list` object: its arguments are the properties of its arguments
@@ -1068,6 +1239,25 @@ fn build_prompt(def: &'static PromptDef) -> Result<PromptEntry, RegistryError> {
     .map_err(invalid)?;
     let validator = jsonschema::validator_for(&schema)
         .map_err(|e| invalid(format!("the arguments schema does not compile: {e}")))?;
+    // MCP passes a prompt's arguments as strings (`{"count": "3"}`): an argument of
+    // another type would refuse every `prompts/get`.
+    let defs = schema.get("$defs").unwrap_or(&Value::Null);
+    if let Some((name, _)) = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .find(|(_, property)| !takes_a_string(property, defs, 0))
+    {
+        return Err(RegistryError::UnusableArguments {
+            item: format!("prompt `{}` ({})", def.name(), def.location()),
+            why: format!(
+                "its argument `{name}` is not a string, and MCP passes a prompt's arguments \
+                 as strings (`\"3\"`, never `3`), so every `prompts/get` would be refused: \
+                 make the field a `String` (or `Option<String>`) and parse it in the handler"
+            ),
+        });
+    }
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)

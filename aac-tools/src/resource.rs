@@ -28,6 +28,7 @@ pub struct ResourceParts {
     pub description: &'static str,
     pub mime_type: Option<&'static str>,
     pub scopes: &'static [&'static str],
+    pub input_schema: fn() -> Option<Value>,
     pub handler: Handler,
     pub complete: Option<Handler>,
     pub rust_name: &'static str,
@@ -91,6 +92,10 @@ impl ResourceDef {
     }
     pub(crate) fn completion(&self) -> Option<Handler> {
         self.parts.complete
+    }
+    /// The schema of its arguments type (the template's variables), if it takes one.
+    pub(crate) fn input_schema_value(&self) -> Option<Value> {
+        (self.parts.input_schema)()
     }
 
     /// The template variables of `uri` if it names this resource (for a fixed URI, an
@@ -251,6 +256,35 @@ pub(crate) fn match_template(template: &str, uri: &str) -> Option<Map<String, Va
         }
     }
     rest.is_empty().then_some(vars)
+}
+
+/// `template`'s variables (`{name}`), in order.
+pub(crate) fn template_variables(template: &str) -> Vec<&str> {
+    template
+        .split('{')
+        .skip(1)
+        .filter_map(|part| part.split_once('}'))
+        .map(|(variable, _)| variable)
+        .collect()
+}
+
+/// `template` with each variable's name taken out (`docs://{a}` → `docs://{}`): two
+/// templates of one shape match the same URIs, whatever their variables are called.
+pub(crate) fn template_shape(template: &str) -> String {
+    let mut shape = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        shape.push_str(&rest[..=open]);
+        match rest[open..].find('}') {
+            Some(close) => rest = &rest[open + close..],
+            None => {
+                rest = &rest[open + 1..];
+                break;
+            }
+        }
+    }
+    shape.push_str(rest);
+    shape
 }
 
 /// Whether `name` is one of `template`'s variables (`{name}`).
@@ -580,6 +614,9 @@ mod tests {
             Some(Map::new())
         );
         assert!(match_template("test://static", "test://static2").is_none());
+        assert_eq!(template_variables("x://{a}/b/{c}"), ["a", "c"]);
+        assert_eq!(template_shape("x://{a}/b/{cd}"), "x://{}/b/{}");
+        assert_eq!(template_shape("x://fixed"), "x://fixed");
         let vars = match_template("x://{a}-{b}", "x://1-2").unwrap();
         assert_eq!(
             (vars["a"].as_str(), vars["b"].as_str()),

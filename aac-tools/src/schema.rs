@@ -102,33 +102,185 @@ pub(crate) fn finish_input_schema(mut schema: Value, destructive: bool) -> Resul
         root.insert(key.to_owned(), Value::Bool(false));
     }
     if destructive {
-        let properties = root
-            .get_mut("properties")
-            .and_then(Value::as_object_mut)
-            .ok_or("`properties` is not an object")?;
-        if properties.contains_key("confirm") {
-            return Err(
-                "a destructive tool's arguments cannot have their own `confirm` field: \
-                 the framework adds it and the handler never sees it"
-                    .to_owned(),
-            );
-        }
-        properties.insert(
-            "confirm".to_owned(),
-            json!({
-                "type": "boolean",
-                "description": "This operation is destructive. Set to true only after the user has explicitly confirmed it."
-            }),
-        );
-        let required = root
-            .entry("required")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        match required {
-            Value::Array(list) => list.push(json!("confirm")),
-            _ => return Err("`required` is not an array".to_owned()),
-        }
+        add_confirm(root)?;
     }
     Ok(schema)
+}
+
+/// The name under `$defs` of a destructive tool's arguments as they are without
+/// `confirm`: no Rust type is named so, so it is never one schemars wrote.
+pub(crate) const ARGUMENTS_DEF: &str = "aac-tools.arguments";
+
+const OWN_CONFIRM: &str = "a destructive tool's arguments cannot have their own `confirm` \
+                           field: the framework adds it and the handler never sees it";
+
+/// Give a destructive tool's root its required boolean `confirm`, accepted (and required)
+/// at the top level whatever the arguments' type, and nowhere else:
+///
+/// - a recursive type refers to itself as `{"$ref": "#"}`, which would now require
+///   `confirm` of every nested node: such references are pointed at a copy of the root as
+///   it was, under `$defs` ([`ARGUMENTS_DEF`]);
+/// - a closed subschema the root is made of (a `oneOf`/`anyOf`/`allOf` branch with
+///   `additionalProperties` or `unevaluatedProperties`, as every variant of a
+///   `deny_unknown_fields` enum has) would refuse the `confirm` the root requires: each
+///   gets `confirm` among its `properties` too (a branch that is a `$ref` is replaced by
+///   a copy, so that the definition, used elsewhere, is unchanged).
+///
+/// The one schema is advertised and validated, so nothing is relaxed for the caller that
+/// the tool's type did not relax: only the name `confirm` is added, at the root.
+fn add_confirm(root: &mut Map<String, Value>) -> Result<(), String> {
+    let confirm = json!({
+        "type": "boolean",
+        "description": "This operation is destructive. Set to true only after the user has explicitly confirmed it."
+    });
+    if root.values().any(refers_to_root) {
+        let mut arguments = root.clone();
+        arguments.remove("$defs");
+        let defs = root
+            .entry("$defs")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or("`$defs` is not an object")?;
+        if defs.contains_key(ARGUMENTS_DEF) {
+            return Err(format!(
+                "`$defs` already has a definition `{ARGUMENTS_DEF}`"
+            ));
+        }
+        defs.insert(ARGUMENTS_DEF.to_owned(), Value::Object(arguments));
+        let target = format!("#/$defs/{ARGUMENTS_DEF}");
+        for value in root.values_mut() {
+            point_root_references(value, &target);
+        }
+    }
+    // In a branch, `confirm` is only allowed: the root says what it must be.
+    let allowed = json!({"type": "boolean"});
+    let defs = root.get("$defs").cloned().unwrap_or(Value::Null);
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = root.get_mut(key) {
+            for branch in branches {
+                open_for_confirm(branch, &defs, &allowed, 0)?;
+            }
+        }
+    }
+    let properties = root
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .ok_or("`properties` is not an object")?;
+    if properties.contains_key("confirm") {
+        return Err(OWN_CONFIRM.to_owned());
+    }
+    properties.insert("confirm".to_owned(), confirm);
+    let required = root
+        .entry("required")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    match required {
+        Value::Array(list) => list.push(json!("confirm")),
+        _ => return Err("`required` is not an array".to_owned()),
+    }
+    Ok(())
+}
+
+/// The keywords whose values are data, not subschemas: a `"$ref"` in them is not one.
+const DATA_KEYWORDS: [&str; 4] = ["const", "default", "enum", "examples"];
+
+/// Whether some subschema of `schema` is `{"$ref": "#"}` (a recursive type's root).
+fn refers_to_root(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.get("$ref").and_then(Value::as_str) == Some("#")
+                || map
+                    .iter()
+                    .any(|(k, v)| !DATA_KEYWORDS.contains(&k.as_str()) && refers_to_root(v))
+        }
+        Value::Array(items) => items.iter().any(refers_to_root),
+        _ => false,
+    }
+}
+
+/// Every `{"$ref": "#"}` below `schema` made `{"$ref": target}`.
+fn point_root_references(schema: &mut Value, target: &str) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("$ref").and_then(Value::as_str) == Some("#") {
+                map.insert("$ref".to_owned(), json!(target));
+            }
+            for (key, value) in map.iter_mut() {
+                if !DATA_KEYWORDS.contains(&key.as_str()) {
+                    point_root_references(value, target);
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| point_root_references(item, target)),
+        _ => {}
+    }
+}
+
+/// Let a branch of the root (and the branches it is made of) take the root's `confirm`:
+/// a closed one gets it among its `properties`. A branch that is a `$ref` into `$defs` is
+/// replaced by a copy of the definition, changed, when the definition is closed.
+fn open_for_confirm(
+    branch: &mut Value,
+    defs: &Value,
+    confirm: &Value,
+    depth: usize,
+) -> Result<(), String> {
+    // A definition that is its own branch, through `$ref`s: schemars writes none, and a
+    // copy of it would never end.
+    if depth > 16 {
+        return Err("the arguments' schema nests its branches too deeply".to_owned());
+    }
+    if let Some(reference) = branch.get("$ref").and_then(Value::as_str) {
+        let Some(target) = reference
+            .strip_prefix("#/$defs/")
+            .and_then(|name| defs.get(name))
+        else {
+            return Ok(());
+        };
+        let mut copy = target.clone();
+        open_for_confirm(&mut copy, defs, confirm, depth + 1)?;
+        if copy != *target {
+            let Value::Object(map) = branch else {
+                return Ok(());
+            };
+            let Value::Object(copy) = copy else {
+                return Ok(());
+            };
+            map.remove("$ref");
+            for (key, value) in copy {
+                map.entry(key).or_insert(value);
+            }
+        }
+        return Ok(());
+    }
+    let Value::Object(map) = branch else {
+        return Ok(());
+    };
+    let has_own = map
+        .get("properties")
+        .is_some_and(|p| p.get("confirm").is_some());
+    if has_own {
+        return Err(OWN_CONFIRM.to_owned());
+    }
+    let closed = ["additionalProperties", "unevaluatedProperties"]
+        .iter()
+        .any(|k| map.get(*k).is_some_and(|v| *v != Value::Bool(true)));
+    if closed {
+        map.entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or("a branch's `properties` is not an object")?
+            .insert("confirm".to_owned(), confirm.clone());
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = map.get_mut(key) {
+            for branch in branches {
+                open_for_confirm(branch, defs, confirm, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An output schema as MCP wants it: an object at the root. A schema that is not
@@ -147,4 +299,50 @@ pub(crate) fn finish_output_schema(mut schema: Value) -> (Value, bool) {
         root.insert("$defs".to_owned(), defs);
     }
     (Value::Object(root), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A closed branch reached through `allOf` and a `$ref` takes the root's `confirm`,
+    /// as a copy: the definition, which other properties may use, keeps refusing it.
+    #[test]
+    fn a_closed_branch_behind_a_reference_takes_confirm_as_a_copy() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/A"}},
+            "allOf": [{"$ref": "#/$defs/A"}],
+            "unevaluatedProperties": false,
+            "$defs": {"A": {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "additionalProperties": false
+            }}
+        });
+        let finished = finish_input_schema(schema, true).unwrap();
+        assert_eq!(
+            finished["$defs"]["A"]["properties"],
+            json!({"a": {"type": "string"}})
+        );
+        let validator = jsonschema::validator_for(&finished).unwrap();
+        assert!(validator.is_valid(&json!({"a": "x", "confirm": true})));
+        assert!(!validator.is_valid(&json!({"a": "x"})));
+        assert!(!validator.is_valid(&json!({"a": "x", "b": 1, "confirm": true})));
+        assert!(!validator.is_valid(&json!({"confirm": true, "item": {"confirm": true}})));
+    }
+
+    /// A variant with its own `confirm` field is refused as a struct's is: the handler
+    /// would never see it.
+    #[test]
+    fn a_branch_with_its_own_confirm_is_refused() {
+        let schema = json!({
+            "oneOf": [
+                {"type": "object", "properties": {"confirm": {"type": "string"}}},
+                {"type": "object", "properties": {"b": {"type": "string"}}}
+            ]
+        });
+        let err = finish_input_schema(schema, true).unwrap_err();
+        assert!(err.contains("their own `confirm`"), "{err}");
+    }
 }

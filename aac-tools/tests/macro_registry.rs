@@ -262,6 +262,63 @@ fn audit_fields_must_be_arguments() {
     );
 }
 
+mod enum_fields {
+    use super::*;
+
+    /// One note, or all of them.
+    #[allow(dead_code)]
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(tag = "op", deny_unknown_fields)]
+    pub(super) enum Op {
+        One { id: i64 },
+        All,
+    }
+
+    /// Keeps a field no variant has.
+    #[mcp_tool(destructive, scope = "notes:delete", audit_fields = ["idd"])]
+    async fn purge_typo(_args: Op) -> Result<Text, ToolError> {
+        Ok(Text("done".into()))
+    }
+
+    /// Shows a field no variant has.
+    #[mcp_tool(
+        destructive,
+        scope = "notes:delete",
+        confirm_message = "Delete {nope}?"
+    )]
+    async fn purge_nope(_args: Op) -> Result<Text, ToolError> {
+        Ok(Text("done".into()))
+    }
+
+    /// Keeps and shows a field of one variant.
+    #[mcp_tool(destructive, scope = "notes:delete", audit_fields = ["id", "op"],
+               confirm_message = "Delete {op} {id}?")]
+    async fn purge(_args: Op) -> Result<Text, ToolError> {
+        Ok(Text("done".into()))
+    }
+}
+
+/// An enum's arguments are the union of its variants' fields: a name none of them has is
+/// a typo, refused as a struct's is.
+#[test]
+fn an_enums_audit_fields_and_placeholders_are_some_variants_fields() {
+    assert_eq!(
+        Registry::collect_named(&["purge_typo"]).unwrap_err(),
+        RegistryError::UnknownAuditField {
+            tool: "purge_typo".into(),
+            field: "idd".into()
+        }
+    );
+    assert_eq!(
+        Registry::collect_named(&["purge_nope"]).unwrap_err(),
+        RegistryError::UnknownConfirmField {
+            tool: "purge_nope".into(),
+            field: "nope".into()
+        }
+    );
+    assert!(Registry::collect_named(&["purge"]).is_ok());
+}
+
 #[test]
 fn named_and_module_collections() {
     assert_eq!(

@@ -75,6 +75,20 @@ pub(crate) fn expand(
         None => (TokenStream::new(), quote!(::core::option::Option::None)),
     };
     let call = quote!(#ident(#(#names),*).await);
+    // The schema of the arguments type (a template's variables, a prompt's arguments),
+    // which the registry checks at start-up against what MCP can send.
+    let schema_fns: Vec<TokenStream> = consts
+        .iter()
+        .map(|konst| quote!(#konst.input_schema))
+        .collect();
+    let input_schema = quote! {
+        {
+            fn __aac_input_schema() -> ::core::option::Option<#private::serde_json::Value> {
+                #private::single_input_schema(&[#(#schema_fns),*])
+            }
+            __aac_input_schema
+        }
+    };
     let (prelude, output, registration) = match kind {
         Kind::Resource => {
             let mime_type = opt(&attr.mime_type);
@@ -93,6 +107,7 @@ pub(crate) fn expand(
                         description: #description,
                         mime_type: #mime_type,
                         scopes: &[#(#scopes),*],
+                        input_schema: #input_schema,
                         handler: __aac_handler,
                         complete: #complete,
                         rust_name: #rust_name,
@@ -107,7 +122,6 @@ pub(crate) fn expand(
             let into_output = quote_spanned! {ok.span()=>
                 <#ok as #private::IntoPromptMessages>::into_messages
             };
-            let schema_fns = consts.iter().map(|konst| quote!(#konst.input_schema));
             (
                 TokenStream::new(),
                 quote!(#private::prompt_output(#into_output(__aac_value), #description)),
@@ -117,12 +131,7 @@ pub(crate) fn expand(
                         title: #title,
                         description: #description,
                         scopes: &[#(#scopes),*],
-                        input_schema: {
-                            fn __aac_input_schema() -> ::core::option::Option<#private::serde_json::Value> {
-                                #private::single_input_schema(&[#(#schema_fns),*])
-                            }
-                            __aac_input_schema
-                        },
+                        input_schema: #input_schema,
                         handler: __aac_handler,
                         complete: #complete,
                         rust_name: #rust_name,
