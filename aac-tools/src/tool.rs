@@ -110,11 +110,11 @@ impl ToolDef {
     pub fn audit_fields(&self) -> &'static [&'static str] {
         self.parts.audit_fields
     }
-    /// The most calls one principal may make of this tool (`rate = "30/min"`), if limited.
     /// The rate as written, before [`crate::Rate::new`] makes it at least 1 per 1 ms.
     pub(crate) fn rate_as_written(&self) -> Option<(u32, u64)> {
         self.parts.rate
     }
+    /// The most calls one principal may make of this tool (`rate = "30/min"`), if limited.
     pub fn rate(&self) -> Option<crate::Rate> {
         self.parts.rate.map(|(count, seconds)| {
             crate::Rate::new(count, std::time::Duration::from_secs(seconds))
