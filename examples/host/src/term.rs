@@ -85,6 +85,19 @@ pub(crate) struct Answers {
     pub(crate) dismissed: Arc<AtomicBool>,
 }
 
+impl Answers {
+    /// How the server's question was refused, if one was: `answered no`, or `dismissed`.
+    pub(crate) fn refused(&self) -> Option<&'static str> {
+        if self.declined.load(Ordering::SeqCst) {
+            Some("answered no")
+        } else if self.dismissed.load(Ordering::SeqCst) {
+            Some("dismissed")
+        } else {
+            None
+        }
+    }
+}
+
 /// One question on the terminal at a time: a server that asks two at once gets them shown
 /// and answered in turn, each whole, so that the answer typed at one prompt is that
 /// prompt's (two readers of `/dev/tty` at once would take each other's lines).
