@@ -1183,11 +1183,23 @@ impl Client {
         /// Nor kept in memory without end: a server listing more tools than this is
         /// refused (each tool is a JSON value of its own, many times its bytes).
         const MAX_TOOLS: usize = 10_000;
-        /// Nor many tools of huge descriptions: the tools of one list, as serialized,
-        /// fill at most this many bytes.
+        /// Nor many tools of huge descriptions, nor huge cursors: the tools and the
+        /// cursors of one list, as serialized, fill at most this many bytes.
         const MAX_BYTES: usize = 32 * 1024 * 1024;
+        let too_big = || {
+            ClientError::new(
+                ClientErrorKind::Protocol,
+                format!(
+                    "the server's tools/list is larger than {} MiB",
+                    MAX_BYTES / (1024 * 1024)
+                ),
+            )
+        };
         let mut tools = Vec::new();
         let mut bytes = 0usize;
+        // The cursors seen, each kept as a hash (keyed at random, so no server can make
+        // two collide), not as the string: a cursor may be as long as the bound allows.
+        let seen = std::collections::hash_map::RandomState::new();
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
         // One timeout for the whole list, not one per page.
@@ -1220,13 +1232,7 @@ impl Client {
                 Some(Value::Array(more)) => {
                     bytes = bytes.saturating_add(more.iter().map(serialized_len).sum::<usize>());
                     if bytes > MAX_BYTES {
-                        return Err(ClientError::new(
-                            ClientErrorKind::Protocol,
-                            format!(
-                                "the server's tools/list is larger than {} MiB",
-                                MAX_BYTES / (1024 * 1024)
-                            ),
-                        ));
+                        return Err(too_big());
                     }
                     tools.extend(more);
                 }
@@ -1241,7 +1247,13 @@ impl Client {
                 Some(Value::String(next)) => Some(next),
                 _ => return Ok(tools),
             };
-            if !cursors.insert(cursor.clone()) {
+            // An empty page with a huge new cursor, page after page, counts too.
+            let next = cursor.as_deref().unwrap_or_default();
+            bytes = bytes.saturating_add(next.len());
+            if bytes > MAX_BYTES {
+                return Err(too_big());
+            }
+            if !cursors.insert(std::hash::BuildHasher::hash_one(&seen, next)) {
                 return Err(ClientError::new(
                     ClientErrorKind::Protocol,
                     "the server's tools/list pages loop (a cursor came twice)",

@@ -755,6 +755,9 @@ for line in sys.stdin:
         elif mode == "many":
             many = [dict(tool, name="t%d" % i) for i in range(10001)]
             send({"jsonrpc": "2.0", "id": id, "result": {"tools": many}})
+        elif mode == "big_cursors":
+            # No tools, and a new cursor of 1 MiB on every page.
+            answer(id, {"tools": [], "nextCursor": "%d" % page + "c" * (1 << 20)})
         elif mode == "big":
             fat = dict(tool, name="t%d" % page, description="x" * (4 << 20))
             answer(id, {"tools": [fat], "nextCursor": str(page)})
@@ -1287,6 +1290,15 @@ fn a_listing_is_bounded_in_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let calls = dir.path().join("calls");
     let run = hostile("big", &calls, &["--list"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("tools/list is larger than 32 MiB"),
+        "{}",
+        run.stderr
+    );
+
+    // Nor only in its tools: pages of no tools with a huge new cursor each count too.
+    let run = hostile("big_cursors", &calls, &["--list"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
         run.stderr.contains("tools/list is larger than 32 MiB"),
