@@ -60,6 +60,11 @@ use serde_json::{Map, Value};
 /// destructive call) and gives their answer.
 pub type AskUser = Arc<dyn Fn(String) -> crate::BoxFuture<'static, UserAnswer> + Send + Sync>;
 
+/// Told that the client declined a server's question without asking anyone: one it cannot
+/// show as a yes/no question (a form with fields to fill in, a URL to open), or any
+/// question when no [`AskUser`] is set. A host records it as it would a no.
+pub type DeclinedUnshown = Arc<dyn Fn() + Send + Sync>;
+
 /// A person's answer to a server's question, as the elicitation's `action` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserAnswer {
@@ -78,6 +83,7 @@ pub enum UserAnswer {
 pub struct Endpoint {
     kind: Kind,
     ask_user: Option<AskUser>,
+    declined_unshown: Option<DeclinedUnshown>,
 }
 
 #[derive(Clone)]
@@ -109,6 +115,7 @@ impl Endpoint {
                 stderr: ChildStderr::Inherit,
             },
             ask_user: None,
+            declined_unshown: None,
         }
     }
 
@@ -130,6 +137,7 @@ impl Endpoint {
                 bearer: None,
             },
             ask_user: None,
+            declined_unshown: None,
         }
     }
 
@@ -138,6 +146,13 @@ impl Endpoint {
     /// declares the elicitation capability. Any other elicitation is declined.
     pub fn ask_user(mut self, ask: AskUser) -> Endpoint {
         self.ask_user = Some(ask);
+        self
+    }
+
+    /// Call `told` whenever the client declines a server's question without asking anyone
+    /// (see [`DeclinedUnshown`]), so that the host knows the server was told no.
+    pub fn on_declined_unshown(mut self, told: DeclinedUnshown) -> Endpoint {
+        self.declined_unshown = Some(told);
         self
     }
 
@@ -898,6 +913,7 @@ impl ToolResult {
 struct HostHandler {
     config: ClientConfig,
     ask_user: Option<AskUser>,
+    declined_unshown: Option<DeclinedUnshown>,
     asking: Arc<Asking>,
 }
 
@@ -1039,7 +1055,13 @@ impl ClientHandler for HostHandler {
                     UserAnswer::Cancel => ElicitationAction::Cancel,
                 }
             }
-            _ => ElicitationAction::Decline,
+            // Nothing this client can show: declined, and the host told so.
+            _ => {
+                if let Some(told) = &self.declined_unshown {
+                    told();
+                }
+                ElicitationAction::Decline
+            }
         };
         Ok(ElicitResult::new(action))
     }
@@ -1085,6 +1107,7 @@ impl Client {
             )
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             ask_user: endpoint.ask_user.clone(),
+            declined_unshown: endpoint.declined_unshown.clone(),
             asking: Arc::default(),
         };
         let asking = Arc::clone(&config.asking);

@@ -75,11 +75,17 @@ async fn run(options: Options) -> u8 {
     // The server's questions are shown only while the call this host makes is in flight.
     let calling = Arc::new(AtomicBool::new(false));
     let answers = term::Answers::default();
-    let endpoint = options.endpoint().ask_user(term::server_question(
-        options.yes,
-        Arc::clone(&calling),
-        answers.clone(),
-    ));
+    let endpoint = options
+        .endpoint()
+        .ask_user(term::server_question(
+            options.yes,
+            Arc::clone(&calling),
+            answers.clone(),
+        ))
+        .on_declined_unshown(term::declined_unshown(
+            Arc::clone(&calling),
+            answers.clone(),
+        ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
         Err(err) => {
