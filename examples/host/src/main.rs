@@ -485,7 +485,10 @@ fn print_result(result: &ToolResult, json: bool) -> (u8, Option<String>) {
         };
     }
     if result.is_error() {
-        let message = result.error_message().unwrap_or_default();
+        let message = result
+            .error_message()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| "the tool failed without a message".to_owned());
         match &reason {
             Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
             None => eprintln!("error: {}", term::clean(&message)),

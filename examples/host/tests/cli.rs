@@ -1369,3 +1369,63 @@ fn null_structured_content_prints_the_text() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "done");
 }
+
+/// Answers that say nothing the host can read are reported as that: an HTTP 200 that is
+/// no JSON-RPC answer, or a result with nothing in it, leave the call maybe run (exit 4),
+/// never resent although the tool is safe to retry; a tool error without a message says
+/// so rather than printing a bare `error: `.
+#[test]
+fn unreadable_answers_are_exit_4_and_never_resent() {
+    let status_200 = |body: &str| Behaviour::Status {
+        status: 200,
+        www_authenticate: None,
+        body: body.to_owned(),
+    };
+    for behaviour in [
+        status_200("<html>ok</html>"),
+        status_200(""),
+        Behaviour::Answer(json!({})),
+    ] {
+        let server = server(&[("get_thing", behaviour)]);
+        let url = server.url();
+        let run = host(
+            &[
+                "--url",
+                &url,
+                "--trust",
+                "--retries",
+                "2",
+                "--backoff",
+                "1",
+                "get_thing",
+                "{}",
+            ],
+            None,
+        );
+        assert_eq!(run.code, 4, "{}", run.stderr);
+        assert_eq!(server.calls("get_thing"), 1, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("its answer is none this host can read"),
+            "{}",
+            run.stderr
+        );
+        assert_in_our_words(&run.stderr);
+        assert!(
+            !run.stderr.contains("ServerJsonRpcMessage"),
+            "{}",
+            run.stderr
+        );
+    }
+
+    let failed = json!({"content": [], "isError": true});
+    let server = server(&[("get_thing", Behaviour::Answer(failed))]);
+    let url = server.url();
+    let run = host(&["--url", &url, "--trust", "get_thing", "{}"], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error: the tool failed without a message"),
+        "{}",
+        run.stderr
+    );
+}
