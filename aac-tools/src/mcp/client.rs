@@ -1203,6 +1203,15 @@ impl Client {
                         })?
                         .into(),
                 };
+                // In a session of its own (setsid), the child has no controlling terminal:
+                // it cannot open `/dev/tty` to draw over (or read the answer to) the
+                // question asked there. Killing it kills its process group.
+                #[cfg(unix)]
+                let command = {
+                    let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+                    wrapped.wrap(process_wrap::tokio::ProcessSession);
+                    wrapped
+                };
                 let (transport, child_stderr) = TokioChildProcess::builder(command)
                     .stderr(stderr)
                     .spawn()
