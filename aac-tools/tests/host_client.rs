@@ -530,3 +530,54 @@ async fn null_structured_content_counts_as_absent() {
     assert_eq!(result.text(), "done");
     client.close().await;
 }
+
+/// An HTTP 200 whose body is no JSON-RPC answer (empty, HTML, JSON-RPC that is not well
+/// formed) is the server's answer, unreadable: never a transport failure (never resent,
+/// even for a read-only tool), no JSON-RPC error, and told without rmcp's type names.
+#[tokio::test]
+async fn an_http_200_that_is_no_jsonrpc_answer_is_unreadable_not_resent() {
+    for body in [
+        "",
+        "<html>ok</html>",
+        r#"{"jsonrpc": "2.0", "id": 2, "error": {"code": -32603}}"#,
+        "{}",
+    ] {
+        let server = server(&[("get_thing", refusal(200, None, body))]);
+        let (result, attempts) = call_as_host(&server, "get_thing", &fast_backoff(3)).await;
+        let message = result.err().unwrap_or_else(|| panic!("{body:?} read"));
+        assert_eq!(attempts, 1, "{body:?}: {message}");
+        assert_eq!(server.calls("get_thing"), 1, "{body:?}: {message}");
+        assert!(message.contains("no JSON-RPC"), "{body:?}: {message}");
+        assert!(!message.contains("ServerJsonRpcMessage"), "{message}");
+        assert_in_our_words(&message);
+
+        let client = Client::connect(&Endpoint::http(server.url()))
+            .await
+            .unwrap();
+        let err = client.call_tool("get_thing", json!({})).await.unwrap_err();
+        assert_eq!(err.kind(), ClientErrorKind::Protocol, "{body:?}: {err}");
+        assert_eq!(err.code(), None);
+        assert!(!err.is_transport_failure());
+        client.close().await;
+    }
+}
+
+/// A result that says nothing (`{}`: no `content`, no `structuredContent`, no `isError`)
+/// is no empty success: the call's answer cannot be read.
+#[tokio::test]
+async fn a_result_without_content_is_unreadable() {
+    let first = server(&[("get_thing", Behaviour::Answer(json!({})))]);
+    let client = Client::connect(&Endpoint::http(first.url())).await.unwrap();
+    let err = client.call_tool("get_thing", json!({})).await.unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Protocol, "{err}");
+    assert_eq!(err.code(), None);
+    assert!(err.message().contains("no `content`"), "{err}");
+    // An empty `content` list is an answer: the tool ran and said nothing.
+    let empty = json!({"content": []});
+    client.close().await;
+    let other = server(&[("get_thing", Behaviour::Answer(empty))]);
+    let client = Client::connect(&Endpoint::http(other.url())).await.unwrap();
+    let result = client.call_tool("get_thing", json!({})).await.unwrap();
+    assert!(!result.is_error());
+    client.close().await;
+}

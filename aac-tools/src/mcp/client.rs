@@ -40,10 +40,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest,
-    CustomResult, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, Implementation, ListToolsRequest, PaginatedRequestParams,
-    ProtocolVersion, ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, CustomResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
+    ListToolsRequest, PaginatedRequestParams, ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, RequestContext, RoleClient, RunningService, ServiceError, ServiceExt,
@@ -59,6 +59,11 @@ use serde_json::{Map, Value};
 /// Asks the person at the host a yes/no question (a server's confirmation of a
 /// destructive call) and gives their answer.
 pub type AskUser = Arc<dyn Fn(String) -> crate::BoxFuture<'static, UserAnswer> + Send + Sync>;
+
+/// Told that the client declined a server's question without asking anyone: one it cannot
+/// show as a yes/no question (a form with fields to fill in, a URL to open), or any
+/// question when no [`AskUser`] is set. A host records it as it would a no.
+pub type DeclinedUnshown = Arc<dyn Fn() + Send + Sync>;
 
 /// A person's answer to a server's question, as the elicitation's `action` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +83,7 @@ pub enum UserAnswer {
 pub struct Endpoint {
     kind: Kind,
     ask_user: Option<AskUser>,
+    declined_unshown: Option<DeclinedUnshown>,
 }
 
 #[derive(Clone)]
@@ -109,6 +115,7 @@ impl Endpoint {
                 stderr: ChildStderr::Inherit,
             },
             ask_user: None,
+            declined_unshown: None,
         }
     }
 
@@ -130,6 +137,7 @@ impl Endpoint {
                 bearer: None,
             },
             ask_user: None,
+            declined_unshown: None,
         }
     }
 
@@ -138,6 +146,13 @@ impl Endpoint {
     /// declares the elicitation capability. Any other elicitation is declined.
     pub fn ask_user(mut self, ask: AskUser) -> Endpoint {
         self.ask_user = Some(ask);
+        self
+    }
+
+    /// Call `told` whenever the client declines a server's question without asking anyone
+    /// (see [`DeclinedUnshown`]), so that the host knows the server was told no.
+    pub fn on_declined_unshown(mut self, told: DeclinedUnshown) -> Endpoint {
+        self.declined_unshown = Some(told);
         self
     }
 
@@ -400,6 +415,12 @@ impl ClientError {
                     ClientErrorKind::Transport,
                     format!("the connection failed during {what}: {cause}"),
                 ),
+                // An answer came, and cannot be read: no transport failure (it is never
+                // resent), and no JSON-RPC error (no code).
+                Some(HttpFailure::Unreadable(what_came)) => ClientError::new(
+                    ClientErrorKind::Protocol,
+                    format!("the server answered {what} with {what_came}"),
+                ),
                 None => ClientError::new(
                     ClientErrorKind::Transport,
                     format!(
@@ -526,6 +547,10 @@ impl ClientError {
                 ClientErrorKind::Connect,
                 format!("cannot reach `{endpoint}`: {cause}"),
             ),
+            Some(HttpFailure::Unreadable(what_came)) => ClientError::new(
+                ClientErrorKind::Connect,
+                format!("`{endpoint}` answered the MCP handshake with {what_came}"),
+            ),
             // Over stdio: the child closed its end (it exited) or wrote something else.
             None => ClientError::new(
                 ClientErrorKind::Connect,
@@ -558,6 +583,9 @@ enum HttpFailure {
         cause: String,
         io: Option<std::io::ErrorKind>,
     },
+    /// An HTTP success whose body is no JSON-RPC message (empty, HTML, an error without
+    /// `message`…): the server answered, and the answer cannot be read (what it was).
+    Unreadable(String),
 }
 
 /// Reads [`HttpFailure`] out of a transport error of rmcp's Streamable HTTP client (found
@@ -611,9 +639,23 @@ where
             return Some(HttpFailure::ServerError(status.status));
         }
         // rmcp keeps an HTTP error status it has no variant for as `HTTP <status>: <body>`.
+        StreamableHttpError::UnexpectedContentType(content_type) => {
+            return Some(HttpFailure::Unreadable(format!(
+                "a body of content type `{}`, no JSON-RPC answer",
+                content_type.as_deref().unwrap_or("(none)")
+            )));
+        }
         StreamableHttpError::UnexpectedServerResponse(text) => match http_status_of(text) {
             Some((status @ 400..=499, body)) => Refusal::from_body(status, body),
             Some((status, _)) => return Some(HttpFailure::ServerError(status)),
+            // rmcp's words for a body it could not read as JSON-RPC; its type stays out.
+            None if text.starts_with(UNPARSABLE) => {
+                let detail = text[UNPARSABLE.len()..].trim_start_matches(':').trim();
+                return Some(HttpFailure::Unreadable(format!(
+                    "a body that is no JSON-RPC message ({})",
+                    detail.replace("ServerJsonRpcMessage", "JSON-RPC message")
+                )));
+            }
             None => {
                 return Some(HttpFailure::Broken {
                     cause: err.to_string(),
@@ -638,6 +680,9 @@ where
     };
     Some(HttpFailure::Refused(refusal))
 }
+
+/// How rmcp's message for an HTTP body it could not read as JSON-RPC begins.
+const UNPARSABLE: &str = "could not parse JSON response as ServerJsonRpcMessage";
 
 /// The status and body of rmcp's `HTTP <status> <text>: <body>` for an HTTP error status
 /// it has no variant for: 400 to 599.
@@ -898,6 +943,7 @@ impl ToolResult {
 struct HostHandler {
     config: ClientConfig,
     ask_user: Option<AskUser>,
+    declined_unshown: Option<DeclinedUnshown>,
     asking: Arc<Asking>,
 }
 
@@ -982,6 +1028,41 @@ fn serialized_len(value: &Value) -> usize {
     count.0
 }
 
+/// Tells the server that the request `id` is abandoned (`notifications/cancelled`) if
+/// dropped armed: when the caller stops waiting for the answer, as rmcp's own calls do.
+struct Abandoned(Option<(rmcp::Peer<RoleClient>, rmcp::model::RequestId)>);
+
+impl Abandoned {
+    fn notice(id: rmcp::model::RequestId) -> CancelledNotificationParam {
+        CancelledNotificationParam::new(
+            Some(id),
+            Some("request abandoned by the caller".to_owned()),
+        )
+    }
+
+    /// Tell the server now (within a second: the connection may be what failed), and
+    /// disarm.
+    async fn cancel(&mut self) {
+        if let Some((peer, id)) = self.0.take() {
+            let notice = peer.notify_cancelled(Abandoned::notice(id));
+            let _ = tokio::time::timeout(Duration::from_secs(1), notice).await;
+        }
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        // Dropped while waiting (the caller gave up): told as soon as the runtime can.
+        if let (Some((peer, id)), Ok(runtime)) =
+            (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                let _ = peer.notify_cancelled(Abandoned::notice(id)).await;
+            });
+        }
+    }
+}
+
 /// What starts each line of a stdio server's log shown by [`ChildStderr::Escaped`].
 const LOG_PREFIX: &str = "server: ";
 
@@ -1039,7 +1120,13 @@ impl ClientHandler for HostHandler {
                     UserAnswer::Cancel => ElicitationAction::Cancel,
                 }
             }
-            _ => ElicitationAction::Decline,
+            // Nothing this client can show: declined, and the host told so.
+            _ => {
+                if let Some(told) = &self.declined_unshown {
+                    told();
+                }
+                ElicitationAction::Decline
+            }
         };
         Ok(ElicitResult::new(action))
     }
@@ -1085,6 +1172,7 @@ impl Client {
             )
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             ask_user: endpoint.ask_user.clone(),
+            declined_unshown: endpoint.declined_unshown.clone(),
             asking: Arc::default(),
         };
         let asking = Arc::clone(&config.asking);
@@ -1114,6 +1202,15 @@ impl Client {
                             )
                         })?
                         .into(),
+                };
+                // In a session of its own (setsid), the child has no controlling terminal:
+                // it cannot open `/dev/tty` to draw over (or read the answer to) the
+                // question asked there. Killing it kills its process group.
+                #[cfg(unix)]
+                let command = {
+                    let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+                    wrapped.wrap(process_wrap::tokio::ProcessSession);
+                    wrapped
                 };
                 let (transport, child_stderr) = TokioChildProcess::builder(command)
                     .stderr(stderr)
@@ -1183,11 +1280,23 @@ impl Client {
         /// Nor kept in memory without end: a server listing more tools than this is
         /// refused (each tool is a JSON value of its own, many times its bytes).
         const MAX_TOOLS: usize = 10_000;
-        /// Nor many tools of huge descriptions: the tools of one list, as serialized,
-        /// fill at most this many bytes.
+        /// Nor many tools of huge descriptions, nor huge cursors: the tools and the
+        /// cursors of one list, as serialized, fill at most this many bytes.
         const MAX_BYTES: usize = 32 * 1024 * 1024;
+        let too_big = || {
+            ClientError::new(
+                ClientErrorKind::Protocol,
+                format!(
+                    "the server's tools/list is larger than {} MiB",
+                    MAX_BYTES / (1024 * 1024)
+                ),
+            )
+        };
         let mut tools = Vec::new();
         let mut bytes = 0usize;
+        // The cursors seen, each kept as a hash (keyed at random, so no server can make
+        // two collide), not as the string: a cursor may be as long as the bound allows.
+        let seen = std::collections::hash_map::RandomState::new();
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
         // One timeout for the whole list, not one per page.
@@ -1220,13 +1329,7 @@ impl Client {
                 Some(Value::Array(more)) => {
                     bytes = bytes.saturating_add(more.iter().map(serialized_len).sum::<usize>());
                     if bytes > MAX_BYTES {
-                        return Err(ClientError::new(
-                            ClientErrorKind::Protocol,
-                            format!(
-                                "the server's tools/list is larger than {} MiB",
-                                MAX_BYTES / (1024 * 1024)
-                            ),
-                        ));
+                        return Err(too_big());
                     }
                     tools.extend(more);
                 }
@@ -1241,7 +1344,13 @@ impl Client {
                 Some(Value::String(next)) => Some(next),
                 _ => return Ok(tools),
             };
-            if !cursors.insert(cursor.clone()) {
+            // An empty page with a huge new cursor, page after page, counts too.
+            let next = cursor.as_deref().unwrap_or_default();
+            bytes = bytes.saturating_add(next.len());
+            if bytes > MAX_BYTES {
+                return Err(too_big());
+            }
+            if !cursors.insert(std::hash::BuildHasher::hash_one(&seen, next)) {
                 return Err(ClientError::new(
                     ClientErrorKind::Protocol,
                     "the server's tools/list pages loop (a cursor came twice)",
@@ -1282,19 +1391,46 @@ impl Client {
         let what = format!("tools/call `{name}`");
         // One `tools/call`, whatever it is answered: rmcp's service call would answer a
         // 2026-07-28 `input_required` result and send the call again (up to ten times
-        // for one yes), and this client speaks the session protocols.
-        let response = self
-            .bounded(self.service.peer().call_tool_once(params), &what)
-            .await?;
+        // for one yes), and this client speaks the session protocols. Read here rather
+        // than by rmcp's `call_tool_once`, which takes an answer without `content` (`{}`)
+        // for an empty result: a host would print nothing and report success.
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let peer = self.service.peer();
+        let handle = peer
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await
+            .map_err(|err| ClientError::from_service(err, &what, self.http))?;
+        let mut abandoned = Abandoned(Some((peer.clone(), handle.id.clone())));
+        let response = match self.bounded(handle.await_response(), &what).await {
+            Ok(response) => response,
+            Err(err) => {
+                // No answer (in time): the server is told, before the connection closes.
+                if err.is_transport_failure() {
+                    abandoned.cancel().await;
+                }
+                abandoned.0 = None;
+                return Err(err);
+            }
+        };
+        abandoned.0 = None;
         let result = match response {
-            CallToolResponse::Complete(result) => result,
-            CallToolResponse::InputRequired(_) => {
+            ServerResult::CallToolResult(result) => result,
+            ServerResult::InputRequiredResult(_) => {
                 return Err(ClientError::new(
                     ClientErrorKind::InputRequired,
                     format!(
                         "the server answered {what} that it needs input first (a 2026-07-28 \
                          `input_required` result, which this client does not answer): the \
                          call did not complete, and was not sent again"
+                    ),
+                ));
+            }
+            ServerResult::EmptyResult(_) | ServerResult::CustomResult(_) => {
+                return Err(ClientError::new(
+                    ClientErrorKind::Protocol,
+                    format!(
+                        "the server's answer to {what} has no `content` (nor `structuredContent`, \
+                         nor `isError`): it says nothing of what ran"
                     ),
                 ));
             }

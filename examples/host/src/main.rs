@@ -75,11 +75,17 @@ async fn run(options: Options) -> u8 {
     // The server's questions are shown only while the call this host makes is in flight.
     let calling = Arc::new(AtomicBool::new(false));
     let answers = term::Answers::default();
-    let endpoint = options.endpoint().ask_user(term::server_question(
-        options.yes,
-        Arc::clone(&calling),
-        answers.clone(),
-    ));
+    let endpoint = options
+        .endpoint()
+        .ask_user(term::server_question(
+            options.yes,
+            Arc::clone(&calling),
+            answers.clone(),
+        ))
+        .on_declined_unshown(term::declined_unshown(
+            Arc::clone(&calling),
+            answers.clone(),
+        ));
     let client = match connect(&endpoint, options.timeout).await {
         Ok(client) => client,
         Err(err) => {
@@ -144,9 +150,6 @@ async fn run(options: Options) -> u8 {
     warn_malformed(&policy);
 
     let mut arguments = options.arguments.clone();
-    // Whether this host asked (or `--yes` answered) its own question: a resend may not
-    // need one that was not asked.
-    let mut host_asked = false;
     if policy.consent() == Consent::AskedByServer {
         // The server asks the person itself (its question arrives as an elicitation and
         // is answered on this terminal): asking first would ask twice.
@@ -171,14 +174,15 @@ async fn run(options: Options) -> u8 {
             return DECLINED;
         }
         arguments = policy.confirmed_arguments(arguments);
-        host_asked = true;
     }
 
     calling.store(true, Ordering::SeqCst);
     let called = Called {
         policy: &policy,
+        definition,
         trust,
-        host_asked,
+        calling: &calling,
+        answers: &answers,
     };
     let (code, reason) = call(client, &endpoint, &options, &called, arguments).await;
     calling.store(false, Ordering::SeqCst);
@@ -186,6 +190,8 @@ async fn run(options: Options) -> u8 {
         answers.declined.load(Ordering::SeqCst),
         answers.dismissed.load(Ordering::SeqCst),
     );
+    // A resend goes only to a server listing the tool as first listed (`still_safe`), so
+    // `policy` is the one every attempt was made under, and the warnings below hold.
     // The person said no to the server's question and the server refused the call as
     // aac-tools servers do (`user_declined`): declined, as a no to this host's own. Any
     // other tool error is only that: what the server did before it is not known here.
@@ -214,9 +220,14 @@ async fn run(options: Options) -> u8 {
 /// The call to make, and what its resend must still agree with.
 struct Called<'a> {
     policy: &'a ToolPolicy,
+    /// The tool as first listed: the definition the person was shown, or the host decided
+    /// on without asking.
+    definition: &'a Value,
     trust: Trust,
-    /// This host asked its own question (or `--yes` answered it).
-    host_asked: bool,
+    /// Whether the server's questions are shown now (the host's call is in flight).
+    calling: &'a AtomicBool,
+    /// What the server's questions got so far.
+    answers: &'a term::Answers,
 }
 
 async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, ClientError> {
@@ -287,6 +298,13 @@ async fn call(
                     // failing to reconnect sent nothing, so it may be retried as well.
                     if let Some(old) = slot.take() {
                         old.close().await;
+                    }
+                    // A person who said no to the server's question of this call (or had
+                    // it dismissed) is not asked again by a resend, nor overruled by it.
+                    if let Some(answer) = called.answers.refused() {
+                        return Err(Failure::Changed(format!(
+                            "the server's own question was {answer}"
+                        )));
                     }
                     eprintln!(
                         "retrying `{}` (attempt {attempt} of {})",
@@ -395,11 +413,16 @@ async fn call(
 }
 
 /// Whether the tool may still be resent on `fresh`, a new connection: listed (once) again,
-/// still safe to retry, and needing no question this host did not ask.
+/// still safe to retry, and as first listed (the same definition, and so the same title,
+/// hints and question to the person: the consent given, or found not needed, was for that).
 async fn still_safe(fresh: &Client, called: &Called<'_>) -> Result<(), Failure> {
     let name = called.policy.name();
-    // Listing sends no call: a transport failure here may be retried as a reconnect.
-    let tools = fresh.list_tools().await.map_err(Failure::Reconnect)?;
+    // Listing sends no call: a transport failure here may be retried as a reconnect. A
+    // question the server asks meanwhile is dismissed unseen, as during the first listing.
+    called.calling.store(false, Ordering::SeqCst);
+    let listed = fresh.list_tools().await;
+    called.calling.store(true, Ordering::SeqCst);
+    let tools = listed.map_err(Failure::Reconnect)?;
     let mut listed = tools.iter().filter(|t| t["name"] == name);
     let (Some(definition), None) = (listed.next(), listed.next()) else {
         return Err(Failure::Changed(
@@ -413,10 +436,11 @@ async fn still_safe(fresh: &Client, called: &Called<'_>) -> Result<(), Failure> 
             "the server now declares it not safe to retry (not idempotent)".to_owned(),
         ));
     }
-    if matches!(policy.consent(), Consent::Required(_) | Consent::HostChoice) && !called.host_asked
-    {
+    if policy != *called.policy || definition != called.definition {
         return Err(Failure::Changed(
-            "the server now declares it a tool to ask about, and nobody was asked".to_owned(),
+            "the server changed the tool (it now lists it otherwise than when it was first \
+             listed)"
+                .to_owned(),
         ));
     }
     Ok(())
@@ -461,7 +485,10 @@ fn print_result(result: &ToolResult, json: bool) -> (u8, Option<String>) {
         };
     }
     if result.is_error() {
-        let message = result.error_message().unwrap_or_default();
+        let message = result
+            .error_message()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| "the tool failed without a message".to_owned());
         match &reason {
             Some(reason) => eprintln!("error: {}: {}", term::clean(reason), term::clean(&message)),
             None => eprintln!("error: {}", term::clean(&message)),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aac_tools::host::{Consent, ToolPolicy, must_escape};
-use aac_tools::mcp::client::{AskUser, UserAnswer};
+use aac_tools::mcp::client::{AskUser, DeclinedUnshown, UserAnswer};
 use serde_json::{Map, Value};
 
 /// Server text on one line, with its control characters (line breaks and tabs included)
@@ -85,6 +85,19 @@ pub(crate) struct Answers {
     pub(crate) dismissed: Arc<AtomicBool>,
 }
 
+impl Answers {
+    /// How the server's question was refused, if one was: `answered no`, or `dismissed`.
+    pub(crate) fn refused(&self) -> Option<&'static str> {
+        if self.declined.load(Ordering::SeqCst) {
+            Some("answered no")
+        } else if self.dismissed.load(Ordering::SeqCst) {
+            Some("dismissed")
+        } else {
+            None
+        }
+    }
+}
+
 /// One question on the terminal at a time: a server that asks two at once gets them shown
 /// and answered in turn, each whole, so that the answer typed at one prompt is that
 /// prompt's (two readers of `/dev/tty` at once would take each other's lines).
@@ -139,6 +152,26 @@ pub(crate) fn server_question(yes: bool, calling: Arc<AtomicBool>, answers: Answ
             }
             answer
         })
+    })
+}
+
+/// Told of a server's question the client declined without showing it (a form with
+/// fields, a URL to open): during the call, recorded as a no, so that a server that runs
+/// anyway is warned about, and a `user_declined` refusal is a decline.
+pub(crate) fn declined_unshown(calling: Arc<AtomicBool>, answers: Answers) -> DeclinedUnshown {
+    Arc::new(move || {
+        if calling.load(Ordering::SeqCst) {
+            eprintln!(
+                "(the server asked a question this host cannot show (fields to fill in, or a \
+                 link to open): declined)"
+            );
+            answers.declined.store(true, Ordering::SeqCst);
+        } else {
+            eprintln!(
+                "(the server asked a question outside the call this host made: declined, not \
+                 shown)"
+            );
+        }
     })
 }
 
