@@ -121,3 +121,21 @@ fn list_rmcp_stored_router() -> usize {
 fn list_rmcp_per_call_router() -> usize {
     shared().fixture.rmcp_per_call_list()
 }
+
+/// What checking a tool's output against its `outputSchema` adds to a call: the
+/// validator (compiled as aac-tools compiles it, from the advertised schema) run on the
+/// output of one of the bench tools, as the pipeline runs it before the answer is sent.
+#[divan::bench]
+fn output_check_alone(bencher: Bencher<'_, '_>) {
+    let s = shared();
+    let call = s.fixture.call(0);
+    let registry = aac_bench::aac_flavour::registry().expect("the bench tools register");
+    let schema = registry.get(&call.name).expect("the tool").json()["outputSchema"].clone();
+    let validator = jsonschema::validator_for(&schema).expect("the output schema compiles");
+    let mut arguments = call.arguments.clone();
+    arguments.remove("confirm");
+    let args: aac_bench::work::BenchArgs =
+        serde_json::from_value(serde_json::Value::Object(arguments)).expect("the arguments");
+    let output = serde_json::to_value(aac_bench::work::work("tool", args)).expect("the output");
+    bencher.bench_local(|| assert!(validator.is_valid(divan::black_box(&output))));
+}
