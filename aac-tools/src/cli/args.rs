@@ -10,9 +10,18 @@ pub(crate) enum Builtin {
     #[command(subcommand)]
     Token(TokenCommand),
     /// Print the tools manifest: every tool's definition and scopes, as JSON
-    Manifest,
+    Manifest(ManifestArgs),
     /// Show the audit trail: one record per tool call, refused ones included
     Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManifestArgs {
+    /// The manifest of a server run with this `serve --confirm` policy: destructive
+    /// tools a person confirms say so in their `_meta`, as that server's `GET /tools`
+    /// and `tools/list` do
+    #[arg(long, value_name = "POLICY", default_value = "argument")]
+    pub(crate) confirm: crate::confirm::ConfirmPolicy,
 }
 
 #[derive(Debug, Args)]

@@ -616,7 +616,7 @@ async fn run_builtin(
         args::Builtin::Serve(args) => serve::serve(context, args, matches).await,
         args::Builtin::Token(command) => token::token(&context, command),
         args::Builtin::Audit(args) => audit::audit(&context, args),
-        args::Builtin::Manifest => print_out(context.registry()?.manifest()),
+        args::Builtin::Manifest(args) => manifest(&context, &args),
     }
 }
 
@@ -649,6 +649,16 @@ fn token_create_usage(cmd: &clap::Command) -> String {
 
 /// Write `text` on stdout, flushed: a write that fails (a pipe nobody reads, as in
 /// `… | head -c0`) is an error, never a panic as `print!` makes it.
+/// `manifest`: the tools manifest, as a server under `args.confirm` serves it.
+pub(crate) fn manifest(context: &CliContext, args: &args::ManifestArgs) -> Result<(), CliError> {
+    print_out(
+        context
+            .registry()?
+            .with_confirmation(args.confirm)
+            .manifest(),
+    )
+}
+
 pub(crate) fn print_out(text: impl fmt::Display) -> Result<(), CliError> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();

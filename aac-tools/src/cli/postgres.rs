@@ -159,8 +159,8 @@ pub(super) async fn run(
     command: Builtin,
     matches: ArgMatches,
 ) -> Result<(), CliError> {
-    if matches!(command, Builtin::Manifest) {
-        return super::print_out(context.registry()?.manifest());
+    if let Builtin::Manifest(args) = &command {
+        return super::manifest(&context, args);
     }
     let db = open(&context)?;
     // The reading commands check the schema and write nothing; the others migrate it.
@@ -176,7 +176,7 @@ pub(super) async fn run(
         Builtin::Serve(args) => serve(&context, db, args, matches).await,
         Builtin::Token(command) => token(&context, &db, command).await,
         Builtin::Audit(args) => audit(&db, args).await,
-        Builtin::Manifest => Ok(()),
+        Builtin::Manifest(_) => Ok(()),
     }
 }
 

@@ -77,3 +77,39 @@ fn manifest_drift_names_a_resource_or_prompt_that_changed() {
         "{message}"
     );
 }
+
+/// `manifest --confirm user` is the manifest of a server run with `serve --confirm user`:
+/// its destructive tool says in its `_meta` that a person confirms it, as that server's
+/// `tools/list` does; without the flag, nothing says so (the committed manifest).
+#[test]
+fn manifest_confirm_user_is_the_manifest_of_such_a_server() {
+    let manifest = |extra: &[&str]| -> serde_json::Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_aacworkflow"))
+            .arg("manifest")
+            .args(extra)
+            .env_remove("AAC_DB")
+            .output()
+            .expect("the binary runs");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let confirm_of = |doc: &serde_json::Value, tool: &str| {
+        doc["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == tool)
+            .unwrap()["_meta"]["aac-tools.dev/confirm"]
+            .clone()
+    };
+    let user = manifest(&["--confirm", "user"]);
+    assert_eq!(confirm_of(&user, "delete_issue"), "user");
+    assert_eq!(confirm_of(&user, "get_issue"), serde_json::Value::Null);
+    let plain = manifest(&[]);
+    assert_eq!(confirm_of(&plain, "delete_issue"), serde_json::Value::Null);
+    assert_eq!(
+        plain,
+        serde_json::from_str::<serde_json::Value>(aacworkflow::registry().unwrap().manifest())
+            .unwrap()
+    );
+}
