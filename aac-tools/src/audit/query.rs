@@ -352,10 +352,7 @@ impl RawRow {
                     Ok(ValueRef::Integer(n)) => n.into(),
                     Ok(ValueRef::Real(x)) => x.into(),
                     Ok(ValueRef::Text(text)) => String::from_utf8_lossy(text).into_owned().into(),
-                    Ok(ValueRef::Blob(bytes)) => {
-                        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                        format!("x'{hex}'").into()
-                    }
+                    Ok(ValueRef::Blob(bytes)) => format!("x'{}'", crate::hex::encode(bytes)).into(),
                 };
                 (name, value)
             })

@@ -30,10 +30,10 @@ pub struct ChainReport {
     /// is inserted, leaving a chain that verifies without it. Empty when there are none.
     pub foreign_triggers: Vec<String>,
     /// What SQLite's `PRAGMA integrity_check` says of `aac_audit` and its indexes, when it
-    /// finds something (at most 10 lines, each cut to 200 characters). The chain is walked by `seq`, through the
-    /// table itself; an index that disagrees with the table (an entry edited in the file)
-    /// makes every query that goes through it (`--since`, the dashboard) miss records the
-    /// chain holds. Empty when the check says `ok`.
+    /// finds something (at most 10 lines, each cut to 200 characters). The chain is
+    /// walked by `seq`, through the table itself; an index that disagrees with the table
+    /// (an entry edited in the file) makes every query that goes through it (`--since`,
+    /// the dashboard) miss records the chain holds. Empty when the check says `ok`.
     pub integrity: Vec<String>,
 }
 
