@@ -126,6 +126,7 @@ impl ParamConsts {
                         input_schema: <#ty as #private::ToolParam>::input_schema,
                         is_arguments: <#ty as #private::ToolParam>::IS_ARGUMENTS,
                         rank: <#ty as #private::ToolParam>::NEEDS.rank(),
+                        state_need: <#ty as #private::ToolParam>::STATE_NEED,
                     };
                     // `State<Database>` (or another framework storage handle) would reach
                     // the database past the tool's level.
@@ -337,6 +338,7 @@ pub(crate) fn expand(attr: &Attr, func: &ToolFn<'_>, tool: &Tool) -> TokenStream
                     input_schema: __aac_input_schema,
                     raw_input_schema: #raw_input_schema,
                     output_schema: #output_schema,
+                    state_needs: &[#(#param_consts.state_need),*],
                     handler: __aac_handler,
                     rust_name: #rust_name,
                     module_path: ::core::module_path!(),

@@ -37,6 +37,8 @@ pub struct Param<T> {
     pub is_arguments: bool,
     /// The rank of the access level it reaches ([`AccessLevel::rank`](crate::access::AccessLevel::rank)).
     pub rank: u8,
+    /// What it needs registered before the server runs.
+    pub state_need: Option<crate::state::StateNeed>,
 }
 
 /// An access level's rank as a type, to get back from a `Param`'s `rank` (a value,

@@ -1376,6 +1376,7 @@ mod tests {
             input_schema: || None,
             raw_input_schema: None,
             output_schema: || None,
+            state_needs: &[],
             handler: never,
             rust_name: "never",
             module_path: module_path!(),

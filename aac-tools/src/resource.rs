@@ -29,6 +29,8 @@ pub struct ResourceParts {
     pub mime_type: Option<&'static str>,
     pub scopes: &'static [&'static str],
     pub input_schema: fn() -> Option<Value>,
+    /// What each parameter needs registered (`ToolParam::STATE_NEED`).
+    pub state_needs: &'static [Option<crate::state::StateNeed>],
     pub handler: Handler,
     pub complete: Option<Handler>,
     pub rust_name: &'static str,
@@ -75,6 +77,10 @@ impl ResourceDef {
     /// Whether its template variables have a completion function.
     pub fn has_completion(&self) -> bool {
         self.parts.complete.is_some()
+    }
+    /// What its parameters need registered before the server runs.
+    pub(crate) fn state_needs(&self) -> &'static [Option<crate::state::StateNeed>] {
+        self.parts.state_needs
     }
     /// Where it is defined.
     pub fn location(&self) -> String {
@@ -154,6 +160,8 @@ pub struct PromptParts {
     pub description: &'static str,
     pub scopes: &'static [&'static str],
     pub input_schema: fn() -> Option<Value>,
+    /// What each parameter needs registered (`ToolParam::STATE_NEED`).
+    pub state_needs: &'static [Option<crate::state::StateNeed>],
     pub handler: Handler,
     pub complete: Option<Handler>,
     pub rust_name: &'static str,
@@ -188,6 +196,10 @@ impl PromptDef {
     /// Whether its arguments have a completion function.
     pub fn has_completion(&self) -> bool {
         self.parts.complete.is_some()
+    }
+    /// What its parameters need registered before the server runs.
+    pub(crate) fn state_needs(&self) -> &'static [Option<crate::state::StateNeed>] {
+        self.parts.state_needs
     }
     /// Where it is defined.
     pub fn location(&self) -> String {

@@ -460,7 +460,9 @@ impl ServerBuilder {
     }
 
     /// Share `value` with every tool that takes `State<T>` (or, for a database, a data
-    /// handle).
+    /// handle). [`build`](Self::build) logs a warning for each tool, resource or prompt
+    /// that takes a `State<T>` (or a data handle) it was not given: each of its calls
+    /// would fail with a 500 naming the registration.
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> ServerBuilder {
         self.state.insert(Arc::new(value));
         self
@@ -518,6 +520,9 @@ impl ServerBuilder {
                 .unwrap_or_else(|| Arc::new(MemoryLedger::new())),
             asked: Arc::default(),
         };
+        for missing in missing_state(&self.registry, &self.state) {
+            tracing::warn!("{missing}");
+        }
         let registry = self.registry.with_confirmation(self.confirmation);
         let listing = Listing::new(&registry, self.read_only_mode, self.filter_list_by_scope);
         let per_tool = registry
@@ -551,6 +556,47 @@ impl ServerBuilder {
             }),
         })
     }
+}
+
+/// What the tools, resources and prompts of `registry` take that `state` does not hold:
+/// one sentence each, for the warning at start-up (each of their calls would fail with a
+/// 500 naming the missing registration).
+fn missing_state(registry: &Registry, state: &StateMap) -> Vec<String> {
+    let items = registry
+        .tools()
+        .iter()
+        .map(|t| {
+            (
+                "tool",
+                t.def().name(),
+                t.def().location(),
+                t.def().state_needs(),
+            )
+        })
+        .chain(
+            registry
+                .resources()
+                .iter()
+                .map(|r| ("resource", r.uri(), r.location(), r.state_needs())),
+        )
+        .chain(registry.prompts().iter().map(|p| {
+            let def = p.def();
+            ("prompt", def.name(), def.location(), def.state_needs())
+        }));
+    let mut missing = Vec::new();
+    for (kind, name, location, needs) in items {
+        for need in needs.iter().flatten() {
+            if !(need.present)(state) {
+                missing.push(format!(
+                    "{kind} `{name}` at {location} takes {}, which this server was not \
+                     given: every call of it will fail (500) until it is registered with \
+                     `ServerBuilder::state`",
+                    (need.what)()
+                ));
+            }
+        }
+    }
+    missing
 }
 
 /// An MCP server's core: the registry, the checks and the audit trail, independent of

@@ -89,6 +89,35 @@ impl StateMap {
     }
 }
 
+/// What one parameter of a tool, resource or prompt needs registered with
+/// [`ServerBuilder::state`](crate::ServerBuilder::state) for its calls to run: the server
+/// warns at start-up when it is missing, rather than at each call's 500. Not public API.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+#[allow(missing_debug_implementations)]
+pub struct StateNeed {
+    /// What the parameter is, as the warning names it (`` `State<app::Greeting>` ``).
+    pub what: fn() -> String,
+    /// Whether `map` holds it.
+    pub present: fn(&StateMap) -> bool,
+}
+
+impl StateNeed {
+    /// The need of a `State<T>`.
+    pub const fn state<T: Send + Sync + 'static>() -> StateNeed {
+        fn what<T>() -> String {
+            format!("`State<{}>`", type_name::<T>())
+        }
+        fn present<T: Send + Sync + 'static>(map: &StateMap) -> bool {
+            map.get::<T>().is_some()
+        }
+        StateNeed {
+            what: what::<T>,
+            present: present::<T>,
+        }
+    }
+}
+
 impl fmt::Debug for StateMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StateMap")

@@ -50,6 +50,8 @@ pub struct ToolParts {
     pub input_schema: fn() -> Option<Value>,
     pub raw_input_schema: Option<fn() -> Value>,
     pub output_schema: fn() -> Option<Value>,
+    /// What each parameter needs registered (`ToolParam::STATE_NEED`).
+    pub state_needs: &'static [Option<crate::state::StateNeed>],
     pub handler: Handler,
     pub rust_name: &'static str,
     pub module_path: &'static str,
@@ -134,6 +136,10 @@ impl ToolDef {
     /// The module the tool's function is defined in.
     pub fn module_path(&self) -> &'static str {
         self.parts.module_path
+    }
+    /// What its parameters need registered before the server runs.
+    pub(crate) fn state_needs(&self) -> &'static [Option<crate::state::StateNeed>] {
+        self.parts.state_needs
     }
 
     pub(crate) fn input_schema_value(&self) -> Option<Value> {
@@ -229,6 +235,11 @@ pub trait ToolParam: Sized {
     fn input_schema() -> Option<Value> {
         None
     }
+    /// What the parameter needs registered before the server runs (a `State<T>` its
+    /// value, a data handle the database), which the server checks at start-up. Not
+    /// public API.
+    #[doc(hidden)]
+    const STATE_NEED: Option<crate::state::StateNeed> = None;
     /// Extract the parameter for one call.
     fn from_call(call: &mut Call) -> Result<Self, ToolError>;
 }
@@ -315,6 +326,7 @@ impl ToolParam for Ctx {
 
 #[diagnostic::do_not_recommend]
 impl<T: Send + Sync + 'static> ToolParam for State<T> {
+    const STATE_NEED: Option<crate::state::StateNeed> = Some(crate::state::StateNeed::state::<T>());
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         call.state().require::<T>().map(State)
     }

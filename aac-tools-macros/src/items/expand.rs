@@ -34,6 +34,7 @@ pub(crate) fn expand(
                 input_schema: <#ty as #private::ToolParam>::input_schema,
                 is_arguments: <#ty as #private::ToolParam>::IS_ARGUMENTS,
                 rank: <#ty as #private::ToolParam>::NEEDS.rank(),
+                state_need: <#ty as #private::ToolParam>::STATE_NEED,
             };
             const _: () = <<#private::Rank<{ #konst.rank }> as #private::RankLevel>::Level
                 as #private::ReadOnlyItemMayHold>::CHECK;
@@ -108,6 +109,7 @@ pub(crate) fn expand(
                         mime_type: #mime_type,
                         scopes: &[#(#scopes),*],
                         input_schema: #input_schema,
+                        state_needs: &[#(#consts.state_need),*],
                         handler: __aac_handler,
                         complete: #complete,
                         rust_name: #rust_name,
@@ -132,6 +134,7 @@ pub(crate) fn expand(
                         description: #description,
                         scopes: &[#(#scopes),*],
                         input_schema: #input_schema,
+                        state_needs: &[#(#consts.state_need),*],
                         handler: __aac_handler,
                         complete: #complete,
                         rust_name: #rust_name,
