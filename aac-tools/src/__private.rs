@@ -18,8 +18,9 @@ pub use crate::confirm::ConfirmPolicy;
 pub use crate::error::ToolError;
 pub use crate::resource::{
     CompleteFn, IntoPromptMessages, IntoResourceContents, PromptDef, PromptParts, ResourceDef,
-    ResourceParts, completion_output, prompt_output, resource_output,
+    ResourceParts, complete_state_needs, completion_output, prompt_output, resource_output,
 };
+pub use crate::state::StateNeed;
 pub use crate::tool::{
     Call, HandlerFuture, IntoToolError, IntoToolOutput, IntoToolResult, ToolDef, ToolParam,
     ToolParts,

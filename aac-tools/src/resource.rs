@@ -33,6 +33,8 @@ pub struct ResourceParts {
     pub state_needs: &'static [Option<crate::state::StateNeed>],
     pub handler: Handler,
     pub complete: Option<Handler>,
+    /// What the completion function's parameters need registered.
+    pub complete_state_needs: Option<fn() -> &'static [Option<crate::state::StateNeed>]>,
     pub rust_name: &'static str,
     pub module_path: &'static str,
     pub file: &'static str,
@@ -78,9 +80,20 @@ impl ResourceDef {
     pub fn has_completion(&self) -> bool {
         self.parts.complete.is_some()
     }
-    /// What its parameters need registered before the server runs.
-    pub(crate) fn state_needs(&self) -> &'static [Option<crate::state::StateNeed>] {
-        self.parts.state_needs
+    /// What its parameters, and its completion function's, need registered before the
+    /// server runs.
+    pub(crate) fn state_needs(&self) -> impl Iterator<Item = crate::state::StateNeed> {
+        let complete = self
+            .parts
+            .complete_state_needs
+            .map(|f| f())
+            .unwrap_or_default();
+        self.parts
+            .state_needs
+            .iter()
+            .chain(complete)
+            .flatten()
+            .copied()
     }
     /// Where it is defined.
     pub fn location(&self) -> String {
@@ -164,6 +177,8 @@ pub struct PromptParts {
     pub state_needs: &'static [Option<crate::state::StateNeed>],
     pub handler: Handler,
     pub complete: Option<Handler>,
+    /// What the completion function's parameters need registered.
+    pub complete_state_needs: Option<fn() -> &'static [Option<crate::state::StateNeed>]>,
     pub rust_name: &'static str,
     pub module_path: &'static str,
     pub file: &'static str,
@@ -197,9 +212,20 @@ impl PromptDef {
     pub fn has_completion(&self) -> bool {
         self.parts.complete.is_some()
     }
-    /// What its parameters need registered before the server runs.
-    pub(crate) fn state_needs(&self) -> &'static [Option<crate::state::StateNeed>] {
-        self.parts.state_needs
+    /// What its parameters, and its completion function's, need registered before the
+    /// server runs.
+    pub(crate) fn state_needs(&self) -> impl Iterator<Item = crate::state::StateNeed> {
+        let complete = self
+            .parts
+            .complete_state_needs
+            .map(|f| f())
+            .unwrap_or_default();
+        self.parts
+            .state_needs
+            .iter()
+            .chain(complete)
+            .flatten()
+            .copied()
     }
     /// Where it is defined.
     pub fn location(&self) -> String {
@@ -567,8 +593,19 @@ pub fn completion_output(mut values: Vec<String>) -> ToolOutput {
     note = "its first parameter is `Completion`; up to three more are things the framework provides at the `Read` level"
 )]
 pub trait CompleteFn<Args>: Copy + Send + Sync + 'static {
+    /// What its parameters need registered before the server runs. Not public API.
+    #[doc(hidden)]
+    const STATE_NEEDS: &'static [Option<crate::state::StateNeed>];
     /// Run it for one call.
     fn complete(self, call: Call) -> HandlerFuture;
+}
+
+/// What the parameters of the completion function `f` need registered. Not public API.
+#[doc(hidden)]
+pub fn complete_state_needs<Args, F: CompleteFn<Args>>(
+    _f: F,
+) -> &'static [Option<crate::state::StateNeed>] {
+    F::STATE_NEEDS
 }
 
 macro_rules! complete_fn {
@@ -579,6 +616,8 @@ macro_rules! complete_fn {
             Fut: std::future::Future<Output = Result<Vec<String>, ToolError>> + Send + 'static,
             $($p: ToolParam + Send + 'static,)*
         {
+            const STATE_NEEDS: &'static [Option<crate::state::StateNeed>] =
+                &[$(<$p as ToolParam>::STATE_NEED,)*];
             #[allow(non_snake_case, unused_mut)]
             fn complete(self, mut call: Call) -> HandlerFuture {
                 $(

@@ -21,7 +21,7 @@ use crate::pipeline::limits::{Limiter, Limits, Rate};
 use crate::pipeline::listing::list_json;
 use crate::principal::{Principal, TokenVerifier};
 use crate::registry::{Registry, ToolEntry};
-use crate::state::StateMap;
+use crate::state::{StateMap, StateNeed};
 use crate::tool::{ToolOutput, error_result_json};
 
 /// The credentials a transport hands the pipeline.
@@ -562,36 +562,35 @@ impl ServerBuilder {
 /// one sentence each, for the warning at start-up (each of their calls would fail with a
 /// 500 naming the missing registration).
 fn missing_state(registry: &Registry, state: &StateMap) -> Vec<String> {
-    let items = registry
-        .tools()
+    let tools = registry.tools().iter().map(|t| {
+        let def = t.def();
+        let needs: Vec<StateNeed> = def.state_needs().iter().flatten().copied().collect();
+        ("tool", def.name(), def.location(), needs)
+    });
+    let resources = registry
+        .resources()
         .iter()
-        .map(|t| {
-            (
-                "tool",
-                t.def().name(),
-                t.def().location(),
-                t.def().state_needs(),
-            )
-        })
-        .chain(
-            registry
-                .resources()
-                .iter()
-                .map(|r| ("resource", r.uri(), r.location(), r.state_needs())),
+        .map(|r| ("resource", r.uri(), r.location(), r.state_needs().collect()));
+    let prompts = registry.prompts().iter().map(|p| {
+        let def = p.def();
+        (
+            "prompt",
+            def.name(),
+            def.location(),
+            def.state_needs().collect(),
         )
-        .chain(registry.prompts().iter().map(|p| {
-            let def = p.def();
-            ("prompt", def.name(), def.location(), def.state_needs())
-        }));
+    });
     let mut missing = Vec::new();
-    for (kind, name, location, needs) in items {
-        for need in needs.iter().flatten() {
-            if !(need.present)(state) {
+    for (kind, name, location, needs) in tools.chain(resources).chain(prompts) {
+        // A completion function may take what its item takes: each is named once.
+        let mut named = std::collections::HashSet::new();
+        for need in needs {
+            let what = (need.what)();
+            if !(need.present)(state) && named.insert(what.clone()) {
                 missing.push(format!(
-                    "{kind} `{name}` at {location} takes {}, which this server was not \
+                    "{kind} `{name}` at {location} takes {what}, which this server was not \
                      given: every call of it will fail (500) until it is registered with \
-                     `ServerBuilder::state`",
-                    (need.what)()
+                     `ServerBuilder::state`"
                 ));
             }
         }

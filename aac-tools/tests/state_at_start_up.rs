@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use aac_tools::audit::MemorySink;
 use aac_tools::sqlite::{Database, Db};
 use aac_tools::{
-    CallRequest, Credentials, Principal, PromptMessage, Registry, Server, ServerBuilder, State,
-    Text, ToolError, access::Read, mcp_prompt, mcp_resource, mcp_tool,
+    CallRequest, Completion, Credentials, Principal, PromptMessage, Registry, Server,
+    ServerBuilder, State, Text, ToolError, access::Read, mcp_prompt, mcp_resource, mcp_tool,
 };
 
 struct Greeting {
@@ -37,10 +37,31 @@ async fn greeting(greeting: State<Greeting>) -> Result<String, ToolError> {
     Ok(greeting.text.to_owned())
 }
 
+struct Topics {
+    names: Vec<String>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct OpenerArgs {
+    topic: String,
+}
+
 /// A prompt that starts with the greeting.
-#[mcp_prompt(scope = "t:read")]
-async fn opener(greeting: State<Greeting>) -> Result<PromptMessage, ToolError> {
-    Ok(PromptMessage::user(greeting.text))
+#[mcp_prompt(scope = "t:read", complete = complete_topic)]
+async fn opener(greeting: State<Greeting>, args: OpenerArgs) -> Result<PromptMessage, ToolError> {
+    Ok(PromptMessage::user(format!(
+        "{} {}",
+        greeting.text, args.topic
+    )))
+}
+
+/// The topics, for the prompt's argument; it takes the greeting too (named once).
+async fn complete_topic(
+    _c: Completion,
+    topics: State<Topics>,
+    _greeting: State<Greeting>,
+) -> Result<Vec<String>, ToolError> {
+    Ok(topics.names.clone())
 }
 
 /// The warnings `build` logged, one line each.
@@ -78,7 +99,7 @@ fn warnings_of_build(configure: impl FnOnce(ServerBuilder) -> ServerBuilder) -> 
 async fn what_a_server_was_not_given_is_named_at_start_up() {
     let (server, logged) = warnings_of_build(|b| b);
     let lines: Vec<&str> = logged.lines().collect();
-    assert_eq!(lines.len(), 4, "{logged}");
+    assert_eq!(lines.len(), 5, "{logged}");
     for (what, needs) in [
         ("tool `greet`", "`State<state_at_start_up::Greeting>`"),
         ("tool `count`", "`Db<Read>` (a handle on the `Database`)"),
@@ -87,13 +108,13 @@ async fn what_a_server_was_not_given_is_named_at_start_up() {
             "`State<state_at_start_up::Greeting>`",
         ),
         ("prompt `opener`", "`State<state_at_start_up::Greeting>`"),
+        ("prompt `opener`", "`State<state_at_start_up::Topics>`"),
     ] {
         let line = lines
             .iter()
-            .find(|l| l.contains(what))
+            .find(|l| l.contains(what) && l.contains(needs))
             .unwrap_or_else(|| panic!("no warning for {what}: {logged}"));
         assert!(line.contains("WARN"), "{line}");
-        assert!(line.contains(needs), "{line}");
         assert!(line.contains("state_at_start_up.rs:"), "{line}");
         assert!(line.contains("ServerBuilder::state"), "{line}");
     }
@@ -113,7 +134,11 @@ async fn what_a_server_was_not_given_is_named_at_start_up() {
 async fn a_server_given_everything_warns_of_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path().join("t.db")).unwrap();
-    let (server, logged) = warnings_of_build(|b| b.state(Greeting { text: "hello" }).state(db));
+    let (server, logged) = warnings_of_build(|b| {
+        b.state(Greeting { text: "hello" })
+            .state(Topics { names: vec![] })
+            .state(db)
+    });
     assert_eq!(logged, "");
     let caller = Credentials::Verified(Arc::new(Principal::new("p", ["t:read"])));
     for tool in ["greet", "count"] {

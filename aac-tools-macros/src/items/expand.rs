@@ -64,16 +64,24 @@ pub(crate) fn expand(
         None => quote!(::core::option::Option::None),
     };
     let title = opt(&attr.title);
-    let (complete_fn, complete) = match &attr.complete {
+    let (complete_fn, complete, complete_needs) = match &attr.complete {
         Some(path) => (
             quote_spanned! {path.span()=>
                 fn __aac_complete(__aac_call: #private::Call) -> #private::HandlerFuture {
                     #private::CompleteFn::complete(#path, __aac_call)
                 }
+                fn __aac_complete_needs() -> &'static [::core::option::Option<#private::StateNeed>] {
+                    #private::complete_state_needs(#path)
+                }
             },
             quote!(::core::option::Option::Some(__aac_complete)),
+            quote!(::core::option::Option::Some(__aac_complete_needs)),
         ),
-        None => (TokenStream::new(), quote!(::core::option::Option::None)),
+        None => (
+            TokenStream::new(),
+            quote!(::core::option::Option::None),
+            quote!(::core::option::Option::None),
+        ),
     };
     let call = quote!(#ident(#(#names),*).await);
     // The schema of the arguments type (a template's variables, a prompt's arguments),
@@ -112,6 +120,7 @@ pub(crate) fn expand(
                         state_needs: &[#(#consts.state_need),*],
                         handler: __aac_handler,
                         complete: #complete,
+                        complete_state_needs: #complete_needs,
                         rust_name: #rust_name,
                         module_path: ::core::module_path!(),
                         file: ::core::file!(),
@@ -137,6 +146,7 @@ pub(crate) fn expand(
                         state_needs: &[#(#consts.state_need),*],
                         handler: __aac_handler,
                         complete: #complete,
+                        complete_state_needs: #complete_needs,
                         rust_name: #rust_name,
                         module_path: ::core::module_path!(),
                         file: ::core::file!(),
