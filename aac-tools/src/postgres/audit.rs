@@ -192,7 +192,8 @@ async fn table_columns(client: &Client) -> Result<Vec<String>, AuditError> {
     Ok(client
         .query(
             "SELECT column_name::text FROM information_schema.columns
-             WHERE table_schema = 'public' AND table_name = 'aac_audit' ORDER BY ordinal_position",
+             WHERE table_schema::text = 'public'::text AND table_name::text = 'aac_audit'::text \
+             ORDER BY ordinal_position",
             &[],
         )
         .await
@@ -225,15 +226,21 @@ fn insert_sql(integer: &[bool], if_head: bool, one: bool) -> String {
         .enumerate()
         .map(|(i, integer)| {
             let ty = if *integer { "bigint" } else { "text" };
-            let array = if one { "" } else { "[]" };
-            format!("${}::{ty}{array}", i + 1)
+            if one {
+                format!("${}::{ty}", i + 1)
+            } else {
+                // `unnest(a, b, …)` is `ROWS FROM (unnest(a), unnest(b), …)`, written out
+                // so that the built-in is named (a multi-argument `unnest` is syntax
+                // only when unqualified).
+                format!("pg_catalog.unnest(${}::{ty}[])", i + 1)
+            }
         })
         .collect();
     let (columns, values) = (columns.join(", "), values.join(", "));
     let rows = if one {
         format!("SELECT {values}")
     } else {
-        format!("SELECT batch.* FROM unnest({values}) AS batch")
+        format!("SELECT batch.* FROM ROWS FROM ({values}) AS batch")
     };
     if if_head {
         let lock = if one { "FROM" } else { "CROSS JOIN" };
@@ -388,7 +395,7 @@ impl PgBackend {
             .get_connect_timeout()
             .map(|timeout| Instant::now() + *timeout);
         let sql = &self.sql;
-        let lock_rows = format!("SELECT count(*) FROM {LOCK_TABLE}");
+        let lock_rows = format!("SELECT pg_catalog.count(*) FROM {LOCK_TABLE}");
         let connected = link::connect(&self.config).and_then(|(client, mut link)| {
             // Planned once per connection, not per batch. (A generic plan, forced, was
             // slower: PostgreSQL's custom plans of the arrays are worth their planning.)
@@ -1089,9 +1096,9 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
     let triggers = client
         .query(
             "SELECT t.tgname::text, t.tgtype, t.tgenabled::text, t.tgqual IS NULL, \
-                    cardinality(t.tgattr::int2[]) = 0, p.proname::text, p.prosrc \
-             FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
-             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal ORDER BY t.tgname",
+                    pg_catalog.cardinality(t.tgattr::int2[]) = 0, p.proname::text, p.prosrc \
+             FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
+             WHERE t.tgrelid = pg_catalog.to_regclass($1::text)::oid AND NOT t.tgisinternal ORDER BY t.tgname",
             &[&AUDIT_TABLE],
         )
         .await
@@ -1127,8 +1134,8 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
     let secured = client
         .query(
             "SELECT c.relrowsecurity, c.relforcerowsecurity, \
-                    (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) \
-             FROM pg_class c WHERE c.oid = to_regclass($1)",
+                    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p WHERE p.polrelid = c.oid) \
+             FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1::text)::oid",
             &[&AUDIT_TABLE],
         )
         .await
@@ -1146,7 +1153,7 @@ pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connect
     // A rule rewrites an insert as a trigger can (`DO INSTEAD NOTHING`): named as one.
     let rules = client
         .query(
-            "SELECT rulename::text FROM pg_rules WHERE tablename = $1 ORDER BY rulename",
+            "SELECT rulename::text FROM pg_catalog.pg_rules WHERE tablename = $1::name ORDER BY rulename",
             &[&AUDIT_TABLE],
         )
         .await

@@ -288,6 +288,32 @@ impl fmt::Debug for Database {
 /// sink's appends wait at most 5 s (their own setting).
 pub const LOCK_TIMEOUT: &str = "10s";
 
+/// The `search_path` of every connection the framework opens (the owner's, the levels',
+/// the token store's, the audit sink's and reader's, the ledger's): the schema of the
+/// tables only, where they are created. PostgreSQL searches `pg_catalog` first when the
+/// path does not name it (named first, it would also be where `CREATE TABLE` goes), and
+/// no `"$user"` schema (which a role that may create schemas could make) comes in between.
+///
+/// That is not enough by itself: PostgreSQL picks, among the functions and operators of
+/// one name in the path, the one whose argument types match best, whatever its schema. A
+/// `public.pg_advisory_xact_lock(integer)` planted by any role that may create in
+/// `public` would win over the built-in (`bigint`) for an integer literal, and run as the
+/// caller (CVE-2018-1058). So the framework's own SQL names every built-in it calls with
+/// `pg_catalog.`, and casts its operands to the operator's exact types.
+pub(crate) const SEARCH_PATH: &str = "public";
+
+/// `config` with [`SEARCH_PATH`] before the URL's own options (which may still set
+/// another).
+fn safe_path(mut config: tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut options = format!("-c search_path={SEARCH_PATH}");
+    if let Some(own) = config.get_options() {
+        options.push(' ');
+        options.push_str(own);
+    }
+    config.options(options);
+    config
+}
+
 /// `config` with the session settings the framework's connections depend on, sent in
 /// the connection's start-up packet: PostgreSQL applies them over any default of the role
 /// (`ALTER ROLE … SET`, which every role may run for itself), and `RESET ALL` goes back
@@ -302,7 +328,7 @@ pub(crate) fn pinned(
 ) -> tokio_postgres::Config {
     let read_only = if read_only { "on" } else { "off" };
     let mut options = format!(
-        "-c search_path=public -c default_transaction_read_only={read_only} \
+        "-c search_path={SEARCH_PATH} -c default_transaction_read_only={read_only} \
          -c default_transaction_isolation=read\\ committed -c lock_timeout={LOCK_TIMEOUT}"
     );
     if let Some(own) = config.get_options() {
@@ -377,6 +403,7 @@ impl Database {
         let owner: tokio_postgres::Config = url
             .parse()
             .map_err(|e| DbError::new("not a PostgreSQL connection string", Some(e)))?;
+        let owner = safe_path(owner);
         let database = owner
             .get_dbname()
             .or(owner.get_user())
@@ -454,8 +481,8 @@ impl Database {
         let client = self.owner().await?;
         let tables: Vec<String> = client
             .query(
-                "SELECT tablename::text FROM pg_tables \
-                 WHERE schemaname = 'public' AND tableowner = current_user ORDER BY 1",
+                "SELECT tablename::text FROM pg_catalog.pg_tables \
+                 WHERE schemaname = 'public'::name AND tableowner = current_user ORDER BY 1",
                 &[],
             )
             .await?
@@ -464,8 +491,8 @@ impl Database {
             .collect();
         let views: Vec<String> = client
             .query(
-                "SELECT viewname::text FROM pg_views \
-                 WHERE schemaname = 'public' AND viewowner = current_user ORDER BY 1",
+                "SELECT viewname::text FROM pg_catalog.pg_views \
+                 WHERE schemaname = 'public'::name AND viewowner = current_user ORDER BY 1",
                 &[],
             )
             .await?
@@ -483,12 +510,18 @@ impl Database {
         // Large objects, revoked in the same transaction as the grants (replicas granting
         // at once take turns on its lock; two bare `REVOKE`s would collide).
         let large_objects = large_objects_sql(&client).await?;
-        let batch =
-            format!("BEGIN; SELECT pg_advisory_xact_lock(7461626); {sql} {large_objects} COMMIT;");
+        let public_schema = public_schema_sql(&client).await?;
+        let batch = format!(
+            "BEGIN; SELECT pg_catalog.pg_advisory_xact_lock(7461626::bigint); {sql} \
+             {large_objects} {public_schema} COMMIT;"
+        );
         let mut tries = 0u64;
         loop {
             match client.batch_execute(&batch).await {
-                Ok(()) => return self.warn_of_large_objects(&client).await,
+                Ok(()) => {
+                    self.warn_of_large_objects(&client).await?;
+                    return warn_of_public_schema(&client).await;
+                }
                 Err(err) => {
                     let _ = client.batch_execute("ROLLBACK").await;
                     tries += 1;
@@ -507,7 +540,7 @@ impl Database {
     async fn warn_of_large_objects(&self, client: &tokio_postgres::Client) -> Result<(), DbError> {
         let open: bool = client
             .query_one(
-                "SELECT has_function_privilege($1, 'lo_from_bytea(oid, bytea)', 'EXECUTE')",
+                "SELECT pg_catalog.has_function_privilege($1, 'lo_from_bytea(oid, bytea)', 'EXECUTE')",
                 &[&self.inner.roles.read()],
             )
             .await
@@ -631,7 +664,9 @@ pub(crate) const MIGRATION_LOCK: i64 = 7461627;
 
 /// `sql` in a transaction of its own that holds [`MIGRATION_LOCK`].
 pub(crate) fn migrating(sql: &str) -> String {
-    format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK}); {sql} COMMIT;")
+    format!(
+        "BEGIN; SELECT pg_catalog.pg_advisory_xact_lock({MIGRATION_LOCK}::bigint); {sql} COMMIT;"
+    )
 }
 
 /// Whether `err` is two sessions meeting on a role, cluster-wide (another database's
@@ -673,8 +708,10 @@ async fn migrate_one(
 ) -> Result<u32, DbError> {
     let tx = client.transaction().await?;
     // One migrator at a time across every replica.
-    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
-        .await?;
+    tx.batch_execute(&format!(
+        "SELECT pg_catalog.pg_advisory_xact_lock({MIGRATION_LOCK}::bigint)"
+    ))
+    .await?;
     tx.batch_execute(SCHEMA_TABLE).await?;
     let current = tx
         .query_opt(
@@ -932,7 +969,8 @@ impl<L: Level> Tx<L> {
 /// 6 µs of the server's time a call (8 µs for `SELECT 1; COMMIT` alone, 14 with them,
 /// medians of the server's statement log); after the `COMMIT`, in a transaction of their
 /// own, they cost 2 µs more.
-const COMMIT_AND_RESET: &str = "SELECT 1; RESET ALL; SELECT pg_advisory_unlock_all(); COMMIT";
+const COMMIT_AND_RESET: &str =
+    "SELECT 1; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all(); COMMIT";
 
 impl<L> Drop for Tx<L> {
     fn drop(&mut self) {
@@ -971,7 +1009,10 @@ const LARGE_OBJECT_CREATORS: &str = "lo_creat(integer), lo_create(oid), lo_from_
 /// (and `grant_levels` warns).
 async fn large_objects_sql(client: &tokio_postgres::Client) -> Result<String, DbError> {
     let superuser: bool = client
-        .query_one("SELECT current_setting('is_superuser') = 'on'", &[])
+        .query_one(
+            "SELECT pg_catalog.current_setting('is_superuser'::text) = 'on'::text",
+            &[],
+        )
         .await
         .map_err(|e| DbError::new("cannot read the owner's attributes", Some(e)))?
         .get(0);
@@ -980,4 +1021,66 @@ async fn large_objects_sql(client: &tokio_postgres::Client) -> Result<String, Db
     } else {
         String::new()
     })
+}
+
+/// `CREATE` on the schema `public` is granted to `PUBLIC` by PostgreSQL 14 and earlier,
+/// and clusters upgraded since keep it: every role, the levels' too, may then create
+/// functions and operators there, which unqualified calls of anyone whose `search_path`
+/// names `public` could run (CVE-2018-1058). The statement that revokes it when the
+/// owner may (it owns the schema, is a member of its owner, or is a superuser); else
+/// nothing, and [`warn_of_public_schema`] warns.
+async fn public_schema_sql(client: &tokio_postgres::Client) -> Result<String, DbError> {
+    let row = client
+        .query_opt(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.aclexplode(COALESCE(n.nspacl, \
+                    pg_catalog.acldefault('n'::\"char\", n.nspowner))) a \
+                    WHERE a.grantee = 0::oid AND a.privilege_type = 'CREATE'::text), \
+                    pg_catalog.pg_has_role(n.nspowner, 'USAGE'::text) \
+                    OR pg_catalog.current_setting('is_superuser'::text) = 'on'::text \
+             FROM pg_catalog.pg_namespace n WHERE n.nspname = 'public'::name",
+            &[],
+        )
+        .await
+        .map_err(|e| DbError::new("cannot read the privileges of schema `public`", Some(e)))?;
+    Ok(match row {
+        Some(row) if row.get::<_, bool>(0) && row.get::<_, bool>(1) => {
+            "REVOKE CREATE ON SCHEMA public FROM PUBLIC;".to_owned()
+        }
+        _ => String::new(),
+    })
+}
+
+/// Warns when roles other than the owner (and superusers) may still create in `public`:
+/// their functions and operators there could be picked by SQL that names a built-in
+/// without `pg_catalog.` (the framework's own SQL does not; an application's may).
+async fn warn_of_public_schema(client: &tokio_postgres::Client) -> Result<(), DbError> {
+    let creators: Vec<String> = client
+        .query(
+            "SELECT r.rolname::text FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n \
+             WHERE n.nspname = 'public'::name AND r.rolname <> current_user AND NOT r.rolsuper \
+               AND pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE'::text) \
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(|e| DbError::new("cannot read the privileges of schema `public`", Some(e)))?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|name| !name.starts_with("pg_"))
+        .collect();
+    if !creators.is_empty() {
+        let named = match creators.len() {
+            n if n > 8 => format!("{}, and {} more", creators[..8].join(", "), n - 8),
+            _ => creators.join(", "),
+        };
+        tracing::warn!(
+            "roles other than the tables' owner may create functions and operators in schema \
+             `public` ({}): SQL that calls a built-in without `pg_catalog.` could run one of \
+             theirs with the caller's rights; the framework's own SQL names `pg_catalog`, and \
+             the owner of the schema should run `REVOKE CREATE ON SCHEMA public FROM PUBLIC` \
+             (and grant `CREATE` to no other role)",
+            named
+        );
+    }
+    Ok(())
 }

@@ -135,7 +135,7 @@ impl Roles {
         let mut sql = String::new();
         for role in self.all() {
             sql.push_str(&format!(
-                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN \
+                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}'::name) THEN \
                  CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT; END IF; END $$;\n"
             ));
             sql.push_str(&format!("GRANT USAGE ON SCHEMA public TO {role};\n"));

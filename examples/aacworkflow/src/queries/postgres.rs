@@ -116,10 +116,10 @@ impl<L: Level> ReadIssues for Tx<L> {
         // `left`, not `LIKE`: what was typed is compared as it is, wildcards and all.
         let stmt = client
             .prepare_cached(
-                "SELECT w.key_prefix || '-' || i.number
+                "SELECT w.key_prefix || '-' || i.number::text
                  FROM issues i JOIN workspaces w ON w.id = i.workspace
                  WHERE i.workspace = $1
-                   AND left(w.key_prefix || '-' || i.number, length($2::text)) = $2::text
+                   AND left(w.key_prefix || '-' || i.number::text, length($2::text)) = $2::text
                  ORDER BY i.number DESC
                  LIMIT $3",
             )

@@ -1,0 +1,127 @@
+//! What the framework's set-up and its own SQL, on PostgreSQL, refuse to be fooled by:
+//! what another role made or left in the database.
+
+mod postgres_support;
+
+use aac_tools::access::Write;
+use aac_tools::postgres::{Database, TokenStore, tokio_postgres};
+use postgres_support::TestDb;
+
+/// A connection to the test's database as `role`, outside any pool.
+async fn as_role(test: &TestDb, role: &str) -> tokio_postgres::Client {
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(role);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// What another role, which may create in `public`, plants there: a function or operator
+/// of a built-in's name whose argument types match the framework's calls better than the
+/// built-in's do, each noting in `hijacked` that it ran (as whoever called it).
+const PLANTED: &str = "
+CREATE FUNCTION public.pg_advisory_xact_lock(integer) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.hijacked VALUES ('pg_advisory_xact_lock');
+    SELECT pg_catalog.pg_advisory_xact_lock($1::bigint) $$;
+CREATE FUNCTION public.cardinality(smallint[]) RETURNS integer LANGUAGE sql AS $$
+    INSERT INTO public.hijacked VALUES ('cardinality');
+    SELECT pg_catalog.cardinality($1) $$;
+CREATE FUNCTION public.oid_is(oid, regclass) RETURNS boolean LANGUAGE sql AS $$
+    INSERT INTO public.hijacked VALUES ('=(oid, regclass)');
+    SELECT $1 OPERATOR(pg_catalog.=) $2::oid $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_is);
+";
+
+/// Functions and operators planted in `public` by another role are never run by the
+/// framework: not by `init` (the migrations and the grants), `token create`, a level's
+/// transaction, nor the reader of `audit --verify`.
+#[tokio::test]
+async fn functions_planted_in_public_are_never_run() {
+    let test = TestDb::new().await;
+    let other = format!("{}_other", test.roles.prefix());
+    let admin = test.owner().await;
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {other} LOGIN; GRANT CREATE ON SCHEMA public TO {other}; \
+             CREATE TABLE hijacked (what TEXT); GRANT INSERT ON hijacked TO PUBLIC;"
+        ))
+        .await
+        .unwrap();
+    as_role(&test, &other)
+        .await
+        .batch_execute(PLANTED)
+        .await
+        .unwrap();
+    // They do run for SQL that leaves the built-ins unqualified.
+    admin
+        .batch_execute(
+            "BEGIN; SELECT pg_advisory_xact_lock(1); COMMIT; \
+             SELECT cardinality('{1}'::int2[]); \
+             SELECT 1 FROM pg_class WHERE oid = to_regclass('hijacked');",
+        )
+        .await
+        .unwrap();
+    let ran = test
+        .column::<String>("SELECT DISTINCT what FROM hijacked ORDER BY 1")
+        .await;
+    assert_eq!(
+        ran,
+        ["=(oid, regclass)", "cardinality", "pg_advisory_xact_lock"]
+    );
+    admin.batch_execute("DELETE FROM hijacked").await.unwrap();
+
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate("notes", &["CREATE TABLE notes (text TEXT NOT NULL);"])
+        .await
+        .unwrap();
+    db.grant_levels().await.unwrap();
+    let tokens = TokenStore::open(&db).unwrap();
+    aac_tools::tokens::TokenIssuer::create(&tokens, "alice", None, &["notes:read"], None)
+        .await
+        .unwrap();
+    let tx = db.handle::<Write>().begin().await.unwrap();
+    tx.client()
+        .batch_execute("INSERT INTO notes VALUES ('x')")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let trail = aac_tools::postgres::mirror(db.owner_config())
+        .await
+        .unwrap();
+    aac_tools::audit::verify_chain(&trail).unwrap();
+
+    let ran = test.column::<String>("SELECT what FROM hijacked").await;
+    assert!(
+        ran.is_empty(),
+        "the framework ran planted functions: {ran:?}"
+    );
+    admin
+        .batch_execute(&format!("DROP OWNED BY {other}; DROP ROLE {other};"))
+        .await
+        .unwrap();
+}
+
+/// `CREATE` on `public` granted to `PUBLIC` (PostgreSQL 14 and earlier, and clusters
+/// upgraded since) is revoked by the grants when the owner may: no level's role may
+/// create functions there.
+#[tokio::test]
+async fn create_on_public_is_taken_from_every_role() {
+    let test = TestDb::new().await;
+    let admin = test.owner().await;
+    admin
+        .batch_execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+        .await
+        .unwrap();
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate("notes", &["CREATE TABLE notes (text TEXT NOT NULL);"])
+        .await
+        .unwrap();
+    for role in test.roles.all() {
+        let may: Vec<bool> = test
+            .column(&format!(
+                "SELECT has_schema_privilege('{role}', 'public', 'CREATE')"
+            ))
+            .await;
+        assert_eq!(may, [false], "{role} may create in public");
+    }
+}
