@@ -83,8 +83,9 @@ pub const POSTGRES_COMPONENT: &str = "aacworkflow";
 /// were written in, SQLite's `rowid`) and the view `aacworkflow_usage`, through which the
 /// data roles read the columns of the audit trail that `dashboard_usage_daily` counts
 /// (they may not read `aac_audit` itself); version 2 keeps tool calls only in that view,
-/// version 3 says how many calls each record stands for (a count of rate-limited ones).
-pub const POSTGRES_MIGRATIONS: [&str; 4] = [
+/// version 3 says how many calls each record stands for (a count of rate-limited ones),
+/// version 4 counts only the framework's counts, and version 5 fails on no stored text.
+pub const POSTGRES_MIGRATIONS: [&str; 5] = [
     "
 CREATE TABLE workspaces (
     id          TEXT PRIMARY KEY,
@@ -185,6 +186,41 @@ CREATE OR REPLACE VIEW aacworkflow_usage AS
     FROM aac_audit
     WHERE kind = 'tool';
 ",
+    r#"
+-- Version 5: no stored text makes the view fail. `arguments::jsonb` fails on text that is
+-- JSON but not jsonb (a caller's "\u0000", recorded as sent when the call is refused),
+-- which made every dashboard of its workspace fail: the text is read as jsonb only when it
+-- is a flat object of plain keys, each a number or a string without escapes, as the
+-- framework writes its counts; anything else is one call. Every built-in is named with
+-- `pg_catalog.`, and every operand has the operator's type, so that no function or
+-- operator another role made in `public` is bound here (CVE-2018-1058).
+CREATE OR REPLACE VIEW aacworkflow_usage AS
+    SELECT workspace, pg_catalog.substr(timestamp, 1, 10) AS day, timestamp,
+           CASE WHEN tool = '(rate limited)'::text AND reason IS DISTINCT FROM 'rate_limited'::text
+                THEN '(unknown)'::text ELSE tool END AS tool,
+           outcome,
+           CASE WHEN request_id IS NOT NULL
+                     OR arguments IS NULL
+                     OR NOT (arguments ~ '^\{"[a-z_]+":([0-9]+|"[^"\\]*")(,"[a-z_]+":([0-9]+|"[^"\\]*"))*\}$'::text)
+                THEN 1::bigint
+                WHEN reason = 'rate_limited'::text AND status = 429::bigint
+                     AND pg_catalog.jsonb_typeof(arguments::jsonb -> 'suppressed'::text) = 'number'::text
+                     AND (arguments::jsonb ->> 'suppressed'::text) ~ '^[1-9][0-9]*$'::text
+                     AND ((arguments::jsonb - 'suppressed'::text) - 'peer'::text) = '{}'::jsonb
+                THEN CASE WHEN pg_catalog.length(arguments::jsonb ->> 'suppressed'::text) > 12
+                          THEN 1000000000000::bigint
+                          ELSE LEAST((arguments::jsonb ->> 'suppressed'::text)::bigint, 1000000000000::bigint) END
+                WHEN tool = '(unknown)'::text
+                     AND pg_catalog.jsonb_typeof(arguments::jsonb -> 'more_calls'::text) = 'number'::text
+                     AND (arguments::jsonb ->> 'more_calls'::text) ~ '^[1-9][0-9]*$'::text
+                     AND (arguments::jsonb - 'more_calls'::text) = '{}'::jsonb
+                THEN CASE WHEN pg_catalog.length(arguments::jsonb ->> 'more_calls'::text) > 12
+                          THEN 1000000000000::bigint
+                          ELSE LEAST((arguments::jsonb ->> 'more_calls'::text)::bigint, 1000000000000::bigint) END
+                ELSE 1::bigint END AS calls
+    FROM aac_audit
+    WHERE kind = 'tool'::text;
+"#,
 ];
 
 /// A failure of the command line, as one line that says what to do.

@@ -246,6 +246,17 @@ async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
         // overflows); the rest of a refused batch.
         refused("get_issue", json!({"suppressed": i64::MAX})),
         refused("get_issue", json!({"suppressed": i64::MAX})),
+        // JSON that is no jsonb (PostgreSQL refuses `\u0000` in jsonb): one call, and no
+        // dashboard fails on it.
+        {
+            let mut nul = refused(
+                "delete_issue",
+                json!({"issue_id": "\u{0}", "confirm": true}),
+            );
+            nul.reason = Some("insufficient_scope".to_owned());
+            nul.status = 403;
+            nul
+        },
         {
             let mut batch = refused("(unknown)", json!({"more_calls": 50}));
             batch.reason = Some("not_dispatched".to_owned());
@@ -282,12 +293,13 @@ async fn no_caller_s_text_is_counted_as_a_count_or_shown_as_a_tool() {
         rows,
         BTreeMap::from([
             ("(unknown)".to_owned(), 3 + 50),
+            ("delete_issue".to_owned(), 1),
             ("get_issue".to_owned(), 3 + 2_000_000_000_000),
             ("trigger_autopilot".to_owned(), 1),
         ]),
         "{usage}"
     );
-    assert_eq!(usage["total_calls"], 57 + 2_000_000_000_000_i64, "{usage}");
+    assert_eq!(usage["total_calls"], 58 + 2_000_000_000_000_i64, "{usage}");
 }
 
 /// The dashboard's list of the ten tools is the registry's.
