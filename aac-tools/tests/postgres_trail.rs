@@ -1697,3 +1697,47 @@ async fn a_nul_character_is_recorded_visibly_and_never_stops_the_trail() {
         .collect();
     assert_eq!(tools, ["\u{2400}", "pgt\u{2400}add", "pgt_add", "pgt_add"]);
 }
+
+/// A record of `seq` `i64::MAX` in the trail (written by hand, as the owner or the audit
+/// role may) leaves no number for the next: every append is refused, 503
+/// `audit_unavailable` with a message that says why, and the sink goes on answering.
+/// Before, the append panicked (an overflow) on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_at_the_last_seq_refuses_appends_without_a_panic() {
+    use aac_tools::audit::AuditSink;
+    let test = migrated().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let sink = PgSink::open(&db).unwrap();
+    sink.record(record(1, 0)).await.unwrap();
+    test.owner()
+        .await
+        .batch_execute(
+            "CREATE TEMPORARY TABLE last AS SELECT * FROM aac_audit WHERE seq = 1; \
+             UPDATE last SET seq = 9223372036854775807; \
+             INSERT INTO aac_audit SELECT * FROM last;",
+        )
+        .await
+        .unwrap();
+    // A second sink reads the head first; the first guesses it, then reads it.
+    let other = PgSink::open(&db).unwrap();
+    for (sink, i) in [(&sink, 1), (&other, 2), (&sink, 3), (&other, 4)] {
+        let err = sink.record(record(1, i)).await.expect_err("no seq is left");
+        assert!(err.to_string().contains("seq 9223372036854775807"), "{err}");
+    }
+    let server = Server::builder(Registry::collect_named(&["pgt_ping"]).unwrap())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let principal = Arc::new(aac_tools::Principal::new("p", ["notes:read"]));
+    let response = server
+        .call(
+            CallRequest::new("pgt_ping", Some(json!({})))
+                .credentials(Credentials::Verified(principal)),
+        )
+        .await;
+    let err = response.error().expect("refused: no record can be written");
+    assert_eq!(err.status(), Status::Unavailable);
+    assert_eq!(err.reason(), "audit_unavailable");
+    let seqs: Vec<i64> = test.column("SELECT seq FROM aac_audit ORDER BY seq").await;
+    assert_eq!(seqs, [1, i64::MAX]);
+}

@@ -432,6 +432,7 @@ impl PgBackend {
                         skip_guess: 0,
                         in_doubt: None,
                         short: None,
+                        full: None,
                     },
                     link,
                 }),
@@ -484,6 +485,9 @@ impl Backend for PgBackend {
             let appended = link.run(conn.append(&self.sql, &self.integer, batch), deadline);
             let (err, lost) = match appended {
                 Ok(Ok(())) => match conn.short.take() {
+                    None if conn.full.is_some() => {
+                        return Err(chain_full(conn.full.take().unwrap_or(i64::MAX)));
+                    }
                     None => return Ok(()),
                     Some((rows, records)) => {
                         return Err(AuditError::new(format!(
@@ -585,6 +589,18 @@ impl PgBackend {
                     "the audit database's answer to an append was lost; the batch was found in the trail and is answered as written"
                 );
                 Ok(())
+            }
+            Ok(false) if self.session.as_ref().is_some_and(|s| s.conn.full.is_some()) => {
+                let full = self
+                    .session
+                    .as_mut()
+                    .and_then(|session| session.conn.full.take())
+                    .unwrap_or(i64::MAX);
+                tracing::error!(
+                    seq,
+                    "a batch in doubt was not in the trail and cannot be appended: the chain's last seq is {full}"
+                );
+                Err(chain_full(full))
             }
             Ok(false) => {
                 tracing::warn!(
@@ -706,18 +722,25 @@ struct Conn {
     /// After an append the database committed with fewer rows than records (a trigger
     /// that is not the framework's returned `NULL` for some): how many, of how many.
     short: Option<(u64, usize)>,
+    /// After an append refused because the head's `seq` is one no record can follow
+    /// ([`chained`]): that `seq`.
+    full: Option<i64>,
 }
 
 /// How many appends read the head first after a wrong guess: another replica is writing.
 const SKIP_AFTER_MISS: u32 = 32;
 
 /// The batch's rows chained after `(seq, prev)`, as one array per column; and the head
-/// they leave.
+/// they leave. `None` when their `seq` would pass `i64::MAX` (a row of that `seq` written
+/// by the owner or the audit role): no record can follow it.
 fn chained(
     integer: &[bool],
     batch: &[PortableRow],
     (mut seq, mut prev): (i64, String),
-) -> (Vec<ColumnValues>, (i64, String)) {
+) -> Option<(Vec<ColumnValues>, (i64, String))> {
+    i64::try_from(batch.len())
+        .ok()
+        .and_then(|n| seq.checked_add(n))?;
     let mut columns: Vec<ColumnValues> = integer
         .iter()
         .map(|integer| ColumnValues::new(*integer, batch.len()))
@@ -738,7 +761,16 @@ fn chained(
         }
     }
     debug_assert!(columns.iter().all(|c| c.len() == batch.len()));
-    (columns, (seq, prev))
+    Some((columns, (seq, prev)))
+}
+
+/// The refusal of an append after a head of `seq` that no record can follow.
+fn chain_full(seq: i64) -> AuditError {
+    AuditError::new(format!(
+        "cannot write to the audit database: the last record of `{AUDIT_TABLE}` has seq {seq}, \
+         past which no record can be numbered (a row written by hand, not by an append); \
+         no record is appended until it is removed"
+    ))
 }
 
 /// Whether `err` is a statement's error (severity `ERROR`): the session goes on, and the
@@ -813,8 +845,9 @@ impl Conn {
     ) -> Result<(), tokio_postgres::Error> {
         if self.skip_guess > 0 {
             self.skip_guess -= 1;
-        } else if let Some(head) = self.head.take() {
-            let (columns, after) = chained(integer, batch, head.clone());
+        } else if let Some(head) = self.head.take()
+            && let Some((columns, after)) = chained(integer, batch, head.clone())
+        {
             let (statement, mut params) = self.insert_if_head.bind(&columns);
             params.push(&head.0);
             params.push(&head.1);
@@ -851,7 +884,13 @@ impl Conn {
         batch: &[PortableRow],
         head: (i64, String),
     ) -> Result<(), tokio_postgres::Error> {
-        let (columns, after) = chained(integer, batch, head);
+        let Some((columns, after)) = chained(integer, batch, head.clone()) else {
+            // Nothing sent: the transaction (and the chain's lock) is let go.
+            self.head = None;
+            self.client.batch_execute("ROLLBACK").await?;
+            self.full = Some(head.0);
+            return Ok(());
+        };
         let (statement, params) = self.insert.bind(&columns);
         // In doubt until the `COMMIT`'s answer comes (see `append_open`).
         self.in_doubt = Some(after.clone());
