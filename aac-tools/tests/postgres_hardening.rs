@@ -125,3 +125,35 @@ async fn create_on_public_is_taken_from_every_role() {
         assert_eq!(may, [false], "{role} may create in public");
     }
 }
+
+/// A version below zero in `aac_schema` (no migration writes one) is refused by name: it
+/// would skip every migration and pass for current.
+#[tokio::test]
+async fn a_negative_schema_version_is_refused() {
+    let test = TestDb::new().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let notes = ["CREATE TABLE notes (text TEXT NOT NULL);"];
+    db.migrate("notes", &notes).await.unwrap();
+    let admin = test.owner().await;
+    for component in ["notes", "aac"] {
+        admin
+            .batch_execute(&format!(
+                "UPDATE aac_schema SET version = -1 WHERE component = '{component}'"
+            ))
+            .await
+            .unwrap();
+        let err = db.migrate("notes", &notes).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("`{component}` in this database is at version -1")),
+            "{err}"
+        );
+        assert!(db.schema_version(component).await.is_err());
+        admin
+            .batch_execute(&format!(
+                "UPDATE aac_schema SET version = 1 WHERE component = '{component}'"
+            ))
+            .await
+            .unwrap();
+    }
+}

@@ -609,8 +609,8 @@ impl Database {
         for (name, known) in [("aac", FRAMEWORK_MIGRATIONS.len()), (component, known)] {
             let current = version(name);
             let known = i32::try_from(known).unwrap_or(i32::MAX);
-            if current > known {
-                return Err(newer_schema(name, current, known));
+            if let Some(err) = unusable_version(name, current, known) {
+                return Err(err);
             }
             if current == 0 {
                 return Err(DbError::new(
@@ -636,7 +636,10 @@ impl Database {
                 &[&component],
             )
             .await?;
-        Ok(row.map_or(0, |r| u32::try_from(r.get::<_, i32>(0)).unwrap_or(0)))
+        match row.map_or(0, |r| r.get::<_, i32>(0)) {
+            version if version < 0 => Err(negative_schema(component, version)),
+            version => Ok(version.unsigned_abs()),
+        }
     }
 
     /// A handle at level `L`, for code outside tools (tests, command-line tools). A tool
@@ -690,6 +693,31 @@ const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS aac_schema (
 /// The framework's own tables, version by version.
 const FRAMEWORK_MIGRATIONS: &[&str] = &[tokens::SCHEMA, ledger::SCHEMA, audit::LOCK_SCHEMA];
 
+/// A version below zero in `aac_schema`: no migration writes one (someone edited the
+/// table), and it would skip every migration and pass for current.
+fn negative_schema(component: &str, current: i32) -> DbError {
+    DbError::new(
+        format!(
+            "the schema of `{component}` in this database is at version {current}, which no \
+             migration writes (`aac_schema` was edited): set it to the version the schema \
+             is really at, or 0 to migrate from the start"
+        ),
+        None,
+    )
+}
+
+/// Why this build may not use `component`'s schema at version `current`, knowing versions
+/// up to `known`: a newer release migrated it, or the version is one no migration writes.
+fn unusable_version(component: &str, current: i32, known: i32) -> Option<DbError> {
+    if current > known {
+        Some(newer_schema(component, current, known))
+    } else if current < 0 {
+        Some(negative_schema(component, current))
+    } else {
+        None
+    }
+}
+
 /// A schema that a newer release migrated.
 fn newer_schema(component: &str, current: i32, known: i32) -> DbError {
     DbError::new(
@@ -721,10 +749,13 @@ async fn migrate_one(
         .await?
         .map_or(0, |r| r.get::<_, i32>(0));
     let known = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
-    if current > known {
-        return Err(newer_schema(component, current, known));
+    if let Some(err) = unusable_version(component, current, known) {
+        return Err(err);
     }
-    for (i, sql) in migrations.iter().enumerate().skip(current as usize) {
+    let Ok(current) = usize::try_from(current) else {
+        return Err(negative_schema(component, current));
+    };
+    for (i, sql) in migrations.iter().enumerate().skip(current) {
         tx.batch_execute(sql).await.map_err(|e| {
             DbError::new(
                 format!("migration {} of `{component}` failed", i + 1),
@@ -1083,4 +1114,26 @@ async fn warn_of_public_schema(client: &tokio_postgres::Client) -> Result<(), Db
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unusable_version;
+
+    #[test]
+    fn a_schema_version_is_usable_from_zero_to_the_last_known() {
+        for current in 0..=4 {
+            assert!(unusable_version("app", current, 4).is_none(), "{current}");
+        }
+        let newer = unusable_version("app", 5, 4).unwrap().to_string();
+        assert!(newer.contains("at version 5, but this build knows versions up to 4"));
+        // Read by `check_schema` (the commands that only read) as by the migrations.
+        for current in [-1, i32::MIN] {
+            let negative = unusable_version("app", current, 4).unwrap().to_string();
+            assert!(
+                negative.contains(&format!("`app` in this database is at version {current}")),
+                "{negative}"
+            );
+        }
+    }
 }
