@@ -157,3 +157,47 @@ async fn a_negative_schema_version_is_refused() {
             .unwrap();
     }
 }
+
+/// The write and delete roles get the owner's sequences only: another owner's, in a
+/// shared database, keep their rights, and what an earlier release granted on them
+/// (`ON ALL SEQUENCES`) is taken back.
+#[tokio::test]
+async fn sequences_of_other_owners_are_not_granted() {
+    let test = TestDb::new().await;
+    let other = format!("{}_seqowner", test.roles.prefix());
+    let admin = test.owner().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate("notes", &["CREATE TABLE notes (id BIGSERIAL, text TEXT);"])
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {other} NOLOGIN; \
+             CREATE TABLE payroll (id BIGSERIAL, salary INT); \
+             ALTER TABLE payroll OWNER TO {other}; \
+             CREATE SEQUENCE invoices OWNED BY NONE; ALTER SEQUENCE invoices OWNER TO {other}; \
+             GRANT USAGE, SELECT ON SEQUENCE invoices TO {write};",
+            write = test.roles.write()
+        ))
+        .await
+        .unwrap();
+    db.grant_levels().await.unwrap();
+    let may = |role: String, sequence: &'static str| {
+        let test = &test;
+        async move {
+            test.column::<bool>(&format!(
+                "SELECT has_sequence_privilege('{role}', '{sequence}', 'USAGE')"
+            ))
+            .await[0]
+        }
+    };
+    for role in [test.roles.write(), test.roles.delete()] {
+        assert!(may(role.clone(), "notes_id_seq").await, "{role}");
+        assert!(!may(role.clone(), "payroll_id_seq").await, "{role}");
+        assert!(!may(role.clone(), "invoices").await, "{role}");
+    }
+    admin
+        .batch_execute(&format!("DROP OWNED BY {other}; DROP ROLE {other};"))
+        .await
+        .unwrap();
+}

@@ -499,10 +499,32 @@ impl Database {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let sql = self
-            .inner
-            .roles
-            .grant_sql(&self.inner.database, &tables, &views);
+        // The owner's sequences, and the others' it may revoke on (as a superuser or a
+        // member of their owner; a `REVOKE` of a sequence it has no right on would fail).
+        let mut sequences = Vec::new();
+        let mut foreign_sequences = Vec::new();
+        for row in client
+            .query(
+                "SELECT sequencename::text, sequenceowner = current_user, \
+                        pg_catalog.pg_has_role(sequenceowner, 'USAGE'::text) \
+                 FROM pg_catalog.pg_sequences WHERE schemaname = 'public'::name ORDER BY 1",
+                &[],
+            )
+            .await?
+        {
+            match (row.get::<_, bool>(1), row.get::<_, bool>(2)) {
+                (true, _) => sequences.push(row.get::<_, String>(0)),
+                (false, true) => foreign_sequences.push(row.get::<_, String>(0)),
+                (false, false) => {}
+            }
+        }
+        let sql = self.inner.roles.grant_sql(
+            &self.inner.database,
+            &tables,
+            &views,
+            &sequences,
+            &foreign_sequences,
+        );
         // Roles are shared by the whole cluster: two replicas granting at once must not
         // race on `CREATE ROLE`. The lock is the database's: two databases whose roles
         // share a prefix, granting at once, can still meet on a role (a duplicate name,

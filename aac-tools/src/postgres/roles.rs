@@ -130,7 +130,19 @@ impl Roles {
     /// The SQL that creates the roles (if missing) and grants each its level on the
     /// tables that exist now, and `SELECT` on the views, in database `database`. Run as
     /// the tables' owner; run again after a migration that adds tables or views.
-    pub(crate) fn grant_sql(&self, database: &str, tables: &[String], views: &[String]) -> String {
+    ///
+    /// `sequences` are the owner's sequences in `public` (its tables' `BIGSERIAL`s, and
+    /// any it made): `USAGE, SELECT` to the write and delete roles; `foreign_sequences`,
+    /// the other owners' there, from which the levels' roles are taken whatever an
+    /// earlier release granted them (`ON ALL SEQUENCES`).
+    pub(crate) fn grant_sql(
+        &self,
+        database: &str,
+        tables: &[String],
+        views: &[String],
+        sequences: &[String],
+        foreign_sequences: &[String],
+    ) -> String {
         let [read, write, delete, tokens, audit] = self.all();
         let mut sql = String::new();
         for role in self.all() {
@@ -186,9 +198,27 @@ impl Roles {
                  GRANT SELECT ON {v} TO {read}, {write}, {delete};\n"
             ));
         }
-        sql.push_str(&format!(
-            "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {write}, {delete};\n"
-        ));
+        // Only the owner's sequences: in a database shared with another application, its
+        // sequences keep the rights they have (a `nextval` of them by a level's role would
+        // use up its numbers). A sequence named `aac_…` is the framework's prefix, as for
+        // tables: nobody's data.
+        for sequence in foreign_sequences {
+            let q = quote_ident(sequence);
+            sql.push_str(&format!(
+                "REVOKE ALL ON SEQUENCE {q} FROM {read}, {write}, {delete}, {tokens}, {audit};\n"
+            ));
+        }
+        for sequence in sequences {
+            let q = quote_ident(sequence);
+            sql.push_str(&format!(
+                "REVOKE ALL ON SEQUENCE {q} FROM {read}, {write}, {delete}, {tokens}, {audit};\n"
+            ));
+            if !sequence.starts_with("aac_") {
+                sql.push_str(&format!(
+                    "GRANT USAGE, SELECT ON SEQUENCE {q} TO {write}, {delete};\n"
+                ));
+            }
+        }
         if tables.iter().any(|t| t == "aac_tokens") {
             sql.push_str(&format!(
                 "REVOKE ALL ON aac_tokens FROM PUBLIC, {read}, {write}, {delete}, {tokens}, {audit};\n\
@@ -253,6 +283,8 @@ mod tests {
             "db",
             &["notes".into(), "aac_audit".into()],
             &["usage".into()],
+            &["notes_id_seq".into()],
+            &["payroll_id_seq".into()],
         );
         assert!(sql.contains("GRANT SELECT, INSERT ON aac_audit TO aac_audit;"));
         assert!(!sql.contains("ON \"aac_audit\" TO aac_delete"));
@@ -262,5 +294,11 @@ mod tests {
         assert!(sql.contains("GRANT SELECT ON \"usage\" TO aac_read, aac_write, aac_delete;"));
         assert!(!sql.contains("INSERT ON \"usage\""));
         assert!(!sql.contains("\"usage\" TO aac_audit"));
+        // The owner's sequences only; the levels' roles are taken from the others'.
+        assert!(sql.contains(
+            "GRANT USAGE, SELECT ON SEQUENCE \"notes_id_seq\" TO aac_write, aac_delete;"
+        ));
+        assert!(!sql.contains("ALL SEQUENCES"));
+        assert!(!sql.contains("GRANT USAGE, SELECT ON SEQUENCE \"payroll_id_seq\""));
     }
 }
