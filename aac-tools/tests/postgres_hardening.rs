@@ -201,3 +201,50 @@ async fn sequences_of_other_owners_are_not_granted() {
         .await
         .unwrap();
 }
+
+/// A level role that exists already with more than a level's rights (a superuser, a
+/// member of `pg_write_all_data`) is refused by name at `init` and `serve` (the grants),
+/// not used as it is.
+#[tokio::test]
+async fn a_level_role_with_more_rights_is_refused() {
+    let test = TestDb::new().await;
+    let admin = test.owner().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let notes = ["CREATE TABLE notes (text TEXT NOT NULL);"];
+    let (read, write) = (test.roles.read(), test.roles.write());
+    admin
+        .batch_execute(&format!("CREATE ROLE {read} LOGIN SUPERUSER"))
+        .await
+        .unwrap();
+    let err = db.migrate("notes", &notes).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("`{read}`")) && err.contains("superuser"),
+        "{err}"
+    );
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {read} NOSUPERUSER CREATEDB; \
+             CREATE ROLE {write} LOGIN; GRANT pg_write_all_data TO {write};"
+        ))
+        .await
+        .unwrap();
+    let err = db.grant_levels().await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("`{read}`")) && err.contains("CREATEDB"),
+        "{err}"
+    );
+    admin
+        .batch_execute(&format!("ALTER ROLE {read} NOCREATEDB"))
+        .await
+        .unwrap();
+    let err = db.grant_levels().await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("`{write}`")) && err.contains("member of pg_write_all_data"),
+        "{err}"
+    );
+    admin
+        .batch_execute(&format!("REVOKE pg_write_all_data FROM {write}"))
+        .await
+        .unwrap();
+    db.grant_levels().await.unwrap();
+}

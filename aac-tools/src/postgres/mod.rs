@@ -479,6 +479,7 @@ impl Database {
     /// nothing else of that table.
     pub async fn grant_levels(&self) -> Result<(), DbError> {
         let client = self.owner().await?;
+        check_level_roles(&client, &self.inner.roles).await?;
         let tables: Vec<String> = client
             .query(
                 "SELECT tablename::text FROM pg_catalog.pg_tables \
@@ -1134,6 +1135,57 @@ async fn warn_of_public_schema(client: &tokio_postgres::Client) -> Result<(), Db
              (and grant `CREATE` to no other role)",
             named
         );
+    }
+    Ok(())
+}
+
+/// Refuses level roles that already exist with more than a level's rights: the grants
+/// create a missing role with none of them, but reuse an existing one as it is, and a
+/// `<prefix>_read` that is a superuser, may create roles or databases, bypasses row-level
+/// security or replicates, or is a member of another role (`pg_write_all_data`, say),
+/// would carry those rights into every call at its level.
+async fn check_level_roles(client: &tokio_postgres::Client, roles: &Roles) -> Result<(), DbError> {
+    let names: Vec<String> = roles.all().to_vec();
+    let rows = client
+        .query(
+            "SELECT r.rolname::text, r.rolsuper, r.rolcreaterole, r.rolcreatedb, \
+                    r.rolbypassrls, r.rolreplication, \
+                    ARRAY(SELECT g.rolname::text FROM pg_catalog.pg_auth_members m \
+                          JOIN pg_catalog.pg_roles g ON g.oid = m.roleid \
+                          WHERE m.member = r.oid ORDER BY 1) \
+             FROM pg_catalog.pg_roles r WHERE r.rolname::text = ANY ($1::text[]) ORDER BY 1",
+            &[&names],
+        )
+        .await
+        .map_err(|e| DbError::new("cannot read the attributes of the levels' roles", Some(e)))?;
+    for row in rows {
+        let role: String = row.get(0);
+        let mut wrong: Vec<String> = [
+            (1, "is a superuser"),
+            (2, "has CREATEROLE"),
+            (3, "has CREATEDB"),
+            (4, "has BYPASSRLS"),
+            (5, "has REPLICATION"),
+        ]
+        .into_iter()
+        .filter(|(i, _)| row.get::<_, bool>(*i))
+        .map(|(_, what)| what.to_owned())
+        .collect();
+        let groups: Vec<String> = row.get(6);
+        if !groups.is_empty() {
+            wrong.push(format!("is a member of {}", groups.join(", ")));
+        }
+        if !wrong.is_empty() {
+            return Err(DbError::new(
+                format!(
+                    "the level role `{role}` exists already and {}: a level's role has no \
+                     attribute and is a member of no role; fix or drop it (or choose another \
+                     prefix) and run again",
+                    wrong.join(", ")
+                ),
+                None,
+            ));
+        }
     }
     Ok(())
 }
