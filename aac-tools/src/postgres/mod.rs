@@ -1129,10 +1129,11 @@ async fn warn_of_public_schema(client: &tokio_postgres::Client) -> Result<(), Db
         };
         tracing::warn!(
             "roles other than the tables' owner may create functions and operators in schema \
-             `public` ({}): SQL that calls a built-in without `pg_catalog.` could run one of \
-             theirs with the caller's rights; the framework's own SQL names `pg_catalog`, and \
-             the owner of the schema should run `REVOKE CREATE ON SCHEMA public FROM PUBLIC` \
-             (and grant `CREATE` to no other role)",
+             `public` ({}): SQL that calls a built-in without `pg_catalog.`, with operands of \
+             other types than its own, could run one of theirs with the caller's rights. The \
+             framework's own SQL names `pg_catalog`; write the application's so too, or take \
+             `CREATE` on `public` from them (on PostgreSQL 15 and later the database's owner \
+             owns `public`: serve from a database whose owner you trust)",
             named
         );
     }
