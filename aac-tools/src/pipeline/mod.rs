@@ -555,10 +555,15 @@ impl Attempt {
                     return CallResponse::new(Err(limited), Some(Check::RateLimit));
                 }
                 Ok(Some(count)) => {
-                    if let Some(sink) = self.server.audit()
-                        && let Err(err) = sink.record(count).await
-                    {
-                        tracing::error!(error = %err, "the count of rate-limited refusals could not be recorded");
+                    if let Some(sink) = self.server.audit() {
+                        let suppressed = count.arguments.clone();
+                        if let Err(err) = sink.record(count).await {
+                            // Owed as the refusals it counts would be: each was answered
+                            // 429, and is in the trail only through this record.
+                            let error = err.to_string();
+                            let kept = owe(self.server.owed(), err);
+                            tracing::error!(error, kept, %suppressed, "the count of rate-limited refusals could not be recorded");
+                        }
                     }
                 }
                 Ok(None) => {}
@@ -1361,7 +1366,12 @@ impl Drop for Attempt {
         // through it, or requests the MCP layer drops could grow the trail past any rate.
         match self.refusal_rate() {
             Err(_) => return,
-            Ok(Some(count)) => hand_off(&sink, None, count, "the count of rate-limited refusals"),
+            Ok(Some(count)) => hand_off(
+                &sink,
+                Some((self.server.owed(), false)),
+                count,
+                "the count of rate-limited refusals",
+            ),
             Ok(None) => {}
         }
         let mut wrote = false;
