@@ -4,7 +4,8 @@
 //! file), the issuer, the audience (this resource), the expiry, and turns the claims
 //! into a [`Principal`]: `sub` is the subject, the scopes come from `scope`
 //! (space-separated) or `scp` (an array or a string), the workspace from a claim you
-//! name (default `workspace`), and `jti` becomes the token id.
+//! name (default `workspace`), and `jti` becomes the token id. A header or claims that
+//! repeat a key are refused as malformed.
 //!
 //! Opaque tokens keep working beside JWTs with a [`VerifierChain`](crate::VerifierChain):
 //!
@@ -340,6 +341,11 @@ impl JwtVerifier {
 
     /// Verify `token` now (no I/O: the keys are in memory).
     pub fn verify_now(&self, token: &str) -> Result<Principal, ToolError> {
+        if repeats_a_key(token) {
+            return Err(ToolError::invalid_token(
+                "malformed token: its header or claims repeat a key",
+            ));
+        }
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| ToolError::invalid_token("malformed token"))?;
         let (key, alg) = match &self.keys {
@@ -411,6 +417,21 @@ impl JwtVerifier {
         }
         Ok(principal)
     }
+}
+
+/// Whether the token's header or claims repeat a key, at any depth. RFC 7519 §4 and RFC
+/// 7515 §5.2 let a reader keep the last of a repeated name, which jsonwebtoken does for a
+/// claim it does not name (the workspace claim among them), while the authorization
+/// server or a proxy that checked the token may have read the first: refused, as the
+/// arguments of a call that repeat a key are. A part that is not base64url JSON is left
+/// to jsonwebtoken, which refuses it.
+fn repeats_a_key(token: &str) -> bool {
+    use base64::Engine;
+    token.split('.').take(2).any(|part| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .is_ok_and(|json| crate::pipeline::repeated::repeated_key(&json).is_some())
+    })
 }
 
 /// The scopes of a `scope` (or string `scp`) claim: separated by spaces (U+0020) only, as
@@ -761,6 +782,51 @@ mod tests {
             reason(&v, &sign_hs256(claims(json!({"workspace": "b\nc"})))),
             "the token's `workspace` claim is not a workspace name"
         );
+    }
+
+    /// A token signed with `SECRET` whose header and claims are these texts, as written.
+    fn sign_raw(header: &str, claims: &str) -> String {
+        use base64::Engine;
+        let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+        let message = format!("{}.{}", b64(header), b64(claims));
+        let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        let signature =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).unwrap();
+        format!("{message}.{signature}")
+    }
+
+    /// A repeated key reads as its last value here and may read as its first to the
+    /// authorization server or a proxy: `"workspace":"demo","workspace":"other"` was taken
+    /// as `other`.
+    #[test]
+    fn a_key_repeated_in_the_header_or_the_claims_is_malformed() {
+        let v = hs256();
+        let exp = get_current_timestamp() + 300;
+        let header = r#"{"alg":"HS256","typ":"JWT"}"#;
+        let claims = |extra: &str| {
+            format!(r#"{{"iss":"{ISS}","aud":"{AUD}","sub":"alice","exp":{exp}{extra}}}"#)
+        };
+        let p = v
+            .verify_now(&sign_raw(header, &claims(r#","workspace":"demo""#)))
+            .unwrap();
+        assert_eq!(p.workspace(), Some("demo"));
+        for (header, claims) in [
+            (header, claims(r#","workspace":"demo","workspace":"other""#)),
+            (
+                header,
+                claims(r#","workspace":"demo","w\u006frkspace":"other""#),
+            ),
+            (header, claims(r#","sub":"mallory""#)),
+            (header, claims(r#","realm":{"role":"a","role":"b"}"#)),
+            (r#"{"alg":"HS256","typ":"JWT","x":1,"x":2}"#, claims("")),
+            (r#"{"alg":"HS256","kid":"a","kid":"b"}"#, claims("")),
+        ] {
+            assert_eq!(
+                reason(&v, &sign_raw(header, &claims)),
+                "malformed token: its header or claims repeat a key",
+                "{header} {claims}"
+            );
+        }
     }
 
     #[test]
