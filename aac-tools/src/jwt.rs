@@ -5,7 +5,7 @@
 //! into a [`Principal`]: `sub` is the subject, the scopes come from `scope`
 //! (space-separated) or `scp` (an array or a string), the workspace from a claim you
 //! name (default `workspace`), and `jti` becomes the token id. A header or claims that
-//! repeat a key are refused as malformed.
+//! repeat a key, and an `iss` that is not one string, are refused as malformed.
 //!
 //! Opaque tokens keep working beside JWTs with a [`VerifierChain`](crate::VerifierChain):
 //!
@@ -323,6 +323,10 @@ enum Scp {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
+    /// Read to refuse anything but one string (jsonwebtoken takes an array whose
+    /// elements include the issuer).
+    #[serde(default)]
+    iss: Option<Value>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -382,6 +386,12 @@ impl JwtVerifier {
         let data = jsonwebtoken::decode::<Claims>(token, key, &validation)
             .map_err(|e| ToolError::invalid_token(describe(e.kind())))?;
         let claims = data.claims;
+        // RFC 7519 §4.1.1: one StringOrURI, not a list of which one may match.
+        if claims.iss.as_ref().is_some_and(|iss| !iss.is_string()) {
+            return Err(ToolError::invalid_token(
+                "the token's `iss` claim is malformed",
+            ));
+        }
         let subject = claims
             .sub
             .filter(|s| !s.is_empty())
@@ -827,6 +837,41 @@ mod tests {
                 "{header} {claims}"
             );
         }
+    }
+
+    /// RFC 7519 §4.1.1: `iss` is one StringOrURI. An array was taken when one of its
+    /// elements was the issuer.
+    #[test]
+    fn an_issuer_that_is_not_one_string_is_malformed() {
+        let v = hs256();
+        for iss in [json!(["https://evil.example.com", ISS]), json!([ISS])] {
+            assert_eq!(
+                reason(&v, &sign_hs256(claims(json!({ "iss": iss })))),
+                "the token's `iss` claim is malformed",
+                "{iss}"
+            );
+        }
+        // With no issuer configured, the same: `iss` is read as what it is or refused.
+        let any_issuer = JwtVerifier::builder()
+            .audience(AUD)
+            .hs256_secret(SECRET)
+            .build()
+            .unwrap();
+        for iss in [json!([ISS]), json!(7), json!({"iss": ISS})] {
+            assert_eq!(
+                reason(&any_issuer, &sign_hs256(claims(json!({ "iss": iss })))),
+                "the token's `iss` claim is malformed",
+                "{iss}"
+            );
+        }
+        assert!(
+            any_issuer
+                .verify_now(&sign_hs256(claims(json!({}))))
+                .is_ok()
+        );
+        let mut no_iss = claims(json!({}));
+        no_iss.as_object_mut().unwrap().remove("iss");
+        assert!(any_issuer.verify_now(&sign_hs256(no_iss)).is_ok());
     }
 
     #[test]
