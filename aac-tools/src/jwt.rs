@@ -540,6 +540,11 @@ mod tests {
             .verify_now(&sign_hs256(claims(json!({"scp": "e:read f:read"}))))
             .unwrap();
         assert_eq!(p.scopes().collect::<Vec<_>>(), ["e:read", "f:read"]);
+        // `scope` is a string (RFC 8693), never an array.
+        assert_eq!(
+            reason(&v, &sign_hs256(claims(json!({"scope": ["a:read"]})))),
+            "malformed token"
+        );
         let p = v.verify_now(&sign_hs256(claims(json!({})))).unwrap();
         assert_eq!(p.scopes().len(), 0);
         assert_eq!(p.subject(), "alice");
