@@ -91,7 +91,8 @@ impl JwtVerifierBuilder {
     }
 
     /// Accept only tokens whose `aud` names this resource (required): usually the
-    /// `resource_url` of the HTTP options.
+    /// `resource_url` of the HTTP options, as the metadata advertises it (without a
+    /// trailing `/`).
     pub fn audience(mut self, audience: impl Into<String>) -> Self {
         self.audience = Some(audience.into());
         self

@@ -68,7 +68,7 @@ impl ResourceUrls {
     /// RFC 9728 §3.1: the metadata lives at the origin, under
     /// `/.well-known/oauth-protected-resource`, followed by the resource's path.
     fn for_resource(resource: &str) -> ResourceUrls {
-        let resource = resource.trim_end_matches('/').to_owned();
+        let resource = super::canonical_resource_url(resource).to_owned();
         let (origin, path) = match resource.split_once("://") {
             Some((scheme, rest)) => match rest.find('/') {
                 Some(i) => (format!("{scheme}://{}", &rest[..i]), &rest[i..]),
