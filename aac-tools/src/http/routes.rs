@@ -68,7 +68,7 @@ impl ResourceUrls {
     /// RFC 9728 §3.1: the metadata lives at the origin, under
     /// `/.well-known/oauth-protected-resource`, followed by the resource's path.
     fn for_resource(resource: &str) -> ResourceUrls {
-        let resource = resource.trim_end_matches('/').to_owned();
+        let resource = super::canonical_resource_url(resource).to_owned();
         let (origin, path) = match resource.split_once("://") {
             Some((scheme, rest)) => match rest.find('/') {
                 Some(i) => (format!("{scheme}://{}", &rest[..i]), &rest[i..]),
@@ -182,17 +182,25 @@ fn peer_addr(extensions: &axum::http::Extensions) -> Option<IpAddr> {
         .map(|info| info.0.ip())
 }
 
-/// A quoted-string value of an auth-param: no quotes, backslashes or control characters.
+/// A quoted-string value of an auth-param, in the characters RFC 6750 §3 allows in
+/// `error_description` and `scope` (printable ASCII but `"` and `\`): a quote, a backslash
+/// or a control character becomes `'`, any other character outside ASCII the
+/// percent-encoding of its UTF-8 bytes (`é` is `%C3%A9`). The JSON body keeps the text.
 fn quoted(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c == '"' || c == '\\' || c.is_control() {
-                '\''
-            } else {
-                c
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => out.push('\''),
+            ' '..='~' => out.push(c),
+            c if c.is_control() => out.push('\''),
+            c => {
+                for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                    out.push_str(&format!("%{byte:02X}"));
+                }
             }
-        })
-        .collect()
+        }
+    }
+    out
 }
 
 /// The request's credentials: a bearer token, none, or a refusal of a malformed header.
@@ -1962,6 +1970,25 @@ mod tests {
             urls.metadata,
             "https://mcp.example.com/.well-known/oauth-protected-resource"
         );
+    }
+
+    /// RFC 6750 §3 allows printable ASCII only in `error_description` (%x20-21 /
+    /// %x23-5B / %x5D-7E): a message naming the claim `espace_équipe` went out as raw
+    /// UTF-8.
+    #[test]
+    fn a_challenge_parameter_is_printable_ascii() {
+        let description = quoted("the token's `espace_équipe` claim is \"x\\y\"\n\u{7f}\u{85}");
+        assert_eq!(
+            description,
+            "the token's `espace_%C3%A9quipe` claim is 'x'y''''"
+        );
+        assert!(
+            description
+                .bytes()
+                .all(|b| matches!(b, 0x20..=0x21 | 0x23..=0x5b | 0x5d..=0x7e)),
+            "{description}"
+        );
+        assert_eq!(quoted("a:read b:write"), "a:read b:write");
     }
 
     #[test]

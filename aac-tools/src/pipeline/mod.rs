@@ -22,6 +22,8 @@ mod record;
 /// gate).
 #[cfg(feature = "mcp")]
 pub(crate) mod probe;
+#[cfg(any(feature = "mcp", feature = "jwt"))]
+pub(crate) mod repeated;
 pub(crate) use listing::Listing;
 pub(crate) use owed::Owed;
 pub(crate) use record::is_count_of_refusals;

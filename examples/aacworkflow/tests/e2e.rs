@@ -760,6 +760,66 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
     assert!(status.contains(" 200 "), "{status}: {body}");
     drop(server);
 
+    // A trailing `/` on --resource-url: the metadata advertises the URL without it, and
+    // that is the audience (a JWT for the advertised resource was refused 401 "issued for
+    // another audience").
+    let slashed = env.http_with(
+        &[
+            "--resource-url",
+            &format!("{RESOURCE}/"),
+            "--jwt-issuer",
+            ISSUER,
+        ],
+        &[("AAC_JWT_SECRET", SECRET)],
+    );
+    let (_, body) = http_request(
+        &slashed.url,
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        None,
+        "",
+    );
+    let metadata: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(metadata["resource"], RESOURCE, "{metadata}");
+    let (status, body) = http_request(
+        &slashed.url,
+        "POST",
+        "/tools/list_issues",
+        Some(&jwt(RESOURCE, ISSUER)),
+        "{}",
+    );
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    drop(slashed);
+
+    // --jwt-audience without --resource-url: the metadata advertises http://<Host>/mcp
+    // while only the audience given is accepted, which is said at start.
+    let jwks = env.dir.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "oct", "k": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYtYS10ZXN0LXNlY3JldA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let (mut child, said) = serve_under_ulimit(
+        &env,
+        "-Sn 1024",
+        &format!(
+            "--jwt-issuer {ISSUER} --jwt-audience {RESOURCE} --jwt-jwks {}",
+            jwks.display()
+        ),
+    );
+    let mut seen = Vec::new();
+    let warned = loop {
+        match said.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(line) if line.contains("without --resource-url") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no warning of the unadvertised audience: {seen:?}"),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned.contains(RESOURCE), "{warned}");
+
     // Over stdio too: a JWT in AAC_TOKEN, checked at start and on every call.
     let client = env
         .stdio_with(
