@@ -831,6 +831,7 @@ fn call_params(body: &[u8]) -> Option<CallParams<'_>> {
 
 /// [`repeated_key`] in the `inputResponses` of the `tools/call` that `body` is (a
 /// 2026-07-28 retry carrying a person's answer), as a pointer into them.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn repeated_input_responses_key(body: &[u8]) -> Option<String> {
     // No key of the whole body repeats (a scan, no parse): the check of most calls.
     if keys_all_differ(body) {
