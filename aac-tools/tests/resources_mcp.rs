@@ -187,6 +187,9 @@ async fn a_subscribed_session_hears_of_updates_to_its_resources_only() {
                 Outcome::Denied,
                 Some(json!(true))
             ),
+            // The unsubscribe, checked as a subscription (its record says
+            // `"$unsubscribe": true`, below).
+            (CallKind::Resource, "test://watched", Outcome::Success, None),
             (CallKind::Resource, "test://watched", Outcome::Success, None),
         ],
         "{records:?}"
@@ -301,6 +304,78 @@ async fn only_a_caller_who_may_read_a_resource_subscribes_to_it() {
         [
             (Some("alice"), Outcome::Success, Some(json!(true))),
             (Some("bob"), Outcome::Error, Some(json!(true))),
+        ],
+        "{records:?}"
+    );
+}
+
+/// An unsubscribe is checked as a subscription is, by the read it performs, and leaves one
+/// record (kind `resource`, `"$unsubscribe": true`) per attempt, allowed or refused:
+/// without the resource's scope, for a URI its handler refuses (another workspace's), for
+/// a URI no resource has, and with a token revoked since.
+#[tokio::test]
+async fn an_unsubscribe_is_checked_and_recorded_as_a_subscription_is() {
+    let sink = MemorySink::new();
+    let revoked = Revocable::default();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(revoked.clone())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let mut alice = start(server.clone(), "alice").await;
+    let mut seen = Vec::new();
+    let unsubscribe = |id: u64, uri: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "resources/unsubscribe",
+               "params": {"uri": uri}})
+    };
+    let cases = [
+        (2, "test://workspaces/a/feed", None),
+        (3, "test://secret", Some((-32001, "insufficient_scope"))),
+        (4, "test://workspaces/b/feed", Some((-32002, "not_found"))),
+        (5, "other://anything", Some((-32002, "unknown_resource"))),
+    ];
+    for (id, uri, refused) in cases {
+        alice.send(unsubscribe(id, uri)).await;
+        let answer = alice.response(id, &mut seen).await;
+        match refused {
+            None => assert_eq!(answer["result"], json!({}), "{answer}"),
+            Some((code, reason)) => {
+                assert_eq!(answer["error"]["code"], code, "{uri}: {answer}");
+                assert_eq!(answer["error"]["data"]["reason"], reason, "{uri}: {answer}");
+            }
+        }
+    }
+    revoked.0.store(true, Ordering::SeqCst);
+    alice.send(unsubscribe(6, "test://workspaces/a/feed")).await;
+    let answer = alice.response(6, &mut seen).await;
+    assert_eq!(
+        answer["error"]["data"]["reason"], "invalid_token",
+        "{answer}"
+    );
+
+    let records = sink.records();
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.kind,
+                r.tool.as_str(),
+                r.reason.as_deref(),
+                r.request_id.as_deref(),
+                r.arguments.get("$unsubscribe").cloned(),
+            )
+        })
+        .collect();
+    let unsubscribed =
+        |uri, reason, id| (CallKind::Resource, uri, reason, Some(id), Some(json!(true)));
+    assert_eq!(
+        got,
+        [
+            unsubscribed("test://workspaces/a/feed", None, "2"),
+            unsubscribed("test://secret", Some("insufficient_scope"), "3"),
+            unsubscribed("test://workspaces/b/feed", Some("not_found"), "4"),
+            unsubscribed("other://anything", Some("unknown_resource"), "5"),
+            unsubscribed("test://workspaces/a/feed", Some("invalid_token"), "6"),
         ],
         "{records:?}"
     );

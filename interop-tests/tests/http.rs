@@ -2199,17 +2199,26 @@ async fn two_tokens_and_compressed_bodies_are_refused_and_recorded() {
 }
 
 /// A stateless server does not offer subscriptions (`subscribe: false`): a subscribe is
-/// refused (no stream could carry an update), recorded as refused, not as a success.
+/// refused (no stream could carry an update), recorded as refused, not as a success; and
+/// so is an unsubscribe.
 #[tokio::test]
 async fn a_stateless_server_refuses_a_subscription() {
+    for method in ["resources/subscribe", "resources/unsubscribe"] {
+        a_stateless_server_refuses(method).await;
+    }
+}
+
+async fn a_stateless_server_refuses(method: &str) {
     let server =
         TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
     let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     let (status, answer) = raw
-        .send(r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#)
+        .send(format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"{method}","params":{{"uri":"notes://all"}}}}"#
+        ))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(answer[0]["error"]["code"], -32601, "{answer:?}");
+    assert_eq!(answer[0]["error"]["code"], -32601, "{method}: {answer:?}");
     let records = server.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
@@ -2634,7 +2643,9 @@ async fn token_less_reads_are_recorded_in_a_batch_and_when_malformed() {
 
 /// A `resources/subscribe` is granted by reading the resource, so it is recorded as that
 /// read (`"$subscribe": true`) once: refused by the gate without a token, refused by the
-/// MCP layer for params of the wrong shape, or performed by the handler.
+/// MCP layer for params of the wrong shape, refused for a token without the resource's
+/// scope, or performed by the handler. A `resources/unsubscribe` is checked and recorded
+/// the same way (`"$unsubscribe": true`).
 #[tokio::test]
 async fn a_subscription_over_http_is_recorded_once_as_the_read_it_performs() {
     use aac_tools::audit::CallKind;
@@ -2642,54 +2653,111 @@ async fn a_subscription_over_http_is_recorded_once_as_the_read_it_performs() {
     let anonymous = RawMcp::new(&server.mcp(), None);
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     raw.initialize().await;
-    let subscribe = |id: u32, params: &str| {
-        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{params}}}"#)
-    };
-    server.sink.clear();
-    let response = anonymous
-        .post()
-        .body(subscribe(41, r#"{"uri":"notes://all"}"#))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 401);
-    for (body, principal, check, outcome) in [
-        (
-            subscribe(41, r#"{"uri":"notes://all"}"#),
-            None,
-            Some(Check::Authenticate),
-            Outcome::Denied,
-        ),
-        (
-            subscribe(42, r#"{"uri":7}"#),
-            Some("alice"),
-            Some(Check::Protocol),
-            Outcome::Denied,
-        ),
-        (
-            subscribe(43, r#"{"uri":"notes://all"}"#),
-            Some("alice"),
-            None,
-            Outcome::Success,
-        ),
+    let mut reader = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    reader.initialize().await;
+    for (method, key) in [
+        ("resources/subscribe", "$subscribe"),
+        ("resources/unsubscribe", "$unsubscribe"),
     ] {
-        if principal.is_some() {
-            server.sink.clear();
-            let (status, answer) = raw.send(body.clone()).await;
-            assert_eq!(status, 200, "{body}");
-            assert_eq!(
-                answer[0].get("error").is_none(),
-                outcome == Outcome::Success,
-                "{body}: {answer:?}"
-            );
+        let subscribe = |id: u32, params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
+        };
+        server.sink.clear();
+        let response = anonymous
+            .post()
+            .body(subscribe(41, r#"{"uri":"notes://all"}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+        for (body, principal, check, outcome) in [
+            (
+                subscribe(41, r#"{"uri":"notes://all"}"#),
+                None,
+                Some(Check::Authenticate),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(42, r#"{"uri":7}"#),
+                Some("alice"),
+                Some(Check::Protocol),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(43, r#"{"uri":"notes://admin/count"}"#),
+                Some("bob"),
+                Some(Check::Scope),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(44, r#"{"uri":"notes://all"}"#),
+                Some("alice"),
+                None,
+                Outcome::Success,
+            ),
+        ] {
+            if let Some(principal) = principal {
+                server.sink.clear();
+                let client = if principal == "bob" { &reader } else { &raw };
+                let (status, answer) = client.send(body.clone()).await;
+                assert_eq!(status, 200, "{body}");
+                assert_eq!(
+                    answer[0].get("error").is_none(),
+                    outcome == Outcome::Success,
+                    "{body}: {answer:?}"
+                );
+            }
+            let records = server.sink.records();
+            assert_eq!(records.len(), 1, "{body}: {records:?}");
+            let r = &records[0];
+            assert_eq!(r.kind, CallKind::Resource, "{body}");
+            assert_eq!(r.principal.as_deref(), principal, "{body}");
+            assert_eq!((r.check, r.outcome), (check, outcome), "{body}: {r:?}");
+            assert_eq!(r.arguments[key], true, "{body}: {r:?}");
         }
+    }
+}
+
+/// On 2026-07-28, which has no subscriptions, a `resources/subscribe` and a
+/// `resources/unsubscribe` alike are answered "Method not found" by the MCP layer, each
+/// recorded once as refused (kind `resource`).
+#[tokio::test]
+async fn on_2026_07_28_a_subscribe_and_an_unsubscribe_are_refused_alike() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    for (id, method, key) in [
+        (61, "resources/subscribe", "$subscribe"),
+        (62, "resources/unsubscribe", "$unsubscribe"),
+    ] {
+        server.sink.clear();
+        let response = raw
+            .post()
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("mcp-name", "notes://all")
+            .body(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"uri":"notes://all","_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            ))
+            .send()
+            .await
+            .unwrap();
+        let text = response.text().await.unwrap();
+        assert!(text.contains("-32601"), "{method}: {text}");
         let records = server.sink.records();
-        assert_eq!(records.len(), 1, "{body}: {records:?}");
+        assert_eq!(records.len(), 1, "{method}: {records:?}");
         let r = &records[0];
-        assert_eq!(r.kind, CallKind::Resource, "{body}");
-        assert_eq!(r.principal.as_deref(), principal, "{body}");
-        assert_eq!((r.check, r.outcome), (check, outcome), "{body}: {r:?}");
-        assert_eq!(r.arguments["$subscribe"], true, "{body}: {r:?}");
+        assert_eq!(
+            (r.kind, r.outcome, r.check, r.tool.as_str()),
+            (
+                CallKind::Resource,
+                Outcome::Denied,
+                Some(Check::Protocol),
+                "notes://all"
+            ),
+            "{method}: {r:?}"
+        );
+        assert_eq!(r.arguments[key], true, "{method}: {r:?}");
     }
 }
 

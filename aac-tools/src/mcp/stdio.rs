@@ -691,6 +691,7 @@ impl Refusals {
             ),
             ClientRequest::ReadResourceRequest(_)
             | ClientRequest::SubscribeRequest(_)
+            | ClientRequest::UnsubscribeRequest(_)
             | ClientRequest::GetPromptRequest(_)
             | ClientRequest::CompleteRequest(_) => {
                 (probe::item_request(line)?, probe::item_arguments)
@@ -934,7 +935,7 @@ impl Unread {
     fn request(&self) -> CallRequest {
         let method = self.method.as_deref();
         let name = match method {
-            Some("resources/read" | "resources/subscribe") => &self.uri,
+            Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => &self.uri,
             _ => &self.name,
         };
         let mut request = CallRequest::unread(method, name.as_deref());

@@ -973,6 +973,11 @@ impl Attempt {
             // No URI template variable can be named so (RFC 6570 names have no `$`).
             map.insert(SUBSCRIBE_KEY.to_owned(), Value::Bool(true));
         }
+        if self.request.unsubscription
+            && let Value::Object(map) = &mut arguments
+        {
+            map.insert(UNSUBSCRIBE_KEY.to_owned(), Value::Bool(true));
+        }
         // Arguments that repeat a key were read keeping its last value: the record says
         // which key was repeated, so that a reader does not take that value for the one
         // meant (`confirm` false then true reads as `true`).
@@ -1517,6 +1522,10 @@ const MAX_COMPLETION_VALUE_BYTES: usize = 1024;
 /// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
 /// a `resources/subscribe` performs, told apart from a `resources/read`.
 pub(crate) const SUBSCRIBE_KEY: &str = "$subscribe";
+
+/// The key an unsubscription's record adds to its arguments (`"$unsubscribe": true`): the
+/// read a `resources/unsubscribe` performs, checked and recorded as a subscription's is.
+pub(crate) const UNSUBSCRIBE_KEY: &str = "$unsubscribe";
 
 /// The reason of a call refused because the person's answer to its confirmation repeats a
 /// key, and the `data` marker of the JSON-RPC error with which a transport replaces such

@@ -557,8 +557,9 @@ pub(crate) fn id_text(id: &Value) -> String {
     }
 }
 
-/// The `resources/read` (or `resources/subscribe`), `prompts/get` or `completion/complete`
-/// in `body`, if any (the first of a batch), as the attempt that records its refusal.
+/// The `resources/read` (or `resources/subscribe`, `resources/unsubscribe`), `prompts/get`
+/// or `completion/complete` in `body`, if any (the first of a batch), as the attempt that
+/// records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     let body = without_bom(body);
     // The common case first, without building a tree: one well-formed request of another
@@ -600,6 +601,8 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
         "resources/read" => CallRequest::resource(text(param("uri"))),
         // A subscription is granted by reading the resource (`McpHandler::subscribe`).
         "resources/subscribe" => CallRequest::resource(text(param("uri"))).subscription(),
+        // An unsubscription is checked by the same read (`McpHandler::unsubscribe`).
+        "resources/unsubscribe" => CallRequest::resource(text(param("uri"))).unsubscription(),
         "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
         "completion/complete" => {
             let reference = param("ref");
@@ -634,9 +637,10 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
 }
 
 /// The methods of the requests that are recorded as attempts besides `tools/call`.
-const ITEM_METHODS: [&str; 4] = [
+const ITEM_METHODS: [&str; 5] = [
     "resources/read",
     "resources/subscribe",
+    "resources/unsubscribe",
     "prompts/get",
     "completion/complete",
 ];
@@ -657,6 +661,7 @@ fn unreadable_item(body: &[u8]) -> Option<CallRequest> {
     let request = match method {
         "resources/read" => CallRequest::resource(unknown()),
         "resources/subscribe" => CallRequest::resource(unknown()).subscription(),
+        "resources/unsubscribe" => CallRequest::resource(unknown()).unsubscription(),
         "prompts/get" => CallRequest::prompt(top.name.clone().unwrap_or_else(unknown), None),
         _ => CallRequest::completion(
             unknown(),
