@@ -478,3 +478,72 @@ async fn a_closed_connection_keeps_no_subscription() {
     }
     assert_eq!(left, 0, "the ended connection still forwards updates");
 }
+
+/// Reads refused past a principal's rate, counted rather than recorded one by one, are
+/// counted as reads: the count's record has kind `resource` (so that `audit --kind
+/// resource` finds it and a count of tool calls does not take it for one).
+#[tokio::test]
+async fn a_count_of_rate_limited_reads_is_recorded_as_reads() {
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
+        .audit(sink.clone())
+        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
+        .build()
+        .unwrap();
+    let read = || aac_tools::CallRequest::resource("test://watched").bearer("watcher");
+    assert!(server.call(read()).await.error().is_none());
+    for _ in 0..4 {
+        let refused = server.call(read()).await;
+        assert_eq!(refused.check(), Some(Check::RateLimit));
+    }
+    server.flush_rate_limited().await;
+    let records = sink.records();
+    // The read, the first refusal, and the count of the other three.
+    assert_eq!(records.len(), 3, "{records:#?}");
+    let count = &records[2];
+    assert_eq!(count.arguments["suppressed"], 3, "{count:#?}");
+    assert_eq!(count.kind, CallKind::Resource, "{count:#?}");
+    assert!(
+        records.iter().all(|r| r.kind == CallKind::Resource),
+        "{records:#?}"
+    );
+}
+
+/// The reads of a refused batch past those recorded one by one are counted as reads: the
+/// count's record has kind `resource`, as the records of the reads before it.
+#[tokio::test]
+async fn the_reads_of_a_batch_past_those_recorded_are_counted_as_reads() {
+    let sink = MemorySink::new();
+    let mut session = start(server(&sink), "watcher").await;
+    let batch: Vec<Value> = (0..40)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": 100 + id, "method": "resources/read",
+                   "params": {"uri": "test://watched"}})
+        })
+        .collect();
+    session.send(Value::Array(batch)).await;
+    // Answered whole (rmcp reads no batch); then a ping, to know the records are written.
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}))
+        .await;
+    session.response(7, &mut Vec::new()).await;
+    let mut records = sink.records();
+    for _ in 0..100 {
+        if records.len() >= 33 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        records = sink.records();
+    }
+    assert_eq!(records.len(), 33, "{records:#?}");
+    let count = records
+        .iter()
+        .find(|r| r.arguments.get("more_calls").is_some())
+        .expect("a count of the rest");
+    assert_eq!(count.arguments["more_calls"], 8, "{count:#?}");
+    assert!(
+        records.iter().all(|r| r.kind == CallKind::Resource),
+        "{records:#?}"
+    );
+}

@@ -1138,7 +1138,7 @@ async fn refuse_rest_of_batch(
         return;
     }
     let (rest, more, unread) = probe::rest_of_batch_read(body);
-    let not_dispatched = |more: usize| {
+    let not_dispatched = |more: u64| {
         let counted = if more > 0 {
             format!("; the batch held {more} more calls, not recorded one by one")
         } else {
@@ -1150,7 +1150,6 @@ async fn refuse_rest_of_batch(
             format!("the request was refused before the tool was called{counted}"),
         )
     };
-    let counted = (more > 0).then(|| (CallRequest::new(UNKNOWN_TOOL, None), not_dispatched(more)));
     let each = rest.into_iter().map(|request| {
         let (check, err) = match refusal {
             Some((check, err)) => (check, err.clone()),
@@ -1158,10 +1157,16 @@ async fn refuse_rest_of_batch(
         };
         (request, Some(check), err, None)
     });
-    // The count in the record's arguments too, for whoever reads the trail.
-    let counted = counted.map(|(request, err)| {
+    // One record per kind counted (the reads of the rest as reads), the count in its
+    // arguments too, for whoever reads the trail.
+    let counted = more.by_kind().map(|(kind, more)| {
         let account = probe::count_of_the_rest(more, unread);
-        (request, Some(Check::Protocol), err, Some(account))
+        (
+            probe::count_request(kind),
+            Some(Check::Protocol),
+            not_dispatched(more),
+            Some(account),
+        )
     });
     for (request, check, err, account) in each.chain(counted) {
         let mut request = request.transport(Transport::StreamableHttp);

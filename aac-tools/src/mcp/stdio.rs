@@ -39,7 +39,7 @@ use crate::BoxFuture;
 use crate::audit::Check;
 use crate::context::Transport as Via;
 use crate::error::{Status, ToolError};
-use crate::pipeline::probe::{self, UNKNOWN_TOOL};
+use crate::pipeline::probe;
 use crate::server::{CallRequest, Credentials, Server};
 
 /// Serve MCP over stdin and stdout until the client closes stdin.
@@ -582,7 +582,8 @@ impl Refusals {
         let (rest, more, unread) = probe::rest_of_batch_read(line);
         let mut records = vec![self.refuse(request, err())];
         records.extend(rest.into_iter().map(|request| self.refuse(request, err())));
-        if more > 0 {
+        // One record per kind counted (the reads of the rest as reads).
+        for (kind, more) in more.by_kind() {
             let counted = ToolError::bad_request(
                 "not_dispatched",
                 format!(
@@ -591,7 +592,7 @@ impl Refusals {
                 ),
             );
             // The count in the record's arguments too, for whoever reads the trail.
-            let mut attempt = self.begin(CallRequest::new(UNKNOWN_TOOL, None));
+            let mut attempt = self.begin(probe::count_request(kind));
             attempt.account(probe::count_of_the_rest(more, unread));
             records.push(refuse(attempt, counted));
         }

@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub(crate) use super::limits::Counts;
+use crate::audit::CallKind;
 use crate::server::CallRequest;
 
 /// The tool of a record when the request did not say which (a malformed `tools/call`).
@@ -703,7 +705,7 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// for a body no reader parses, where `n` counts how often its bytes say `tools/call` (what
 /// it may hold, not calls: the trail's counts of calls, `audit --stats` and the reference
 /// dashboard, take it as one record, so that no junk a caller sends counts as thousands).
-pub(crate) fn count_of_the_rest(more: usize, unread: bool) -> Value {
+pub(crate) fn count_of_the_rest(more: u64, unread: bool) -> Value {
     if unread {
         serde_json::json!({"calls_named_unread": more})
     } else {
@@ -712,22 +714,40 @@ pub(crate) fn count_of_the_rest(more: usize, unread: bool) -> Value {
 }
 
 /// [`rest_of_batch`], and whether `more` counts mentions in bytes no reader parses.
-pub(crate) fn rest_of_batch_read(body: &[u8]) -> (Vec<CallRequest>, usize, bool) {
+pub(crate) fn rest_of_batch_read(body: &[u8]) -> (Vec<CallRequest>, Counts, bool) {
     let body = without_bom(body);
     let unread = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
         && concatenated(body).is_none();
     let (kept, more) = rest_of_batch(body);
-    (kept, more, unread && more > 0)
+    (kept, more, unread && !more.is_empty())
 }
 
-pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
+/// The request of the record that counts the calls of `kind` of a batch past those
+/// recorded one by one: of that kind (a count of reads is a record of kind `resource`),
+/// of a tool, URI, prompt or reference nobody can name.
+pub(crate) fn count_request(kind: CallKind) -> CallRequest {
+    match kind {
+        CallKind::Tool => CallRequest::new(UNKNOWN_TOOL, None),
+        CallKind::Resource => CallRequest::resource(UNKNOWN_TOOL),
+        CallKind::Prompt => CallRequest::prompt(UNKNOWN_TOOL, None),
+        CallKind::Completion => CallRequest::completion(
+            UNKNOWN_TOOL,
+            false,
+            String::new(),
+            String::new(),
+            serde_json::Map::new(),
+        ),
+    }
+}
+
+pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, Counts) {
     let body = without_bom(body);
     let read = serde_json::from_slice::<Value>(body)
         .ok()
         .or_else(|| concatenated(body));
     let (mut kept, mut more) = match &read {
         Some(value @ Value::Array(_)) => rest_of_values(body, value),
-        _ => (Vec::new(), 0),
+        _ => (Vec::new(), Counts::default()),
     };
     // What comes after bytes no reading gets past, if it says `tools/call`: one record of
     // an unknown tool, in the batch's bound.
@@ -735,24 +755,26 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
         if kept.len() < MAX_BATCH_RECORDS - 1 {
             kept.push(CallRequest::new(UNKNOWN_TOOL, None));
         } else {
-            more += 1;
+            more.add(CallKind::Tool);
         }
     }
     // Nothing of it can be read as JSON (a batch nested past serde_json's 128 levels,
     // say): the calls it names past the first (recorded already) are counted.
     if read.is_none() && kept.is_empty() {
-        more = body
+        let named = body
             .windows(CALL.len())
             .filter(|w| *w == CALL)
             .count()
             .saturating_sub(1);
+        more = Counts::of(CallKind::Tool, named as u64);
     }
     (kept, more)
 }
 
 /// [`rest_of_batch`] of `value`, the batch read from `body` (or its values one after the
-/// other).
-fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
+/// other): the calls, reads, prompts and completions kept to be recorded one by one, and
+/// the rest counted by kind.
+fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, Counts) {
     let mut batch = messages(value);
     // The call recorded already: the first of this reading, else of the reading that
     // keeps the first of repeated keys (as `tool_call_request` finds it).
@@ -791,7 +813,11 @@ fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
             tool_call_request(&one).or_else(|| item_request(&one))
         });
     let kept: Vec<CallRequest> = requests.by_ref().take(MAX_BATCH_RECORDS - 1).collect();
-    (kept, requests.count())
+    let mut more = Counts::default();
+    for request in requests {
+        more.add(request.kind);
+    }
+    (kept, more)
 }
 
 /// The JSON pointer of the first key that appears twice in one object of `json`, at any
@@ -1070,18 +1096,44 @@ mod tests {
         let junk = format!("[{}", "\"tools/call\",".repeat(1000));
         let (kept, more, unread) = super::rest_of_batch_read(junk.as_bytes());
         assert!(kept.is_empty());
-        assert_eq!((more, unread), (999, true));
+        assert_eq!((more.total(), unread), (999, true));
         assert_eq!(
-            super::count_of_the_rest(more, unread),
+            super::count_of_the_rest(more.total(), unread),
             serde_json::json!({"calls_named_unread": 999})
         );
         let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
         let batch = format!("[{}]", vec![call; 40].join(","));
         let (kept, more, unread) = super::rest_of_batch_read(batch.as_bytes());
-        assert_eq!((kept.len(), more, unread), (31, 8, false));
+        assert_eq!((kept.len(), more.total(), unread), (31, 8, false));
         assert_eq!(
-            super::count_of_the_rest(more, unread),
+            super::count_of_the_rest(more.total(), unread),
             serde_json::json!({"more_calls": 8})
+        );
+    }
+
+    /// The rest of a batch past those recorded one by one is counted by kind: the reads,
+    /// prompts and completions in it are counted as such, not as tool calls.
+    #[test]
+    fn the_rest_of_a_batch_is_counted_by_kind() {
+        use crate::audit::CallKind;
+        let read = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x://1"}}"#;
+        let prompt = r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"p"}}"#;
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#;
+        // The first call is recorded already, 31 more one by one: the rest are 5 reads
+        // and 4 prompts.
+        let mut batch = vec![call; 32];
+        batch.extend([read; 5]);
+        batch.extend([prompt; 4]);
+        let batch = format!("[{}]", batch.join(","));
+        let (kept, more, _) = super::rest_of_batch_read(batch.as_bytes());
+        assert_eq!(kept.len(), 31);
+        assert_eq!(
+            more.by_kind().collect::<Vec<_>>(),
+            [(CallKind::Resource, 5), (CallKind::Prompt, 4)]
+        );
+        assert_eq!(
+            super::count_request(CallKind::Resource).kind(),
+            CallKind::Resource
         );
     }
 
@@ -1339,8 +1391,11 @@ mod tests {
         let get = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get"}}"#;
         let del = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"del"}}"#;
         let escaped = del.replace("tools/call", r"tools\/call");
-        let tools = |(rest, more): (Vec<CallRequest>, usize)| {
-            (rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(), more)
+        let tools = |(rest, more): (Vec<CallRequest>, Counts)| {
+            (
+                rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(),
+                more.total(),
+            )
         };
         for body in [
             format!("{get} x {del}"),
@@ -1387,7 +1442,7 @@ mod tests {
             (
                 first,
                 rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(),
-                more,
+                more.total(),
             )
         };
         assert_eq!(
