@@ -472,6 +472,64 @@ async fn progress_tokens_are_echoed_verbatim_and_logs_follow_set_level() {
     assert_eq!(steps, [json!(1), json!(2), json!(3)]);
 }
 
+/// A body that is shallow but not JSON this server can read (a lone surrogate escape,
+/// bytes that are not UTF-8, a number out of range, a body in UTF-16) is answered with
+/// what serde_json says, a parse error; that it nests too deep only when it does. A body
+/// in UTF-16 is no notification, whatever its id: a parse error too. Each leaves one
+/// record.
+#[tokio::test]
+async fn a_body_that_is_not_json_gets_the_parse_error_that_says_why() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let read =
+        r#"{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"notes://all"}}"#;
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(read.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"add_note","arguments":{{"text":{}1{}}}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let mut not_utf8 =
+        br#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"x","arguments":{"a":"#
+            .to_vec();
+    not_utf8.extend_from_slice(b"\"\xff\xfe\"}}}");
+    let cases: [(Vec<u8>, &str); 5] = [
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"notes://\ud800"}}"#
+                .to_vec(),
+            "hex escape",
+        ),
+        (not_utf8, "not JSON this server can read"),
+        (
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_notes","arguments":{}},"x":1e999}"#
+                .to_vec(),
+            "number out of range",
+        ),
+        (utf16, "not JSON this server can read"),
+        (deep.into_bytes(), "more than 128 levels deep"),
+    ];
+    for (body, says) in cases {
+        server.sink.clear();
+        let shown = String::from_utf8_lossy(&body).into_owned();
+        let response = raw.post().body(body).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{shown}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32700, "{shown}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{shown}: {answer}");
+        assert_eq!(
+            message.contains("128 levels"),
+            says.contains("128 levels"),
+            "{shown}: {answer}"
+        );
+        assert_eq!(server.sink.records().len(), 1, "{shown}");
+    }
+}
+
 #[tokio::test]
 async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let server = TestServer::start(

@@ -1381,6 +1381,9 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     };
     if idless
         && !body.trim_ascii_start().starts_with(b"[")
+        // A body that cannot be UTF-8 JSON (UTF-16, say, whose id no reading here finds)
+        // is no notification: the MCP layer answers it with a parse error, recorded.
+        && may_be_json_text(&body)
         && let top = probe::top_level(&body)
         && match Head::of(&body) {
             Some(head) => matches!(head.id, HeadId::Absent),
@@ -1542,6 +1545,12 @@ fn held_by_body<T: Send + 'static>(response: Response, held: Option<T>) -> Respo
     }
 }
 
+/// Whether `body` may be JSON text: UTF-8, without a NUL byte (which JSON allows nowhere
+/// unescaped, and which UTF-16 or UTF-32 text of ASCII characters is full of).
+fn may_be_json_text(body: &[u8]) -> bool {
+    !body.contains(&0) && std::str::from_utf8(body).is_ok()
+}
+
 /// Whether the request says its body is JSON (`Content-Type: application/json`, with any
 /// parameters), as rmcp checks it.
 fn is_json_content(headers: &HeaderMap) -> bool {
@@ -1566,21 +1575,31 @@ fn unreadable_body(json_body: bool, body: &[u8], response: Response) -> Response
     if !json_body || response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return response;
     }
-    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-        Err(_) => (-32700, "Parse error: the body is not JSON"),
-        // JSON all the same, but nested deeper than a reader follows (serde_json's 128
-        // levels, which rmcp's reading of the message keeps and skipping it does not).
-        Ok(_) if serde_json::from_slice::<serde_json::Value>(body).is_err() => (
+    let (code, message) = match serde_json::from_slice::<serde_json::Value>(body) {
+        // Nested deeper than a reader follows (serde_json's 128 levels, which rmcp's
+        // reading of the message keeps): said so only when that is why.
+        Err(err) if err.to_string().starts_with("recursion limit exceeded") => (
             -32700,
-            "Parse error: the body nests arrays and objects more than 128 levels deep",
+            "Parse error: the body nests arrays and objects more than 128 levels deep".to_owned(),
+        ),
+        // Else what serde_json says, as stdio says it (a lone surrogate escape, bytes that
+        // are not UTF-8, a number out of range, a body in UTF-16…).
+        Err(err) => (
+            -32700,
+            format!(
+                "Parse error: the body is not JSON this server can read: {}",
+                crate::audit::bounded(&err.to_string(), 300)
+            ),
         ),
         Ok(_) if body.trim_ascii_start().starts_with(b"[") => (
             -32600,
-            "Invalid Request: send one JSON-RPC message per request (batches are not supported)",
+            "Invalid Request: send one JSON-RPC message per request (batches are not supported)"
+                .to_owned(),
         ),
         Ok(_) => (
             -32600,
-            "Invalid Request: the body is not a JSON-RPC request, notification or response",
+            "Invalid Request: the body is not a JSON-RPC request, notification or response"
+                .to_owned(),
         ),
     };
     let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
