@@ -606,7 +606,8 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let result = result.unwrap();
     assert_eq!(result["result"]["isError"], true);
     assert_eq!(error_body(&result["result"])["reason"], "unknown_tool");
-    // oversized body: 413, recorded (it may have been a `tools/call`; the tool unknown)
+    // oversized body: 413, recorded (a `tools/call` of a tool its start does not name:
+    // `arguments`, past the limit, comes before `name`)
     let big = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "add_note", "arguments": {"text": "x".repeat(8000)}},
@@ -2510,8 +2511,8 @@ fn error_body(result: &Value) -> Value {
 }
 
 /// A `/mcp` POST over the body limit may carry a `tools/call`: answered 413 and recorded
-/// once (the tool its `Mcp-Name` names, else `(unknown)`), with the caller's principal
-/// when the token is valid.
+/// once (the tool its `Mcp-Name` names, else the one its start names, as stdio reads an
+/// over-long line), with the caller's principal when the token is valid.
 #[tokio::test]
 async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     let server = TestServer::start(
@@ -2528,7 +2529,8 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(response.status(), 413);
     let records = server.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].tool, "(unknown)");
+    assert_eq!(records[0].tool, "add_note");
+    assert_eq!(records[0].request_id.as_deref(), Some("1"));
     assert_eq!(records[0].principal, None);
     assert_eq!(records[0].status, 413);
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
@@ -2553,7 +2555,8 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
     assert_eq!(records[0].kind, aac_tools::audit::CallKind::Tool);
     // A read, a prompt or a completion too big to read is recorded as what its headers
-    // say it is, so that `audit --kind resource` finds it.
+    // say it is, so that `audit --kind resource` finds it; without them, as what its start
+    // says, whether its length was declared or it came in chunks.
     for (method, name, kind) in [
         (
             "resources/read",
@@ -2571,28 +2574,42 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
             aac_tools::audit::CallKind::Completion,
         ),
     ] {
-        server.sink.clear();
         let big = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"name":"{name}","uri":"{name}","pad":"{}"}}}}"#,
             "x".repeat(8192)
         );
-        let response = raw
-            .post()
-            .header("mcp-method", method)
-            .header("mcp-name", name)
-            .body(big)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 413, "{method}");
-        let records = server.sink.records();
-        assert_eq!(records.len(), 1, "{method}: {records:?}");
-        assert_eq!(
-            (records[0].kind, records[0].tool.as_str(), records[0].status),
-            (kind, name, 413),
-            "{method}"
-        );
-        assert_eq!(records[0].principal.as_deref(), Some("alice"));
+        for how in ["headers", "start", "chunks"] {
+            server.sink.clear();
+            let request = match how {
+                "headers" => raw
+                    .post()
+                    .header("mcp-method", method)
+                    .header("mcp-name", name)
+                    .body(big.clone()),
+                "start" => raw.post().body(big.clone()),
+                _ => {
+                    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
+                        .as_bytes()
+                        .chunks(1000)
+                        .map(|c| Ok(c.to_vec()))
+                        .collect();
+                    raw.post()
+                        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                            chunks,
+                        )))
+                }
+            };
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 413, "{method} {how}");
+            let records = server.sink.records();
+            assert_eq!(records.len(), 1, "{method} {how}: {records:?}");
+            assert_eq!(
+                (records[0].kind, records[0].tool.as_str(), records[0].status),
+                (kind, name, 413),
+                "{method} {how}"
+            );
+            assert_eq!(records[0].principal.as_deref(), Some("alice"));
+        }
     }
     // The server still serves the session.
     let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;

@@ -399,6 +399,62 @@ pub(crate) struct TopLevel<'a> {
     pub(crate) uri: Option<String>,
 }
 
+/// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
+pub(crate) fn json_rpc_id(id: Option<Value>) -> Value {
+    id.filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .unwrap_or(Value::Null)
+}
+
+/// The `id` of [`top_level`], read without parsing the rest of the message.
+pub(crate) fn top_level_id(top: &TopLevel<'_>) -> Value {
+    json_rpc_id(top.id.and_then(|raw| serde_json::from_slice(raw).ok()))
+}
+
+/// What a message refused unread says ([`top_level`] of its start: of a line over stdio's
+/// limit, read before it was dropped, of a line of too many values, of an HTTP body over
+/// its limit or too slow): its id (`null` when it has none JSON-RPC allows), its method,
+/// its `params.name` and `uri`. Both transports record such a message by it.
+pub(crate) struct Unread {
+    pub(crate) id: Value,
+    method: Option<String>,
+    name: Option<String>,
+    uri: Option<String>,
+}
+
+impl Unread {
+    pub(crate) fn of(top: TopLevel<'_>) -> Unread {
+        Unread {
+            id: top_level_id(&top),
+            method: top.method,
+            name: top.name,
+            uri: top.uri,
+        }
+    }
+
+    /// The request to record: of the kind its method names (a read, prompt or
+    /// completion is recorded as one, so that `audit --kind` finds it), under its id.
+    pub(crate) fn request(&self) -> CallRequest {
+        self.request_named(None, None)
+    }
+
+    /// [`Unread::request`], its method and name those given (an HTTP request's `Mcp-Method`
+    /// and `Mcp-Name` headers) where they are, else those its start says.
+    pub(crate) fn request_named(&self, method: Option<&str>, name: Option<&str>) -> CallRequest {
+        let method = method.or(self.method.as_deref());
+        let name = name.or(match method {
+            Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+                self.uri.as_deref()
+            }
+            _ => self.name.as_deref(),
+        });
+        let mut request = CallRequest::unread(method, name);
+        if !self.id.is_null() {
+            request = request.request_id(id_text(&self.id));
+        }
+        request
+    }
+}
+
 /// Whether `message` is a `method` message to any reader: its `method` as a JSON reader
 /// reads it (escapes decoded: `"m\u0065thod"` is `method`), or, when it repeats the key,
 /// the first of them (as [`top_level`] reads it) or the last (as serde_json does).
