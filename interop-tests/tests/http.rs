@@ -959,6 +959,45 @@ async fn host_and_origin_are_checked_on_every_route() {
     }
 }
 
+/// A body over the limit sent where no route takes it (`/mcp/x`, 404) is recorded as the
+/// call its start names, as on `/mcp`: a read as a read.
+#[tokio::test]
+async fn an_unrouted_body_over_the_limit_is_recorded_by_its_start() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(4096),
+        Options::default(),
+    )
+    .await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"notes://all","pad":"{}"}}}}"#,
+        "x".repeat(8192)
+    );
+    let response = reqwest::Client::new()
+        .post(format!("{}/mcp/x", server.base))
+        .bearer_auth(&server.fixture.full)
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].kind,
+            records[0].tool.as_str(),
+            records[0].request_id.as_deref()
+        ),
+        (
+            aac_tools::audit::CallKind::Resource,
+            "notes://all",
+            Some("9")
+        ),
+        "{records:?}"
+    );
+}
+
 /// A method a route does not take is 405 in the JSON of every other error, with `Allow`,
 /// on the REST routes and on `/mcp` (where rmcp answered plain text).
 #[tokio::test]

@@ -1079,10 +1079,13 @@ async fn refuse_what_the_body_carries(
         }
         app.server().begin(request)
     };
-    let body = match read_body(body, &parts.headers, &app.options).await {
-        Ok(bytes) => bytes,
-        Err(_) => return unread_body(app, parts, err, &[]).await,
-    };
+    // A body over the limit is recorded by what its start names, as on `/mcp`.
+    let mut start = Vec::new();
+    let body =
+        match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
+            Ok(bytes) => bytes,
+            Err(_) => return unread_body(app, parts, err, &start).await,
+        };
     let mut principal = None;
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
         let mut attempt = begin(call.request(peer));
