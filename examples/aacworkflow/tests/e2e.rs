@@ -1190,6 +1190,40 @@ async fn serve_rate_limit_bounds_each_user_and_counts_the_flood() {
     assert!(stderr.contains("`0/s` is not a rate"), "{stderr}");
 }
 
+/// Reads refused past `serve --rate-limit` are counted as reads, not as tool calls: the
+/// count's record has kind `resource` (`audit --kind resource` finds it), and
+/// `dashboard_usage_daily`, which counts tool calls, shows none of them.
+#[tokio::test]
+async fn rate_limited_reads_are_counted_as_reads_not_tool_calls() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let reader = env.stdio(&alice, &["--rate-limit", "2/h"]).await;
+    for _ in 0..6 {
+        let params = rmcp::model::ReadResourceRequestParams::new("aacworkflow://issues/AAC-1");
+        let _ = reader.peer().read_resource(params).await;
+    }
+    let _ = reader.cancel().await;
+    // The session's end records the count (a guard against a hang, not a timing check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let limited = loop {
+        let limited = env.audit(&["--reason", "rate_limited", "--kind", "resource"]);
+        if limited.len() >= 2 || std::time::Instant::now() > deadline {
+            break limited;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(limited.len(), 2, "{limited:?}");
+    assert_eq!(limited[1]["arguments"]["suppressed"], 3, "{limited:?}");
+    assert!(
+        env.audit(&["--reason", "rate_limited", "--kind", "tool"])
+            .is_empty()
+    );
+    let admin = env.stdio(&alice, &[]).await;
+    let usage = ok(&admin, "dashboard_usage_daily", json!({"days": 1})).await;
+    assert_eq!(usage["total_calls"], 0, "{usage}");
+    let _ = admin.cancel().await;
+}
+
 /// `serve --http` under the shell `ulimit` `limit`: the child once it listens, and its
 /// stderr lines as they come (the log's from a thread of its own: before or after the
 /// address line).
