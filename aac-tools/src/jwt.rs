@@ -4,7 +4,8 @@
 //! file), the issuer, the audience (this resource), the expiry, and turns the claims
 //! into a [`Principal`]: `sub` is the subject, the scopes come from `scope`
 //! (space-separated) or `scp` (an array or a string), the workspace from a claim you
-//! name (default `workspace`), and `jti` becomes the token id.
+//! name (default `workspace`), and `jti` becomes the token id. A header or claims that
+//! repeat a key, and an `iss` that is not one string, are refused as malformed.
 //!
 //! Opaque tokens keep working beside JWTs with a [`VerifierChain`](crate::VerifierChain):
 //!
@@ -90,7 +91,8 @@ impl JwtVerifierBuilder {
     }
 
     /// Accept only tokens whose `aud` names this resource (required): usually the
-    /// `resource_url` of the HTTP options.
+    /// `resource_url` of the HTTP options, as the metadata advertises it (without a
+    /// trailing `/`).
     pub fn audience(mut self, audience: impl Into<String>) -> Self {
         self.audience = Some(audience.into());
         self
@@ -322,6 +324,10 @@ enum Scp {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
+    /// Read to refuse anything but one string (jsonwebtoken takes an array whose
+    /// elements include the issuer).
+    #[serde(default)]
+    iss: Option<Value>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -340,6 +346,11 @@ impl JwtVerifier {
 
     /// Verify `token` now (no I/O: the keys are in memory).
     pub fn verify_now(&self, token: &str) -> Result<Principal, ToolError> {
+        if repeats_a_key(token) {
+            return Err(ToolError::invalid_token(
+                "malformed token: its header or claims repeat a key",
+            ));
+        }
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| ToolError::invalid_token("malformed token"))?;
         let (key, alg) = match &self.keys {
@@ -376,6 +387,12 @@ impl JwtVerifier {
         let data = jsonwebtoken::decode::<Claims>(token, key, &validation)
             .map_err(|e| ToolError::invalid_token(describe(e.kind())))?;
         let claims = data.claims;
+        // RFC 7519 §4.1.1: one StringOrURI, not a list of which one may match.
+        if claims.iss.as_ref().is_some_and(|iss| !iss.is_string()) {
+            return Err(ToolError::invalid_token(
+                "the token's `iss` claim is malformed",
+            ));
+        }
         let subject = claims
             .sub
             .filter(|s| !s.is_empty())
@@ -411,6 +428,21 @@ impl JwtVerifier {
         }
         Ok(principal)
     }
+}
+
+/// Whether the token's header or claims repeat a key, at any depth. RFC 7519 §4 and RFC
+/// 7515 §5.2 let a reader keep the last of a repeated name, which jsonwebtoken does for a
+/// claim it does not name (the workspace claim among them), while the authorization
+/// server or a proxy that checked the token may have read the first: refused, as the
+/// arguments of a call that repeat a key are. A part that is not base64url JSON is left
+/// to jsonwebtoken, which refuses it.
+fn repeats_a_key(token: &str) -> bool {
+    use base64::Engine;
+    token.split('.').take(2).any(|part| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .is_ok_and(|json| crate::pipeline::repeated::repeated_key(&json).is_some())
+    })
 }
 
 /// The scopes of a `scope` (or string `scp`) claim: separated by spaces (U+0020) only, as
@@ -509,6 +541,11 @@ mod tests {
             .verify_now(&sign_hs256(claims(json!({"scp": "e:read f:read"}))))
             .unwrap();
         assert_eq!(p.scopes().collect::<Vec<_>>(), ["e:read", "f:read"]);
+        // `scope` is a string (RFC 8693), never an array.
+        assert_eq!(
+            reason(&v, &sign_hs256(claims(json!({"scope": ["a:read"]})))),
+            "malformed token"
+        );
         let p = v.verify_now(&sign_hs256(claims(json!({})))).unwrap();
         assert_eq!(p.scopes().len(), 0);
         assert_eq!(p.subject(), "alice");
@@ -761,6 +798,86 @@ mod tests {
             reason(&v, &sign_hs256(claims(json!({"workspace": "b\nc"})))),
             "the token's `workspace` claim is not a workspace name"
         );
+    }
+
+    /// A token signed with `SECRET` whose header and claims are these texts, as written.
+    fn sign_raw(header: &str, claims: &str) -> String {
+        use base64::Engine;
+        let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+        let message = format!("{}.{}", b64(header), b64(claims));
+        let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        let signature =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).unwrap();
+        format!("{message}.{signature}")
+    }
+
+    /// A repeated key reads as its last value here and may read as its first to the
+    /// authorization server or a proxy: `"workspace":"demo","workspace":"other"` was taken
+    /// as `other`.
+    #[test]
+    fn a_key_repeated_in_the_header_or_the_claims_is_malformed() {
+        let v = hs256();
+        let exp = get_current_timestamp() + 300;
+        let header = r#"{"alg":"HS256","typ":"JWT"}"#;
+        let claims = |extra: &str| {
+            format!(r#"{{"iss":"{ISS}","aud":"{AUD}","sub":"alice","exp":{exp}{extra}}}"#)
+        };
+        let p = v
+            .verify_now(&sign_raw(header, &claims(r#","workspace":"demo""#)))
+            .unwrap();
+        assert_eq!(p.workspace(), Some("demo"));
+        for (header, claims) in [
+            (header, claims(r#","workspace":"demo","workspace":"other""#)),
+            (
+                header,
+                claims(r#","workspace":"demo","w\u006frkspace":"other""#),
+            ),
+            (header, claims(r#","sub":"mallory""#)),
+            (header, claims(r#","realm":{"role":"a","role":"b"}"#)),
+            (r#"{"alg":"HS256","typ":"JWT","x":1,"x":2}"#, claims("")),
+            (r#"{"alg":"HS256","kid":"a","kid":"b"}"#, claims("")),
+        ] {
+            assert_eq!(
+                reason(&v, &sign_raw(header, &claims)),
+                "malformed token: its header or claims repeat a key",
+                "{header} {claims}"
+            );
+        }
+    }
+
+    /// RFC 7519 §4.1.1: `iss` is one StringOrURI. An array was taken when one of its
+    /// elements was the issuer.
+    #[test]
+    fn an_issuer_that_is_not_one_string_is_malformed() {
+        let v = hs256();
+        for iss in [json!(["https://evil.example.com", ISS]), json!([ISS])] {
+            assert_eq!(
+                reason(&v, &sign_hs256(claims(json!({ "iss": iss })))),
+                "the token's `iss` claim is malformed",
+                "{iss}"
+            );
+        }
+        // With no issuer configured, the same: `iss` is read as what it is or refused.
+        let any_issuer = JwtVerifier::builder()
+            .audience(AUD)
+            .hs256_secret(SECRET)
+            .build()
+            .unwrap();
+        for iss in [json!([ISS]), json!(7), json!({"iss": ISS})] {
+            assert_eq!(
+                reason(&any_issuer, &sign_hs256(claims(json!({ "iss": iss })))),
+                "the token's `iss` claim is malformed",
+                "{iss}"
+            );
+        }
+        assert!(
+            any_issuer
+                .verify_now(&sign_hs256(claims(json!({}))))
+                .is_ok()
+        );
+        let mut no_iss = claims(json!({}));
+        no_iss.as_object_mut().unwrap().remove("iss");
+        assert!(any_issuer.verify_now(&sign_hs256(no_iss)).is_ok());
     }
 
     #[test]

@@ -83,17 +83,8 @@ impl ResourceDef {
     /// What its parameters, and its completion function's, need registered before the
     /// server runs.
     pub(crate) fn state_needs(&self) -> impl Iterator<Item = crate::state::StateNeed> {
-        let complete = self
-            .parts
-            .complete_state_needs
-            .map(|f| f())
-            .unwrap_or_default();
-        self.parts
-            .state_needs
-            .iter()
-            .chain(complete)
-            .flatten()
-            .copied()
+        let parts = &self.parts;
+        crate::state::StateNeed::of_item(parts.state_needs, parts.complete_state_needs)
     }
     /// Where it is defined.
     pub fn location(&self) -> String {
@@ -215,17 +206,8 @@ impl PromptDef {
     /// What its parameters, and its completion function's, need registered before the
     /// server runs.
     pub(crate) fn state_needs(&self) -> impl Iterator<Item = crate::state::StateNeed> {
-        let complete = self
-            .parts
-            .complete_state_needs
-            .map(|f| f())
-            .unwrap_or_default();
-        self.parts
-            .state_needs
-            .iter()
-            .chain(complete)
-            .flatten()
-            .copied()
+        let parts = &self.parts;
+        crate::state::StateNeed::of_item(parts.state_needs, parts.complete_state_needs)
     }
     /// Where it is defined.
     pub fn location(&self) -> String {

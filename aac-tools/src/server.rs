@@ -63,6 +63,9 @@ pub struct CallRequest {
     pub(crate) kind: CallKind,
     /// A `resources/subscribe`: the read it performs says so in its record.
     pub(crate) subscription: bool,
+    /// A `resources/unsubscribe`: the read it performs (checked as a subscription is)
+    /// says so in its record.
+    pub(crate) unsubscription: bool,
     /// Where the arguments, as sent, repeat a key (a JSON pointer): the call is refused.
     pub(crate) repeated_key: Option<String>,
     /// Where a retry's `inputResponses`, as sent, repeat a key: the answer is refused.
@@ -98,6 +101,7 @@ impl CallRequest {
             resume: None,
             kind: CallKind::Tool,
             subscription: false,
+            unsubscription: false,
             repeated_key: None,
             repeated_answer_key: None,
             presented: Credentials::None,
@@ -118,6 +122,15 @@ impl CallRequest {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn subscription(mut self) -> CallRequest {
         self.subscription = true;
+        self
+    }
+
+    /// The read a `resources/unsubscribe` performs: checked as a subscription is (the
+    /// caller, the resource, its scopes, its handler), its record's arguments say
+    /// `"$unsubscribe": true`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn unsubscription(mut self) -> CallRequest {
+        self.unsubscription = true;
         self
     }
 
@@ -163,6 +176,7 @@ impl CallRequest {
         match method {
             Some("resources/read") => CallRequest::resource(name),
             Some("resources/subscribe") => CallRequest::resource(name).subscription(),
+            Some("resources/unsubscribe") => CallRequest::resource(name).unsubscription(),
             Some("prompts/get") => CallRequest::prompt(name, None),
             Some("completion/complete") => {
                 CallRequest::completion(name, false, "", "", serde_json::Map::new())

@@ -116,6 +116,31 @@ impl StateNeed {
             present: present::<T>,
         }
     }
+
+    /// The need of a data handle `Db<L>` on the framework's database `D`.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) const fn data_handle<D: Send + Sync + 'static, L: 'static>() -> StateNeed {
+        fn what<L>() -> String {
+            let level = type_name::<L>().rsplit("::").next().unwrap_or_default();
+            format!("`Db<{level}>` (a handle on the `Database`)")
+        }
+        fn present<D: Send + Sync + 'static>(map: &StateMap) -> bool {
+            map.framework::<D>().is_some()
+        }
+        StateNeed {
+            what: what::<L>,
+            present: present::<D>,
+        }
+    }
+
+    /// What the parameters of an item (`own`) and of its completion function need.
+    pub(crate) fn of_item(
+        own: &'static [Option<StateNeed>],
+        complete: Option<fn() -> &'static [Option<StateNeed>]>,
+    ) -> impl Iterator<Item = StateNeed> {
+        let complete = complete.map(|f| f()).unwrap_or_default();
+        own.iter().chain(complete).flatten().copied()
+    }
 }
 
 impl fmt::Debug for StateMap {

@@ -706,6 +706,55 @@ async fn a_count_of_rate_limited_calls_the_sink_could_not_write_is_written_later
     assert_eq!(sink.inner.records().len(), 3, "written once");
 }
 
+/// The same for a peer's token-less refusals: the count that falls due at the peer's next
+/// recorded refusal, while the sink fails, is owed and written once the sink writes again.
+/// Before, it was only logged, and the 429s it counted were in no record.
+#[tokio::test]
+async fn a_peer_s_count_due_while_the_sink_fails_is_written_later() {
+    let _serial = SERIAL.lock().await;
+    let sink = Switchable::default();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(tokens())
+        .audit(sink.clone())
+        .rate_limit_unauthenticated(Some(aac_tools::Rate::new(1, Duration::from_millis(300))))
+        .build()
+        .unwrap();
+    let peer: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+    let anonymous = || CallRequest::new("count_notes", None).peer_addr(peer);
+    assert_eq!(
+        server.call(anonymous()).await.check(),
+        Some(Check::Authenticate)
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            server.call(anonymous()).await.check(),
+            Some(Check::RateLimit)
+        );
+    }
+    assert_eq!(sink.inner.records().len(), 1, "the first refusal only");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    sink.refuse_record.store(true, Ordering::SeqCst);
+    // The count of three is due with this refusal, which the sink cannot write either.
+    server.call(anonymous()).await;
+    sink.refuse_record.store(false, Ordering::SeqCst);
+    assert_eq!(
+        sink.inner.records().len(),
+        1,
+        "nothing written while it fails"
+    );
+    server.flush_rate_limited().await;
+    let records = sink.inner.records();
+    let counts: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|r| r.tool == "(rate limited)")
+        .collect();
+    assert_eq!(counts.len(), 1, "{records:#?}");
+    assert_eq!(counts[0].arguments["suppressed"], 3, "{:#?}", counts[0]);
+    assert_eq!(counts[0].status, 429);
+    server.flush_rate_limited().await;
+    assert_eq!(sink.inner.records().len(), records.len(), "written once");
+}
+
 #[tokio::test]
 async fn refusals_decided_by_a_transport_are_recorded_once() {
     let _serial = SERIAL.lock().await;

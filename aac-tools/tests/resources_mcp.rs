@@ -187,6 +187,9 @@ async fn a_subscribed_session_hears_of_updates_to_its_resources_only() {
                 Outcome::Denied,
                 Some(json!(true))
             ),
+            // The unsubscribe, checked as a subscription (its record says
+            // `"$unsubscribe": true`, below).
+            (CallKind::Resource, "test://watched", Outcome::Success, None),
             (CallKind::Resource, "test://watched", Outcome::Success, None),
         ],
         "{records:?}"
@@ -306,6 +309,78 @@ async fn only_a_caller_who_may_read_a_resource_subscribes_to_it() {
     );
 }
 
+/// An unsubscribe is checked as a subscription is, by the read it performs, and leaves one
+/// record (kind `resource`, `"$unsubscribe": true`) per attempt, allowed or refused:
+/// without the resource's scope, for a URI its handler refuses (another workspace's), for
+/// a URI no resource has, and with a token revoked since.
+#[tokio::test]
+async fn an_unsubscribe_is_checked_and_recorded_as_a_subscription_is() {
+    let sink = MemorySink::new();
+    let revoked = Revocable::default();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(revoked.clone())
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let mut alice = start(server.clone(), "alice").await;
+    let mut seen = Vec::new();
+    let unsubscribe = |id: u64, uri: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "resources/unsubscribe",
+               "params": {"uri": uri}})
+    };
+    let cases = [
+        (2, "test://workspaces/a/feed", None),
+        (3, "test://secret", Some((-32001, "insufficient_scope"))),
+        (4, "test://workspaces/b/feed", Some((-32002, "not_found"))),
+        (5, "other://anything", Some((-32002, "unknown_resource"))),
+    ];
+    for (id, uri, refused) in cases {
+        alice.send(unsubscribe(id, uri)).await;
+        let answer = alice.response(id, &mut seen).await;
+        match refused {
+            None => assert_eq!(answer["result"], json!({}), "{answer}"),
+            Some((code, reason)) => {
+                assert_eq!(answer["error"]["code"], code, "{uri}: {answer}");
+                assert_eq!(answer["error"]["data"]["reason"], reason, "{uri}: {answer}");
+            }
+        }
+    }
+    revoked.0.store(true, Ordering::SeqCst);
+    alice.send(unsubscribe(6, "test://workspaces/a/feed")).await;
+    let answer = alice.response(6, &mut seen).await;
+    assert_eq!(
+        answer["error"]["data"]["reason"], "invalid_token",
+        "{answer}"
+    );
+
+    let records = sink.records();
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.kind,
+                r.tool.as_str(),
+                r.reason.as_deref(),
+                r.request_id.as_deref(),
+                r.arguments.get("$unsubscribe").cloned(),
+            )
+        })
+        .collect();
+    let unsubscribed =
+        |uri, reason, id| (CallKind::Resource, uri, reason, Some(id), Some(json!(true)));
+    assert_eq!(
+        got,
+        [
+            unsubscribed("test://workspaces/a/feed", None, "2"),
+            unsubscribed("test://secret", Some("insufficient_scope"), "3"),
+            unsubscribed("test://workspaces/b/feed", Some("not_found"), "4"),
+            unsubscribed("other://anything", Some("unknown_resource"), "5"),
+            unsubscribed("test://workspaces/a/feed", Some("invalid_token"), "6"),
+        ],
+        "{records:?}"
+    );
+}
+
 /// A subscription refused for its token says why, as a read's refusal does.
 #[tokio::test]
 async fn a_subscription_with_a_bad_token_says_the_token_is_invalid() {
@@ -402,4 +477,73 @@ async fn a_closed_connection_keeps_no_subscription() {
         left = server.subscribed_sessions();
     }
     assert_eq!(left, 0, "the ended connection still forwards updates");
+}
+
+/// Reads refused past a principal's rate, counted rather than recorded one by one, are
+/// counted as reads: the count's record has kind `resource` (so that `audit --kind
+/// resource` finds it and a count of tool calls does not take it for one).
+#[tokio::test]
+async fn a_count_of_rate_limited_reads_is_recorded_as_reads() {
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
+        .audit(sink.clone())
+        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
+        .build()
+        .unwrap();
+    let read = || aac_tools::CallRequest::resource("test://watched").bearer("watcher");
+    assert!(server.call(read()).await.error().is_none());
+    for _ in 0..4 {
+        let refused = server.call(read()).await;
+        assert_eq!(refused.check(), Some(Check::RateLimit));
+    }
+    server.flush_rate_limited().await;
+    let records = sink.records();
+    // The read, the first refusal, and the count of the other three.
+    assert_eq!(records.len(), 3, "{records:#?}");
+    let count = &records[2];
+    assert_eq!(count.arguments["suppressed"], 3, "{count:#?}");
+    assert_eq!(count.kind, CallKind::Resource, "{count:#?}");
+    assert!(
+        records.iter().all(|r| r.kind == CallKind::Resource),
+        "{records:#?}"
+    );
+}
+
+/// The reads of a refused batch past those recorded one by one are counted as reads: the
+/// count's record has kind `resource`, as the records of the reads before it.
+#[tokio::test]
+async fn the_reads_of_a_batch_past_those_recorded_are_counted_as_reads() {
+    let sink = MemorySink::new();
+    let mut session = start(server(&sink), "watcher").await;
+    let batch: Vec<Value> = (0..40)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": 100 + id, "method": "resources/read",
+                   "params": {"uri": "test://watched"}})
+        })
+        .collect();
+    session.send(Value::Array(batch)).await;
+    // Answered whole (rmcp reads no batch); then a ping, to know the records are written.
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}))
+        .await;
+    session.response(7, &mut Vec::new()).await;
+    let mut records = sink.records();
+    for _ in 0..100 {
+        if records.len() >= 33 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        records = sink.records();
+    }
+    assert_eq!(records.len(), 33, "{records:#?}");
+    let count = records
+        .iter()
+        .find(|r| r.arguments.get("more_calls").is_some())
+        .expect("a count of the rest");
+    assert_eq!(count.arguments["more_calls"], 8, "{count:#?}");
+    assert!(
+        records.iter().all(|r| r.kind == CallKind::Resource),
+        "{records:#?}"
+    );
 }

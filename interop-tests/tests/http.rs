@@ -472,6 +472,64 @@ async fn progress_tokens_are_echoed_verbatim_and_logs_follow_set_level() {
     assert_eq!(steps, [json!(1), json!(2), json!(3)]);
 }
 
+/// A body that is shallow but not JSON this server can read (a lone surrogate escape,
+/// bytes that are not UTF-8, a number out of range, a body in UTF-16) is answered with
+/// what serde_json says, a parse error; that it nests too deep only when it does. A body
+/// in UTF-16 is no notification, whatever its id: a parse error too. Each leaves one
+/// record.
+#[tokio::test]
+async fn a_body_that_is_not_json_gets_the_parse_error_that_says_why() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let read =
+        r#"{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"notes://all"}}"#;
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(read.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"add_note","arguments":{{"text":{}1{}}}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let mut not_utf8 =
+        br#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"x","arguments":{"a":"#
+            .to_vec();
+    not_utf8.extend_from_slice(b"\"\xff\xfe\"}}}");
+    let cases: [(Vec<u8>, &str); 5] = [
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"notes://\ud800"}}"#
+                .to_vec(),
+            "hex escape",
+        ),
+        (not_utf8, "not JSON this server can read"),
+        (
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_notes","arguments":{}},"x":1e999}"#
+                .to_vec(),
+            "number out of range",
+        ),
+        (utf16, "not JSON this server can read"),
+        (deep.into_bytes(), "more than 128 levels deep"),
+    ];
+    for (body, says) in cases {
+        server.sink.clear();
+        let shown = String::from_utf8_lossy(&body).into_owned();
+        let response = raw.post().body(body).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{shown}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32700, "{shown}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{shown}: {answer}");
+        assert_eq!(
+            message.contains("128 levels"),
+            says.contains("128 levels"),
+            "{shown}: {answer}"
+        );
+        assert_eq!(server.sink.records().len(), 1, "{shown}");
+    }
+}
+
 #[tokio::test]
 async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let server = TestServer::start(
@@ -548,7 +606,8 @@ async fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let result = result.unwrap();
     assert_eq!(result["result"]["isError"], true);
     assert_eq!(error_body(&result["result"])["reason"], "unknown_tool");
-    // oversized body: 413, recorded (it may have been a `tools/call`; the tool unknown)
+    // oversized body: 413, recorded (a `tools/call` of a tool its start does not name:
+    // `arguments`, past the limit, comes before `name`)
     let big = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "add_note", "arguments": {"text": "x".repeat(8000)}},
@@ -898,6 +957,45 @@ async fn host_and_origin_are_checked_on_every_route() {
             .unwrap();
         assert_eq!(response.status(), 403, "{path}");
     }
+}
+
+/// A body over the limit sent where no route takes it (`/mcp/x`, 404) is recorded as the
+/// call its start names, as on `/mcp`: a read as a read.
+#[tokio::test]
+async fn an_unrouted_body_over_the_limit_is_recorded_by_its_start() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(4096),
+        Options::default(),
+    )
+    .await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"notes://all","pad":"{}"}}}}"#,
+        "x".repeat(8192)
+    );
+    let response = reqwest::Client::new()
+        .post(format!("{}/mcp/x", server.base))
+        .bearer_auth(&server.fixture.full)
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].kind,
+            records[0].tool.as_str(),
+            records[0].request_id.as_deref()
+        ),
+        (
+            aac_tools::audit::CallKind::Resource,
+            "notes://all",
+            Some("9")
+        ),
+        "{records:?}"
+    );
 }
 
 /// A method a route does not take is 405 in the JSON of every other error, with `Allow`,
@@ -2199,17 +2297,26 @@ async fn two_tokens_and_compressed_bodies_are_refused_and_recorded() {
 }
 
 /// A stateless server does not offer subscriptions (`subscribe: false`): a subscribe is
-/// refused (no stream could carry an update), recorded as refused, not as a success.
+/// refused (no stream could carry an update), recorded as refused, not as a success; and
+/// so is an unsubscribe.
 #[tokio::test]
 async fn a_stateless_server_refuses_a_subscription() {
+    for method in ["resources/subscribe", "resources/unsubscribe"] {
+        a_stateless_server_refuses(method).await;
+    }
+}
+
+async fn a_stateless_server_refuses(method: &str) {
     let server =
         TestServer::start(HttpOptions::default().stateless(true), Options::default()).await;
     let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     let (status, answer) = raw
-        .send(r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"notes://all"}}"#)
+        .send(format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"{method}","params":{{"uri":"notes://all"}}}}"#
+        ))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(answer[0]["error"]["code"], -32601, "{answer:?}");
+    assert_eq!(answer[0]["error"]["code"], -32601, "{method}: {answer:?}");
     let records = server.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
@@ -2443,8 +2550,8 @@ fn error_body(result: &Value) -> Value {
 }
 
 /// A `/mcp` POST over the body limit may carry a `tools/call`: answered 413 and recorded
-/// once (the tool its `Mcp-Name` names, else `(unknown)`), with the caller's principal
-/// when the token is valid.
+/// once (the tool its `Mcp-Name` names, else the one its start names, as stdio reads an
+/// over-long line), with the caller's principal when the token is valid.
 #[tokio::test]
 async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     let server = TestServer::start(
@@ -2461,7 +2568,8 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(response.status(), 413);
     let records = server.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].tool, "(unknown)");
+    assert_eq!(records[0].tool, "add_note");
+    assert_eq!(records[0].request_id.as_deref(), Some("1"));
     assert_eq!(records[0].principal, None);
     assert_eq!(records[0].status, 413);
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
@@ -2486,7 +2594,8 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
     assert_eq!(records[0].kind, aac_tools::audit::CallKind::Tool);
     // A read, a prompt or a completion too big to read is recorded as what its headers
-    // say it is, so that `audit --kind resource` finds it.
+    // say it is, so that `audit --kind resource` finds it; without them, as what its start
+    // says, whether its length was declared or it came in chunks.
     for (method, name, kind) in [
         (
             "resources/read",
@@ -2504,28 +2613,42 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
             aac_tools::audit::CallKind::Completion,
         ),
     ] {
-        server.sink.clear();
         let big = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"name":"{name}","uri":"{name}","pad":"{}"}}}}"#,
             "x".repeat(8192)
         );
-        let response = raw
-            .post()
-            .header("mcp-method", method)
-            .header("mcp-name", name)
-            .body(big)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 413, "{method}");
-        let records = server.sink.records();
-        assert_eq!(records.len(), 1, "{method}: {records:?}");
-        assert_eq!(
-            (records[0].kind, records[0].tool.as_str(), records[0].status),
-            (kind, name, 413),
-            "{method}"
-        );
-        assert_eq!(records[0].principal.as_deref(), Some("alice"));
+        for how in ["headers", "start", "chunks"] {
+            server.sink.clear();
+            let request = match how {
+                "headers" => raw
+                    .post()
+                    .header("mcp-method", method)
+                    .header("mcp-name", name)
+                    .body(big.clone()),
+                "start" => raw.post().body(big.clone()),
+                _ => {
+                    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
+                        .as_bytes()
+                        .chunks(1000)
+                        .map(|c| Ok(c.to_vec()))
+                        .collect();
+                    raw.post()
+                        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                            chunks,
+                        )))
+                }
+            };
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 413, "{method} {how}");
+            let records = server.sink.records();
+            assert_eq!(records.len(), 1, "{method} {how}: {records:?}");
+            assert_eq!(
+                (records[0].kind, records[0].tool.as_str(), records[0].status),
+                (kind, name, 413),
+                "{method} {how}"
+            );
+            assert_eq!(records[0].principal.as_deref(), Some("alice"));
+        }
     }
     // The server still serves the session.
     let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;
@@ -2634,7 +2757,9 @@ async fn token_less_reads_are_recorded_in_a_batch_and_when_malformed() {
 
 /// A `resources/subscribe` is granted by reading the resource, so it is recorded as that
 /// read (`"$subscribe": true`) once: refused by the gate without a token, refused by the
-/// MCP layer for params of the wrong shape, or performed by the handler.
+/// MCP layer for params of the wrong shape, refused for a token without the resource's
+/// scope, or performed by the handler. A `resources/unsubscribe` is checked and recorded
+/// the same way (`"$unsubscribe": true`).
 #[tokio::test]
 async fn a_subscription_over_http_is_recorded_once_as_the_read_it_performs() {
     use aac_tools::audit::CallKind;
@@ -2642,54 +2767,111 @@ async fn a_subscription_over_http_is_recorded_once_as_the_read_it_performs() {
     let anonymous = RawMcp::new(&server.mcp(), None);
     let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     raw.initialize().await;
-    let subscribe = |id: u32, params: &str| {
-        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{params}}}"#)
-    };
-    server.sink.clear();
-    let response = anonymous
-        .post()
-        .body(subscribe(41, r#"{"uri":"notes://all"}"#))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 401);
-    for (body, principal, check, outcome) in [
-        (
-            subscribe(41, r#"{"uri":"notes://all"}"#),
-            None,
-            Some(Check::Authenticate),
-            Outcome::Denied,
-        ),
-        (
-            subscribe(42, r#"{"uri":7}"#),
-            Some("alice"),
-            Some(Check::Protocol),
-            Outcome::Denied,
-        ),
-        (
-            subscribe(43, r#"{"uri":"notes://all"}"#),
-            Some("alice"),
-            None,
-            Outcome::Success,
-        ),
+    let mut reader = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    reader.initialize().await;
+    for (method, key) in [
+        ("resources/subscribe", "$subscribe"),
+        ("resources/unsubscribe", "$unsubscribe"),
     ] {
-        if principal.is_some() {
-            server.sink.clear();
-            let (status, answer) = raw.send(body.clone()).await;
-            assert_eq!(status, 200, "{body}");
-            assert_eq!(
-                answer[0].get("error").is_none(),
-                outcome == Outcome::Success,
-                "{body}: {answer:?}"
-            );
+        let subscribe = |id: u32, params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
+        };
+        server.sink.clear();
+        let response = anonymous
+            .post()
+            .body(subscribe(41, r#"{"uri":"notes://all"}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+        for (body, principal, check, outcome) in [
+            (
+                subscribe(41, r#"{"uri":"notes://all"}"#),
+                None,
+                Some(Check::Authenticate),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(42, r#"{"uri":7}"#),
+                Some("alice"),
+                Some(Check::Protocol),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(43, r#"{"uri":"notes://admin/count"}"#),
+                Some("bob"),
+                Some(Check::Scope),
+                Outcome::Denied,
+            ),
+            (
+                subscribe(44, r#"{"uri":"notes://all"}"#),
+                Some("alice"),
+                None,
+                Outcome::Success,
+            ),
+        ] {
+            if let Some(principal) = principal {
+                server.sink.clear();
+                let client = if principal == "bob" { &reader } else { &raw };
+                let (status, answer) = client.send(body.clone()).await;
+                assert_eq!(status, 200, "{body}");
+                assert_eq!(
+                    answer[0].get("error").is_none(),
+                    outcome == Outcome::Success,
+                    "{body}: {answer:?}"
+                );
+            }
+            let records = server.sink.records();
+            assert_eq!(records.len(), 1, "{body}: {records:?}");
+            let r = &records[0];
+            assert_eq!(r.kind, CallKind::Resource, "{body}");
+            assert_eq!(r.principal.as_deref(), principal, "{body}");
+            assert_eq!((r.check, r.outcome), (check, outcome), "{body}: {r:?}");
+            assert_eq!(r.arguments[key], true, "{body}: {r:?}");
         }
+    }
+}
+
+/// On 2026-07-28, which has no subscriptions, a `resources/subscribe` and a
+/// `resources/unsubscribe` alike are answered "Method not found" by the MCP layer, each
+/// recorded once as refused (kind `resource`).
+#[tokio::test]
+async fn on_2026_07_28_a_subscribe_and_an_unsubscribe_are_refused_alike() {
+    use aac_tools::audit::CallKind;
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    for (id, method, key) in [
+        (61, "resources/subscribe", "$subscribe"),
+        (62, "resources/unsubscribe", "$unsubscribe"),
+    ] {
+        server.sink.clear();
+        let response = raw
+            .post()
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("mcp-name", "notes://all")
+            .body(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"uri":"notes://all","_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            ))
+            .send()
+            .await
+            .unwrap();
+        let text = response.text().await.unwrap();
+        assert!(text.contains("-32601"), "{method}: {text}");
         let records = server.sink.records();
-        assert_eq!(records.len(), 1, "{body}: {records:?}");
+        assert_eq!(records.len(), 1, "{method}: {records:?}");
         let r = &records[0];
-        assert_eq!(r.kind, CallKind::Resource, "{body}");
-        assert_eq!(r.principal.as_deref(), principal, "{body}");
-        assert_eq!((r.check, r.outcome), (check, outcome), "{body}: {r:?}");
-        assert_eq!(r.arguments["$subscribe"], true, "{body}: {r:?}");
+        assert_eq!(
+            (r.kind, r.outcome, r.check, r.tool.as_str()),
+            (
+                CallKind::Resource,
+                Outcome::Denied,
+                Some(Check::Protocol),
+                "notes://all"
+            ),
+            "{method}: {r:?}"
+        );
+        assert_eq!(r.arguments[key], true, "{method}: {r:?}");
     }
 }
 

@@ -80,8 +80,9 @@ pub(crate) struct ServeArgs {
     pub(crate) rate_limit: Option<crate::Rate>,
     /// This endpoint's canonical URL, as clients reach it (such as
     /// https://mcp.example.com/mcp): the `resource` of the OAuth protected-resource metadata
-    /// and the audience JWTs must name. Default: http://<the request's Host>/mcp
-    #[arg(long, value_name = "URL", requires = "http", value_parser = an_http_url)]
+    /// and the audience JWTs must name, both without a trailing `/`. Default:
+    /// http://<the request's Host>/mcp
+    #[arg(long, value_name = "URL", requires = "http", value_parser = a_resource_url)]
     pub(crate) resource_url: Option<String>,
     /// An OAuth authorization server that issues tokens for this server, listed in the
     /// protected-resource metadata (`authorization_servers`); repeat it for several
@@ -208,6 +209,32 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// Why JWTs for the `resource` that the protected-resource metadata advertises would be
+    /// refused, if they would (a warning at start-up): over HTTP, `--jwt-audience` names
+    /// another audience, and clients that follow the metadata (MCP's authorization) ask
+    /// the authorization server for tokens for the advertised resource.
+    pub(crate) fn unadvertised_audience(&self) -> Option<String> {
+        let audience = self.jwt_audience.as_ref()?;
+        self.http.as_ref()?;
+        match &self.resource_url {
+            None => Some(format!(
+                "JWTs must name `{audience}` (--jwt-audience) as their audience, but without \
+                 --resource-url the protected-resource metadata advertises \
+                 http://<the request's Host>/mcp as this server's resource, the audience \
+                 clients ask tokens for: set --resource-url to the URL clients reach /mcp at \
+                 (`{audience}` if that is it), which is then the audience"
+            )),
+            Some(resource) if resource != audience => Some(format!(
+                "JWTs must name `{audience}` (--jwt-audience) as their audience, but the \
+                 protected-resource metadata advertises `{resource}` (--resource-url) as this \
+                 server's resource, the audience clients ask tokens for: leave out \
+                 --jwt-audience unless the authorization server names this server \
+                 `{audience}` in the tokens it issues for `{resource}`"
+            )),
+            Some(_) => None,
+        }
+    }
+
     /// The JWT verifier `--jwt-issuer` asks for, if it does: its keys from `--jwt-jwks` or
     /// `AAC_JWT_SECRET` (one of them), its audience `--jwt-audience` or `--resource-url`.
     pub(crate) fn jwt(&self) -> Result<Option<crate::jwt::JwtVerifier>, super::CliError> {
@@ -292,6 +319,12 @@ fn an_http_url(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// [`an_http_url`] in the form the protected-resource metadata advertises it (without a
+/// trailing `/`), so that the JWT audience taken from it is the advertised `resource`.
+fn a_resource_url(text: &str) -> Result<String, String> {
+    an_http_url(text).map(|url| crate::http::canonical_resource_url(&url).to_owned())
+}
+
 /// A value that is not empty (nor only blanks).
 fn not_empty(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
@@ -306,4 +339,115 @@ fn a_time(text: &str) -> Result<String, String> {
     crate::audit::parse_time(text)
         .map(|_| text.to_owned())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{FromArgMatches, Subcommand};
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::json;
+
+    use super::{Builtin, ServeArgs};
+
+    const ISS: &str = "https://auth.example.test";
+    const SECRET: &str = "a shared secret of at least thirty-two bytes";
+
+    fn serve(argv: &[&str]) -> ServeArgs {
+        let command = Builtin::augment_subcommands(clap::Command::new("aac"));
+        let matches = command
+            .try_get_matches_from(["aac", "serve"].iter().chain(argv))
+            .unwrap();
+        match Builtin::from_arg_matches(&matches).unwrap() {
+            Builtin::Serve(args) => args,
+            _ => unreachable!("serve"),
+        }
+    }
+
+    /// The metadata advertised `http://127.0.0.1:8080/mcp` for `--resource-url
+    /// http://127.0.0.1:8080/mcp/`, and a JWT for it was refused: the audience was the
+    /// URL as written.
+    #[test]
+    fn the_jwt_audience_is_the_resource_url_the_metadata_advertises() {
+        let dir = tempfile::tempdir().unwrap();
+        let jwks = dir.path().join("jwks.json");
+        // base64url of SECRET
+        let k = "YSBzaGFyZWQgc2VjcmV0IG9mIGF0IGxlYXN0IHRoaXJ0eS10d28gYnl0ZXM";
+        std::fs::write(&jwks, json!({"keys": [{"kty": "oct", "k": k}]}).to_string()).unwrap();
+        let args = serve(&[
+            "--http",
+            "127.0.0.1:0",
+            "--resource-url",
+            "http://127.0.0.1:8080/mcp/",
+            "--jwt-issuer",
+            ISS,
+            "--jwt-jwks",
+            jwks.to_str().unwrap(),
+        ]);
+        let advertised = "http://127.0.0.1:8080/mcp";
+        assert_eq!(
+            crate::http::canonical_resource_url("http://127.0.0.1:8080/mcp/"),
+            advertised
+        );
+        assert_eq!(args.resource_url.as_deref(), Some(advertised));
+        let verifier = args.jwt().unwrap().unwrap();
+        let token = |aud: &str| {
+            let claims = json!({"iss": ISS, "aud": aud, "sub": "alice",
+                                "exp": get_current_timestamp() + 300});
+            let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+            encode(&Header::default(), &claims, &key).unwrap()
+        };
+        assert_eq!(
+            verifier.verify_now(&token(advertised)).unwrap().subject(),
+            "alice"
+        );
+        assert!(args.unadvertised_audience().is_none());
+    }
+
+    /// `--jwt-audience X` without `--resource-url` accepted only `aud: X` while the
+    /// metadata advertised `http://<Host>/mcp`, and said nothing.
+    #[test]
+    fn an_audience_that_is_not_the_advertised_resource_is_warned_about() {
+        let audience = "https://mcp.example.test/mcp";
+        let why = serve(&[
+            "--http",
+            "127.0.0.1:0",
+            "--jwt-issuer",
+            ISS,
+            "--jwt-audience",
+            audience,
+        ])
+        .unadvertised_audience()
+        .expect("a warning");
+        assert!(why.contains("without --resource-url"), "{why}");
+        assert!(why.contains(audience), "{why}");
+        let why = serve(&[
+            "--http",
+            "127.0.0.1:0",
+            "--resource-url",
+            "https://other.example.test/mcp",
+            "--jwt-issuer",
+            ISS,
+            "--jwt-audience",
+            audience,
+        ])
+        .unadvertised_audience()
+        .expect("a warning");
+        assert!(why.contains("https://other.example.test/mcp"), "{why}");
+        // The same audience, or no metadata (stdio): nothing to say.
+        for argv in [
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--resource-url",
+                audience,
+                "--jwt-issuer",
+                ISS,
+                "--jwt-audience",
+                audience,
+            ][..],
+            &["--jwt-issuer", ISS, "--jwt-audience", audience][..],
+        ] {
+            assert_eq!(serve(argv).unadvertised_audience(), None, "{argv:?}");
+        }
+    }
 }

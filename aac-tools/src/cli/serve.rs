@@ -401,6 +401,9 @@ pub(super) async fn http(
              proxy that sets Host in front"
         );
     }
+    if let Some(why) = args.unadvertised_audience() {
+        tracing::warn!("{why}");
+    }
     let shutdown = tokio_util::sync::CancellationToken::new();
     let max_connections = connection_cap(args.max_connections);
     let mut options = crate::http::HttpOptions::default()

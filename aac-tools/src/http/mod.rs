@@ -48,6 +48,12 @@ use tokio_util::sync::CancellationToken;
 use crate::mcp::streamable::{McpService, StreamableOptions};
 use crate::server::Server;
 
+/// `url` as this server advertises it, RFC 9728 `resource`: without a trailing `/`. The
+/// command line's `--resource-url` is read so, as the JWT audience too: one value for both.
+pub(crate) fn canonical_resource_url(url: &str) -> &str {
+    url.trim_end_matches('/')
+}
+
 /// How the HTTP surface is served. Start from [`HttpOptions::default`].
 #[derive(Clone)]
 pub struct HttpOptions {
@@ -175,7 +181,10 @@ impl HttpOptions {
     /// This server's resource identifier (RFC 9728 `resource`, and the audience tokens
     /// must be issued for), usually the public URL of `/mcp`:
     /// `https://mcp.example.com/mcp`. Without it, the URL is derived from the request's
-    /// `Host` over plain `http`, which suits local use only.
+    /// `Host` over plain `http`, which suits local use only. It is advertised without a
+    /// trailing `/` (`https://mcp.example.com/mcp/` as `https://mcp.example.com/mcp`, the
+    /// canonical form of MCP's authorization spec): give a JWT verifier's audience
+    /// (`JwtVerifierBuilder::audience`) that form.
     pub fn resource_url(mut self, url: impl Into<String>) -> Self {
         self.resource_url = Some(url.into());
         self

@@ -68,7 +68,7 @@ impl ResourceUrls {
     /// RFC 9728 §3.1: the metadata lives at the origin, under
     /// `/.well-known/oauth-protected-resource`, followed by the resource's path.
     fn for_resource(resource: &str) -> ResourceUrls {
-        let resource = resource.trim_end_matches('/').to_owned();
+        let resource = super::canonical_resource_url(resource).to_owned();
         let (origin, path) = match resource.split_once("://") {
             Some((scheme, rest)) => match rest.find('/') {
                 Some(i) => (format!("{scheme}://{}", &rest[..i]), &rest[i..]),
@@ -182,17 +182,25 @@ fn peer_addr(extensions: &axum::http::Extensions) -> Option<IpAddr> {
         .map(|info| info.0.ip())
 }
 
-/// A quoted-string value of an auth-param: no quotes, backslashes or control characters.
+/// A quoted-string value of an auth-param, in the characters RFC 6750 §3 allows in
+/// `error_description` and `scope` (printable ASCII but `"` and `\`): a quote, a backslash
+/// or a control character becomes `'`, any other character outside ASCII the
+/// percent-encoding of its UTF-8 bytes (`é` is `%C3%A9`). The JSON body keeps the text.
 fn quoted(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c == '"' || c == '\\' || c.is_control() {
-                '\''
-            } else {
-                c
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => out.push('\''),
+            ' '..='~' => out.push(c),
+            c if c.is_control() => out.push('\''),
+            c => {
+                for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                    out.push_str(&format!("%{byte:02X}"));
+                }
             }
-        })
-        .collect()
+        }
+    }
+    out
 }
 
 /// The request's credentials: a bearer token, none, or a refusal of a malformed header.
@@ -235,6 +243,23 @@ async fn read_body(
     headers: &HeaderMap,
     options: &HttpOptions,
 ) -> Result<Bytes, ToolError> {
+    read_body_keeping_start(body, headers, options, None).await
+}
+
+/// How long the start of a body declared past the limit is waited for (see
+/// [`read_body_keeping_start`]): the refusal is not delayed past it.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`read_body`]; a body refused for its size or its slowness leaves what was read of it in
+/// `start` (at most the limit), so that its refusal is recorded as the call its start
+/// names, as stdio records an over-long line by its start. Of a body whose declared
+/// length is past the limit, what arrives within [`START_WAIT`] is read.
+async fn read_body_keeping_start(
+    body: Body,
+    headers: &HeaderMap,
+    options: &HttpOptions,
+    start: Option<&mut Vec<u8>>,
+) -> Result<Bytes, ToolError> {
     let transfer = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
@@ -275,21 +300,42 @@ async fn read_body(
             format!("the request body is larger than {limit} bytes"),
         )
     };
-    // A declared length past the limit is refused at once, not after waiting for bytes
-    // that would be refused anyway (or, sent one a minute, for the read's timeout).
-    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
-        return Err(too_large());
-    }
-    let read = tokio::time::timeout(options.body_read_timeout, axum::body::to_bytes(body, limit));
-    let Ok(read) = read.await else {
-        return Err(ToolError::new(
+    let body_timeout = || {
+        ToolError::new(
             Status::RequestTimeout,
             "body_timeout",
             format!(
                 "the request body did not arrive within {} s",
                 options.body_read_timeout.as_secs_f64()
             ),
-        ));
+        )
+    };
+    // A declared length past the limit is refused at once, not after waiting for bytes
+    // that would be refused anyway (or, sent one a minute, for the read's timeout): only
+    // what of its start arrives within a moment is read, for the record.
+    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
+        if let Some(start) = start {
+            let wait = START_WAIT.min(options.body_read_timeout);
+            let _ = tokio::time::timeout(wait, read_into(body, limit, start)).await;
+        }
+        return Err(too_large());
+    }
+    if let Some(start) = start {
+        return match tokio::time::timeout(options.body_read_timeout, read_into(body, limit, start))
+            .await
+        {
+            Err(_) => Err(body_timeout()),
+            Ok(Ok(true)) => Ok(Bytes::from(std::mem::take(start))),
+            Ok(Ok(false)) => Err(too_large()),
+            Ok(Err(err)) => Err(ToolError::bad_request(
+                "invalid_body",
+                format!("the request body could not be read: {err}"),
+            )),
+        };
+    }
+    let read = tokio::time::timeout(options.body_read_timeout, axum::body::to_bytes(body, limit));
+    let Ok(read) = read.await else {
+        return Err(body_timeout());
     };
     read.map_err(|err| {
         let mut source = err.source();
@@ -307,6 +353,25 @@ async fn read_body(
             )
         }
     })
+}
+
+/// Read `body` into `into`, at most `limit` bytes: `true` if it ended within them,
+/// `false` past them (`into` then holds its first `limit` bytes). Cancellation safe: what
+/// was read stays in `into`.
+async fn read_into(mut body: Body, limit: usize, into: &mut Vec<u8>) -> Result<bool, axum::Error> {
+    use http_body_util::BodyExt;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let room = limit.saturating_sub(into.len());
+        if data.len() > room {
+            into.extend_from_slice(&data[..room]);
+            return Ok(false);
+        }
+        into.extend_from_slice(&data);
+    }
+    Ok(true)
 }
 
 /// What the gate reads of a JSON-RPC message that is a `tools/call`, in one borrowed
@@ -826,8 +891,13 @@ impl tower_service::Service<Request> for McpEndpoint {
 /// it may have carried a `tools/call`, so it is recorded as one (the tool its `Mcp-Name`
 /// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
 /// valid; a caller without one counts against its peer's rate of recorded refusals.
-async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolError) -> Response {
-    let mut request = named_by_headers(&parts.headers).transport(Transport::StreamableHttp);
+async fn unread_body(
+    app: &App,
+    parts: &axum::http::request::Parts,
+    err: ToolError,
+    start: &[u8],
+) -> Response {
+    let mut request = named_by_headers(&parts.headers, start).transport(Transport::StreamableHttp);
     if let Some(peer) = peer_addr(&parts.extensions) {
         request = request.peer_addr(peer);
     }
@@ -841,10 +911,13 @@ async fn unread_body(app: &App, parts: &axum::http::request::Parts, err: ToolErr
 }
 
 /// The record of an `/mcp` body refused unread: of the kind and the name its
-/// `Mcp-Method` and `Mcp-Name` headers say, when it sends them.
-fn named_by_headers(headers: &HeaderMap) -> CallRequest {
+/// `Mcp-Method` and `Mcp-Name` headers say, when it sends them, else those its `start`
+/// (what was read of it) says, read as stdio reads the start of an over-long line, under
+/// the id the start gives.
+fn named_by_headers(headers: &HeaderMap, start: &[u8]) -> CallRequest {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    CallRequest::unread(header("mcp-method"), header("mcp-name"))
+    probe::Unread::of(probe::top_level(start))
+        .request_named(header("mcp-method"), header("mcp-name"))
 }
 
 /// A REST call's request id: its `X-Request-Id`, any value, as text (bytes that are not
@@ -1014,10 +1087,13 @@ async fn refuse_what_the_body_carries(
         }
         app.server().begin(request)
     };
-    let body = match read_body(body, &parts.headers, &app.options).await {
-        Ok(bytes) => bytes,
-        Err(_) => return unread_body(app, parts, err).await,
-    };
+    // A body over the limit is recorded by what its start names, as on `/mcp`.
+    let mut start = Vec::new();
+    let body =
+        match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
+            Ok(bytes) => bytes,
+            Err(_) => return unread_body(app, parts, err, &start).await,
+        };
     let mut principal = None;
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
         let mut attempt = begin(call.request(peer));
@@ -1029,7 +1105,7 @@ async fn refuse_what_the_body_carries(
         attempt.refuse(Check::Protocol, err.clone()).await
     } else if carries == Carries::Any {
         // No call in it, so no batch either: recorded as a body nobody could read.
-        return unread_body(app, parts, err).await;
+        return unread_body(app, parts, err, &[]).await;
     } else {
         err.clone()
     };
@@ -1138,7 +1214,7 @@ async fn refuse_rest_of_batch(
         return;
     }
     let (rest, more, unread) = probe::rest_of_batch_read(body);
-    let not_dispatched = |more: usize| {
+    let not_dispatched = |more: u64| {
         let counted = if more > 0 {
             format!("; the batch held {more} more calls, not recorded one by one")
         } else {
@@ -1150,7 +1226,6 @@ async fn refuse_rest_of_batch(
             format!("the request was refused before the tool was called{counted}"),
         )
     };
-    let counted = (more > 0).then(|| (CallRequest::new(UNKNOWN_TOOL, None), not_dispatched(more)));
     let each = rest.into_iter().map(|request| {
         let (check, err) = match refusal {
             Some((check, err)) => (check, err.clone()),
@@ -1158,10 +1233,16 @@ async fn refuse_rest_of_batch(
         };
         (request, Some(check), err, None)
     });
-    // The count in the record's arguments too, for whoever reads the trail.
-    let counted = counted.map(|(request, err)| {
+    // One record per kind counted (the reads of the rest as reads), the count in its
+    // arguments too, for whoever reads the trail.
+    let counted = more.by_kind().map(|(kind, more)| {
         let account = probe::count_of_the_rest(more, unread);
-        (request, Some(Check::Protocol), err, Some(account))
+        (
+            probe::count_request(kind),
+            Some(Check::Protocol),
+            not_dispatched(more),
+            Some(account),
+        )
     });
     for (request, check, err, account) in each.chain(counted) {
         let mut request = request.transport(Transport::StreamableHttp);
@@ -1217,9 +1298,11 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {
-        match read_body(body, &parts.headers, &app.options).await {
+        // What was read of a body refused for its size or slowness names what it was.
+        let mut start = Vec::new();
+        match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
             Ok(bytes) => bytes,
-            Err(err) => return unread_body(app, &parts, err).await,
+            Err(err) => return unread_body(app, &parts, err, &start).await,
         }
     } else {
         Bytes::new()
@@ -1376,6 +1459,9 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     };
     if idless
         && !body.trim_ascii_start().starts_with(b"[")
+        // A body that cannot be UTF-8 JSON (UTF-16, say, whose id no reading here finds)
+        // is no notification: the MCP layer answers it with a parse error, recorded.
+        && may_be_json_text(&body)
         && let top = probe::top_level(&body)
         && match Head::of(&body) {
             Some(head) => matches!(head.id, HeadId::Absent),
@@ -1537,6 +1623,12 @@ fn held_by_body<T: Send + 'static>(response: Response, held: Option<T>) -> Respo
     }
 }
 
+/// Whether `body` may be JSON text: UTF-8, without a NUL byte (which JSON allows nowhere
+/// unescaped, and which UTF-16 or UTF-32 text of ASCII characters is full of).
+fn may_be_json_text(body: &[u8]) -> bool {
+    !body.contains(&0) && std::str::from_utf8(body).is_ok()
+}
+
 /// Whether the request says its body is JSON (`Content-Type: application/json`, with any
 /// parameters), as rmcp checks it.
 fn is_json_content(headers: &HeaderMap) -> bool {
@@ -1561,21 +1653,31 @@ fn unreadable_body(json_body: bool, body: &[u8], response: Response) -> Response
     if !json_body || response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return response;
     }
-    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-        Err(_) => (-32700, "Parse error: the body is not JSON"),
-        // JSON all the same, but nested deeper than a reader follows (serde_json's 128
-        // levels, which rmcp's reading of the message keeps and skipping it does not).
-        Ok(_) if serde_json::from_slice::<serde_json::Value>(body).is_err() => (
+    let (code, message) = match serde_json::from_slice::<serde_json::Value>(body) {
+        // Nested deeper than a reader follows (serde_json's 128 levels, which rmcp's
+        // reading of the message keeps): said so only when that is why.
+        Err(err) if err.to_string().starts_with("recursion limit exceeded") => (
             -32700,
-            "Parse error: the body nests arrays and objects more than 128 levels deep",
+            "Parse error: the body nests arrays and objects more than 128 levels deep".to_owned(),
+        ),
+        // Else what serde_json says, as stdio says it (a lone surrogate escape, bytes that
+        // are not UTF-8, a number out of range, a body in UTF-16…).
+        Err(err) => (
+            -32700,
+            format!(
+                "Parse error: the body is not JSON this server can read: {}",
+                crate::audit::bounded(&err.to_string(), 300)
+            ),
         ),
         Ok(_) if body.trim_ascii_start().starts_with(b"[") => (
             -32600,
-            "Invalid Request: send one JSON-RPC message per request (batches are not supported)",
+            "Invalid Request: send one JSON-RPC message per request (batches are not supported)"
+                .to_owned(),
         ),
         Ok(_) => (
             -32600,
-            "Invalid Request: the body is not a JSON-RPC request, notification or response",
+            "Invalid Request: the body is not a JSON-RPC request, notification or response"
+                .to_owned(),
         ),
     };
     let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
@@ -1962,6 +2064,25 @@ mod tests {
             urls.metadata,
             "https://mcp.example.com/.well-known/oauth-protected-resource"
         );
+    }
+
+    /// RFC 6750 §3 allows printable ASCII only in `error_description` (%x20-21 /
+    /// %x23-5B / %x5D-7E): a message naming the claim `espace_équipe` went out as raw
+    /// UTF-8.
+    #[test]
+    fn a_challenge_parameter_is_printable_ascii() {
+        let description = quoted("the token's `espace_équipe` claim is \"x\\y\"\n\u{7f}\u{85}");
+        assert_eq!(
+            description,
+            "the token's `espace_%C3%A9quipe` claim is 'x'y''''"
+        );
+        assert!(
+            description
+                .bytes()
+                .all(|b| matches!(b, 0x20..=0x21 | 0x23..=0x5b | 0x5d..=0x7e)),
+            "{description}"
+        );
+        assert_eq!(quoted("a:read b:write"), "a:read b:write");
     }
 
     #[test]

@@ -471,27 +471,8 @@ impl ServerHandler for McpHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // Not offered without sessions (the capability says `subscribe: false`): no stream
-        // could ever carry an update, and a success would say otherwise. The read is not
-        // performed; the request is recorded as refused so (404 `not_offered`, before the
-        // answer leaves), and answered as a method this server does not have.
         if self.shared.stateless {
-            let message = "resources/subscribe is not offered: this server is stateless, with \
-                           no stream to send updates on";
-            #[cfg(feature = "http")]
-            if let Some(attempt) = context
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<super::PendingItem>())
-                .and_then(|pending| pending.0.refused())
-            {
-                let err = ToolError::new(Status::NotFound, "not_offered", message);
-                let err = attempt.refuse(crate::audit::Check::Protocol, err).await;
-                if err.reason() == "audit_unavailable" {
-                    return Err(read_error(err));
-                }
-            }
-            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None));
+            return Err(not_offered("resources/subscribe", &context).await);
         }
         // Subscribing is reading: the read runs through the pipeline (checks, the handler,
         // one record saying `"$subscribe": true`), its contents dropped. A caller the
@@ -517,12 +498,29 @@ impl ServerHandler for McpHandler {
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if self.shared.stateless {
+            return Err(not_offered("resources/unsubscribe", &context).await);
+        }
+        // Checked as a subscription is, by the read it performs (the caller, the URI, its
+        // scopes, its handler; one record saying `"$unsubscribe": true`), its contents
+        // dropped, and answered as that read: a caller who may not subscribe to the URI
+        // (no token, a revoked one, without the scope, another workspace's URI) is
+        // refused and recorded as such. The URI is forgotten whatever the answer:
+        // forgetting it grants nothing, and a resource deleted since (whose read is
+        // `not_found`) is unsubscribed from too.
+        let read = self
+            .run_item(
+                CallRequest::resource(request.uri.clone()).unsubscription(),
+                &context,
+            )
+            .await;
         self.subscriptions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&request.uri);
+        read.map_err(read_error)?;
         Ok(())
     }
 
@@ -679,6 +677,33 @@ impl ServerHandler for McpHandler {
             response.into_result(),
         )))
     }
+}
+
+/// The answer to a `resources/subscribe` or `resources/unsubscribe` on a server without
+/// sessions (the capability says `subscribe: false`): no stream could ever carry an
+/// update, and a success would say otherwise. Nothing is read; the request is recorded as
+/// refused so (404 `not_offered`, before the answer leaves), and answered as a method this
+/// server does not have.
+async fn not_offered(method: &str, context: &RequestContext<RoleServer>) -> ErrorData {
+    let message = format!(
+        "{method} is not offered: this server is stateless, with no stream to send updates on"
+    );
+    #[cfg(feature = "http")]
+    if let Some(attempt) = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::PendingItem>())
+        .and_then(|pending| pending.0.refused())
+    {
+        let err = ToolError::new(Status::NotFound, "not_offered", message.clone());
+        let err = attempt.refuse(crate::audit::Check::Protocol, err).await;
+        if err.reason() == "audit_unavailable" {
+            return read_error(err);
+        }
+    }
+    #[cfg(not(feature = "http"))]
+    let _ = context;
+    ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None)
 }
 
 /// How the person behind this request's client can be asked: by an elicitation on a

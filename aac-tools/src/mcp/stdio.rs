@@ -39,7 +39,7 @@ use crate::BoxFuture;
 use crate::audit::Check;
 use crate::context::Transport as Via;
 use crate::error::{Status, ToolError};
-use crate::pipeline::probe::{self, UNKNOWN_TOOL};
+use crate::pipeline::probe::{self, Unread, json_rpc_id, top_level_id};
 use crate::server::{CallRequest, Credentials, Server};
 
 /// Serve MCP over stdin and stdout until the client closes stdin.
@@ -582,7 +582,8 @@ impl Refusals {
         let (rest, more, unread) = probe::rest_of_batch_read(line);
         let mut records = vec![self.refuse(request, err())];
         records.extend(rest.into_iter().map(|request| self.refuse(request, err())));
-        if more > 0 {
+        // One record per kind counted (the reads of the rest as reads).
+        for (kind, more) in more.by_kind() {
             let counted = ToolError::bad_request(
                 "not_dispatched",
                 format!(
@@ -591,7 +592,7 @@ impl Refusals {
                 ),
             );
             // The count in the record's arguments too, for whoever reads the trail.
-            let mut attempt = self.begin(CallRequest::new(UNKNOWN_TOOL, None));
+            let mut attempt = self.begin(probe::count_request(kind));
             attempt.account(probe::count_of_the_rest(more, unread));
             records.push(refuse(attempt, counted));
         }
@@ -691,6 +692,7 @@ impl Refusals {
             ),
             ClientRequest::ReadResourceRequest(_)
             | ClientRequest::SubscribeRequest(_)
+            | ClientRequest::UnsubscribeRequest(_)
             | ClientRequest::GetPromptRequest(_)
             | ClientRequest::CompleteRequest(_) => {
                 (probe::item_request(line)?, probe::item_arguments)
@@ -907,42 +909,6 @@ enum Line {
     Whole,
     TooLong(Unread),
     Eof,
-}
-
-/// What a line refused unread says ([`probe::top_level`] of the start of a line over
-/// [`MAX_LINE`], read before it was dropped, or of a line of too many values): its id
-/// (`null` when it has none JSON-RPC allows), its method, its `params.name` and `uri`.
-struct Unread {
-    id: serde_json::Value,
-    method: Option<String>,
-    name: Option<String>,
-    uri: Option<String>,
-}
-
-impl Unread {
-    fn of(top: probe::TopLevel<'_>) -> Unread {
-        Unread {
-            id: top_level_id(&top),
-            method: top.method,
-            name: top.name,
-            uri: top.uri,
-        }
-    }
-
-    /// The request to record: of the kind its method names (a read, prompt or
-    /// completion is recorded as one, so that `audit --kind` finds it), under its id.
-    fn request(&self) -> CallRequest {
-        let method = self.method.as_deref();
-        let name = match method {
-            Some("resources/read" | "resources/subscribe") => &self.uri,
-            _ => &self.name,
-        };
-        let mut request = CallRequest::unread(method, name.as_deref());
-        if !self.id.is_null() {
-            request = request.request_id(probe::id_text(&self.id));
-        }
-        request
-    }
 }
 
 /// How many answers (and other messages to the client) may wait to be written before no
@@ -1168,17 +1134,6 @@ enum Parsed {
     /// refused under its own id, in one array, as JSON-RPC answers a batch, so that a
     /// client of a version that allowed batches (2025-03-26) is not left waiting.
     RefusedBatch(Vec<serde_json::Value>),
-}
-
-/// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
-fn json_rpc_id(id: Option<serde_json::Value>) -> serde_json::Value {
-    id.filter(|id| id.is_string() || id.is_i64() || id.is_u64())
-        .unwrap_or(serde_json::Value::Null)
-}
-
-/// The `id` of [`probe::top_level`], read without parsing the rest of the line.
-fn top_level_id(top: &probe::TopLevel<'_>) -> serde_json::Value {
-    json_rpc_id(top.id.and_then(|raw| serde_json::from_slice(raw).ok()))
 }
 
 /// A JSON-RPC error answer.

@@ -9,6 +9,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::audit::CallKind;
+
 /// A rate: `count` events per `per`, in bursts of up to `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
@@ -95,12 +97,70 @@ impl fmt::Display for Rate {
 /// The most keys a limiter tracks; past it, the idle ones are forgotten.
 const MAX_KEYS: usize = 10_000;
 
+/// Refused events by the kind of call each was (a tool call, a read, a prompt, a
+/// completion), past a rate limit or past the calls of a batch recorded one by one: a
+/// count is recorded per kind, so that each is recorded as what it stands for (`audit --kind resource` finds the reads a limit refused, a dashboard of tool calls
+/// does not count them).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Counts([u64; 4]);
+
+impl Counts {
+    const KINDS: [CallKind; 4] = [
+        CallKind::Tool,
+        CallKind::Resource,
+        CallKind::Prompt,
+        CallKind::Completion,
+    ];
+
+    fn slot(kind: CallKind) -> usize {
+        match kind {
+            CallKind::Tool => 0,
+            CallKind::Resource => 1,
+            CallKind::Prompt => 2,
+            CallKind::Completion => 3,
+        }
+    }
+
+    /// `count` events of `kind`.
+    pub(crate) fn of(kind: CallKind, count: u64) -> Counts {
+        let mut counts = Counts::default();
+        counts.0[Counts::slot(kind)] = count;
+        counts
+    }
+
+    /// One more event of `kind`.
+    pub(crate) fn add(&mut self, kind: CallKind) {
+        let slot = &mut self.0[Counts::slot(kind)];
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Every event counted, whatever its kind.
+    #[cfg(test)]
+    pub(crate) fn total(&self) -> u64 {
+        self.0.iter().fold(0, |sum, &n| sum.saturating_add(n))
+    }
+
+    /// Whether nothing was counted.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|&n| n == 0)
+    }
+
+    /// Every kind counted, with its count (the kinds that occurred only, in the order
+    /// tool, resource, prompt, completion).
+    pub(crate) fn by_kind(self) -> impl Iterator<Item = (CallKind, u64)> {
+        Counts::KINDS
+            .into_iter()
+            .zip(self.0)
+            .filter(|&(_, count)| count > 0)
+    }
+}
+
 /// One key's token bucket, and what was refused since it was last reported.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: Instant,
-    suppressed: u64,
+    suppressed: Counts,
     /// An event was refused since the last one that went ahead.
     refused: bool,
 }
@@ -110,7 +170,7 @@ struct Bucket {
 pub(crate) enum Verdict {
     /// Go ahead; `suppressed` events of this key were refused since the last one that went
     /// ahead (to report now).
-    Allowed { suppressed: u64 },
+    Allowed { suppressed: Counts },
     /// Refused: retry after this long. `first`: the first refusal of this key since an
     /// event went ahead.
     Limited { retry_after: Duration, first: bool },
@@ -122,15 +182,15 @@ pub(crate) struct Limiter<K> {
     rate: Rate,
     buckets: Mutex<HashMap<K, Bucket>>,
     /// Events refused because every tracked key was busy, not yet reported.
-    overflow: Mutex<u64>,
+    overflow: Mutex<Counts>,
 }
 
 /// What a limiter refused since it was last asked: by key, and the events of keys it had
 /// no room to track.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Suppressed<K> {
-    pub(crate) by_key: Vec<(K, u64)>,
-    pub(crate) overflow: u64,
+    pub(crate) by_key: Vec<(K, Counts)>,
+    pub(crate) overflow: Counts,
 }
 
 impl<K: Hash + Eq + Clone> Limiter<K> {
@@ -138,7 +198,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         Limiter {
             rate,
             buckets: Mutex::new(HashMap::new()),
-            overflow: Mutex::new(0),
+            overflow: Mutex::new(Counts::default()),
         }
     }
 
@@ -148,7 +208,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
             buckets
                 .iter_mut()
-                .filter(|(_, b)| b.suppressed > 0)
+                .filter(|(_, b)| !b.suppressed.is_empty())
                 .map(|(k, b)| (k.clone(), std::mem::take(&mut b.suppressed)))
                 .collect()
         };
@@ -157,31 +217,37 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         Suppressed { by_key, overflow }
     }
 
-    /// Take one token for `key`, if there is one; every refusal is counted (in
-    /// [`Verdict::Allowed::suppressed`] and [`Limiter::take_suppressed`]).
-    pub(crate) fn check(&self, key: &K) -> Verdict {
-        self.check_counting(key, true)
+    /// Take one token for `key`, if there is one, for an event of `kind`; every refusal is
+    /// counted under its kind (in [`Verdict::Allowed::suppressed`] and
+    /// [`Limiter::take_suppressed`]).
+    pub(crate) fn check(&self, key: &K, kind: CallKind) -> Verdict {
+        self.check_counting(key, kind, true)
     }
 
     /// [`Limiter::check`], but the first refusal of a key since an event went ahead is not
     /// counted: its caller records it on its own, and counts only the rest.
-    pub(crate) fn check_counting_after_first(&self, key: &K) -> Verdict {
-        self.check_counting(key, false)
+    pub(crate) fn check_counting_after_first(&self, key: &K, kind: CallKind) -> Verdict {
+        self.check_counting(key, kind, false)
     }
 
-    fn check_counting(&self, key: &K, count_first: bool) -> Verdict {
+    fn check_counting(&self, key: &K, kind: CallKind, count_first: bool) -> Verdict {
         let now = Instant::now();
         let capacity = f64::from(self.rate.count);
         let per_token = self.rate.refill().as_secs_f64();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= MAX_KEYS && !buckets.contains_key(key) {
             // Forget the keys whose buckets are full again (idle for a whole period).
-            buckets.retain(|_, b| now.duration_since(b.at) < self.rate.per || b.suppressed > 0);
+            buckets.retain(|_, b| {
+                now.duration_since(b.at) < self.rate.per || !b.suppressed.is_empty()
+            });
             if buckets.len() >= MAX_KEYS {
                 // Every key is busy: a new one is refused and counted without a bucket of
                 // its own, so that memory stays bounded whatever the number of keys.
                 drop(buckets);
-                *self.overflow.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                self.overflow
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .add(kind);
                 return Verdict::Limited {
                     retry_after: self.rate.refill(),
                     first: false,
@@ -191,7 +257,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         let bucket = buckets.entry(key.clone()).or_insert(Bucket {
             tokens: capacity,
             at: now,
-            suppressed: 0,
+            suppressed: Counts::default(),
             refused: false,
         });
         let refilled = now.duration_since(bucket.at).as_secs_f64() / per_token;
@@ -205,7 +271,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         } else {
             let first = !std::mem::replace(&mut bucket.refused, true);
             if count_first || !first {
-                bucket.suppressed += 1;
+                bucket.suppressed.add(kind);
             }
             let wait = (1.0 - bucket.tokens) * per_token;
             Verdict::Limited {
@@ -254,27 +320,41 @@ pub(crate) type PrincipalKey = (String, Option<String>);
 mod tests {
     use super::*;
 
+    const T: CallKind = CallKind::Tool;
+    const NONE: Counts = Counts([0; 4]);
+
     #[test]
     fn a_bucket_allows_its_burst_then_refuses_and_counts() {
         let limiter = Limiter::new(Rate::new(3, Duration::from_secs(3600)));
         for _ in 0..3 {
-            assert_eq!(limiter.check(&"a"), Verdict::Allowed { suppressed: 0 });
+            assert_eq!(
+                limiter.check(&"a", T),
+                Verdict::Allowed { suppressed: NONE }
+            );
         }
         for _ in 0..5 {
-            assert!(matches!(limiter.check(&"a"), Verdict::Limited { .. }));
+            assert!(matches!(limiter.check(&"a", T), Verdict::Limited { .. }));
         }
         // Another key has its own bucket.
-        assert_eq!(limiter.check(&"b"), Verdict::Allowed { suppressed: 0 });
+        assert_eq!(
+            limiter.check(&"b", T),
+            Verdict::Allowed { suppressed: NONE }
+        );
     }
 
     #[test]
     fn what_was_refused_is_reported_with_the_next_allowed_event() {
         let limiter = Limiter::new(Rate::new(1, Duration::from_millis(50)));
-        assert_eq!(limiter.check(&1), Verdict::Allowed { suppressed: 0 });
-        assert!(matches!(limiter.check(&1), Verdict::Limited { .. }));
-        assert!(matches!(limiter.check(&1), Verdict::Limited { .. }));
+        assert_eq!(limiter.check(&1, T), Verdict::Allowed { suppressed: NONE });
+        assert!(matches!(limiter.check(&1, T), Verdict::Limited { .. }));
+        assert!(matches!(limiter.check(&1, T), Verdict::Limited { .. }));
         std::thread::sleep(Duration::from_millis(120));
-        assert_eq!(limiter.check(&1), Verdict::Allowed { suppressed: 2 });
+        assert_eq!(
+            limiter.check(&1, T),
+            Verdict::Allowed {
+                suppressed: Counts::of(T, 2)
+            }
+        );
     }
 
     #[test]
@@ -295,19 +375,22 @@ mod tests {
     fn counts_are_taken_once_and_not_reported_again() {
         let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
         for key in [1, 2] {
-            assert_eq!(limiter.check(&key), Verdict::Allowed { suppressed: 0 });
+            assert_eq!(
+                limiter.check(&key, T),
+                Verdict::Allowed { suppressed: NONE }
+            );
         }
         for _ in 0..3 {
-            assert!(matches!(limiter.check(&1), Verdict::Limited { .. }));
+            assert!(matches!(limiter.check(&1, T), Verdict::Limited { .. }));
         }
-        assert!(matches!(limiter.check(&2), Verdict::Limited { .. }));
+        assert!(matches!(limiter.check(&2, T), Verdict::Limited { .. }));
         let mut taken = limiter.take_suppressed();
         taken.by_key.sort();
         assert_eq!(
             taken,
             Suppressed {
-                by_key: vec![(1, 3), (2, 1)],
-                overflow: 0
+                by_key: vec![(1, Counts::of(T, 3)), (2, Counts::of(T, 1))],
+                overflow: NONE
             }
         );
         assert_eq!(limiter.take_suppressed(), Suppressed::default());
@@ -317,10 +400,10 @@ mod tests {
     fn memory_stays_bounded_when_every_key_is_busy() {
         let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
         for key in 0..MAX_KEYS + 500 {
-            let _ = limiter.check(&key);
+            let _ = limiter.check(&key, T);
         }
         assert_eq!(limiter.buckets.lock().unwrap().len(), MAX_KEYS);
-        assert_eq!(limiter.take_suppressed().overflow, 500);
+        assert_eq!(limiter.take_suppressed().overflow, Counts::of(T, 500));
     }
 
     /// A caller that records the first refusal itself: the first of a run is not counted,
@@ -329,32 +412,52 @@ mod tests {
     fn the_first_refusal_of_a_run_can_be_left_uncounted() {
         let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
         assert_eq!(
-            limiter.check_counting_after_first(&1),
-            Verdict::Allowed { suppressed: 0 }
+            limiter.check_counting_after_first(&1, T),
+            Verdict::Allowed { suppressed: NONE }
         );
         assert!(matches!(
-            limiter.check_counting_after_first(&1),
+            limiter.check_counting_after_first(&1, T),
             Verdict::Limited { first: true, .. }
         ));
         for _ in 0..3 {
             assert!(matches!(
-                limiter.check_counting_after_first(&1),
+                limiter.check_counting_after_first(&1, T),
                 Verdict::Limited { first: false, .. }
             ));
         }
         assert_eq!(
             limiter.take_suppressed(),
             Suppressed {
-                by_key: vec![(1, 3)],
-                overflow: 0
+                by_key: vec![(1, Counts::of(T, 3))],
+                overflow: NONE
             }
         );
         // `check` counts every refusal, the first included.
-        assert!(matches!(limiter.check(&2), Verdict::Allowed { .. }));
+        assert!(matches!(limiter.check(&2, T), Verdict::Allowed { .. }));
         assert!(matches!(
-            limiter.check(&2),
+            limiter.check(&2, T),
             Verdict::Limited { first: true, .. }
         ));
-        assert_eq!(limiter.take_suppressed().by_key, vec![(2, 1)]);
+        assert_eq!(
+            limiter.take_suppressed().by_key,
+            vec![(2, Counts::of(T, 1))]
+        );
+    }
+
+    /// Refusals are counted by the kind of call each was, and reported per kind (only
+    /// the kinds that occurred).
+    #[test]
+    fn refusals_are_counted_by_kind() {
+        let limiter = Limiter::new(Rate::new(1, Duration::from_secs(3600)));
+        assert_eq!(limiter.check(&1, T), Verdict::Allowed { suppressed: NONE });
+        for kind in [CallKind::Resource, CallKind::Resource, CallKind::Prompt] {
+            assert!(matches!(limiter.check(&1, kind), Verdict::Limited { .. }));
+        }
+        let taken = limiter.take_suppressed();
+        let counts = taken.by_key[0].1;
+        assert_eq!(
+            counts.by_kind().collect::<Vec<_>>(),
+            [(CallKind::Resource, 2), (CallKind::Prompt, 1)]
+        );
     }
 }

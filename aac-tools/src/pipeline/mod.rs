@@ -22,6 +22,8 @@ mod record;
 /// gate).
 #[cfg(feature = "mcp")]
 pub(crate) mod probe;
+#[cfg(any(feature = "mcp", feature = "jwt"))]
+pub(crate) mod repeated;
 pub(crate) use listing::Listing;
 pub(crate) use owed::Owed;
 pub(crate) use record::is_count_of_refusals;
@@ -178,27 +180,33 @@ impl Server {
             .filter_map(|(i, l)| Some((Some(tools.get(i)?.name()), l.as_ref()?)));
         for (tool, limiter) in limits.principal.iter().map(|l| (None, l)).chain(per_tool) {
             let taken = limiter.take_suppressed();
-            let untracked = (taken.overflow > 0)
+            let untracked = (!taken.overflow.is_empty())
                 .then(|| (("(untracked principals)".to_owned(), None), taken.overflow));
-            for ((subject, workspace), count) in taken.by_key.into_iter().chain(untracked) {
-                let record = record::suppressed_of(
-                    &subject,
-                    workspace.as_deref(),
-                    tool,
-                    count,
-                    crate::context::Transport::InProcess,
-                );
-                if let Err(err) = sink.record(record).await {
-                    let kept = owe(owed, err.clone());
-                    tracing::error!(error = %err, count, kept, "the count of rate-limited calls could not be recorded");
+            for ((subject, workspace), counts) in taken.by_key.into_iter().chain(untracked) {
+                for (kind, count) in counts.by_kind() {
+                    let record = record::suppressed_of(
+                        &subject,
+                        workspace.as_deref(),
+                        tool,
+                        count,
+                        kind,
+                        crate::context::Transport::InProcess,
+                    );
+                    if let Err(err) = sink.record(record).await {
+                        let kept = owe(owed, err.clone());
+                        tracing::error!(error = %err, count, kept, "the count of rate-limited calls could not be recorded");
+                    }
                 }
             }
         }
         if let Some(limiter) = &self.limits().stdio_unauthenticated {
-            for ((), count) in limiter.take_suppressed().by_key {
-                if let Err(err) = sink.record(record::suppressed_on_stdio(count)).await {
-                    let kept = owe(owed, err.clone());
-                    tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
+            for ((), counts) in limiter.take_suppressed().by_key {
+                for (kind, count) in counts.by_kind() {
+                    let record = record::suppressed_on_stdio(count, kind);
+                    if let Err(err) = sink.record(record).await {
+                        let kept = owe(owed, err.clone());
+                        tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
+                    }
                 }
             }
         }
@@ -206,17 +214,20 @@ impl Server {
             return;
         };
         let taken = limiter.take_suppressed();
-        let overflow = (taken.overflow > 0).then_some((None, taken.overflow));
+        let overflow = (!taken.overflow.is_empty()).then_some((None, taken.overflow));
         let counts = taken
             .by_key
             .into_iter()
-            .map(|(peer, count)| (Some(peer), count))
+            .map(|(peer, counts)| (Some(peer), counts))
             .chain(overflow);
-        for (peer, count) in counts {
-            let record = record::suppressed(peer, count, crate::context::Transport::PlainHttp);
-            if let Err(err) = sink.record(record).await {
-                let kept = owe(owed, err.clone());
-                tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
+        for (peer, counts) in counts {
+            for (kind, count) in counts.by_kind() {
+                let transport = crate::context::Transport::PlainHttp;
+                let record = record::suppressed(peer, count, kind, transport);
+                if let Err(err) = sink.record(record).await {
+                    let kept = owe(owed, err.clone());
+                    tracing::error!(error = %err, count, kept, "the count of rate-limited refusals could not be recorded");
+                }
             }
         }
     }
@@ -447,55 +458,65 @@ impl Attempt {
     /// otherwise grow the trail as fast as it can send). `Err(retry_after)`: past it, the
     /// refusal is answered 429 and only counted (to be recorded with a later record of
     /// the same principal or peer); `Ok(Some(count))`: what was counted since, to record
-    /// first. Synchronous, so that a record written on drop goes through it as well.
-    fn refusal_rate(&mut self) -> Result<Option<AuditRecord>, std::time::Duration> {
+    /// first (one record per kind of call counted). Synchronous, so that a record written
+    /// on drop goes through it as well.
+    fn refusal_rate(&mut self) -> Result<Vec<AuditRecord>, std::time::Duration> {
         let server = self.server.clone();
         let limits = server.limits();
+        let kind = self.request.kind;
         if let Some(principal) = &self.principal {
             let Some(limiter) = limits.principal.as_ref().filter(|_| !self.rated) else {
-                return Ok(None);
+                return Ok(Vec::new());
             };
             self.rated = true;
-            return match limiter.check_counting_after_first(&rate_key(principal)) {
+            return match limiter.check_counting_after_first(&rate_key(principal), kind) {
                 Verdict::Limited {
                     retry_after,
                     first: false,
                 } => Err(retry_after),
-                Verdict::Limited { first: true, .. } | Verdict::Allowed { suppressed: 0 } => {
-                    Ok(None)
-                }
-                Verdict::Allowed { suppressed } => Ok(Some(record::suppressed_of(
-                    principal.subject(),
-                    principal.workspace(),
-                    None,
-                    suppressed,
-                    self.request.transport,
-                ))),
+                Verdict::Limited { first: true, .. } => Ok(Vec::new()),
+                Verdict::Allowed { suppressed } => Ok(suppressed
+                    .by_kind()
+                    .map(|(kind, count)| {
+                        record::suppressed_of(
+                            principal.subject(),
+                            principal.workspace(),
+                            None,
+                            count,
+                            kind,
+                            self.request.transport,
+                        )
+                    })
+                    .collect()),
             };
         }
         let (verdict, peer) = match self.request.peer_addr {
             Some(addr) => {
                 let Some(limiter) = &limits.unauthenticated else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
                 let peer = limits::peer_key(addr);
-                (limiter.check(&peer), Some(peer))
+                (limiter.check(&peer, kind), Some(peer))
             }
             None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
                 let Some(limiter) = &limits.stdio_unauthenticated else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
-                (limiter.check(&()), None)
+                (limiter.check(&(), kind), None)
             }
-            None => return Ok(None),
+            None => return Ok(Vec::new()),
         };
         match verdict {
             Verdict::Limited { retry_after, .. } => Err(retry_after),
-            Verdict::Allowed { suppressed: 0 } => Ok(None),
-            Verdict::Allowed { suppressed } => Ok(Some(match peer {
-                Some(peer) => record::suppressed(Some(peer), suppressed, self.request.transport),
-                None => record::suppressed_on_stdio(suppressed),
-            })),
+            Verdict::Allowed { suppressed } => Ok(suppressed
+                .by_kind()
+                .map(|(kind, count)| match peer {
+                    Some(peer) => {
+                        record::suppressed(Some(peer), count, kind, self.request.transport)
+                    }
+                    None => record::suppressed_on_stdio(count, kind),
+                })
+                .collect()),
         }
     }
 
@@ -515,21 +536,24 @@ impl Attempt {
                 self.counted = !first;
                 Err((Check::RateLimit, ToolError::rate_limited(retry_after)))
             }
-            Verdict::Allowed { suppressed: 0 } => Ok(()),
             Verdict::Allowed { suppressed } => {
-                if let Some(sink) = self.server.audit()
-                    && let Err(err) = sink
-                        .record(record::suppressed_of(
-                            principal.subject(),
-                            principal.workspace(),
-                            tool,
-                            suppressed,
-                            self.request.transport,
-                        ))
-                        .await
-                {
-                    let kept = owe(self.server.owed(), err.clone());
-                    tracing::error!(error = %err, suppressed, kept, subject = principal.subject(), "the count of rate-limited calls could not be recorded");
+                let Some(sink) = self.server.audit() else {
+                    return Ok(());
+                };
+                // One record per kind of call counted.
+                for (kind, count) in suppressed.by_kind() {
+                    let record = record::suppressed_of(
+                        principal.subject(),
+                        principal.workspace(),
+                        tool,
+                        count,
+                        kind,
+                        self.request.transport,
+                    );
+                    if let Err(err) = sink.record(record).await {
+                        let kept = owe(self.server.owed(), err.clone());
+                        tracing::error!(error = %err, count, kept, subject = principal.subject(), "the count of rate-limited calls could not be recorded");
+                    }
                 }
                 Ok(())
             }
@@ -554,14 +578,20 @@ impl Attempt {
                     let limited = ToolError::rate_limited(retry_after);
                     return CallResponse::new(Err(limited), Some(Check::RateLimit));
                 }
-                Ok(Some(count)) => {
-                    if let Some(sink) = self.server.audit()
-                        && let Err(err) = sink.record(count).await
-                    {
-                        tracing::error!(error = %err, "the count of rate-limited refusals could not be recorded");
+                Ok(counts) => {
+                    if let Some(sink) = self.server.audit() {
+                        for count in counts {
+                            let suppressed = count.arguments.clone();
+                            if let Err(err) = sink.record(count).await {
+                                // Owed as the refusals it counts would be: each was
+                                // answered 429, and is in the trail only through this record.
+                                let error = err.to_string();
+                                let kept = owe(self.server.owed(), err);
+                                tracing::error!(error, kept, %suppressed, "the count of rate-limited refusals could not be recorded");
+                            }
+                        }
                     }
                 }
-                Ok(None) => {}
             }
         }
         // Past a principal's rate: counted, not recorded one by one (`rate_limited`).
@@ -700,7 +730,8 @@ impl Attempt {
         }
         if let Some(limiter) = &self.server.limits().principal {
             self.rated = true;
-            let limited = limiter.check_counting_after_first(&rate_key(&principal));
+            let limited =
+                limiter.check_counting_after_first(&rate_key(&principal), self.request.kind);
             self.rate_limited(limited, &principal, None).await?;
         }
         // 2. find the tool, 3. scopes
@@ -730,7 +761,7 @@ impl Attempt {
         }
         // The tool's own rate for this principal (`rate = "30/min"`), once it may call it.
         if let Some(Some(limiter)) = self.entry.map(|i| &server.limits().per_tool[i]) {
-            let limited = limiter.check_counting_after_first(&rate_key(&principal));
+            let limited = limiter.check_counting_after_first(&rate_key(&principal), CallKind::Tool);
             self.rate_limited(limited, &principal, Some(entry.name()))
                 .await?;
         }
@@ -972,6 +1003,11 @@ impl Attempt {
         {
             // No URI template variable can be named so (RFC 6570 names have no `$`).
             map.insert(SUBSCRIBE_KEY.to_owned(), Value::Bool(true));
+        }
+        if self.request.unsubscription
+            && let Value::Object(map) = &mut arguments
+        {
+            map.insert(UNSUBSCRIBE_KEY.to_owned(), Value::Bool(true));
         }
         // Arguments that repeat a key were read keeping its last value: the record says
         // which key was repeated, so that a reader does not take that value for the one
@@ -1361,8 +1397,16 @@ impl Drop for Attempt {
         // through it, or requests the MCP layer drops could grow the trail past any rate.
         match self.refusal_rate() {
             Err(_) => return,
-            Ok(Some(count)) => hand_off(&sink, None, count, "the count of rate-limited refusals"),
-            Ok(None) => {}
+            Ok(counts) => {
+                for count in counts {
+                    hand_off(
+                        &sink,
+                        Some((self.server.owed(), false)),
+                        count,
+                        "the count of rate-limited refusals",
+                    );
+                }
+            }
         }
         let mut wrote = false;
         let (check, error, status) = if self.dispatched {
@@ -1517,6 +1561,10 @@ const MAX_COMPLETION_VALUE_BYTES: usize = 1024;
 /// The key a subscription's record adds to its arguments (`"$subscribe": true`): the read
 /// a `resources/subscribe` performs, told apart from a `resources/read`.
 pub(crate) const SUBSCRIBE_KEY: &str = "$subscribe";
+
+/// The key an unsubscription's record adds to its arguments (`"$unsubscribe": true`): the
+/// read a `resources/unsubscribe` performs, checked and recorded as a subscription's is.
+pub(crate) const UNSUBSCRIBE_KEY: &str = "$unsubscribe";
 
 /// The reason of a call refused because the person's answer to its confirmation repeats a
 /// key, and the `data` marker of the JSON-RPC error with which a transport replaces such

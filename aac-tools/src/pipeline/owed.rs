@@ -261,6 +261,7 @@ mod tests {
             None,
             Some(tool),
             1,
+            crate::audit::CallKind::Tool,
             crate::context::Transport::Stdio,
         )
     }

@@ -7,7 +7,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub(crate) use super::limits::Counts;
+use crate::audit::CallKind;
 use crate::server::CallRequest;
+
+use super::repeated::keys_all_differ;
+pub(crate) use super::repeated::{may_repeat_a_key, repeated_key};
 
 /// The tool of a record when the request did not say which (a malformed `tools/call`).
 pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
@@ -397,6 +402,62 @@ pub(crate) struct TopLevel<'a> {
     pub(crate) uri: Option<String>,
 }
 
+/// `id` if it is one JSON-RPC allows (a string or an integer), else `null`.
+pub(crate) fn json_rpc_id(id: Option<Value>) -> Value {
+    id.filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .unwrap_or(Value::Null)
+}
+
+/// The `id` of [`top_level`], read without parsing the rest of the message.
+pub(crate) fn top_level_id(top: &TopLevel<'_>) -> Value {
+    json_rpc_id(top.id.and_then(|raw| serde_json::from_slice(raw).ok()))
+}
+
+/// What a message refused unread says ([`top_level`] of its start: of a line over stdio's
+/// limit, read before it was dropped, of a line of too many values, of an HTTP body over
+/// its limit or too slow): its id (`null` when it has none JSON-RPC allows), its method,
+/// its `params.name` and `uri`. Both transports record such a message by it.
+pub(crate) struct Unread {
+    pub(crate) id: Value,
+    method: Option<String>,
+    name: Option<String>,
+    uri: Option<String>,
+}
+
+impl Unread {
+    pub(crate) fn of(top: TopLevel<'_>) -> Unread {
+        Unread {
+            id: top_level_id(&top),
+            method: top.method,
+            name: top.name,
+            uri: top.uri,
+        }
+    }
+
+    /// The request to record: of the kind its method names (a read, prompt or
+    /// completion is recorded as one, so that `audit --kind` finds it), under its id.
+    pub(crate) fn request(&self) -> CallRequest {
+        self.request_named(None, None)
+    }
+
+    /// [`Unread::request`], its method and name those given (an HTTP request's `Mcp-Method`
+    /// and `Mcp-Name` headers) where they are, else those its start says.
+    pub(crate) fn request_named(&self, method: Option<&str>, name: Option<&str>) -> CallRequest {
+        let method = method.or(self.method.as_deref());
+        let name = name.or(match method {
+            Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+                self.uri.as_deref()
+            }
+            _ => self.name.as_deref(),
+        });
+        let mut request = CallRequest::unread(method, name);
+        if !self.id.is_null() {
+            request = request.request_id(id_text(&self.id));
+        }
+        request
+    }
+}
+
 /// Whether `message` is a `method` message to any reader: its `method` as a JSON reader
 /// reads it (escapes decoded: `"m\u0065thod"` is `method`), or, when it repeats the key,
 /// the first of them (as [`top_level`] reads it) or the last (as serde_json does).
@@ -557,8 +618,9 @@ pub(crate) fn id_text(id: &Value) -> String {
     }
 }
 
-/// The `resources/read` (or `resources/subscribe`), `prompts/get` or `completion/complete`
-/// in `body`, if any (the first of a batch), as the attempt that records its refusal.
+/// The `resources/read` (or `resources/subscribe`, `resources/unsubscribe`), `prompts/get`
+/// or `completion/complete` in `body`, if any (the first of a batch), as the attempt that
+/// records its refusal.
 pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
     let body = without_bom(body);
     // The common case first, without building a tree: one well-formed request of another
@@ -600,6 +662,8 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
         "resources/read" => CallRequest::resource(text(param("uri"))),
         // A subscription is granted by reading the resource (`McpHandler::subscribe`).
         "resources/subscribe" => CallRequest::resource(text(param("uri"))).subscription(),
+        // An unsubscription is checked by the same read (`McpHandler::unsubscribe`).
+        "resources/unsubscribe" => CallRequest::resource(text(param("uri"))).unsubscription(),
         "prompts/get" => CallRequest::prompt(text(param("name")), param("arguments").cloned()),
         "completion/complete" => {
             let reference = param("ref");
@@ -634,9 +698,10 @@ pub(crate) fn item_request(body: &[u8]) -> Option<CallRequest> {
 }
 
 /// The methods of the requests that are recorded as attempts besides `tools/call`.
-const ITEM_METHODS: [&str; 4] = [
+const ITEM_METHODS: [&str; 5] = [
     "resources/read",
     "resources/subscribe",
+    "resources/unsubscribe",
     "prompts/get",
     "completion/complete",
 ];
@@ -657,6 +722,7 @@ fn unreadable_item(body: &[u8]) -> Option<CallRequest> {
     let request = match method {
         "resources/read" => CallRequest::resource(unknown()),
         "resources/subscribe" => CallRequest::resource(unknown()).subscription(),
+        "resources/unsubscribe" => CallRequest::resource(unknown()).unsubscription(),
         "prompts/get" => CallRequest::prompt(top.name.clone().unwrap_or_else(unknown), None),
         _ => CallRequest::completion(
             unknown(),
@@ -698,7 +764,7 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 32;
 /// for a body no reader parses, where `n` counts how often its bytes say `tools/call` (what
 /// it may hold, not calls: the trail's counts of calls, `audit --stats` and the reference
 /// dashboard, take it as one record, so that no junk a caller sends counts as thousands).
-pub(crate) fn count_of_the_rest(more: usize, unread: bool) -> Value {
+pub(crate) fn count_of_the_rest(more: u64, unread: bool) -> Value {
     if unread {
         serde_json::json!({"calls_named_unread": more})
     } else {
@@ -707,22 +773,40 @@ pub(crate) fn count_of_the_rest(more: usize, unread: bool) -> Value {
 }
 
 /// [`rest_of_batch`], and whether `more` counts mentions in bytes no reader parses.
-pub(crate) fn rest_of_batch_read(body: &[u8]) -> (Vec<CallRequest>, usize, bool) {
+pub(crate) fn rest_of_batch_read(body: &[u8]) -> (Vec<CallRequest>, Counts, bool) {
     let body = without_bom(body);
     let unread = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
         && concatenated(body).is_none();
     let (kept, more) = rest_of_batch(body);
-    (kept, more, unread && more > 0)
+    (kept, more, unread && !more.is_empty())
 }
 
-pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
+/// The request of the record that counts the calls of `kind` of a batch past those
+/// recorded one by one: of that kind (a count of reads is a record of kind `resource`),
+/// of a tool, URI, prompt or reference nobody can name.
+pub(crate) fn count_request(kind: CallKind) -> CallRequest {
+    match kind {
+        CallKind::Tool => CallRequest::new(UNKNOWN_TOOL, None),
+        CallKind::Resource => CallRequest::resource(UNKNOWN_TOOL),
+        CallKind::Prompt => CallRequest::prompt(UNKNOWN_TOOL, None),
+        CallKind::Completion => CallRequest::completion(
+            UNKNOWN_TOOL,
+            false,
+            String::new(),
+            String::new(),
+            serde_json::Map::new(),
+        ),
+    }
+}
+
+pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, Counts) {
     let body = without_bom(body);
     let read = serde_json::from_slice::<Value>(body)
         .ok()
         .or_else(|| concatenated(body));
     let (mut kept, mut more) = match &read {
         Some(value @ Value::Array(_)) => rest_of_values(body, value),
-        _ => (Vec::new(), 0),
+        _ => (Vec::new(), Counts::default()),
     };
     // What comes after bytes no reading gets past, if it says `tools/call`: one record of
     // an unknown tool, in the batch's bound.
@@ -730,24 +814,26 @@ pub(crate) fn rest_of_batch(body: &[u8]) -> (Vec<CallRequest>, usize) {
         if kept.len() < MAX_BATCH_RECORDS - 1 {
             kept.push(CallRequest::new(UNKNOWN_TOOL, None));
         } else {
-            more += 1;
+            more.add(CallKind::Tool);
         }
     }
     // Nothing of it can be read as JSON (a batch nested past serde_json's 128 levels,
     // say): the calls it names past the first (recorded already) are counted.
     if read.is_none() && kept.is_empty() {
-        more = body
+        let named = body
             .windows(CALL.len())
             .filter(|w| *w == CALL)
             .count()
             .saturating_sub(1);
+        more = Counts::of(CallKind::Tool, named as u64);
     }
     (kept, more)
 }
 
 /// [`rest_of_batch`] of `value`, the batch read from `body` (or its values one after the
-/// other).
-fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
+/// other): the calls, reads, prompts and completions kept to be recorded one by one, and
+/// the rest counted by kind.
+fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, Counts) {
     let mut batch = messages(value);
     // The call recorded already: the first of this reading, else of the reading that
     // keeps the first of repeated keys (as `tool_call_request` finds it).
@@ -786,209 +872,11 @@ fn rest_of_values(body: &[u8], value: &Value) -> (Vec<CallRequest>, usize) {
             tool_call_request(&one).or_else(|| item_request(&one))
         });
     let kept: Vec<CallRequest> = requests.by_ref().take(MAX_BATCH_RECORDS - 1).collect();
-    (kept, requests.count())
-}
-
-/// The JSON pointer of the first key that appears twice in one object of `json`, at any
-/// depth, if there is one. With repeated keys, JSON says nothing for sure: this server
-/// reads the last one, another reader (a host, a proxy, a policy) may read the first, so
-/// a call whose arguments repeat a key is refused rather than guessed at. JSON that does
-/// not parse has none (it is refused for that).
-pub(crate) fn repeated_key(json: &[u8]) -> Option<String> {
-    find_repeated_key(json, true)
-}
-
-/// Whether some object of `json` may repeat a key, told by a scan of its bytes: `false`
-/// means none does (then [`repeated_key`] is `None` without reading it).
-pub(crate) fn may_repeat_a_key(json: &[u8]) -> bool {
-    !keys_all_differ(json)
-}
-
-/// [`repeated_key`]; with `pointer` false, an empty pointer once a repeat is found.
-fn find_repeated_key(json: &[u8], pointer: bool) -> Option<String> {
-    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
-
-    if keys_all_differ(json) {
-        return None;
+    let mut more = Counts::default();
+    for request in requests {
+        more.add(request.kind);
     }
-
-    /// One walk of the JSON: the first without a path (nothing allocated but each
-    /// object's keys, borrowed where they need no unescaping), the second, only when a
-    /// key repeats, with the path to it.
-    struct Walk<'p> {
-        /// `Some` on the walk that looks for the path.
-        path: Option<&'p mut Vec<String>>,
-        found: &'p mut bool,
-    }
-
-    impl Walk<'_> {
-        fn inner(&mut self) -> Walk<'_> {
-            Walk {
-                path: self.path.as_deref_mut(),
-                found: self.found,
-            }
-        }
-        fn push(&mut self, segment: impl FnOnce() -> String) {
-            if let Some(path) = self.path.as_deref_mut() {
-                path.push(segment());
-            }
-        }
-        fn pop(&mut self) {
-            if let Some(path) = self.path.as_deref_mut() {
-                path.pop();
-            }
-        }
-    }
-
-    impl<'de> DeserializeSeed<'de> for Walk<'_> {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-            deserializer.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Walk<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-            for index in 0usize.. {
-                self.push(|| index.to_string());
-                let more = seq.next_element_seed(self.inner())?;
-                self.pop();
-                if more.is_none() {
-                    break;
-                }
-            }
-            Ok(())
-        }
-        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-            // Hashed, not a list searched per key: an object of a million distinct keys
-            // (a 16 MiB line) costs a million lookups, not half a trillion comparisons.
-            let mut keys: std::collections::HashSet<Cow<'de, str>> =
-                std::collections::HashSet::new();
-            while let Some(key) = map.next_key::<Key<'de>>()? {
-                if keys.contains(&key.0) {
-                    self.push(|| key.0.into_owned());
-                    *self.found = true;
-                    // Nothing more to learn: stop reading.
-                    return Err(A::Error::custom("a repeated key"));
-                }
-                self.push(|| key.0.to_string());
-                keys.insert(key.0);
-                map.next_value_seed(self.inner())?;
-                self.pop();
-            }
-            Ok(())
-        }
-    }
-
-    /// An object's key, borrowed when it can be.
-    struct Key<'de>(Cow<'de, str>);
-
-    impl<'de> serde::Deserialize<'de> for Key<'de> {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct KeyVisitor;
-            impl<'de> Visitor<'de> for KeyVisitor {
-                type Value = Key<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a key")
-                }
-                fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
-                    Ok(Key(Cow::Borrowed(key)))
-                }
-                fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
-                    Ok(Key(Cow::Owned(key.to_owned())))
-                }
-            }
-            deserializer.deserialize_str(KeyVisitor)
-        }
-    }
-
-    let walk = |path: Option<&mut Vec<String>>| {
-        let mut found = false;
-        let mut deserializer = serde_json::Deserializer::from_slice(json);
-        let _ = Walk {
-            path,
-            found: &mut found,
-        }
-        .deserialize(&mut deserializer);
-        found
-    };
-    if !walk(None) {
-        return None;
-    }
-    if !pointer {
-        return Some(String::new());
-    }
-    let mut path = Vec::new();
-    walk(Some(&mut path));
-    Some(
-        path.iter()
-            .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
-            .collect(),
-    )
-}
-
-/// Whether every key of `json`, in all its objects together, is written differently
-/// from every other and without an escape: then no object repeats a key, and
-/// [`repeated_key`] need not read it. The common case, told in one pass over the bytes
-/// without allocating; `false` (read it) past 32 keys, for an escaped key, or when two
-/// keys are the same, even in different objects.
-fn keys_all_differ(json: &[u8]) -> bool {
-    let mut keys: [&[u8]; 32] = [&[]; 32];
-    let mut count = 0;
-    let mut i = 0;
-    while i < json.len() {
-        if json[i] != b'"' {
-            i += 1;
-            continue;
-        }
-        let start = i + 1;
-        let mut escaped = false;
-        i = start;
-        while i < json.len() && json[i] != b'"' {
-            if json[i] == b'\\' {
-                escaped = true;
-                i += 1;
-            }
-            i += 1;
-        }
-        let end = i.min(json.len());
-        i += 1;
-        let next = json
-            .get(i..)
-            .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
-        if next != Some(&b':') {
-            continue;
-        }
-        let key = &json[start..end];
-        if escaped || count == keys.len() || keys[..count].contains(&key) {
-            return false;
-        }
-        keys[count] = key;
-        count += 1;
-    }
-    true
+    (kept, more)
 }
 
 /// [`repeated_key`] in the arguments of the `tools/call` that `body` is (one message, as
@@ -1030,6 +918,7 @@ fn call_params(body: &[u8]) -> Option<CallParams<'_>> {
 
 /// [`repeated_key`] in the `inputResponses` of the `tools/call` that `body` is (a
 /// 2026-07-28 retry carrying a person's answer), as a pointer into them.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn repeated_input_responses_key(body: &[u8]) -> Option<String> {
     // No key of the whole body repeats (a scan, no parse): the check of most calls.
     if keys_all_differ(body) {
@@ -1065,18 +954,44 @@ mod tests {
         let junk = format!("[{}", "\"tools/call\",".repeat(1000));
         let (kept, more, unread) = super::rest_of_batch_read(junk.as_bytes());
         assert!(kept.is_empty());
-        assert_eq!((more, unread), (999, true));
+        assert_eq!((more.total(), unread), (999, true));
         assert_eq!(
-            super::count_of_the_rest(more, unread),
+            super::count_of_the_rest(more.total(), unread),
             serde_json::json!({"calls_named_unread": 999})
         );
         let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
         let batch = format!("[{}]", vec![call; 40].join(","));
         let (kept, more, unread) = super::rest_of_batch_read(batch.as_bytes());
-        assert_eq!((kept.len(), more, unread), (31, 8, false));
+        assert_eq!((kept.len(), more.total(), unread), (31, 8, false));
         assert_eq!(
-            super::count_of_the_rest(more, unread),
+            super::count_of_the_rest(more.total(), unread),
             serde_json::json!({"more_calls": 8})
+        );
+    }
+
+    /// The rest of a batch past those recorded one by one is counted by kind: the reads,
+    /// prompts and completions in it are counted as such, not as tool calls.
+    #[test]
+    fn the_rest_of_a_batch_is_counted_by_kind() {
+        use crate::audit::CallKind;
+        let read = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x://1"}}"#;
+        let prompt = r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"p"}}"#;
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#;
+        // The first call is recorded already, 31 more one by one: the rest are 5 reads
+        // and 4 prompts.
+        let mut batch = vec![call; 32];
+        batch.extend([read; 5]);
+        batch.extend([prompt; 4]);
+        let batch = format!("[{}]", batch.join(","));
+        let (kept, more, _) = super::rest_of_batch_read(batch.as_bytes());
+        assert_eq!(kept.len(), 31);
+        assert_eq!(
+            more.by_kind().collect::<Vec<_>>(),
+            [(CallKind::Resource, 5), (CallKind::Prompt, 4)]
+        );
+        assert_eq!(
+            super::count_request(CallKind::Resource).kind(),
+            CallKind::Resource
         );
     }
 
@@ -1334,8 +1249,11 @@ mod tests {
         let get = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get"}}"#;
         let del = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"del"}}"#;
         let escaped = del.replace("tools/call", r"tools\/call");
-        let tools = |(rest, more): (Vec<CallRequest>, usize)| {
-            (rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(), more)
+        let tools = |(rest, more): (Vec<CallRequest>, Counts)| {
+            (
+                rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(),
+                more.total(),
+            )
         };
         for body in [
             format!("{get} x {del}"),
@@ -1382,7 +1300,7 @@ mod tests {
             (
                 first,
                 rest.into_iter().map(|r| r.tool).collect::<Vec<_>>(),
-                more,
+                more.total(),
             )
         };
         assert_eq!(

@@ -104,11 +104,13 @@ pub(crate) fn is_count_of_refusals(record: &AuditRecord) -> bool {
         })
 }
 
-/// The one record that counts the refusals of one peer that were answered 429 without a
-/// record of their own (the rate limit before authentication).
+/// The record that counts the refusals of one kind (`kind`: tool calls, reads, prompts,
+/// completions) of one peer that were answered 429 without a record of their own (the
+/// rate limit before authentication).
 pub(super) fn suppressed(
     peer: Option<std::net::IpAddr>,
     count: u64,
+    kind: CallKind,
     transport: Transport,
 ) -> AuditRecord {
     // An IPv6 peer is counted by its /64 (one host's usual share); `None` stands for the
@@ -118,15 +120,15 @@ pub(super) fn suppressed(
         Some(v4) => v4.to_string(),
         None => "(untracked peers)".to_owned(),
     };
-    suppressed_from(&peer, count, transport)
+    suppressed_from(&peer, count, kind, transport)
 }
 
 /// [`suppressed`] of the refusals of a stdio connection without a verified principal.
-pub(super) fn suppressed_on_stdio(count: u64) -> AuditRecord {
-    suppressed_from("stdio", count, Transport::Stdio)
+pub(super) fn suppressed_on_stdio(count: u64, kind: CallKind) -> AuditRecord {
+    suppressed_from("stdio", count, kind, Transport::Stdio)
 }
 
-fn suppressed_from(peer: &str, count: u64, transport: Transport) -> AuditRecord {
+fn suppressed_from(peer: &str, count: u64, kind: CallKind, transport: Transport) -> AuditRecord {
     AuditRecord {
         tool: "(rate limited)".to_owned(),
         outcome: Outcome::Denied,
@@ -143,17 +145,19 @@ fn suppressed_from(peer: &str, count: u64, transport: Transport) -> AuditRecord 
         access_level: None,
         arguments: serde_json::json!({"peer": peer, "suppressed": count}),
         confirmed_by: None,
-        kind: CallKind::Tool,
+        kind,
     }
 }
 
-/// The one record that counts the calls of one principal refused past its rate (its own,
-/// or one tool's: then `tool`) that were answered 429 without a record of their own.
+/// The record that counts the calls of one kind (`kind`: tool calls, reads, prompts,
+/// completions) of one principal refused past its rate (its own, or one tool's: then
+/// `tool`) that were answered 429 without a record of their own.
 pub(super) fn suppressed_of(
     subject: &str,
     workspace: Option<&str>,
     tool: Option<&str>,
     count: u64,
+    kind: CallKind,
     transport: Transport,
 ) -> AuditRecord {
     let mut record = AuditRecord {
@@ -172,7 +176,7 @@ pub(super) fn suppressed_of(
         access_level: None,
         arguments: serde_json::json!({"suppressed": count}),
         confirmed_by: None,
-        kind: CallKind::Tool,
+        kind,
     };
     bound_record(&mut record);
     record

@@ -785,16 +785,8 @@ impl<L: Level> Db<L> {
 #[diagnostic::do_not_recommend]
 impl<L: Level> ToolParam for Db<L> {
     const NEEDS: crate::access::AccessLevel = L::LEVEL;
-    const STATE_NEED: Option<crate::state::StateNeed> = Some(crate::state::StateNeed {
-        what: || {
-            let level = std::any::type_name::<L>()
-                .rsplit("::")
-                .next()
-                .unwrap_or_default();
-            format!("`Db<{level}>` (a handle on the `Database`)")
-        },
-        present: |map| map.framework::<Database>().is_some(),
-    });
+    const STATE_NEED: Option<crate::state::StateNeed> =
+        Some(crate::state::StateNeed::data_handle::<Database, L>());
     fn from_call(call: &mut Call) -> Result<Self, ToolError> {
         // The macro checks the handles a tool names; this refuses one built above the
         // tool's level by an extractor of the user's own.

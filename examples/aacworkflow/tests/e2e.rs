@@ -760,6 +760,66 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
     assert!(status.contains(" 200 "), "{status}: {body}");
     drop(server);
 
+    // A trailing `/` on --resource-url: the metadata advertises the URL without it, and
+    // that is the audience (a JWT for the advertised resource was refused 401 "issued for
+    // another audience").
+    let slashed = env.http_with(
+        &[
+            "--resource-url",
+            &format!("{RESOURCE}/"),
+            "--jwt-issuer",
+            ISSUER,
+        ],
+        &[("AAC_JWT_SECRET", SECRET)],
+    );
+    let (_, body) = http_request(
+        &slashed.url,
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        None,
+        "",
+    );
+    let metadata: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(metadata["resource"], RESOURCE, "{metadata}");
+    let (status, body) = http_request(
+        &slashed.url,
+        "POST",
+        "/tools/list_issues",
+        Some(&jwt(RESOURCE, ISSUER)),
+        "{}",
+    );
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    drop(slashed);
+
+    // --jwt-audience without --resource-url: the metadata advertises http://<Host>/mcp
+    // while only the audience given is accepted, which is said at start.
+    let jwks = env.dir.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "oct", "k": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYtYS10ZXN0LXNlY3JldA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let (mut child, said) = serve_under_ulimit(
+        &env,
+        "-Sn 1024",
+        &format!(
+            "--jwt-issuer {ISSUER} --jwt-audience {RESOURCE} --jwt-jwks {}",
+            jwks.display()
+        ),
+    );
+    let mut seen = Vec::new();
+    let warned = loop {
+        match said.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(line) if line.contains("without --resource-url") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no warning of the unadvertised audience: {seen:?}"),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned.contains(RESOURCE), "{warned}");
+
     // Over stdio too: a JWT in AAC_TOKEN, checked at start and on every call.
     let client = env
         .stdio_with(
@@ -1128,6 +1188,40 @@ async fn serve_rate_limit_bounds_each_user_and_counts_the_flood() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`0/s` is not a rate"), "{stderr}");
+}
+
+/// Reads refused past `serve --rate-limit` are counted as reads, not as tool calls: the
+/// count's record has kind `resource` (`audit --kind resource` finds it), and
+/// `dashboard_usage_daily`, which counts tool calls, shows none of them.
+#[tokio::test]
+async fn rate_limited_reads_are_counted_as_reads_not_tool_calls() {
+    let env = Env::new();
+    let alice = env.token("demo", "alice", "all");
+    let reader = env.stdio(&alice, &["--rate-limit", "2/h"]).await;
+    for _ in 0..6 {
+        let params = rmcp::model::ReadResourceRequestParams::new("aacworkflow://issues/AAC-1");
+        let _ = reader.peer().read_resource(params).await;
+    }
+    let _ = reader.cancel().await;
+    // The session's end records the count (a guard against a hang, not a timing check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let limited = loop {
+        let limited = env.audit(&["--reason", "rate_limited", "--kind", "resource"]);
+        if limited.len() >= 2 || std::time::Instant::now() > deadline {
+            break limited;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(limited.len(), 2, "{limited:?}");
+    assert_eq!(limited[1]["arguments"]["suppressed"], 3, "{limited:?}");
+    assert!(
+        env.audit(&["--reason", "rate_limited", "--kind", "tool"])
+            .is_empty()
+    );
+    let admin = env.stdio(&alice, &[]).await;
+    let usage = ok(&admin, "dashboard_usage_daily", json!({"days": 1})).await;
+    assert_eq!(usage["total_calls"], 0, "{usage}");
+    let _ = admin.cancel().await;
 }
 
 /// `serve --http` under the shell `ulimit` `limit`: the child once it listens, and its
