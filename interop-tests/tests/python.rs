@@ -692,6 +692,8 @@ fn items_records(
         r(Completion, "notes://notes/{id}", Success, None),
     ]);
     if full && mode == "legacy" {
+        // The subscription's read, then the unsubscription's: each is a read, recorded.
+        records.push(r(Resource, "notes://all", Success, None));
         records.push(r(Resource, "notes://all", Success, None));
     }
     records
@@ -719,6 +721,12 @@ fn check_items_audit(
         &[]
     };
     assert_eq!(subscribed, expected, "{records:?}");
+    let unsubscribed: Vec<&str> = records
+        .iter()
+        .filter(|r| r.arguments.get("$unsubscribe") == Some(&json!(true)))
+        .map(|r| r.tool.as_str())
+        .collect();
+    assert_eq!(unsubscribed, expected, "{records:?}");
 }
 
 #[test]
