@@ -2198,6 +2198,51 @@ async fn stateless_mode_serves_without_sessions() {
     assert_eq!(server.sink.records().len(), 2);
 }
 
+/// Stateless, `/mcp` takes POST only, and says so alike for every other method: the JSON
+/// 405 of every route, `Allow: POST` (GET and DELETE got rmcp's plain-text 405, the other
+/// methods `Allow: GET,POST,DELETE`). With sessions, `Allow` names GET and DELETE too.
+#[tokio::test]
+async fn a_stateless_server_answers_every_method_but_post_alike() {
+    for (stateless, allow) in [(true, "POST"), (false, "GET,POST,DELETE")] {
+        let server = TestServer::start(
+            HttpOptions::default().stateless(stateless),
+            Options::default(),
+        )
+        .await;
+        let mut methods = Vec::new();
+        if stateless {
+            methods.extend([reqwest::Method::GET, reqwest::Method::DELETE]);
+        }
+        methods.extend([
+            reqwest::Method::PUT,
+            reqwest::Method::PATCH,
+            reqwest::Method::OPTIONS,
+            reqwest::Method::HEAD,
+        ]);
+        for method in methods {
+            let response = reqwest::Client::new()
+                .request(method.clone(), server.mcp())
+                .bearer_auth(&server.fixture.full)
+                .header("accept", "application/json, text/event-stream")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 405, "{method}");
+            assert_eq!(response.headers()["allow"], allow, "{method}");
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/json",
+                "{method}"
+            );
+            if method != reqwest::Method::HEAD {
+                let body: Value = response.json().await.unwrap();
+                assert_eq!(body["reason"], "method_not_allowed", "{method}: {body}");
+            }
+        }
+        assert!(server.sink.records().is_empty());
+    }
+}
+
 /// A stateless server whose destructive tool needs a person: a session-protocol client
 /// that declared elicitation is told why it cannot be asked (no session to ask through),
 /// not that it declared no elicitation.

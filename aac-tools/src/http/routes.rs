@@ -865,14 +865,24 @@ impl tower_service::Service<Request> for McpEndpoint {
                     Box::pin(refused_by_guard(&endpoint.app, request, Refused::Mcp, err)).await,
                 );
             }
-            if ![Method::GET, Method::POST, Method::DELETE].contains(request.method()) {
+            // Stateless, `/mcp` takes POST only (no session to stream or end): GET and
+            // DELETE are refused here too, not by rmcp, whose 405 is plain text.
+            let (allowed, allow): (&[Method], _) = if endpoint.app.options.stateless {
+                (&[Method::POST], "POST")
+            } else {
+                (
+                    &[Method::GET, Method::POST, Method::DELETE],
+                    "GET,POST,DELETE",
+                )
+            };
+            if !allowed.contains(request.method()) {
                 // rmcp's answer is plain text: the JSON of every other route's 405, and
                 // what the request may carry recorded.
                 let err = method_not_allowed_error(request.method());
                 let mut response = Box::pin(refused_unrouted(&endpoint.app, request, err)).await;
                 response.headers_mut().insert(
                     axum::http::header::ALLOW,
-                    axum::http::HeaderValue::from_static("GET,POST,DELETE"),
+                    axum::http::HeaderValue::from_static(allow),
                 );
                 return Ok(response);
             }
