@@ -249,6 +249,58 @@ async fn sessions_start_with_initialize_and_end_with_delete() {
     assert_eq!(status, 404);
 }
 
+/// A `DELETE` naming a session that is not there (never was, ended, or is another
+/// principal's) is answered 404, as a POST naming it is (it was 204): the same JSON for
+/// the three, and another principal's session lives on.
+#[tokio::test]
+async fn a_delete_of_a_session_that_is_not_there_is_404() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let alices = alice.session.clone().unwrap();
+    let mut ended = RawMcp::new(&server.mcp(), Some(&server.fixture.reader));
+    ended.initialize().await;
+    let ended = ended.session.clone().unwrap();
+    let delete = |token: &str, session: &str| {
+        reqwest::Client::new()
+            .delete(server.mcp())
+            .bearer_auth(token)
+            .header("mcp-session-id", session.to_owned())
+            .send()
+    };
+    let reader = server.fixture.reader.clone();
+    assert_eq!(delete(&reader, &ended).await.unwrap().status(), 204);
+    let mut answers = Vec::new();
+    for session in [&ended, "6f1d2c3b-0a9e-4d8c-b7a6-f5e4d3c2b1a0", &alices] {
+        let response = delete(&reader, session).await.unwrap();
+        let status = response.status().as_u16();
+        let kind = response.headers().get("content-type").cloned();
+        let text = response.text().await.unwrap();
+        assert_eq!(status, 404, "{session}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["reason"], "session_not_found", "{body}");
+        answers.push((kind, body));
+    }
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+    let (status, result) = alice.call(2, "list_notes", json!({})).await;
+    assert_eq!(status, 200, "alice's session lives on");
+    assert_eq!(result.unwrap()["result"]["isError"], false);
+    assert_eq!(
+        delete(&server.fixture.full, &alices)
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        delete(&server.fixture.full, &alices)
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
 /// The session's standalone stream (`GET /mcp`), its messages forwarded to a channel.
 async fn standalone_stream(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
     let response = raw

@@ -1542,6 +1542,23 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         Some(error) => Bytes::from(error),
         None => body.clone(),
     };
+    // rmcp ends a session it does not know as if it were there (202): a `DELETE` of an
+    // unknown, ended or (read above as unknown) foreign session gets the 404 the
+    // protocol gives any request naming a session that is no more.
+    if is_delete
+        && let Some(id) = &session
+        && !mcp.has_session(id).await
+    {
+        // (An owner left by a session that ended without its DELETE goes with it.)
+        if !mcp.is_open(id) {
+            app.inner.sessions.closed(id);
+        }
+        return json_error(&ToolError::new(
+            Status::NotFound,
+            "session_not_found",
+            "no such session",
+        ));
+    }
     let response = mcp
         .handle(Request::from_parts(parts, Body::from(handed)))
         .await;

@@ -99,13 +99,19 @@ impl McpService {
         })
     }
 
-    /// End session `id` and its streams, as a `DELETE` of it would (an unknown id is
-    /// ignored).
     /// Whether session `id` is open.
     pub(crate) fn is_open(&self, id: &str) -> bool {
         self.sessions.ends.is_open(id)
     }
 
+    /// Whether rmcp knows session `id`: what it answers a POST or a GET naming one it does
+    /// not know with 404.
+    pub(crate) async fn has_session(&self, id: &str) -> bool {
+        self.sessions.has_session(&id.into()).await.unwrap_or(false)
+    }
+
+    /// End session `id` and its streams, as a `DELETE` of it would (an unknown id is
+    /// ignored).
     pub(crate) async fn close_session(&self, id: &str) {
         if let Err(err) = self.sessions.close_session(&id.into()).await {
             tracing::debug!(session = id, error = %err, "closing an MCP session failed");
