@@ -656,6 +656,53 @@ async fn requests_hyper_refuses_before_any_route_are_recorded() {
     assert_eq!(valid_call(&server).await, 200);
 }
 
+/// A connection buffers at most `MAX_HEAD_BYTES` of a request's head: a head that fills
+/// them without ending is answered 431 and recorded at once, as one with too many headers
+/// is (hyper's default buffer, ~400 KB, held each dribbling connection's headers until the
+/// header timeout). A head well within it (a 60 KB header) is served, and a URI over
+/// hyper's limit still gets 414 (`requests_hyper_refuses_before_any_route_are_recorded`).
+#[tokio::test]
+async fn a_head_past_the_buffer_bound_is_431_and_recorded() {
+    let server = TestServer::start(
+        HttpOptions::default().header_read_timeout(Duration::from_secs(3)),
+        Options::default(),
+    )
+    .await;
+    let mut head = "POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_owned();
+    while head.len() < aac_tools::http::MAX_HEAD_BYTES {
+        head.push_str(&format!("X-Pad-{}: {}\r\n", head.len(), "p".repeat(4000)));
+    }
+    // Exactly the bound, all of it read by the server: its answer is not lost to a reset.
+    head.truncate(aac_tools::http::MAX_HEAD_BYTES);
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not after the header timeout"
+    );
+    while server.sink.records().is_empty() && started.elapsed() < GUARD {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].status, 431);
+    assert_eq!(records[0].reason.as_deref(), Some("headers_too_large"));
+    assert_eq!(records[0].tool, "(unknown)");
+
+    let response = reqwest::Client::new()
+        .post(format!("{}/tools/list_notes", server.base))
+        .bearer_auth(&server.fixture.full)
+        .header("x-pad", "p".repeat(60_000))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
 /// Requests hyper refuses count against their peer's rate of refusals before
 /// authentication, as a token-less call does: a flood of them costs a bounded trail.
 #[tokio::test]

@@ -501,6 +501,9 @@ pub async fn serve(
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Some(header_timeout))
+                // The head's bound, and so the memory a connection holds while its headers
+                // arrive (a body is read a chunk at a time, whatever this is).
+                .max_buf_size(MAX_HEAD_BYTES)
                 // A client that shuts its side down after sending a request (or closes it)
                 // still has that request processed to the end and recorded, rather than
                 // dropped when the read side sees the end of the stream.
@@ -594,6 +597,13 @@ impl Drop for PeerSlot {
         }
     }
 }
+
+/// The most of a request's head (request line and headers) [`serve`] buffers on a
+/// connection: 128 KiB, hyper's ~64 KiB URI limit and 64 KiB of headers, so that a URI
+/// over that limit is still answered 414, and a head past this bound 431. hyper's default,
+/// ~400 KB, let each connection dribbling its headers (for up to the header timeout) hold
+/// that much: 1000 such connections took 380 MB.
+pub const MAX_HEAD_BYTES: usize = 128 * 1024;
 
 /// How often [`serve`] records the counts of refusals the rate limit did not record.
 pub const RATE_LIMITED_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
