@@ -402,7 +402,8 @@ impl std::future::Future for DetachedCall {
 /// A hostile client cannot hold the server: a connection that sends nothing, dribbles
 /// its headers or idles between requests is closed after
 /// [`HttpOptions::header_read_timeout`], a body that does not arrive within
-/// [`HttpOptions::body_read_timeout`] is refused, and past
+/// [`HttpOptions::body_read_timeout`] is refused, a connection buffers at most
+/// [`MAX_HEAD_BYTES`] of a request's head (431 past it), and past
 /// [`HttpOptions::max_connections`] new connections are closed at once while the open
 /// ones are served. On shutdown, connections finish the request in hand and close.
 pub async fn serve(
