@@ -510,6 +510,60 @@ async fn a_count_of_rate_limited_reads_is_recorded_as_reads() {
     );
 }
 
+/// A batch from a principal over its rate: every call it holds is accounted for, the record
+/// that counts the rest of it (40 − 32) counted as the eight calls it stands for when the
+/// rate refuses it. It was counted as one: a batch of 5,000 left a count of 33.
+#[tokio::test]
+async fn a_batch_past_the_rate_is_counted_call_by_call() {
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
+        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
+        .audit(sink.clone())
+        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
+        .build()
+        .unwrap();
+    let mut session = start(server.clone(), "watcher").await;
+    // The principal's one call a minute, then its first refusal (recorded as it is).
+    for id in [2, 3] {
+        session
+            .send(
+                json!({"jsonrpc": "2.0", "id": id, "method": "resources/read",
+                         "params": {"uri": "test://watched"}}),
+            )
+            .await;
+        session.response(id, &mut Vec::new()).await;
+    }
+    let batch: Vec<Value> = (0..40)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": 100 + id, "method": "resources/read",
+                   "params": {"uri": "test://watched"}})
+        })
+        .collect();
+    session.send(Value::Array(batch)).await;
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}))
+        .await;
+    session.response(7, &mut Vec::new()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    server.flush_rate_limited().await;
+    let records = sink.records();
+    // Each record stands for one call, or for the calls its count says.
+    let calls: u64 = records
+        .iter()
+        .map(|r| {
+            ["suppressed", "more_calls"]
+                .iter()
+                .find_map(|key| r.arguments.get(*key).and_then(Value::as_u64))
+                .unwrap_or(1)
+        })
+        .sum();
+    assert_eq!(calls, 2 + 40, "{records:#?}");
+    assert!(
+        records.iter().all(|r| r.kind == CallKind::Resource),
+        "{records:#?}"
+    );
+}
+
 /// The reads of a refused batch past those recorded one by one are counted as reads: the
 /// count's record has kind `resource`, as the records of the reads before it.
 #[tokio::test]

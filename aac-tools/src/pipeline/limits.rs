@@ -130,8 +130,13 @@ impl Counts {
 
     /// One more event of `kind`.
     pub(crate) fn add(&mut self, kind: CallKind) {
+        self.add_n(kind, 1);
+    }
+
+    /// `n` more events of `kind`.
+    pub(crate) fn add_n(&mut self, kind: CallKind, n: u64) {
         let slot = &mut self.0[Counts::slot(kind)];
-        *slot = slot.saturating_add(1);
+        *slot = slot.saturating_add(n);
     }
 
     /// Every event counted, whatever its kind.
@@ -220,17 +225,35 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     /// Take one token for `key`, if there is one, for an event of `kind`; every refusal is
     /// counted under its kind (in [`Verdict::Allowed::suppressed`] and
     /// [`Limiter::take_suppressed`]).
+    #[cfg(test)]
     pub(crate) fn check(&self, key: &K, kind: CallKind) -> Verdict {
-        self.check_counting(key, kind, true)
+        self.check_counting(key, kind, 1, true)
     }
 
-    /// [`Limiter::check`], but the first refusal of a key since an event went ahead is not
-    /// counted: its caller records it on its own, and counts only the rest.
+    /// Take one token for `key` for an event that stands for `calls` events of `kind` (the
+    /// record that counts the rest of a batch): if refused, counted as that many.
+    pub(crate) fn check_calls(&self, key: &K, kind: CallKind, calls: u64) -> Verdict {
+        self.check_counting(key, kind, calls, true)
+    }
+
+    /// Take one token for `key`, as `check` does, but the first refusal of a key since an
+    /// event went ahead is not counted: its caller records it on its own, and counts only
+    /// the rest.
     pub(crate) fn check_counting_after_first(&self, key: &K, kind: CallKind) -> Verdict {
-        self.check_counting(key, kind, false)
+        self.check_counting(key, kind, 1, false)
     }
 
-    fn check_counting(&self, key: &K, kind: CallKind, count_first: bool) -> Verdict {
+    /// [`Limiter::check_counting_after_first`] of an event that stands for `calls`.
+    pub(crate) fn check_calls_counting_after_first(
+        &self,
+        key: &K,
+        kind: CallKind,
+        calls: u64,
+    ) -> Verdict {
+        self.check_counting(key, kind, calls, false)
+    }
+
+    fn check_counting(&self, key: &K, kind: CallKind, calls: u64, count_first: bool) -> Verdict {
         let now = Instant::now();
         let capacity = f64::from(self.rate.count);
         let per_token = self.rate.refill().as_secs_f64();
@@ -247,7 +270,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
                 self.overflow
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .add(kind);
+                    .add_n(kind, calls);
                 return Verdict::Limited {
                     retry_after: self.rate.refill(),
                     first: false,
@@ -271,7 +294,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         } else {
             let first = !std::mem::replace(&mut bucket.refused, true);
             if count_first || !first {
-                bucket.suppressed.add(kind);
+                bucket.suppressed.add_n(kind, calls);
             }
             let wait = (1.0 - bucket.tokens) * per_token;
             Verdict::Limited {

@@ -73,6 +73,9 @@ pub struct Attempt {
     authorized: bool,
     /// The arguments as the record keeps them, computed before the handler took them.
     redacted: Option<Value>,
+    /// How many calls the attempt's record stands for (1, or the rest of a batch that one
+    /// record counts): what a rate counts when it refuses the record.
+    calls: u64,
     /// Whether the handler started (then the attempt finishes on its own task).
     started_handler: bool,
     /// The handler's database transactions, once it started: if the attempt is dropped
@@ -126,6 +129,7 @@ impl Server {
             target: None,
             authorized: false,
             redacted: None,
+            calls: 1,
             started_handler: false,
             commits: None,
             dispatched: true,
@@ -469,7 +473,11 @@ impl Attempt {
                 return Ok(Vec::new());
             };
             self.rated = true;
-            return match limiter.check_counting_after_first(&rate_key(principal), kind) {
+            return match limiter.check_calls_counting_after_first(
+                &rate_key(principal),
+                kind,
+                self.calls,
+            ) {
                 Verdict::Limited {
                     retry_after,
                     first: false,
@@ -496,13 +504,13 @@ impl Attempt {
                     return Ok(Vec::new());
                 };
                 let peer = limits::peer_key(addr);
-                (limiter.check(&peer, kind), Some(peer))
+                (limiter.check_calls(&peer, kind, self.calls), Some(peer))
             }
             None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
                 let Some(limiter) = &limits.stdio_unauthenticated else {
                     return Ok(Vec::new());
                 };
-                (limiter.check(&(), kind), None)
+                (limiter.check_calls(&(), kind, self.calls), None)
             }
             None => return Ok(Vec::new()),
         };
@@ -1313,6 +1321,13 @@ impl Attempt {
     /// nothing to redact.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn account(&mut self, arguments: Value) {
+        // A record that counts the rest of a batch stands for that many calls, which a
+        // rate refusing it counts (`calls_named_unread` counts mentions, one record).
+        self.calls = arguments
+            .get("more_calls")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            .max(1);
         self.redacted = Some(arguments);
     }
 
