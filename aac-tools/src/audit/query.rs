@@ -404,13 +404,15 @@ const MOST_REFUSED: usize = 10;
 /// record of their own stands for each of them: refusals past a rate
 /// limit (`rate_limited`, 429, arguments `{"suppressed": n}` and perhaps a `peer`), and
 /// the calls of a refused batch past those recorded one by one (tool `(unknown)`,
-/// arguments `{"more_calls": n}`). Neither has a request id, and a caller's own arguments
+/// arguments `{"more_calls": n}`), of any kind (a count of reads is a `resource` record of
+/// one of those two names). Neither has a request id, and a caller's own arguments
 /// never reach the trail as such a number (their values are kept hashed, and no tool may
 /// keep one of these names: `Registry` refuses it), so no caller's text counts as more
 /// than one call. One count stands for at most 10^12 calls, so that no sum overflows.
-pub const CALLS_OF_A_RECORD_SQL: &str = "(CASE WHEN request_id IS NOT NULL OR kind <> 'tool' \
+pub const CALLS_OF_A_RECORD_SQL: &str = "(CASE WHEN request_id IS NOT NULL \
           OR NOT json_valid(arguments) THEN 1 \
      WHEN json_type(arguments) <> 'object' THEN 1 \
+     WHEN kind <> 'tool' AND tool NOT IN ('(rate limited)', '(unknown)') THEN 1 \
      WHEN reason = 'rate_limited' AND status = 429 \
           AND json_type(arguments, '$.suppressed') = 'integer' \
           AND NOT EXISTS (SELECT 1 FROM json_each(aac_audit.arguments) \
