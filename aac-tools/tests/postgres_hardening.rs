@@ -248,3 +248,134 @@ async fn a_level_role_with_more_rights_is_refused() {
         .unwrap();
     db.grant_levels().await.unwrap();
 }
+
+/// A level role that owns something in the database (the database itself, whose owner
+/// may `SET ROLE pg_database_owner`; the schema `public`; a table, a function) or holds a
+/// privilege on a parameter (`SET` of `session_replication_role` skips the audit trail's
+/// triggers) is refused by name at `init` and `serve` (the grants).
+#[tokio::test]
+async fn a_level_role_that_owns_or_sets_is_refused() {
+    let test = TestDb::new().await;
+    let admin = test.owner().await;
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let notes = ["CREATE TABLE notes (text TEXT NOT NULL);"];
+    db.migrate("notes", &notes).await.unwrap();
+    let (name, read, write, delete, tokens) = (
+        &test.name,
+        test.roles.read(),
+        test.roles.write(),
+        test.roles.delete(),
+        test.roles.tokens(),
+    );
+    let refused = |role: String, what: Vec<String>| {
+        let db = &db;
+        async move {
+            let err = db.grant_levels().await.unwrap_err().to_string();
+            assert!(err.contains(&format!("`{role}`")), "{err}");
+            for what in what {
+                assert!(err.contains(&what), "{what}: {err}");
+            }
+            let err = db.migrate("notes", &notes).await.unwrap_err().to_string();
+            assert!(err.contains(&format!("`{role}`")), "{err}");
+        }
+    };
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} OWNER TO {write}"))
+        .await
+        .unwrap();
+    refused(write.clone(), vec![format!("owns database {name}")]).await;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} OWNER TO CURRENT_USER; \
+             ALTER SCHEMA public OWNER TO {delete}"
+        ))
+        .await
+        .unwrap();
+    refused(delete.clone(), vec!["owns schema public".into()]).await;
+    admin
+        .batch_execute(&format!(
+            "ALTER SCHEMA public OWNER TO pg_database_owner; \
+             CREATE TABLE mine (x INT); ALTER TABLE mine OWNER TO {read}; \
+             CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'; \
+             ALTER FUNCTION f() OWNER TO {read};"
+        ))
+        .await
+        .unwrap();
+    refused(
+        read.clone(),
+        vec!["owns ".into(), "function f()".into(), "table mine".into()],
+    )
+    .await;
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE mine; DROP FUNCTION f(); \
+             GRANT SET ON PARAMETER session_replication_role TO {tokens}"
+        ))
+        .await
+        .unwrap();
+    refused(
+        tokens.clone(),
+        vec!["on parameter session_replication_role".into()],
+    )
+    .await;
+    admin
+        .batch_execute(&format!(
+            "REVOKE SET ON PARAMETER session_replication_role FROM {tokens}"
+        ))
+        .await
+        .unwrap();
+    db.grant_levels().await.unwrap();
+}
+
+/// A framework table that another role owns (one that may create in `public`, made it
+/// before the first `init`; or dropped it and made it again since) is refused by name:
+/// `CREATE TABLE IF NOT EXISTS` would keep it, and the grants only look at the owner's.
+#[tokio::test]
+async fn a_framework_table_of_another_owner_is_refused() {
+    let test = TestDb::new().await;
+    let other = format!("{}_other", test.roles.prefix());
+    let admin = test.owner().await;
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {other} LOGIN; GRANT CREATE ON SCHEMA public TO {other};"
+        ))
+        .await
+        .unwrap();
+    as_role(&test, &other)
+        .await
+        .batch_execute("CREATE TABLE aac_tokens (forged TEXT)")
+        .await
+        .unwrap();
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    let notes = ["CREATE TABLE notes (text TEXT NOT NULL);"];
+    let err = db.migrate("notes", &notes).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("`aac_tokens` is owned by `{other}`"))
+            && err.contains("defeats the level model"),
+        "{err}"
+    );
+    admin.batch_execute("DROP TABLE aac_tokens").await.unwrap();
+    db.migrate("notes", &notes).await.unwrap();
+    // Replaced after `init`: refused when the server starts again.
+    admin
+        .batch_execute(&format!("ALTER TABLE aac_audit OWNER TO {other}"))
+        .await
+        .unwrap();
+    for err in [
+        db.migrate("notes", &notes).await.unwrap_err(),
+        db.grant_levels().await.unwrap_err(),
+    ] {
+        let err = err.to_string();
+        assert!(
+            err.contains(&format!("`aac_audit` is owned by `{other}`")),
+            "{err}"
+        );
+    }
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE aac_audit OWNER TO CURRENT_USER; DROP OWNED BY {other}; DROP ROLE {other};"
+        ))
+        .await
+        .unwrap();
+    db.grant_levels().await.unwrap();
+}

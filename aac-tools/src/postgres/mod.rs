@@ -119,6 +119,7 @@ pub use audit::{PgSink, mirror};
 /// The pool this module is built on ([`Tx::client`] is its `ClientWrapper`).
 pub use deadpool_postgres;
 pub use ledger::PgLedger;
+use roles::FRAMEWORK_TABLES;
 pub use roles::{BadPrefix, DEFAULT_ROLE_PREFIX, Roles};
 pub use tokens::TokenStore;
 /// The `tokio-postgres` this module is built on, so that query code names the same version.
@@ -480,6 +481,7 @@ impl Database {
     pub async fn grant_levels(&self) -> Result<(), DbError> {
         let client = self.owner().await?;
         check_level_roles(&client, &self.inner.roles).await?;
+        check_framework_tables(&client).await?;
         let tables: Vec<String> = client
             .query(
                 "SELECT tablename::text FROM pg_catalog.pg_tables \
@@ -593,6 +595,7 @@ impl Database {
                 None,
             ));
         }
+        check_framework_tables(&client).await?;
         migrate_one(&mut client, "aac", FRAMEWORK_MIGRATIONS).await?;
         audit::ensure_table(&client)
             .await
@@ -609,6 +612,7 @@ impl Database {
     #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub(crate) async fn check_schema(&self, component: &str, known: usize) -> Result<(), DbError> {
         let client = self.owner().await?;
+        check_framework_tables(&client).await?;
         let versions = client
             .query("SELECT component, version FROM aac_schema", &[])
             .await
@@ -1100,6 +1104,38 @@ async fn public_schema_sql(client: &tokio_postgres::Client) -> Result<String, Db
 /// their functions and operators there could be picked by SQL that names a built-in
 /// without `pg_catalog.` (the framework's own SQL does not; an application's may).
 async fn warn_of_public_schema(client: &tokio_postgres::Client) -> Result<(), DbError> {
+    // The owners of `public` (`pg_database_owner` stands for the database's) and of the
+    // database, when another role than the tables' owner: no grant can stop them.
+    let owners: Vec<String> = client
+        .query(
+            "SELECT DISTINCT pg_catalog.pg_get_userbyid(o.owner)::text FROM ( \
+                 SELECT CASE WHEN n.nspowner OPERATOR(pg_catalog.=) \
+                                  'pg_database_owner'::regrole::oid \
+                             THEN d.datdba ELSE n.nspowner END AS owner \
+                 FROM pg_catalog.pg_namespace n, pg_catalog.pg_database d \
+                 WHERE n.nspname = 'public'::name AND d.datname = pg_catalog.current_database() \
+                 UNION ALL SELECT d.datdba FROM pg_catalog.pg_database d \
+                 WHERE d.datname = pg_catalog.current_database()) o \
+             WHERE o.owner OPERATOR(pg_catalog.<>) \
+                   (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) \
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(|e| DbError::new("cannot read the owners of schema `public`", Some(e)))?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    if !owners.is_empty() {
+        tracing::warn!(
+            "the database or its schema `public` is owned by another role than the tables' \
+             owner ({}): whatever this owner grants or revokes, that role may drop or replace \
+             the framework's tables (`aac_tokens`, `aac_audit`) and the application's, and \
+             `init` and `serve` only refuse such a table when they start. Serve from a \
+             database whose owner, and `public`'s, you trust",
+            owners.join(", ")
+        );
+    }
     let creators: Vec<String> = client
         .query(
             "SELECT r.rolname::text FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n \
@@ -1145,7 +1181,23 @@ async fn check_level_roles(client: &tokio_postgres::Client, roles: &Roles) -> Re
                     r.rolbypassrls, r.rolreplication, \
                     ARRAY(SELECT g.rolname::text FROM pg_catalog.pg_auth_members m \
                           JOIN pg_catalog.pg_roles g ON g.oid = m.roleid \
-                          WHERE m.member = r.oid ORDER BY 1) \
+                          WHERE m.member = r.oid ORDER BY 1), \
+                    ARRAY(SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) \
+                          FROM pg_catalog.pg_shdepend d \
+                          WHERE d.refclassid = 'pg_catalog.pg_authid'::regclass::oid \
+                            AND d.refobjid = r.oid AND d.deptype = 'o' \
+                            AND (d.dbid = (SELECT oid FROM pg_catalog.pg_database \
+                                           WHERE datname = pg_catalog.current_database()) \
+                                 OR (d.classid = 'pg_catalog.pg_database'::regclass::oid \
+                                     AND d.objid = (SELECT oid FROM pg_catalog.pg_database \
+                                                    WHERE datname = pg_catalog.current_database()))) \
+                          ORDER BY 1), \
+                    ARRAY(SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) \
+                          FROM pg_catalog.pg_shdepend d \
+                          WHERE d.refclassid = 'pg_catalog.pg_authid'::regclass::oid \
+                            AND d.refobjid = r.oid AND d.deptype = 'a' \
+                            AND d.classid = pg_catalog.to_regclass('pg_catalog.pg_parameter_acl'::text)::oid \
+                          ORDER BY 1) \
              FROM pg_catalog.pg_roles r WHERE r.rolname::text = ANY ($1::text[]) ORDER BY 1",
             &[&names],
         )
@@ -1168,17 +1220,75 @@ async fn check_level_roles(client: &tokio_postgres::Client, roles: &Roles) -> Re
         if !groups.is_empty() {
             wrong.push(format!("is a member of {}", groups.join(", ")));
         }
+        let owned: Vec<String> = row.get(7);
+        if !owned.is_empty() {
+            wrong.push(format!("owns {}", listed(&owned)));
+        }
+        let parameters: Vec<String> = row.get(8);
+        if !parameters.is_empty() {
+            wrong.push(format!(
+                "holds a privilege (SET or ALTER SYSTEM) on {}",
+                listed(&parameters)
+            ));
+        }
         if !wrong.is_empty() {
             return Err(DbError::new(
                 format!(
                     "the level role `{role}` exists already and {}: a level's role has no \
-                     attribute and is a member of no role; fix or drop it (or choose another \
-                     prefix) and run again",
+                     attribute, is a member of no role, owns nothing in this database (an \
+                     owner has every right on what it owns; the database's owner may `SET \
+                     ROLE pg_database_owner`) and holds no privilege on a parameter (`SET` of \
+                     `session_replication_role` skips triggers and foreign keys, the audit \
+                     trail's too); fix or drop it (or choose another prefix) and run again",
                     wrong.join(", ")
                 ),
                 None,
             ));
         }
+    }
+    Ok(())
+}
+
+/// At most eight of `names`, and how many more.
+fn listed(names: &[String]) -> String {
+    match names.len() {
+        n if n > 8 => format!("{}, and {} more", names[..8].join(", "), n - 8),
+        _ => names.join(", "),
+    }
+}
+
+/// Refuses a framework table (`aac_tokens`, `aac_audit`, …) in `public` that the
+/// connecting user (the tables' owner, as `migrate` runs) does not own: another role that
+/// may create in `public` (its owner, the database's owner) could have made it before the
+/// first `init`, which `CREATE TABLE IF NOT EXISTS` would keep, with its forged rows and
+/// its own triggers, or dropped and made it again since.
+async fn check_framework_tables(client: &tokio_postgres::Client) -> Result<(), DbError> {
+    let names: Vec<String> = FRAMEWORK_TABLES.iter().map(|t| (*t).to_owned()).collect();
+    let foreign = client
+        .query(
+            "SELECT c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'public'::name AND c.relname::text = ANY ($1::text[]) \
+               AND c.relowner OPERATOR(pg_catalog.<>) \
+                   (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) \
+             ORDER BY 1",
+            &[&names],
+        )
+        .await
+        .map_err(|e| DbError::new("cannot read the owners of the framework's tables", Some(e)))?;
+    if let Some(row) = foreign.first() {
+        let (table, owner): (String, String) = (row.get(0), row.get(1));
+        return Err(DbError::new(
+            format!(
+                "the framework's table `{table}` is owned by `{owner}`, not by the tables' \
+                 owner (the role that migrates): its rows (tokens, the audit trail) and its \
+                 triggers are that role's to forge. A database or schema `public` owned by a \
+                 role you do not trust defeats the level model: that role may create, drop or \
+                 replace the framework's tables. Serve from a database whose owner, and \
+                 `public`'s, you trust; drop this table (after checking its rows) and run again"
+            ),
+            None,
+        ));
     }
     Ok(())
 }
