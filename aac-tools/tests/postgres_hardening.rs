@@ -379,3 +379,73 @@ async fn a_framework_table_of_another_owner_is_refused() {
         .unwrap();
     db.grant_levels().await.unwrap();
 }
+
+/// The messages of the warnings emitted on this thread while it is the default subscriber.
+#[derive(Default, Clone)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Message<'a>(&'a mut String);
+
+impl tracing::field::Visit for Message<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0.push_str(&format!("{value:?}"));
+        }
+    }
+}
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = String::new();
+        event.record(&mut Message(&mut message));
+        self.0.lock().unwrap().push(message);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A database (and so, on PostgreSQL 15, `public`) owned by another role than the tables'
+/// owner is named by the grants' warning: no grant stops that role from dropping or
+/// replacing the framework's tables.
+#[tokio::test]
+async fn a_database_of_another_owner_is_warned_of() {
+    let test = TestDb::new().await;
+    let other = format!("{}_dbowner", test.roles.prefix());
+    let admin = test.owner().await;
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {other} NOLOGIN; ALTER DATABASE {} OWNER TO {other}",
+            test.name
+        ))
+        .await
+        .unwrap();
+    let warnings = Warnings::default();
+    let guard = tracing::subscriber::set_default(warnings.clone());
+    let db = Database::connect(&test.url, test.roles.clone()).unwrap();
+    db.migrate("notes", &["CREATE TABLE notes (text TEXT NOT NULL);"])
+        .await
+        .unwrap();
+    drop(guard);
+    let said = warnings.0.lock().unwrap().clone();
+    assert!(
+        said.iter().any(|w| w.contains(&format!(
+            "is owned by another role than the tables' owner ({other})"
+        )) && w.contains("drop or replace the framework's tables")),
+        "{said:?}"
+    );
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} OWNER TO CURRENT_USER; DROP ROLE {other}",
+            test.name
+        ))
+        .await
+        .unwrap();
+}
