@@ -301,6 +301,54 @@ async fn a_delete_of_a_session_that_is_not_there_is_404() {
     );
 }
 
+/// A GET or a DELETE of `/mcp` takes no body: one carrying a call (to one's own session,
+/// another's, or none) is refused 400 and the call recorded. rmcp ignored the body: the
+/// DELETE ended the session (204) or got its 404, and the call was in no record.
+#[tokio::test]
+async fn a_get_or_delete_with_a_call_in_its_body_is_refused_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let alices = alice.session.clone().unwrap();
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":1,"confirm":true}}}"#;
+    let before = server.sink.records().len();
+    let http = reqwest::Client::new();
+    for (method, session) in [
+        (reqwest::Method::DELETE, alices.as_str()),
+        (
+            reqwest::Method::DELETE,
+            "6f1d2c3b-0a9e-4d8c-b7a6-f5e4d3c2b1a0",
+        ),
+        (reqwest::Method::GET, alices.as_str()),
+    ] {
+        let response = http
+            .request(method.clone(), server.mcp())
+            .bearer_auth(&server.fixture.full)
+            .header("mcp-session-id", session)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(call)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{method} {session}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["reason"], "body_not_allowed", "{body}");
+    }
+    let records = server.sink.records();
+    let new = &records[before..];
+    assert_eq!(new.len(), 3, "{new:#?}");
+    assert!(
+        new.iter()
+            .all(|r| r.tool == "delete_note" && r.status == 400),
+        "{new:#?}"
+    );
+    // The session was not ended by the DELETE that carried a call.
+    let (status, result) = alice.call(4, "list_notes", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(result.unwrap()["result"]["isError"], false);
+}
+
 /// The session's standalone stream (`GET /mcp`), its messages forwarded to a channel.
 async fn standalone_stream(raw: &RawMcp) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
     let response = raw

@@ -303,7 +303,17 @@ fn an_http_url(text: &str) -> Result<String, String> {
     }
     // Published as written, and compared as written (a JWT's audience): the authority must
     // be what a reader of the URL takes it for (no `https:///x`, `https://@x`, `x:`).
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // As written, case included: a reader (a client asking for a token for this
+    // resource) lower-cases a scheme and a host, so `HTTPS://Example.COM` would be
+    // published and compared as a URL no client asks for.
+    let written = &text[text.len() - rest.len()..];
+    if !text.starts_with("https://") && !text.starts_with("http://") {
+        return Err(format!(
+            "the URL's scheme is written `{}`: write it in lower case",
+            &text[..text.len() - rest.len() - 3]
+        ));
+    }
+    let authority = written.split(['/', '?', '#']).next().unwrap_or_default();
     let expected = match url.port() {
         Some(port) => format!("{host}:{port}"),
         None => host.to_owned(),

@@ -886,6 +886,19 @@ impl tower_service::Service<Request> for McpEndpoint {
                 );
                 return Ok(response);
             }
+            // A GET or a DELETE of `/mcp` takes no body: one that sends one (rmcp would
+            // ignore it, and any call in it with it) is refused, and what it carries
+            // recorded, as a request refused where no route takes it is.
+            if request.method() != Method::POST && declares_body(request.headers()) {
+                let err = ToolError::bad_request(
+                    "body_not_allowed",
+                    format!(
+                        "a {} of the MCP endpoint takes no body: a call is a POST",
+                        request.method()
+                    ),
+                );
+                return Ok(Box::pin(refused_unrouted(&endpoint.app, request, err)).await);
+            }
             let in_flight = (request.method() == Method::POST).then(|| endpoint.in_flight.enter());
             let response = mcp_gate(&endpoint.app, request, &endpoint.mcp).await;
             Ok(held_by_body(response, in_flight))
@@ -1188,12 +1201,7 @@ impl Unrouted {
 /// and one without a body, are answered unrecorded.
 pub(crate) async fn refused_unrouted(app: &App, request: Request, err: ToolError) -> Response {
     let (parts, body) = request.into_parts();
-    let declares_body = parts.headers.contains_key(header::TRANSFER_ENCODING)
-        || parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|length| length.as_bytes() != b"0");
-    if !declares_body {
+    if !declares_body(&parts.headers) {
         return json_error(&err);
     }
     match Unrouted::of(parts.uri.path()) {
@@ -1203,6 +1211,14 @@ pub(crate) async fn refused_unrouted(app: &App, request: Request, err: ToolError
             refuse_what_the_body_carries(app, &parts, body, err, Carries::Calls).await
         }
     }
+}
+
+/// Whether a request declares a body (chunked, or a length other than 0).
+fn declares_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0")
 }
 
 /// The records of the calls of a batch after its first (whose attempt the gate began),

@@ -341,3 +341,52 @@ async fn dashboard_counts_every_call_a_count_of_refusals_stands_for() {
     assert_eq!((calls, denied), (42, 41), "{usage}");
     assert_eq!(usage["total_calls"], 42, "{usage}");
 }
+
+/// On PostgreSQL, an operator another role planted in `public` whose operand types match
+/// a query's better than the built-in's (`||(text, bigint)`: an issue's key is its
+/// prefix, `-` and its number) is never run by the tools, which give every operand its
+/// exact type. It ran, as the write and read roles, in every query of an issue: it could
+/// read and rewrite every workspace's issues.
+#[tokio::test]
+async fn an_operator_planted_in_public_is_never_run_by_the_tools() {
+    let seeded = Seeded::new().await;
+    let Some((_, test)) = seeded.postgres() else {
+        return;
+    };
+    let config: aac_tools::postgres::tokio_postgres::Config = test.url.parse().unwrap();
+    let (client, connection) = config
+        .connect(aac_tools::postgres::tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE public.planted_ran (who text);
+             GRANT INSERT, SELECT ON public.planted_ran TO PUBLIC;
+             CREATE FUNCTION public.planted_cat(text, bigint) RETURNS text LANGUAGE sql AS
+               $$ INSERT INTO public.planted_ran VALUES (current_user);
+                  SELECT $1 OPERATOR(pg_catalog.||) $2::text $$;
+             CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = bigint,
+                                        FUNCTION = public.planted_cat);",
+        )
+        .await
+        .unwrap();
+    // A server on connections of its own, opened after the plant (a connection that
+    // prepared a statement before keeps its plan).
+    let db = aac_tools::postgres::Database::connect(&test.url, test.roles.clone()).unwrap();
+    let server =
+        aacworkflow::server_on_postgres(&db, aac_tools::audit::MemorySink::new(), false).unwrap();
+    let alice = seeded.token("alice", "demo", ALL_SCOPES);
+    let listed = call(&server, &alice, "list_issues", json!({})).await;
+    assert_eq!(listed["isError"], false, "{listed}");
+    let one = call(&server, &alice, "get_issue", json!({"issue_id": "AAC-1"})).await;
+    assert_eq!(one["structuredContent"]["key"], "AAC-1", "{one}");
+    let made = call(&server, &alice, "create_issue", json!({"title": "t"})).await;
+    assert_eq!(made["isError"], false, "{made}");
+    let ran: i64 = client
+        .query_one("SELECT count(*) FROM public.planted_ran", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ran, 0, "the planted operator ran");
+}

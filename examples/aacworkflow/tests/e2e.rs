@@ -912,6 +912,20 @@ async fn serve_is_an_oauth_resource_server_from_the_command_line() {
             2,
             "write it `x`",
         ),
+        // Upper case, which every client lower-cases before it asks for a token (the
+        // URL was published and taken as the audience as written).
+        (
+            &["--resource-url", "http://LOCALHOST:8080/mcp"][..],
+            &[][..],
+            2,
+            "write it `localhost:8080`",
+        ),
+        (
+            &["--resource-url", "HTTP://localhost:8080/mcp"][..],
+            &[][..],
+            2,
+            "in lower case",
+        ),
         (
             &["--authorization-server", "https://as.test\\x"][..],
             &[][..],

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::model::{Assignee, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, now};
 
-const ISSUE_COLUMNS: &str = "i.id, w.key_prefix || '-' || i.number, i.title, i.body, i.status,
+const ISSUE_COLUMNS: &str =
+    "i.id, w.key_prefix || '-'::text || i.number::text, i.title, i.body, i.status,
      i.assignee, i.assignee_kind, i.created_by, i.created_at, i.updated_at, i.number
      FROM issues i JOIN workspaces w ON w.id = i.workspace";
 
