@@ -2738,9 +2738,9 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
     assert_eq!(records[0].status, 413);
     assert_eq!(records[0].principal.as_deref(), Some("alice"));
     assert_eq!(records[0].kind, aac_tools::audit::CallKind::Tool);
-    // A read, a prompt or a completion too big to read is recorded as what its headers
-    // say it is, so that `audit --kind resource` finds it; without them, as what its start
-    // says, whether its length was declared or it came in chunks.
+    // A read, a prompt or a completion too big to read is recorded as what its start says
+    // it is (with headers that say the same, or none), so that `audit --kind resource`
+    // finds it, whether its length was declared or it came in chunks.
     for (method, name, kind) in [
         (
             "resources/read",
@@ -2794,6 +2794,36 @@ async fn an_mcp_body_over_the_limit_is_refused_and_recorded() {
             );
             assert_eq!(records[0].principal.as_deref(), Some("alice"));
         }
+    }
+    // Headers that say something else than the body's start: the body is what was sent,
+    // and a call of a destructive tool is not hidden as a read.
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"delete_note","arguments":{{"id":1,"confirm":true,"pad":"{}"}}}}}}"#,
+        "x".repeat(8192)
+    );
+    for (method, name) in [
+        (Some("resources/read"), Some("notes://all")),
+        (None, Some("list_notes")),
+        (Some("ping"), None),
+    ] {
+        server.sink.clear();
+        let mut request = raw.post();
+        if let Some(method) = method {
+            request = request.header("mcp-method", method);
+        }
+        if let Some(name) = name {
+            request = request.header("mcp-name", name);
+        }
+        let response = request.body(call.clone()).send().await.unwrap();
+        assert_eq!(response.status(), 413);
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (records[0].kind, records[0].tool.as_str()),
+            (aac_tools::audit::CallKind::Tool, "delete_note"),
+            "{method:?} {name:?}"
+        );
+        assert_eq!(records[0].request_id.as_deref(), Some("9"));
     }
     // The server still serves the session.
     let (status, _) = raw.call(2, "list_notes", serde_json::json!({})).await;

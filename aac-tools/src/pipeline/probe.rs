@@ -443,13 +443,22 @@ impl Unread {
     /// [`Unread::request`], its method and name those given (an HTTP request's `Mcp-Method`
     /// and `Mcp-Name` headers) where they are, else those its start says.
     pub(crate) fn request_named(&self, method: Option<&str>, name: Option<&str>) -> CallRequest {
-        let method = method.or(self.method.as_deref());
-        let name = name.or(match method {
-            Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
-                self.uri.as_deref()
-            }
-            _ => self.name.as_deref(),
-        });
+        // What the body says first, as a body under the limit is recorded by what it
+        // says: a header that names something else (a `tools/call` of a destructive
+        // tool sent with `Mcp-Method: resources/read`) must not hide the call. The
+        // headers name only what a body whose start says nothing is.
+        let (method, name) = match self.method.as_deref() {
+            Some(said) => (
+                Some(said),
+                match said {
+                    "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                        self.uri.as_deref()
+                    }
+                    _ => self.name.as_deref(),
+                },
+            ),
+            None => (method, name),
+        };
         let mut request = CallRequest::unread(method, name);
         if !self.id.is_null() {
             request = request.request_id(id_text(&self.id));
