@@ -4,17 +4,8 @@
 mod postgres_support;
 
 use aac_tools::access::Write;
-use aac_tools::postgres::{Database, TokenStore, tokio_postgres};
-use postgres_support::TestDb;
-
-/// A connection to the test's database as `role`, outside any pool.
-async fn as_role(test: &TestDb, role: &str) -> tokio_postgres::Client {
-    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
-    config.user(role);
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
+use aac_tools::postgres::{Database, TokenStore};
+use postgres_support::{TestDb, as_role};
 
 /// What another role, which may create in `public`, plants there: a function or operator
 /// of a built-in's name whose argument types match the framework's calls better than the

@@ -15,7 +15,7 @@ use aac_tools::http::HttpOptions;
 use aac_tools::postgres::{Database, PgSink, ReadDb, TokenStore, WriteDb, tokio_postgres};
 use aac_tools::tokens::TokenIssuer;
 use aac_tools::{CallRequest, Credentials, Registry, Server, Status, Text, ToolError, mcp_tool};
-use postgres_support::TestDb;
+use postgres_support::{TestDb, as_role};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -1061,15 +1061,6 @@ async fn an_append_waits_for_the_chain_lock_for_seconds_then_gives_up() {
 /// The key of the advisory lock that serialized appends before the chain's lock became a
 /// row only the audit role may lock.
 const OLD_CHAIN_KEY: i64 = 0x6161_635f_6175_6469;
-
-/// A connection to the test's database as `role`.
-async fn as_role(test: &TestDb, role: &str) -> tokio_postgres::Client {
-    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
-    config.user(role);
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
 
 /// The chain's lock is a row of `aac_audit_lock` that only the audit role (and the
 /// owner) may lock: no data role can take it, queue for it, or hold up an append with any

@@ -93,10 +93,21 @@ async fn start(server: Server, token: &str) -> Session {
     session
 }
 
-fn server(sink: &MemorySink) -> Server {
+/// The server of these tests, recording to `sink`, before it is built.
+fn builder(sink: &MemorySink) -> aac_tools::ServerBuilder {
     Server::builder(Registry::collect_module(module_path!()).unwrap())
         .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
         .audit(sink.clone())
+}
+
+fn server(sink: &MemorySink) -> Server {
+    builder(sink).build().unwrap()
+}
+
+/// [`server`] with a rate of one call a minute for each principal.
+fn rate_limited_server(sink: &MemorySink) -> Server {
+    builder(sink)
+        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
         .build()
         .unwrap()
 }
@@ -485,12 +496,7 @@ async fn a_closed_connection_keeps_no_subscription() {
 #[tokio::test]
 async fn a_count_of_rate_limited_reads_is_recorded_as_reads() {
     let sink = MemorySink::new();
-    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
-        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
-        .audit(sink.clone())
-        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
-        .build()
-        .unwrap();
+    let server = rate_limited_server(&sink);
     let read = || aac_tools::CallRequest::resource("test://watched").bearer("watcher");
     assert!(server.call(read()).await.error().is_none());
     for _ in 0..4 {
@@ -516,12 +522,7 @@ async fn a_count_of_rate_limited_reads_is_recorded_as_reads() {
 #[tokio::test]
 async fn a_batch_past_the_rate_is_counted_call_by_call() {
     let sink = MemorySink::new();
-    let server = Server::builder(Registry::collect_module(module_path!()).unwrap())
-        .verifier(StaticTokens::new().with("watcher", Principal::new("watcher", ["watch:read"])))
-        .audit(sink.clone())
-        .rate_limit_per_principal(Some(aac_tools::Rate::per_minute_const(1)))
-        .build()
-        .unwrap();
+    let server = rate_limited_server(&sink);
     let mut session = start(server.clone(), "watcher").await;
     // The principal's one call a minute, then its first refusal (recorded as it is).
     for id in [2, 3] {

@@ -123,3 +123,12 @@ impl Drop for TestDb {
         .join();
     }
 }
+
+/// A connection to the test's database as `role`, outside any pool.
+pub async fn as_role(test: &TestDb, role: &str) -> tokio_postgres::Client {
+    let mut config: tokio_postgres::Config = test.url.parse().unwrap();
+    config.user(role);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
