@@ -202,7 +202,7 @@ impl Roles {
         // sequences keep the rights they have (a `nextval` of them by a level's role would
         // use up its numbers). A sequence named `aac_…` is the framework's prefix, as for
         // tables: nobody's data.
-        for sequence in foreign_sequences {
+        for sequence in foreign_sequences.iter().chain(sequences) {
             let q = quote_ident(sequence);
             sql.push_str(&format!(
                 "REVOKE ALL ON SEQUENCE {q} FROM {read}, {write}, {delete}, {tokens}, {audit};\n"
@@ -210,9 +210,6 @@ impl Roles {
         }
         for sequence in sequences {
             let q = quote_ident(sequence);
-            sql.push_str(&format!(
-                "REVOKE ALL ON SEQUENCE {q} FROM {read}, {write}, {delete}, {tokens}, {audit};\n"
-            ));
             if !sequence.starts_with("aac_") {
                 sql.push_str(&format!(
                     "GRANT USAGE, SELECT ON SEQUENCE {q} TO {write}, {delete};\n"
