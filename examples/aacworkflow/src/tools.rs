@@ -341,6 +341,21 @@ pub struct CreateIssueArgs {
     pub body: Option<String>,
 }
 
+/// Whether `text` shows nothing: only white space, control characters and characters that
+/// draw nothing (zero-width spaces, the Hangul fillers, the braille blank, tags…), which a
+/// title made of would list as an empty line.
+fn blank(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_whitespace() || c.is_control() || aac_tools::confirm::is_invisible(c))
+}
+
+fn blank_title() -> ToolError {
+    ToolError::bad_request(
+        "invalid_arguments",
+        "`title` cannot be blank: it needs a character that shows",
+    )
+}
+
 /// Create an issue in your workspace. Returns it with its `id` (UUID) and `key` (`AAC-42`).
 ///
 /// Not idempotent: each call creates a new issue.
@@ -351,11 +366,8 @@ pub async fn create_issue(
     args: CreateIssueArgs,
 ) -> Result<Issue, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    if args.title.trim().is_empty() {
-        return Err(ToolError::bad_request(
-            "invalid_arguments",
-            "`title` cannot be blank",
-        ));
+    if blank(&args.title) {
+        return Err(blank_title());
     }
     transact!(db, |tx| {
         require_writer(tx, &workspace, &user, "create issues").await?;
@@ -412,11 +424,8 @@ pub async fn update_issue(
             body: args.body,
             status: args.status,
         };
-        if changes.title.as_deref() == Some("") {
-            return Err(ToolError::bad_request(
-                "invalid_arguments",
-                "`title` cannot be blank",
-            ));
+        if changes.title.as_deref().is_some_and(blank) {
+            return Err(blank_title());
         }
         let changed = tx.update_issue(&issue, &changes).await?;
         Ok(Updated {

@@ -310,6 +310,20 @@ impl<L: Level> UpdateIssues for Tx<L> {
     }
 }
 
+/// Keep the issue until this transaction ends (`FOR KEY SHARE`, what the foreign key's own
+/// check takes): a `delete_issue` in progress is waited for, and an issue it deleted is not
+/// found (404), never a foreign-key error.
+async fn issue_kept<L: Level>(tx: &Tx<L>, issue_id: &str) -> Result<(), ToolError> {
+    let client = tx.client();
+    let stmt = client
+        .prepare_cached("SELECT 1 FROM issues WHERE id = $1 FOR KEY SHARE")
+        .await?;
+    match client.query_opt(&stmt, &[&issue_id]).await? {
+        Some(_) => Ok(()),
+        None => Err(issue_not_found()),
+    }
+}
+
 impl<L: Level> UpdateComments for Tx<L> {
     async fn add_comment(
         &self,
@@ -324,6 +338,7 @@ impl<L: Level> UpdateComments for Tx<L> {
             created_at: now(),
         };
         let client = self.client();
+        issue_kept(self, issue_id).await?;
         let stmt = client
             .prepare_cached(
                 "INSERT INTO comments (id, issue_id, author, body, created_at)
@@ -355,6 +370,7 @@ impl<L: Level> UpdateAutopilot for Tx<L> {
     ) -> Result<AutopilotRun, ToolError> {
         let run = AutopilotRun::queued(issue, agent, user);
         let client = self.client();
+        issue_kept(self, &issue.id).await?;
         let stmt = client
             .prepare_cached(
                 "INSERT INTO autopilot_runs (id, issue_id, agent, status, triggered_by, created_at)
@@ -419,6 +435,17 @@ impl<L: Level> UpdateDirectory for Tx<L> {
 impl<L: Level> DeleteIssues for Tx<L> {
     async fn delete_issue(&self, issue_id: &str) -> Result<Removed, ToolError> {
         let client = self.client();
+        // The issue's row locked first: a comment or run being added to it commits before
+        // (and is counted), or waits and finds the issue gone (404), as on SQLite, where
+        // one writer at a time gives the same order. Without the lock, a comment committed
+        // between the counts and the issue's own `DELETE` went uncounted with the cascade,
+        // and one after it failed on the foreign key with the database's text.
+        let stmt = client
+            .prepare_cached("SELECT 1 FROM issues WHERE id = $1 FOR UPDATE")
+            .await?;
+        if client.query_opt(&stmt, &[&issue_id]).await?.is_none() {
+            return Err(issue_not_found());
+        }
         let comments = client
             .execute("DELETE FROM comments WHERE issue_id = $1", &[&issue_id])
             .await?;
