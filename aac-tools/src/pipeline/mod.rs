@@ -380,7 +380,11 @@ impl Attempt {
         .then(|| self.server.http_calls_stop());
         let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped, ever));
         self.commits = Some(Arc::clone(&commits));
-        let mut handler = CatchUnwind(handler(call), level, Arc::clone(&commits));
+        let mut handler = CatchUnwind(
+            Handling::Start(handler, Some(call)),
+            level,
+            Arc::clone(&commits),
+        );
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn. Its parameters are extracted in it: arguments their type refuses
         // (past what the schema bounds) are a refusal of the validation, not the tool's.
@@ -1915,15 +1919,38 @@ fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
 /// (`__private0::ExtractScope`): a data transaction it opens above its level, through a
 /// handle of shared state, is refused.
 /// Its database transactions are counted in the call's [`commits::Commits`].
-struct CatchUnwind<F>(F, Option<crate::access::AccessLevel>, Arc<commits::Commits>);
+struct CatchUnwind(
+    Handling,
+    Option<crate::access::AccessLevel>,
+    Arc<commits::Commits>,
+);
 
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Option<F::Output>;
+/// A handler not called yet, then the future it gave. It is called at the first poll,
+/// inside the call's level and `catch_unwind` as every poll is: what a handler function
+/// does before it returns its future (one built by hand rather than by `#[mcp_tool]`) is
+/// held to the call's level, and a panic there is the tool's panic, answered and recorded.
+enum Handling {
+    Start(Handler, Option<Call>),
+    Running(crate::tool::HandlerFuture),
+}
+
+impl Future for CatchUnwind {
+    type Output = Option<Result<ToolOutput, ToolError>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let _running = self.1.map(crate::__private0::ExtractScope::enter);
         let _commits = commits::Polling::enter(&self.2);
-        let inner = &mut self.0;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+        let handling = &mut self.0;
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if let Handling::Start(handler, call) = handling {
+                let call = call.take().expect("a handler is called once");
+                *handling = Handling::Running(handler(call));
+            }
+            match handling {
+                Handling::Running(future) => future.as_mut().poll(cx),
+                Handling::Start(..) => unreachable!("called above"),
+            }
+        }));
+        match polled {
             Ok(Poll::Ready(output)) => Poll::Ready(Some(output)),
             Ok(Poll::Pending) => Poll::Pending,
             Err(_) => Poll::Ready(None),
