@@ -682,14 +682,16 @@ impl Attempt {
                 } else {
                     "unrecorded"
                 };
+                // (The sink's own words, `err`, are in the log line above, not the answer.)
                 let message = match &result {
                     Ok(_) => format!(
                         "the tool ran, but its audit record could not be written, so its \
-                         result is withheld; what it did stands, {later}: {err}"
+                         result is withheld; what it did stands, {later}; the server's log \
+                         says why"
                     ),
                     Err(failed) => format!(
                         "the tool ran and failed ({} {}: {}), and its audit record could \
-                         not be written; {later}: {err}",
+                         not be written; {later}; the server's log says why",
                         failed.status().code(),
                         failed.reason(),
                         failed.message()
