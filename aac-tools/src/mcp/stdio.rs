@@ -75,8 +75,14 @@ pub async fn serve_stdio(server: Server, token: Option<String>) -> io::Result<()
 /// [`serve_stdio`] until stdin ends or `shutdown` is cancelled (cancel it on SIGTERM and
 /// Ctrl-C): then no more is read, as if stdin had ended, and the session ends as it does
 /// at the end of stdin, every call read so far taken to its end and recorded (one that
-/// waits for a person, `cancelled`). Killed by a signal instead, a process loses the
-/// records its audit sink had not yet written, of calls whose work may be done.
+/// waits for a person, `cancelled`). The lines already read off stdin (into the reader's
+/// buffer) are handled first, as at the end of stdin, but a line the stop cut short is
+/// dropped, its rest unread. Once the session has no room for another request (64 in
+/// hand, or 64 answers the client has not read), each request among the rest is not run
+/// but refused: recorded (503 `server_stopping`), and answered "Server stopping"
+/// (-32000) if the client reads its answers within 5 s. Killed by a signal instead, a
+/// process loses the records its audit sink had not yet written, of calls whose work may
+/// be done.
 ///
 /// ```no_run
 /// # async fn run(server: aac_tools::Server) -> std::io::Result<()> {
@@ -538,6 +544,11 @@ struct LineTransport<R, W> {
     /// Cancelled when the server stops (SIGTERM): a wait for room ends then too, as if
     /// the input had ended.
     stop: Option<tokio_util::sync::CancellationToken>,
+    /// Stopped with no room to take another request (or while an answer of `receive`'s
+    /// waited to be written): the lines already read off the stream (in `read`'s buffer)
+    /// are taken, and nothing more is read; each request among them is refused and
+    /// recorded, not run.
+    stopping: bool,
 }
 
 /// Reads a request's arguments back from its line, for the record of an attempt nobody
@@ -627,6 +638,19 @@ impl Refusals {
                 "{MAX_IN_FLIGHT} requests of this connection were in hand, waiting for answers \
                  to the server's questions: nothing was called"
             ),
+        );
+        Some(self.refuse(request, err))
+    }
+
+    /// The record of a call (read, prompt, completion) read before the server stopped and
+    /// refused unrun: [`MAX_IN_FLIGHT`] requests were in hand, or answers unwritten.
+    fn stopping(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
+        let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
+        let err = ToolError::new(
+            Status::Unavailable,
+            "server_stopping",
+            "the server was stopping when the request was read, with no room to take it: \
+             nothing was called",
         );
         Some(self.refuse(request, err))
     }
@@ -856,6 +880,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             ended_at: Arc::default(),
             backlog,
             stop,
+            stopping: false,
         }
     }
 
@@ -866,16 +891,35 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         self.closed.cancel();
     }
 
+    /// Stopped: the input ends now (calls waiting for the client stop waiting), and the
+    /// lines already read are taken from the buffer only, each request refused.
+    fn stop_reading(&mut self) {
+        self.stopping = true;
+        self.end_input();
+    }
+
     /// Read up to the next `\n` into `self.line`, never past [`MAX_LINE`]. Cancellation
-    /// safe: bytes are moved from the buffer to `line` with no await in between.
+    /// safe: bytes are moved from the buffer to `line` with no await in between. Once
+    /// stopping, from the buffer only: its end is the end of the input.
     async fn read_line(&mut self) -> io::Result<Line> {
         loop {
-            let available = self.read.fill_buf().await?;
+            let available = if self.stopping {
+                self.read.buffer()
+            } else {
+                self.read.fill_buf().await?
+            };
             if available.is_empty() {
+                // Stopped mid-line: its rest was never read, and a line cut short is no
+                // request (answered "Parse error", its call would be recorded refused
+                // when the client sent it whole).
+                let stopped = self.stopping || self.stop.as_ref().is_some_and(|s| s.is_cancelled());
                 // The last line, without its `\n`: read as a line (as rmcp's own framing
                 // does), not dropped unanswered and unrecorded.
-                if !self.line.is_empty() && !self.discarding {
+                if !self.line.is_empty() && !self.discarding && !stopped {
                     return Ok(Line::Whole);
+                }
+                if !self.line.is_empty() && stopped {
+                    tracing::warn!("the server stopped mid-line: the line's start is dropped");
                 }
                 return Ok(Line::Eof);
             }
@@ -922,9 +966,9 @@ const MAX_UNWRITTEN: usize = 64;
 /// sends faster than they are answered, never pile up more than this.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// The JSON-RPC error of a request refused because [`MAX_IN_FLIGHT`] are in hand (one of
-/// the codes JSON-RPC leaves to servers): worth sending again later, unlike "Invalid
-/// request".
+/// The JSON-RPC error of a request refused because [`MAX_IN_FLIGHT`] are in hand, or the
+/// server stopped with no room to take it (one of the codes JSON-RPC leaves to servers):
+/// worth sending again later, unlike "Invalid request".
 const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
 
 /// What the connection has in hand: the messages to the client not yet written, the
@@ -1502,30 +1546,47 @@ where
             }
             // What `receive` owes (a refusal of its own, a replayed list) is written
             // before the next line is read; a client that does not read holds that write,
-            // and SIGTERM must still end the session (it waited for ever).
+            // and SIGTERM must still end the session (it waited for ever): stopping, the
+            // write gives up at the drain's end.
             if !matches!(self.owed, Owed::Nothing) {
-                let paid = match self.stop.clone() {
-                    Some(stop) => tokio::select! {
+                let paid = if self.stopping {
+                    tokio::time::timeout_at(drain_end(&self.ended_at), self.pay())
+                        .await
+                        .ok()
+                } else if let Some(stop) = self.stop.clone() {
+                    tokio::select! {
                         biased;
                         paid = self.pay() => Some(paid),
                         () = stop.cancelled() => None,
-                    },
-                    None => Some(self.pay().await),
+                    }
+                } else {
+                    Some(self.pay().await)
                 };
                 if let Some(Err(err)) = &paid {
                     tracing::error!(error = %err, "cannot write to the MCP stream");
                 }
-                // A write that failed, or stopped while it waited: as if the input had
-                // ended.
-                if !matches!(paid, Some(Ok(()))) {
-                    self.end_input();
-                    return None;
+                match paid {
+                    Some(Ok(())) => {}
+                    // Stopping: the lines read are still each recorded, unanswered.
+                    _ if self.stopping => self.owed = Owed::Nothing,
+                    // Stopped while it waited: nothing more is read, the lines already
+                    // read are refused, and the write goes on until the drain's end.
+                    None => {
+                        self.stop_reading();
+                        continue;
+                    }
+                    // A write that failed: as if the input had ended.
+                    Some(Err(_)) => {
+                        self.end_input();
+                        return None;
+                    }
                 }
             }
-            if !self.backlog.room(self.stop.as_ref()).await {
-                // Stopped while waiting for room: as if the input had ended.
-                self.end_input();
-                return None;
+            // Stopped while waiting for room: nothing more is read, and the lines already
+            // read are refused (the room may never come: a client that does not read its
+            // answers).
+            if !self.stopping && !self.backlog.room(self.stop.as_ref()).await {
+                self.stop_reading();
             }
             match self.read_line().await {
                 Ok(Line::Whole) => {}
@@ -1649,6 +1710,25 @@ where
                     ErrorCode::INVALID_REQUEST,
                     "Invalid request: a request with this id is still in flight: ids must be \
                      unique among a connection's requests in flight"
+                        .to_owned(),
+                );
+                self.owed = Owed::Line(vec![Bytes::from(answer)]);
+                self.line.clear();
+                continue;
+            }
+            // Stopping: a request read before the stop and not yet taken is refused and
+            // recorded, not run.
+            if let Parsed::Message(message) = &parsed
+                && let JsonRpcMessage::Request(request) = message.as_ref()
+                && self.stopping
+            {
+                let id = serde_json::to_value(&request.id).unwrap_or_default();
+                self.recording = self.refusals.stopping(trim_line(&self.line));
+                let answer = error_line(
+                    id,
+                    SERVER_BUSY,
+                    "Server stopping: the request was read as the server stopped, with no \
+                     room to take it; nothing was called"
                         .to_owned(),
                 );
                 self.owed = Owed::Line(vec![Bytes::from(answer)]);
@@ -1931,6 +2011,167 @@ mod tests {
             let parsed: serde_json::Value = serde_json::from_slice(&line).unwrap();
             assert_eq!(parsed["result"], serde_json::json!({"tools": []}));
             assert_eq!(line.last(), Some(&b'\n'));
+        }
+    }
+
+    /// A tool that takes a while.
+    fn slow(_: crate::tool::Call) -> crate::tool::HandlerFuture {
+        Box::pin(async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            Ok(crate::tool::ToolOutput::text("done"))
+        })
+    }
+
+    static SLOW: crate::tool::ToolDef =
+        crate::tool::ToolDef::__from_parts(crate::tool::ToolParts {
+            name: "slow",
+            title: None,
+            description: "Takes a while.",
+            read_only: true,
+            destructive: false,
+            idempotent: false,
+            open_world: false,
+            scopes: &["x:y"],
+            audit_fields: &[],
+            rate: None,
+            confirm: None,
+            confirm_message: None,
+            input_schema: || None,
+            raw_input_schema: None,
+            output_schema: || None,
+            state_needs: &[],
+            handler: slow,
+            rust_name: "slow",
+            module_path: module_path!(),
+            file: file!(),
+            line: line!(),
+        });
+
+    /// A reader that counts the bytes read through it.
+    struct Counted<R> {
+        read: R,
+        count: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let before = buf.filled().len();
+            std::task::ready!(Pin::new(&mut self.read).poll_read(cx, buf))?;
+            let read = buf.filled().len() - before;
+            self.count
+                .fetch_add(read, std::sync::atomic::Ordering::SeqCst);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Stopped (SIGTERM) while 64 calls are in hand and more lines are read off the pipe:
+    /// nothing more is read, and every call on a line read whole is answered and recorded
+    /// once: those in hand run to their end, the others are refused (503
+    /// `server_stopping`), not dropped unanswered and unrecorded.
+    #[tokio::test]
+    async fn every_call_read_before_a_stop_is_answered_and_recorded_once() {
+        use tokio::io::AsyncBufReadExt as _;
+        let sink = crate::audit::MemorySink::new();
+        let server = Server::builder(crate::Registry::from_defs([&SLOW]).unwrap())
+            .verifier(crate::StaticTokens::new().with("t", crate::Principal::new("p", ["x:y"])))
+            .audit(sink.clone())
+            .build()
+            .unwrap();
+        let (client, server_end) = tokio::io::duplex(1 << 20);
+        let (read, write) = tokio::io::split(server_end);
+        let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let read = Counted {
+            read,
+            count: Arc::clone(&consumed),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let serving = tokio::spawn(serve_io_until(
+            server,
+            Some("t".to_owned()),
+            UntilCancelled::new(read, stop.clone()),
+            write,
+            Some(stop.clone()),
+        ));
+        let (read, mut write) = tokio::io::split(client);
+        let mut lines = BufReader::new(read).lines();
+        let mut head = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string();
+        head.push('\n');
+        write.write_all(head.as_bytes()).await.unwrap();
+        let answer = lines.next_line().await.unwrap().unwrap();
+        assert!(answer.contains(r#""id":0"#), "{answer}");
+        let initialized = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+        head.push_str(initialized);
+        write.write_all(initialized.as_bytes()).await.unwrap();
+        // More calls than are taken in hand (64), all written at once.
+        let mut sent = String::new();
+        for i in 1..=150 {
+            sent.push_str(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"slow\",\"arguments\":{{}}}}}}\n"
+            ));
+        }
+        write.write_all(sent.as_bytes()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        stop.cancel();
+        let mut answered = std::collections::BTreeMap::new();
+        while let Some(line) =
+            tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+                .await
+                .expect("the session ends")
+                .unwrap()
+        {
+            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let id = answer["id"].as_u64().unwrap();
+            assert!(
+                answered.insert(id, answer).is_none(),
+                "answered twice: {line}"
+            );
+        }
+        serving.await.unwrap().unwrap();
+        // The calls on the lines read whole: those the server took off the pipe.
+        let consumed = consumed.load(std::sync::atomic::Ordering::SeqCst) - head.len();
+        let read = sent.as_bytes()[..consumed]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        assert!(read > MAX_IN_FLIGHT, "only {read} calls were read");
+        let expected: Vec<u64> = (1..=read as u64).collect();
+        assert_eq!(answered.keys().copied().collect::<Vec<_>>(), expected);
+        let mut records = sink.records();
+        records.sort_by_key(|r| {
+            r.request_id
+                .as_deref()
+                .and_then(|id| id.parse::<u64>().ok())
+        });
+        let ids: Vec<u64> = records
+            .iter()
+            .map(|r| r.request_id.as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ids, expected, "one record per call read");
+        let refused = records
+            .iter()
+            .filter(|r| r.reason.as_deref() == Some("server_stopping"))
+            .count();
+        assert!(refused > 0, "no call was refused for the stop");
+        for record in &records {
+            let answer = &answered[&record
+                .request_id
+                .as_deref()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()];
+            if record.reason.as_deref() == Some("server_stopping") {
+                assert_eq!(record.status, 503, "{record:?}");
+                assert_eq!(answer["error"]["code"], SERVER_BUSY.0, "{answer}");
+            } else {
+                assert_eq!(answer["result"]["isError"], false, "{answer}");
+            }
         }
     }
 }
