@@ -2022,11 +2022,16 @@ mod tests {
         })
     }
 
-    static SLOW: crate::tool::ToolDef =
-        crate::tool::ToolDef::__from_parts(crate::tool::ToolParts {
-            name: "slow",
+    /// A tool that answers at once.
+    fn fast(_: crate::tool::Call) -> crate::tool::HandlerFuture {
+        Box::pin(async { Ok(crate::tool::ToolOutput::text("done")) })
+    }
+
+    const fn tool(name: &'static str, handler: crate::tool::Handler) -> crate::tool::ToolParts {
+        crate::tool::ToolParts {
+            name,
             title: None,
-            description: "Takes a while.",
+            description: "hand-built",
             read_only: true,
             destructive: false,
             idempotent: false,
@@ -2040,12 +2045,16 @@ mod tests {
             raw_input_schema: None,
             output_schema: || None,
             state_needs: &[],
-            handler: slow,
-            rust_name: "slow",
+            handler,
+            rust_name: name,
             module_path: module_path!(),
             file: file!(),
             line: line!(),
-        });
+        }
+    }
+
+    static SLOW: crate::tool::ToolDef = crate::tool::ToolDef::__from_parts(tool("slow", slow));
+    static FAST: crate::tool::ToolDef = crate::tool::ToolDef::__from_parts(tool("fast", fast));
 
     /// A reader that counts the bytes read through it.
     struct Counted<R> {
@@ -2068,63 +2077,123 @@ mod tests {
         }
     }
 
+    type ClientLines = tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
+
+    /// A session served as `serve_stdio_until` serves one, over a pipe of `capacity`
+    /// bytes, whose client initialized it.
+    struct Stoppable {
+        lines: ClientLines,
+        write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        stop: tokio_util::sync::CancellationToken,
+        serving: tokio::task::JoinHandle<io::Result<()>>,
+        sink: crate::audit::MemorySink,
+        /// The bytes the server read, and how many of them were the session's start.
+        consumed: Arc<std::sync::atomic::AtomicUsize>,
+        head: usize,
+    }
+
+    impl Stoppable {
+        async fn start(def: &'static crate::tool::ToolDef, capacity: usize) -> Stoppable {
+            use tokio::io::AsyncBufReadExt as _;
+            let sink = crate::audit::MemorySink::new();
+            let server = Server::builder(crate::Registry::from_defs([def]).unwrap())
+                .verifier(crate::StaticTokens::new().with("t", crate::Principal::new("p", ["x:y"])))
+                .audit(sink.clone())
+                .build()
+                .unwrap();
+            let (client, server_end) = tokio::io::duplex(capacity);
+            let (read, write) = tokio::io::split(server_end);
+            let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let read = Counted {
+                read,
+                count: Arc::clone(&consumed),
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let serving = tokio::spawn(serve_io_until(
+                server,
+                Some("t".to_owned()),
+                UntilCancelled::new(read, stop.clone()),
+                write,
+                Some(stop.clone()),
+            ));
+            let (read, mut write) = tokio::io::split(client);
+            let mut lines = BufReader::new(read).lines();
+            let mut head = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string();
+            head.push('\n');
+            write.write_all(head.as_bytes()).await.unwrap();
+            let answer = lines.next_line().await.unwrap().unwrap();
+            assert!(answer.contains(r#""id":0"#), "{answer}");
+            let initialized = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+            head.push_str(initialized);
+            write.write_all(initialized.as_bytes()).await.unwrap();
+            Stoppable {
+                lines,
+                write,
+                stop,
+                serving,
+                sink,
+                consumed,
+                head: head.len(),
+            }
+        }
+
+        /// How many of the lines `sent` after the start the server read whole.
+        fn read_whole(&self, sent: &str) -> usize {
+            let consumed = self.consumed.load(std::sync::atomic::Ordering::SeqCst) - self.head;
+            sent.as_bytes()[..consumed]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+        }
+
+        /// The records, by request id; each must have one.
+        fn records(&self) -> std::collections::BTreeMap<u64, crate::audit::AuditRecord> {
+            let mut by_id = std::collections::BTreeMap::new();
+            for record in self.sink.records() {
+                let id = record.request_id.as_deref().unwrap().parse().unwrap();
+                assert!(
+                    by_id.insert(id, record).is_none(),
+                    "two records of call {id}"
+                );
+            }
+            by_id
+        }
+    }
+
+    /// Calls 1 to `calls` of `tool`, a line each.
+    fn calls(tool: &str, calls: usize) -> String {
+        (1..=calls)
+            .map(|i| {
+                format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
+                )
+            })
+            .collect()
+    }
+
     /// Stopped (SIGTERM) while 64 calls are in hand and more lines are read off the pipe:
     /// nothing more is read, and every call on a line read whole is answered and recorded
     /// once: those in hand run to their end, the others are refused (503
     /// `server_stopping`), not dropped unanswered and unrecorded.
     #[tokio::test]
     async fn every_call_read_before_a_stop_is_answered_and_recorded_once() {
-        use tokio::io::AsyncBufReadExt as _;
-        let sink = crate::audit::MemorySink::new();
-        let server = Server::builder(crate::Registry::from_defs([&SLOW]).unwrap())
-            .verifier(crate::StaticTokens::new().with("t", crate::Principal::new("p", ["x:y"])))
-            .audit(sink.clone())
-            .build()
-            .unwrap();
-        let (client, server_end) = tokio::io::duplex(1 << 20);
-        let (read, write) = tokio::io::split(server_end);
-        let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let read = Counted {
-            read,
-            count: Arc::clone(&consumed),
-        };
-        let stop = tokio_util::sync::CancellationToken::new();
-        let serving = tokio::spawn(serve_io_until(
-            server,
-            Some("t".to_owned()),
-            UntilCancelled::new(read, stop.clone()),
-            write,
-            Some(stop.clone()),
-        ));
-        let (read, mut write) = tokio::io::split(client);
-        let mut lines = BufReader::new(read).lines();
-        let mut head = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}})
-        .to_string();
-        head.push('\n');
-        write.write_all(head.as_bytes()).await.unwrap();
-        let answer = lines.next_line().await.unwrap().unwrap();
-        assert!(answer.contains(r#""id":0"#), "{answer}");
-        let initialized = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
-        head.push_str(initialized);
-        write.write_all(initialized.as_bytes()).await.unwrap();
+        let mut session = Stoppable::start(&SLOW, 1 << 20).await;
         // More calls than are taken in hand (64), all written at once.
-        let mut sent = String::new();
-        for i in 1..=150 {
-            sent.push_str(&format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"slow\",\"arguments\":{{}}}}}}\n"
-            ));
-        }
-        write.write_all(sent.as_bytes()).await.unwrap();
+        let sent = calls("slow", 150);
+        session.write.write_all(sent.as_bytes()).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        stop.cancel();
+        session.stop.cancel();
         let mut answered = std::collections::BTreeMap::new();
-        while let Some(line) =
-            tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
-                .await
-                .expect("the session ends")
-                .unwrap()
+        while let Some(line) = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            session.lines.next_line(),
+        )
+        .await
+        .expect("the session ends")
+        .unwrap()
         {
             let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
             let id = answer["id"].as_u64().unwrap();
@@ -2133,45 +2202,62 @@ mod tests {
                 "answered twice: {line}"
             );
         }
-        serving.await.unwrap().unwrap();
-        // The calls on the lines read whole: those the server took off the pipe.
-        let consumed = consumed.load(std::sync::atomic::Ordering::SeqCst) - head.len();
-        let read = sent.as_bytes()[..consumed]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
+        (&mut session.serving).await.unwrap().unwrap();
+        let read = session.read_whole(&sent);
         assert!(read > MAX_IN_FLIGHT, "only {read} calls were read");
         let expected: Vec<u64> = (1..=read as u64).collect();
         assert_eq!(answered.keys().copied().collect::<Vec<_>>(), expected);
-        let mut records = sink.records();
-        records.sort_by_key(|r| {
-            r.request_id
-                .as_deref()
-                .and_then(|id| id.parse::<u64>().ok())
-        });
-        let ids: Vec<u64> = records
-            .iter()
-            .map(|r| r.request_id.as_deref().unwrap().parse().unwrap())
-            .collect();
-        assert_eq!(ids, expected, "one record per call read");
-        let refused = records
-            .iter()
-            .filter(|r| r.reason.as_deref() == Some("server_stopping"))
-            .count();
-        assert!(refused > 0, "no call was refused for the stop");
-        for record in &records {
-            let answer = &answered[&record
-                .request_id
-                .as_deref()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()];
+        let records = session.records();
+        assert_eq!(
+            records.keys().copied().collect::<Vec<_>>(),
+            expected,
+            "one record per call read"
+        );
+        let mut refused = 0;
+        for (id, record) in &records {
+            let answer = &answered[id];
             if record.reason.as_deref() == Some("server_stopping") {
+                refused += 1;
                 assert_eq!(record.status, 503, "{record:?}");
                 assert_eq!(answer["error"]["code"], SERVER_BUSY.0, "{answer}");
             } else {
                 assert_eq!(answer["result"]["isError"], false, "{answer}");
             }
         }
+        assert!(refused > 0, "no call was refused for the stop");
+    }
+
+    /// Stopped while a client that does not read its answers holds 64 of them unwritten:
+    /// the session still ends (the answers give up at the drain's end), and every call on
+    /// a line read whole is recorded once, run or refused.
+    #[tokio::test]
+    async fn a_client_that_does_not_read_cannot_hold_a_stop_nor_lose_a_record() {
+        let mut session = Stoppable::start(&FAST, 4 * 1024).await;
+        let sent = calls("fast", 400);
+        // The server stops reading once its answers are not read: the write stops
+        // halfway.
+        let written = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            session.write.write_all(sent.as_bytes()),
+        )
+        .await;
+        assert!(
+            written.is_err(),
+            "the server read on while its answers were not read"
+        );
+        session.stop.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(15), &mut session.serving)
+            .await
+            .expect("the stop ends the session")
+            .unwrap()
+            .unwrap();
+        let read = session.read_whole(&sent);
+        assert!(read > 0, "no call was read");
+        let records = session.records();
+        assert_eq!(
+            records.keys().copied().collect::<Vec<_>>(),
+            (1..=read as u64).collect::<Vec<_>>(),
+            "one record per call read"
+        );
     }
 }
