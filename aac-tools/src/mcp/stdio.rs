@@ -2142,7 +2142,8 @@ mod tests {
 
         /// How many of the lines `sent` after the start the server read whole.
         fn read_whole(&self, sent: &str) -> usize {
-            let consumed = self.consumed.load(std::sync::atomic::Ordering::SeqCst) - self.head;
+            let consumed = self.consumed.load(std::sync::atomic::Ordering::SeqCst);
+            let consumed = consumed.saturating_sub(self.head);
             sent.as_bytes()[..consumed]
                 .iter()
                 .filter(|&&b| b == b'\n')
@@ -2184,7 +2185,14 @@ mod tests {
         // More calls than are taken in hand (64), all written at once.
         let sent = calls("slow", 150);
         session.write.write_all(sent.as_bytes()).await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Stopped as soon as more calls are read than are taken in hand.
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while session.read_whole(&sent) <= MAX_IN_FLIGHT {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the server reads the calls");
         session.stop.cancel();
         let mut answered = std::collections::BTreeMap::new();
         while let Some(line) = tokio::time::timeout(
