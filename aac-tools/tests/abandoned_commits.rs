@@ -217,6 +217,8 @@ async fn serve_http(
         .verifier(aac_tools::StaticTokens::new().with("t", Principal::new("w", ["notes:write"])))
         .audit(f.sink.clone())
         .state(f.db.clone())
+        // (`big_answer`'s answer, larger than a socket's buffers.)
+        .max_output_bytes(64 << 20)
         .build()
         .unwrap();
     let serving = tokio::spawn(aac_tools::http::serve(
