@@ -1951,7 +1951,7 @@ static PANICS_BEFORE_ITS_FUTURE: aac_tools::__private0::ToolDef =
 #[tokio::test]
 async fn a_hand_built_handler_is_held_to_its_level_before_its_future() {
     let f = fixture();
-    HAND_BUILT_DB.set(f.db.clone()).ok().expect("set once");
+    assert!(HAND_BUILT_DB.set(f.db.clone()).is_ok(), "set once");
     let server = Server::builder(
         Registry::from_defs([&DELETES_BEFORE_ITS_FUTURE, &PANICS_BEFORE_ITS_FUTURE]).unwrap(),
     )

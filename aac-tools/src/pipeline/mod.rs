@@ -388,6 +388,7 @@ impl Attempt {
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn. Its parameters are extracted in it: arguments their type refuses
         // (past what the schema bounds) are a refusal of the validation, not the tool's.
+        let max_output = self.server.max_output_bytes();
         crate::tool::take_arguments_refused();
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
@@ -399,6 +400,7 @@ impl Attempt {
                 output_validator.as_deref(),
                 output,
                 &commits,
+                max_output,
             );
             let check = if refused && result.is_err() {
                 Some(Check::Validate)
@@ -416,6 +418,7 @@ impl Attempt {
                 output_validator.as_deref(),
                 handler.await,
                 &commits,
+                max_output,
             );
             self.finish(result, check).await
         };
@@ -1752,6 +1755,7 @@ fn conclude(
     output_validator: Option<&std::sync::OnceLock<Option<jsonschema::Validator>>>,
     output: Option<Result<ToolOutput, ToolError>>,
     commits: &commits::Commits,
+    max_output_bytes: usize,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
     // A refusal of the call's level (a handle above it, set-up code, an action its
     // database refused) ends the call, whatever the handler made of the error.
@@ -1767,6 +1771,27 @@ fn conclude(
     match output {
         Ok(output) => {
             let output = output.finish(wrap);
+            // Bounded as its input is: an answer of hundreds of megabytes (a list without
+            // a page) would be held whole, by each transport, for as long as its client
+            // takes to read it.
+            let bytes = output.content_bytes();
+            if bytes > max_output_bytes {
+                tracing::error!(tool = %name, bytes, max_output_bytes,
+                    "a result over the server's bound: refused");
+                return (
+                    Err(ToolError::new(
+                        crate::error::Status::Internal,
+                        "output_too_large",
+                        format!(
+                            "the {}'s result holds {bytes} bytes, over this server's bound of \
+                             {max_output_bytes} (`max_output_bytes`): ask for less (a page, a \
+                             filter)",
+                            kind.as_str()
+                        ),
+                    )),
+                    Some(Check::Handler),
+                );
+            }
             // What the tool advertises is what it sends: an output its schema refuses (a
             // NaN written as `null`, a `serialize_with` of another type) would be refused
             // by every host that checks `structuredContent` against `outputSchema` (the
