@@ -894,7 +894,7 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         return Err(invalid("the input schema is not a JSON object".to_owned()));
     };
     let (output_schema, wrap_output) = match def.output_schema_value() {
-        Some(schema) => match schema::finish_output_schema(schema) {
+        Some(schema) => match schema::finish_output_schema(schema).map_err(&invalid)? {
             (Value::Object(schema), wrap) => (Some(Arc::new(schema)), wrap),
             (_, _) => {
                 return Err(invalid("the output schema is not a JSON object".to_owned()));

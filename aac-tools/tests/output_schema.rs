@@ -154,3 +154,38 @@ fn an_output_schema_that_does_not_compile_stops_the_start_up() {
     }
     assert!(said.contains("`broken_ticket`"), "{said}");
 }
+
+#[derive(Serialize, JsonSchema)]
+enum Expr {
+    Num(i64),
+    Neg(Box<Expr>),
+}
+
+/// Minus one, as an expression: a recursive type that is not an object at its root.
+#[mcp_tool(read_only, scope = "things:read")]
+async fn minus_one() -> Result<Expr, ToolError> {
+    Ok(Expr::Neg(Box::new(Expr::Num(1))))
+}
+
+/// A recursive output that is wrapped in `{"result": …}` is sent, and matches the schema
+/// advertised: its `{"$ref": "#"}` is the type, not the wrapper. (Every correct output
+/// was refused 500 `invalid_output`.)
+#[tokio::test]
+async fn a_wrapped_recursive_output_is_sent_and_matches_its_schema() {
+    let registry = Registry::collect_named(&["minus_one"]).unwrap();
+    let schema = registry.get("minus_one").unwrap().json()["outputSchema"].clone();
+    let server = Server::builder(registry)
+        .audit(aac_tools::audit::MemorySink::new())
+        .build()
+        .unwrap();
+    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
+    let response = server
+        .call(CallRequest::new("minus_one", Some(json!({}))).credentials(caller))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    let output = response.result().unwrap().structured_value().unwrap();
+    assert_eq!(*output, json!({"result": {"Neg": {"Num": 1}}}));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(output), "{output} against {schema}");
+    assert!(!validator.is_valid(&json!({"result": {"Neg": {"result": {"Num": 1}}}})));
+}
