@@ -269,12 +269,15 @@ impl ToolError {
         ToolError::new(Status::Internal, "internal_error", message)
     }
 
-    /// 503 `audit_unavailable`: the audit sink cannot write, so the call is refused.
+    /// 503 `audit_unavailable`: the audit sink cannot write, so the call is refused. `why`
+    /// (the sink's own words: a file's path, a database's name and message) goes to the
+    /// server's log, not to the caller, who may not even be authenticated.
     pub fn audit_unavailable(why: impl fmt::Display) -> ToolError {
+        tracing::warn!(error = %why, "the audit trail is unavailable: answering 503");
         ToolError::new(
             Status::Unavailable,
             "audit_unavailable",
-            format!("the audit trail is unavailable, so the call was refused: {why}"),
+            "the audit trail is unavailable, so the call was refused; the server's log says why",
         )
     }
 

@@ -222,8 +222,8 @@ pub use crate::resource::{
     PromptDef, PromptMessage, ResourceContents, ResourceDef, Role,
 };
 pub use crate::server::{
-    BuildError, CallRequest, CallResponse, Credentials, DEFAULT_UNAUTHENTICATED_RATE, Server,
-    ServerBuilder,
+    BuildError, CallRequest, CallResponse, Credentials, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_UNAUTHENTICATED_RATE, Server, ServerBuilder,
 };
 pub use crate::state::{State, StateMap};
 pub use crate::tool::{

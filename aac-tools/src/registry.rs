@@ -230,6 +230,15 @@ pub enum RegistryError {
         /// What is wrong.
         why: String,
     },
+    /// A resource or prompt definition `#[mcp_resource]` or `#[mcp_prompt]` would never
+    /// write (one built by hand): no scope, which every caller would hold, a scope that is
+    /// not `resource:action`, or a prompt's name MCP clients cannot send.
+    InvalidItem {
+        /// What it is, by name and place: ``resource `notes://{id}` (`…`)``.
+        item: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A resource or prompt whose arguments type cannot be filled from what MCP sends
     /// (strings: a template's variables, a prompt's arguments), so that it could never
     /// be read or got.
@@ -276,6 +285,9 @@ impl fmt::Display for RegistryError {
             ),
             RegistryError::InvalidDefinition { tool, why } => {
                 write!(f, "tool `{tool}` cannot be served: {why}")
+            }
+            RegistryError::InvalidItem { item, why } => {
+                write!(f, "{item} cannot be served: {why}")
             }
             RegistryError::UnusableArguments { item, why } => {
                 write!(f, "{item} could never be used: {why}")
@@ -408,6 +420,11 @@ impl Registry {
                     second: resource.location(),
                 });
             }
+            check_item(
+                || format!("resource `{}` ({})", resource.uri(), resource.location()),
+                resource.scopes(),
+                None,
+            )?;
             check_resource_arguments(resource)?;
         }
         let mut prompts: Vec<&'static PromptDef> = prompts.into_iter().collect();
@@ -416,6 +433,13 @@ impl Registry {
                 .cmp(b.name())
                 .then_with(|| a.location().cmp(&b.location()))
         });
+        for &prompt in &prompts {
+            check_item(
+                || format!("prompt `{}` ({})", prompt.name(), prompt.location()),
+                prompt.scopes(),
+                Some(prompt.name()),
+            )?;
+        }
         for pair in prompts.windows(2) {
             if pair[0].name() == pair[1].name() {
                 return Err(RegistryError::DuplicateName {
@@ -834,6 +858,50 @@ fn title_from_name(name: &str) -> String {
     }
 }
 
+/// What is wrong with the scopes a definition declares, past their number: one declared
+/// twice, or one that is not `resource:action`.
+fn scopes_wrong(scopes: &[&str]) -> Option<String> {
+    if let Some(scope) = scopes
+        .iter()
+        .enumerate()
+        .find(|(i, scope)| scopes[..*i].contains(scope))
+        .map(|(_, scope)| scope)
+    {
+        return Some(format!("its scope {scope:?} is declared twice"));
+    }
+    scopes
+        .iter()
+        .find(|scope| !is_valid_scope(scope))
+        .map(|scope| {
+            format!(
+                "its scope {scope:?} is not `resource:action` (each side one or more of \
+             `a-z 0-9 _ -`)"
+            )
+        })
+}
+
+/// What the resource and prompt macros guarantee, checked again for a definition built
+/// another way: a resource or prompt with no scope is one every caller may read.
+fn check_item(
+    item: impl FnOnce() -> String,
+    scopes: &[&str],
+    name: Option<&str>,
+) -> Result<(), RegistryError> {
+    let why = if scopes.is_empty() {
+        Some("it declares no scope, so every caller would hold it; declare at least one".to_owned())
+    } else if let Some(name) = name.filter(|name| !is_valid_tool_name(name)) {
+        Some(format!(
+            "its name {name:?} is not 1 to 128 of `A-Z a-z 0-9 _ - .` (and not `.` or `..`)"
+        ))
+    } else {
+        scopes_wrong(scopes)
+    };
+    match why {
+        Some(why) => Err(RegistryError::InvalidItem { item: item(), why }),
+        None => Ok(()),
+    }
+}
+
 fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry, RegistryError> {
     let invalid = |why: String| RegistryError::InvalidSchema {
         tool: def.name().to_owned(),
@@ -858,24 +926,8 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         Some(format!(
             "its rate is {count} per {seconds} s: at least one call in at least one second"
         ))
-    } else if let Some(scope) = def
-        .scopes()
-        .iter()
-        .enumerate()
-        .find(|(i, scope)| def.scopes()[..*i].contains(scope))
-        .map(|(_, scope)| scope)
-    {
-        Some(format!("its scope {scope:?} is declared twice"))
     } else {
-        def.scopes()
-            .iter()
-            .find(|scope| !is_valid_scope(scope))
-            .map(|scope| {
-                format!(
-                    "its scope {scope:?} is not `resource:action` (each side one or more of \
-                     `a-z 0-9 _ -`)"
-                )
-            })
+        scopes_wrong(def.scopes())
     };
     if let Some(why) = contradiction {
         return Err(RegistryError::InvalidDefinition {
@@ -1355,6 +1407,7 @@ fn manifest_string(
 mod tests {
     use super::title_from_name;
     use super::{Registry, RegistryError};
+    use crate::resource::{PromptDef, PromptParts, ResourceDef, ResourceParts};
     use crate::tool::{Call, HandlerFuture, ToolDef, ToolParts};
 
     fn never(_: Call) -> HandlerFuture {
@@ -1431,6 +1484,89 @@ mod tests {
             }
         }
         assert!(Registry::from_defs([&FINE]).is_ok());
+    }
+
+    const fn resource(uri: &'static str, scopes: &'static [&'static str]) -> ResourceDef {
+        ResourceDef::__from_parts(ResourceParts {
+            uri,
+            name: "hand-built",
+            title: None,
+            description: "hand-built",
+            mime_type: None,
+            scopes,
+            input_schema: || None,
+            state_needs: &[],
+            handler: never,
+            complete: None,
+            complete_state_needs: None,
+            rust_name: "never",
+            module_path: module_path!(),
+            file: file!(),
+            line: line!(),
+        })
+    }
+
+    const fn prompt(name: &'static str, scopes: &'static [&'static str]) -> PromptDef {
+        PromptDef::__from_parts(PromptParts {
+            name,
+            title: None,
+            description: "hand-built",
+            scopes,
+            input_schema: || None,
+            state_needs: &[],
+            handler: never,
+            complete: None,
+            complete_state_needs: None,
+            rust_name: "never",
+            module_path: module_path!(),
+            file: file!(),
+            line: line!(),
+        })
+    }
+
+    static OPEN_RESOURCE: ResourceDef = resource("secret://all", &[]);
+    static BARE_RESOURCE: ResourceDef = resource("secret://bare", &["admin"]);
+    static FINE_RESOURCE: ResourceDef = resource("notes://all", &["notes:read"]);
+    static OPEN_PROMPT: PromptDef = prompt("open", &[]);
+    static LINE_PROMPT: PromptDef = prompt("two\nlines", &["notes:read"]);
+    static TWICE_PROMPT: PromptDef = prompt("twice", &["x:y", "x:y"]);
+    static FINE_PROMPT: PromptDef = prompt("fine", &["notes:read"]);
+
+    /// Resources and prompts built by hand get their macros' rules at start-up too: a
+    /// scope (deny by default), scopes of the macro's form, a prompt name clients can send.
+    #[test]
+    fn a_hand_built_resource_or_prompt_gets_the_macros_rules() {
+        let tools = || Registry::from_defs([&FINE]).unwrap();
+        for (resource, why) in [
+            (&OPEN_RESOURCE, "no scope"),
+            (&BARE_RESOURCE, "scope \"admin\""),
+        ] {
+            match tools().with_resources_and_prompts([resource], []) {
+                Err(err @ RegistryError::InvalidItem { .. }) => {
+                    let said = err.to_string();
+                    assert!(said.contains(resource.uri()), "{said}");
+                    assert!(said.contains(why), "{said}");
+                }
+                other => panic!("{}: {:?}", resource.uri(), other.map(|_| ())),
+            }
+        }
+        for (prompt, why) in [
+            (&OPEN_PROMPT, "no scope"),
+            (&LINE_PROMPT, "its name"),
+            (&TWICE_PROMPT, "declared twice"),
+        ] {
+            match tools().with_resources_and_prompts([], [prompt]) {
+                Err(err @ RegistryError::InvalidItem { .. }) => {
+                    assert!(err.to_string().contains(why), "{err}");
+                }
+                other => panic!("{}: {:?}", prompt.name(), other.map(|_| ())),
+            }
+        }
+        assert!(
+            tools()
+                .with_resources_and_prompts([&FINE_RESOURCE], [&FINE_PROMPT])
+                .is_ok()
+        );
     }
 
     #[test]

@@ -351,7 +351,11 @@ pub struct ServerBuilder {
     state_keys: Vec<Vec<u8>>,
     state_ttl: Duration,
     state_ledger: Option<Arc<dyn RequestStateLedger>>,
+    max_output_bytes: usize,
 }
+
+/// The default bound of one result's content: 8 MiB ([`ServerBuilder::max_output_bytes`]).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 8 << 20;
 
 /// The default rate of recorded refusals before authentication, per peer address: 60 a
 /// minute.
@@ -473,6 +477,17 @@ impl ServerBuilder {
         self
     }
 
+    /// The most one result of a tool, resource or prompt may hold, counted over its content
+    /// (its text, or the JSON text of its structured value, its data): past it the call
+    /// fails 500 `output_too_large`, recorded, and nothing of the output is sent. Default
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`]. An answer carries its content about twice over MCP
+    /// (`structuredContent` and the same JSON as text) and escaped once more, so this
+    /// bounds each answer's memory and what a client that does not read it can hold.
+    pub fn max_output_bytes(mut self, bytes: usize) -> ServerBuilder {
+        self.max_output_bytes = bytes;
+        self
+    }
+
     /// Share `value` with every tool that takes `State<T>` (or, for a database, a data
     /// handle). [`build`](Self::build) logs a warning for each tool, resource or prompt
     /// that takes a `State<T>` (or a data handle) it was not given: each of its calls
@@ -555,6 +570,7 @@ impl ServerBuilder {
                 audit,
                 read_only_mode: self.read_only_mode,
                 state: self.state,
+                max_output_bytes: self.max_output_bytes,
                 listing,
                 limits: Limits {
                     unauthenticated: self.unauthenticated_rate.map(Limiter::new),
@@ -636,6 +652,7 @@ struct Inner {
     audit: Option<Arc<dyn AuditSink>>,
     read_only_mode: bool,
     state: StateMap,
+    max_output_bytes: usize,
     /// What every transport shows of the tools, computed once.
     listing: Listing,
     limits: Limits,
@@ -698,6 +715,7 @@ impl Server {
             state_keys: Vec::new(),
             state_ttl: DEFAULT_STATE_TTL,
             state_ledger: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
         }
     }
 
@@ -719,6 +737,11 @@ impl Server {
     /// Whether read-only mode is on.
     pub fn is_read_only_mode(&self) -> bool {
         self.inner.read_only_mode
+    }
+
+    /// The bound of one result's content ([`ServerBuilder::max_output_bytes`]).
+    pub fn max_output_bytes(&self) -> usize {
+        self.inner.max_output_bytes
     }
 
     /// The shared state.

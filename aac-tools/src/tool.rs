@@ -582,6 +582,30 @@ impl ToolOutput {
         self
     }
 
+    /// How many bytes the content items hold (their text, data and URIs): after
+    /// [`ToolOutput::finish`], a structured value's JSON text among them.
+    pub(crate) fn content_bytes(&self) -> usize {
+        self.content
+            .iter()
+            .map(|item| match item {
+                Content::Text { text } => text.len(),
+                Content::Image { data, mime_type } | Content::Audio { data, mime_type } => {
+                    data.len() + mime_type.len()
+                }
+                Content::ResourceText {
+                    uri,
+                    mime_type,
+                    text,
+                } => uri.len() + mime_type.len() + text.len(),
+                Content::ResourceBlob {
+                    uri,
+                    mime_type,
+                    blob,
+                } => uri.len() + mime_type.len() + blob.len(),
+            })
+            .sum()
+    }
+
     /// The content items and the structured value, taken apart (for a transport that
     /// builds its own result type without copying them).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]

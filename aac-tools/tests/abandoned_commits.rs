@@ -217,6 +217,8 @@ async fn serve_http(
         .verifier(aac_tools::StaticTokens::new().with("t", Principal::new("w", ["notes:write"])))
         .audit(f.sink.clone())
         .state(f.db.clone())
+        // (`big_answer`'s answer, larger than a socket's buffers.)
+        .max_output_bytes(64 << 20)
         .build()
         .unwrap();
     let serving = tokio::spawn(aac_tools::http::serve(
@@ -364,4 +366,44 @@ async fn a_rest_call_that_never_ends_does_not_hold_the_server_s_end() {
         (Outcome::Error, 499, Some("cancelled")),
         "{records:?}"
     );
+}
+
+static BIG_ANSWER_GIVEN: AtomicBool = AtomicBool::new(false);
+
+/// An answer larger than a socket's buffers: 24 MiB of text.
+#[mcp_tool(read_only, scope = "notes:write")]
+async fn big_answer() -> Result<Text, ToolError> {
+    BIG_ANSWER_GIVEN.store(true, Ordering::SeqCst);
+    Ok(Text("x".repeat(24 << 20)))
+}
+
+/// A client that asks for a large answer and never reads it does not hold the HTTP
+/// server's end: its connection is closed once the shutdown's drain and close are over,
+/// and `serve` returns. (It waited for that client for ever, serving no one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_its_answer_does_not_hold_the_server_s_end() {
+    use tokio::io::AsyncWriteExt;
+    let f = fixture("big_answer");
+    let (addr, stop, serving, _) = serve_http(&f, "big_answer").await;
+    let request = format!(
+        "POST /tools/big_answer HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer t\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}",
+        addr.port()
+    );
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(request.as_bytes()).await.unwrap();
+    wait_for(&BIG_ANSWER_GIVEN).await;
+    // The answer is being written into a socket nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    let limit =
+        aac_tools::http::SHUTDOWN_DRAIN + aac_tools::http::SHUTDOWN_CLOSE + Duration::from_secs(10);
+    tokio::time::timeout(limit, serving)
+        .await
+        .expect("the server ends, its unread answer dropped")
+        .unwrap()
+        .unwrap();
+    // The call itself was answered (as far as the client took it) and recorded once.
+    assert_eq!(f.sink.records().len(), 1);
+    drop(stalled);
 }

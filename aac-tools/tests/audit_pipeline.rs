@@ -413,7 +413,10 @@ async fn an_unready_sink_refuses_with_503_before_the_handler_and_records_the_ref
     let err = result.unwrap_err();
     assert_eq!(err.status(), Status::Unavailable);
     assert_eq!(err.reason(), "audit_unavailable");
-    assert!(err.message().contains("disk on fire"), "{err}");
+    // Why goes to the server's log: the sink's words (a path, a database's message) are
+    // not the caller's, who may not even be authenticated.
+    assert!(!err.message().contains("disk on fire"), "{err}");
+    assert!(err.message().contains("log"), "{err}");
     assert_eq!(RUNS.load(Ordering::SeqCst), runs, "the handler did not run");
     assert_eq!(
         (r.outcome, r.reason.as_deref(), r.check, r.status),
@@ -540,10 +543,18 @@ async fn a_call_that_ran_while_its_record_could_not_be_written_is_recorded_once_
             && err.message().contains("its record is kept"),
         "{err}"
     );
+    // The sink's own words (a path, a database's message) go to the log, not the caller.
+    assert!(!err.message().contains("disk on fire"), "{err}");
     // A refusal while the sink fails (answered 503 as well) is owed too: a call that was
     // refused leaves its trace as one that ran does.
     let refused = server.call(CallRequest::new("count_notes", None)).await;
     assert_eq!(refused.check(), Some(Check::Audit));
+    let unauthenticated = refused.error().unwrap();
+    assert_eq!(unauthenticated.reason(), "audit_unavailable");
+    assert!(
+        !unauthenticated.message().contains("disk on fire"),
+        "{unauthenticated}"
+    );
     assert!(sink.inner.records().is_empty());
 
     // The sink writes again: the owed records go first, then the call's own; once.

@@ -258,7 +258,10 @@ async fn writes_that_start_failing_close_the_server_after_one_call() {
     let response = call().await;
     assert_eq!(response.error().unwrap().reason(), "audit_unavailable");
     let message = response.error().unwrap().message();
-    assert!(message.contains("database or disk is full"), "{message}");
+    // Why is the server's log's (the sink's words: a path, SQLite's message), not the
+    // caller's.
+    assert!(!message.contains("database or disk is full"), "{message}");
+    assert!(message.contains("log"), "{message}");
     // It ran: the answer does not say the call was refused.
     assert!(message.starts_with("the tool ran"), "{message}");
     assert_eq!(runs("sabotage"), before + 1);
@@ -314,7 +317,7 @@ async fn a_database_file_deleted_while_serving_fails_the_writes() {
         .error()
         .expect("refused: its record would go nowhere");
     assert_eq!(err.reason(), "audit_unavailable");
-    assert!(err.message().contains("was deleted"), "{}", err.message());
+    assert!(!err.message().contains("was deleted"), "{}", err.message());
     assert!(sink.ready().is_err());
     assert_refuses_everything(&server, "unlinker", "after the file was deleted").await;
 }
@@ -348,5 +351,5 @@ async fn a_failed_call_whose_record_fails_is_not_said_to_have_done_anything() {
         "{message}"
     );
     assert!(!message.contains("stands"), "{message}");
-    assert!(message.contains("database or disk is full"), "{message}");
+    assert!(!message.contains("database or disk is full"), "{message}");
 }

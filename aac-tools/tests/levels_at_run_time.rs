@@ -1876,3 +1876,106 @@ async fn the_write_level_deletes_nothing_of_a_full_text_index() {
     .await
     .unwrap();
 }
+
+/// The database a hand-built handler reaches as a global (its own state, say).
+static HAND_BUILT_DB: std::sync::OnceLock<Database> = std::sync::OnceLock::new();
+
+/// A handler built by hand (not by `#[mcp_tool]`) that deletes through the set-up API in
+/// its function's body, before it returns its future.
+fn deletes_before_its_future(
+    _call: aac_tools::__private0::Call,
+) -> aac_tools::__private0::HandlerFuture {
+    let deleted = HAND_BUILT_DB
+        .get()
+        .expect("set by the test")
+        .with_writer(|c| c.execute("DELETE FROM notes", []));
+    Box::pin(async move {
+        let n = deleted.map_err(|e| ToolError::internal(e.to_string()))?;
+        Ok(aac_tools::ToolOutput::text(format!("{n} gone")))
+    })
+}
+
+/// A handler built by hand that panics before it returns its future.
+fn panics_before_its_future(
+    _call: aac_tools::__private0::Call,
+) -> aac_tools::__private0::HandlerFuture {
+    panic!("before its future")
+}
+
+fn empty_object_schema() -> Option<Value> {
+    Some(json!({"type": "object", "properties": {}}))
+}
+
+fn no_schema() -> Option<Value> {
+    None
+}
+
+const fn hand_built(
+    name: &'static str,
+    handler: fn(aac_tools::__private0::Call) -> aac_tools::__private0::HandlerFuture,
+) -> aac_tools::__private0::ToolDef {
+    aac_tools::__private0::ToolDef::__from_parts(aac_tools::__private0::ToolParts {
+        name,
+        title: None,
+        description: "built by hand",
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+        scopes: &["notes:read"],
+        audit_fields: &[],
+        rate: None,
+        confirm: None,
+        confirm_message: None,
+        input_schema: empty_object_schema,
+        raw_input_schema: None,
+        output_schema: no_schema,
+        state_needs: &[],
+        handler,
+        rust_name: name,
+        module_path: module_path!(),
+        file: file!(),
+        line: line!(),
+    })
+}
+
+static DELETES_BEFORE_ITS_FUTURE: aac_tools::__private0::ToolDef =
+    hand_built("deletes_before_its_future", deletes_before_its_future);
+static PANICS_BEFORE_ITS_FUTURE: aac_tools::__private0::ToolDef =
+    hand_built("panics_before_its_future", panics_before_its_future);
+
+/// A handler function runs inside its call's level and its panic guard from its first
+/// line: what a hand-built one does before returning its future is held to the level
+/// (it deleted every row, recorded as a read's success), and its panic is answered 500
+/// and recorded as the tool's (it was never answered, and recorded `cancelled`).
+#[tokio::test]
+async fn a_hand_built_handler_is_held_to_its_level_before_its_future() {
+    let f = fixture();
+    assert!(HAND_BUILT_DB.set(f.db.clone()).is_ok(), "set once");
+    let server = Server::builder(
+        Registry::from_defs([&DELETES_BEFORE_ITS_FUTURE, &PANICS_BEFORE_ITS_FUTURE]).unwrap(),
+    )
+    .audit(f.sink.clone())
+    .build()
+    .unwrap();
+
+    let response = server
+        .call(CallRequest::new("deletes_before_its_future", None).credentials(caller()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.reason(), "level_violation", "{err}");
+    assert_eq!(notes(&f.db), 2);
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Error);
+    assert_eq!(record.reason.as_deref(), Some("level_violation"));
+
+    let response = server
+        .call(CallRequest::new("panics_before_its_future", None).credentials(caller()))
+        .await;
+    let err = response.error().expect("refused");
+    assert_eq!(err.status(), Status::Internal, "{err}");
+    assert!(err.message().contains("panicked"), "{err}");
+    let record = f.sink.records().pop().unwrap();
+    assert_eq!(record.tool, "panics_before_its_future");
+    assert_eq!(record.status, 500);
+}

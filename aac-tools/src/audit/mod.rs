@@ -220,11 +220,14 @@ pub struct AuditRecord {
 impl AuditRecord {
     /// This record as its call was answered when the record could not be written: 503,
     /// check `audit`, reason `audit_unavailable` (its `outcome` still says how the call
-    /// ended). Not a record whose answer did not wait on its write: one already answered
-    /// 503, a call nobody waits for (abandoned, 499), or a count of refusals answered 429
-    /// before (each kept as it is).
+    /// ended), whatever it was refused for first (a token store that could not be read,
+    /// 503 `token_store_unavailable`, is answered `audit_unavailable` too). Not a record
+    /// whose answer did not wait on its write: one already answered 503
+    /// `audit_unavailable`, a call nobody waits for (abandoned, 499), or a count of
+    /// refusals answered 429 before (each kept as it is).
     pub(crate) fn answered_unavailable(mut self) -> AuditRecord {
-        if !matches!(self.status, 499 | 503) && !crate::pipeline::is_count_of_refusals(&self) {
+        let answered_so = self.status == 503 && self.reason.as_deref() == Some("audit_unavailable");
+        if self.status != 499 && !answered_so && !crate::pipeline::is_count_of_refusals(&self) {
             self.status = 503;
             self.check = Some(Check::Audit);
             self.reason = Some("audit_unavailable".to_owned());

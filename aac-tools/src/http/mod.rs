@@ -35,6 +35,7 @@ mod routes;
 #[doc(hidden)]
 pub use routes::__fuzz_probe;
 mod sessions;
+mod stall;
 
 use std::fmt;
 use std::io;
@@ -87,6 +88,11 @@ pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 128;
 /// How long [`serve`], shutting down, waits for the `/mcp` calls it took to be answered
 /// before it ends the MCP sessions (and any call still running with them).
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+/// How long [`serve`], once its calls are answered or abandoned, lets its connections
+/// finish writing before it closes them: a client that does not read its answer does not
+/// hold a stopping server.
+pub const SHUTDOWN_CLOSE: Duration = Duration::from_secs(5);
+pub use stall::WRITE_STALL_LIMIT;
 
 impl Default for HttpOptions {
     /// Sessions on; loopback hosts only (`localhost`, `127.0.0.1`, `::1`, any port);
@@ -511,7 +517,10 @@ pub async fn serve(
                 .half_close(true)
                 .keep_alive(true);
             let connection = builder
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(stall::StallGuard::new(stream, WRITE_STALL_LIMIT)),
+                    service,
+                )
                 .with_upgrades();
             tokio::pin!(connection);
             let result = tokio::select! {
@@ -530,6 +539,8 @@ pub async fn serve(
             }
         });
     }
+    // No more connections: a client that tries now is refused at once, not queued.
+    drop(listener);
     // Every call taken is answered before the sessions end (a call waiting for a person
     // stopped waiting when the shutdown began, and is answered as cancelled); a call
     // still running past the drain's limit is cut off with its session.
@@ -545,7 +556,21 @@ pub async fn serve(
     // committed before), not as answered; a client still connected gets `cancelled`.
     server.stop_running_calls();
     sessions_stop.cancel();
-    while connections.join_next().await.is_some() {}
+    // The answers in hand are written, then the connections close; one whose client does
+    // not read is closed when the time is up, whatever it holds.
+    let closed = tokio::time::timeout(SHUTDOWN_CLOSE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if closed.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            limit_s = SHUTDOWN_CLOSE.as_secs(),
+            "connections still writing when the shutdown ended (clients not reading their answers): closed"
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
     if let Ok(server) = flusher.await {
         server.flush_rate_limited().await;
     }

@@ -380,10 +380,15 @@ impl Attempt {
         .then(|| self.server.http_calls_stop());
         let commits = Arc::new(commits::Commits::of(self.principal.clone(), stopped, ever));
         self.commits = Some(Arc::clone(&commits));
-        let mut handler = CatchUnwind(handler(call), level, Arc::clone(&commits));
+        let mut handler = CatchUnwind(
+            Handling::Start(handler, Some(call)),
+            level,
+            Arc::clone(&commits),
+        );
         // The first poll, here: a handler that does not wait finishes in it, with no task
         // to spawn. Its parameters are extracted in it: arguments their type refuses
         // (past what the schema bounds) are a refusal of the validation, not the tool's.
+        let max_output = self.server.max_output_bytes();
         crate::tool::take_arguments_refused();
         let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut handler).poll(cx))).await;
         if let Poll::Ready(output) = first {
@@ -395,6 +400,7 @@ impl Attempt {
                 output_validator.as_deref(),
                 output,
                 &commits,
+                max_output,
             );
             let check = if refused && result.is_err() {
                 Some(Check::Validate)
@@ -412,6 +418,7 @@ impl Attempt {
                 output_validator.as_deref(),
                 handler.await,
                 &commits,
+                max_output,
             );
             self.finish(result, check).await
         };
@@ -678,14 +685,16 @@ impl Attempt {
                 } else {
                     "unrecorded"
                 };
+                // (The sink's own words, `err`, are in the log line above, not the answer.)
                 let message = match &result {
                     Ok(_) => format!(
                         "the tool ran, but its audit record could not be written, so its \
-                         result is withheld; what it did stands, {later}: {err}"
+                         result is withheld; what it did stands, {later}; the server's log \
+                         says why"
                     ),
                     Err(failed) => format!(
                         "the tool ran and failed ({} {}: {}), and its audit record could \
-                         not be written; {later}: {err}",
+                         not be written; {later}; the server's log says why",
                         failed.status().code(),
                         failed.reason(),
                         failed.message()
@@ -1752,6 +1761,7 @@ fn conclude(
     output_validator: Option<&std::sync::OnceLock<Result<jsonschema::Validator, String>>>,
     output: Option<Result<ToolOutput, ToolError>>,
     commits: &commits::Commits,
+    max_output_bytes: usize,
 ) -> (Result<ToolOutput, ToolError>, Option<Check>) {
     // A refusal of the call's level (a handle above it, set-up code, an action its
     // database refused) ends the call, whatever the handler made of the error.
@@ -1767,6 +1777,27 @@ fn conclude(
     match output {
         Ok(output) => {
             let output = output.finish(wrap);
+            // Bounded as its input is: an answer of hundreds of megabytes (a list without
+            // a page) would be held whole, by each transport, for as long as its client
+            // takes to read it.
+            let bytes = output.content_bytes();
+            if bytes > max_output_bytes {
+                tracing::error!(tool = %name, bytes, max_output_bytes,
+                    "a result over the server's bound: refused");
+                return (
+                    Err(ToolError::new(
+                        crate::error::Status::Internal,
+                        "output_too_large",
+                        format!(
+                            "the {}'s result holds {bytes} bytes, over this server's bound of \
+                             {max_output_bytes} (`max_output_bytes`): ask for less (a page, a \
+                             filter)",
+                            kind.as_str()
+                        ),
+                    )),
+                    Some(Check::Handler),
+                );
+            }
             // What the tool advertises is what it sends: an output its schema refuses (a
             // NaN written as `null`, a `serialize_with` of another type) would be refused
             // by every host that checks `structuredContent` against `outputSchema` (the
@@ -1922,15 +1953,38 @@ fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
 /// (`__private0::ExtractScope`): a data transaction it opens above its level, through a
 /// handle of shared state, is refused.
 /// Its database transactions are counted in the call's [`commits::Commits`].
-struct CatchUnwind<F>(F, Option<crate::access::AccessLevel>, Arc<commits::Commits>);
+struct CatchUnwind(
+    Handling,
+    Option<crate::access::AccessLevel>,
+    Arc<commits::Commits>,
+);
 
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Option<F::Output>;
+/// A handler not called yet, then the future it gave. It is called at the first poll,
+/// inside the call's level and `catch_unwind` as every poll is: what a handler function
+/// does before it returns its future (one built by hand rather than by `#[mcp_tool]`) is
+/// held to the call's level, and a panic there is the tool's panic, answered and recorded.
+enum Handling {
+    Start(Handler, Option<Call>),
+    Running(crate::tool::HandlerFuture),
+}
+
+impl Future for CatchUnwind {
+    type Output = Option<Result<ToolOutput, ToolError>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let _running = self.1.map(crate::__private0::ExtractScope::enter);
         let _commits = commits::Polling::enter(&self.2);
-        let inner = &mut self.0;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+        let handling = &mut self.0;
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if let Handling::Start(handler, call) = handling {
+                let call = call.take().expect("a handler is called once");
+                *handling = Handling::Running(handler(call));
+            }
+            match handling {
+                Handling::Running(future) => future.as_mut().poll(cx),
+                Handling::Start(..) => unreachable!("called above"),
+            }
+        }));
+        match polled {
             Ok(Poll::Ready(output)) => Poll::Ready(Some(output)),
             Ok(Poll::Pending) => Poll::Pending,
             Err(_) => Poll::Ready(None),

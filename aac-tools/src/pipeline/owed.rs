@@ -266,6 +266,49 @@ mod tests {
         )
     }
 
+    /// A record refused 503 for another reason (a token store that could not be read) is
+    /// answered `audit_unavailable` when its own record cannot be written, and kept as it
+    /// was answered; one already answered `audit_unavailable`, or abandoned, as it is.
+    #[test]
+    fn a_record_owed_says_how_its_call_was_answered() {
+        use crate::audit::{Check, Outcome};
+        let refused = |status: u16, reason: &str| {
+            let mut record = record("get_issue");
+            record.status = status;
+            record.reason = Some(reason.to_owned());
+            record.check = Some(Check::Authenticate);
+            record.outcome = Outcome::Denied;
+            record
+        };
+        let owed = refused(503, "token_store_unavailable").answered_unavailable();
+        assert_eq!(
+            (
+                owed.status,
+                owed.reason.as_deref(),
+                owed.check,
+                owed.outcome
+            ),
+            (
+                503,
+                Some("audit_unavailable"),
+                Some(Check::Audit),
+                Outcome::Denied
+            )
+        );
+        let owed = refused(403, "insufficient_scope").answered_unavailable();
+        assert_eq!(
+            (owed.status, owed.reason.as_deref()),
+            (503, Some("audit_unavailable"))
+        );
+        let kept = refused(503, "audit_unavailable").answered_unavailable();
+        assert_eq!(kept.check, Some(Check::Authenticate));
+        let abandoned = refused(499, "cancelled").answered_unavailable();
+        assert_eq!(
+            (abandoned.status, abandoned.reason.as_deref()),
+            (499, Some("cancelled"))
+        );
+    }
+
     #[test]
     fn a_call_that_ran_takes_a_refusals_place_but_never_the_first() {
         let owed = Owed::default();

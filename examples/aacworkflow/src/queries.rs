@@ -193,8 +193,14 @@ pub trait ReadIssues {
 /// Queries that read comments.
 #[queries]
 pub trait ReadComments {
-    /// The comments of the issue with this UUID, oldest first.
-    fn comments(&self, issue_id: &str) -> impl Future<Output = Result<Vec<Comment>, ToolError>>;
+    /// At most `limit` comments of the issue with this UUID, oldest first, after the first
+    /// `skip`, and whether more follow.
+    fn comments(
+        &self,
+        issue_id: &str,
+        skip: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<(Vec<Comment>, bool), ToolError>>;
 }
 
 /// Queries that read who belongs to a workspace.

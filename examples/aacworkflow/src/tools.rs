@@ -90,16 +90,30 @@ fn default_days() -> u32 {
     7
 }
 
+fn default_comment_limit() -> u32 {
+    100
+}
+
 /// Cursors are opaque to clients: the hex of `n:<number>`, the number of the last issue
-/// of the page.
+/// of the page (`list_issues`), or of `c:<count>`, how many comments the pages before gave
+/// (`list_comments`: an issue's comments are only ever added after the last, so a count
+/// keeps its place).
 fn encode_cursor(number: i64) -> String {
-    format!("n:{number}")
+    encode_cursor_of("n:", number)
+}
+
+fn decode_cursor(cursor: &str) -> Option<i64> {
+    decode_cursor_of("n:", cursor)
+}
+
+fn encode_cursor_of(kind: &str, number: i64) -> String {
+    format!("{kind}{number}")
         .bytes()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
-fn decode_cursor(cursor: &str) -> Option<i64> {
+fn decode_cursor_of(kind: &str, cursor: &str) -> Option<i64> {
     if !cursor.len().is_multiple_of(2) || cursor.len() > 64 {
         return None;
     }
@@ -108,7 +122,7 @@ fn decode_cursor(cursor: &str) -> Option<i64> {
         .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
     let text = String::from_utf8(bytes).ok()?;
-    text.strip_prefix("n:")?.parse().ok().filter(|n| *n > 0)
+    text.strip_prefix(kind)?.parse().ok().filter(|n| *n > 0)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -152,12 +166,7 @@ pub async fn list_issues(
     let (workspace, user) = caller(&ctx)?;
     let before = match &args.cursor {
         None => None,
-        Some(cursor) => Some(decode_cursor(cursor).ok_or_else(|| {
-            ToolError::bad_request(
-                "invalid_cursor",
-                "this cursor was not given by this server; start again without `cursor`",
-            )
-        })?),
+        Some(cursor) => Some(decode_cursor(cursor).ok_or_else(invalid_cursor)?),
     };
     let filter = IssueFilter {
         status: args.status,
@@ -178,6 +187,13 @@ pub async fn list_issues(
         issues: rows.into_iter().map(|(_, issue)| issue).collect(),
         next_cursor,
     })
+}
+
+fn invalid_cursor() -> ToolError {
+    ToolError::bad_request(
+        "invalid_cursor",
+        "this is not a cursor this tool gives; start again without `cursor`",
+    )
 }
 
 /// The arguments of tools that name one issue.
@@ -208,24 +224,54 @@ pub struct CommentList {
     pub issue_key: String,
     /// The comments, oldest first.
     pub comments: Vec<Comment>,
+    /// Pass it as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Arguments of `list_comments`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListCommentsArgs {
+    /// The issue's UUID or its key, such as `AAC-42`.
+    #[schemars(length(min = 1, max = 64))]
+    pub issue_id: String,
+    /// How many comments per page.
+    #[serde(default = "default_comment_limit")]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: u32,
+    /// The `next_cursor` of the previous page, to get the next one.
+    #[schemars(length(max = 64))]
+    pub cursor: Option<String>,
 }
 
 /// List the comments of an issue, oldest first.
-#[mcp_tool(read_only, idempotent, scope = "comments:read", audit_fields = ["issue_id"])]
+///
+/// Pages hold `limit` comments (default 100); pass `next_cursor` back as `cursor` for the
+/// next.
+#[mcp_tool(read_only, idempotent, scope = "comments:read", audit_fields = ["issue_id", "limit"])]
 pub async fn list_comments(
     db: ReadStore,
     ctx: Ctx,
-    args: IssueIdArgs,
+    args: ListCommentsArgs,
 ) -> Result<CommentList, ToolError> {
     let (workspace, user) = caller(&ctx)?;
-    transact!(db, |tx| {
+    let given = match &args.cursor {
+        None => 0,
+        Some(cursor) => decode_cursor_of("c:", cursor).ok_or_else(invalid_cursor)?,
+    };
+    let (comments, more) = transact!(db, |tx| {
         require_member(tx, &workspace, &user).await?;
         let issue = tx.find_issue(&workspace, &args.issue_id).await?;
-        Ok(CommentList {
-            comments: tx.comments(&issue.id).await?,
-            issue_id: issue.id,
-            issue_key: issue.key,
-        })
+        let (comments, more) = tx.comments(&issue.id, given, args.limit).await?;
+        Ok(((issue, comments), more))
+    })?;
+    let ((issue, comments), more) = (comments, more);
+    let next_cursor =
+        more.then(|| encode_cursor_of("c:", given.saturating_add(comments.len() as i64)));
+    Ok(CommentList {
+        comments,
+        issue_id: issue.id,
+        issue_key: issue.key,
+        next_cursor,
     })
 }
 

@@ -143,8 +143,83 @@ async fn get_issue_and_list_comments_take_the_key_or_the_uuid() {
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["author"], "bob");
     assert_eq!(list[1]["author"], "alice");
+    assert_eq!(comments["next_cursor"], Value::Null);
     let none = f.ok("list_comments", json!({"issue_id": "AAC-4"})).await;
     assert_eq!(none["comments"], json!([]));
+}
+
+/// `list_comments` is bounded as `list_issues` is: `limit` per page (default 100, at most
+/// 100) and a cursor; the pages give every comment once, in order, even when comments are
+/// added between two pages; a cursor of `list_issues`, or one forged, is refused.
+#[tokio::test]
+async fn list_comments_pages_through_every_comment_once() {
+    let f = Fixture::new().await;
+    for n in 0..7 {
+        f.ok(
+            "comment_issue",
+            json!({"issue_id": "AAC-4", "body": format!("comment {n}")}),
+        )
+        .await;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({"issue_id": "AAC-4", "limit": 3});
+        if let Some(cursor) = &cursor {
+            args["cursor"] = json!(cursor);
+        }
+        let page = f.ok("list_comments", args).await;
+        pages += 1;
+        let list = page["comments"].as_array().unwrap();
+        assert!(list.len() <= 3, "{page}");
+        seen.extend(list.iter().map(|c| c["body"].as_str().unwrap().to_owned()));
+        if pages == 1 {
+            // Added between two pages: it comes last, once.
+            f.ok(
+                "comment_issue",
+                json!({"issue_id": "AAC-4", "body": "comment 7"}),
+            )
+            .await;
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..8).map(|n| format!("comment {n}")).collect();
+    assert_eq!(seen, expected);
+    assert_eq!(pages, 3);
+
+    // The default page holds 100; past 100 is refused by the schema.
+    let all = f.ok("list_comments", json!({"issue_id": "AAC-4"})).await;
+    assert_eq!(all["comments"].as_array().unwrap().len(), 8);
+    for limit in [0, 101] {
+        let refused = f
+            .call(
+                &f.alice,
+                "list_comments",
+                json!({"issue_id": "AAC-4", "limit": limit}),
+            )
+            .await;
+        assert_eq!(refused.error().unwrap().reason(), "invalid_arguments");
+    }
+    let issues = f.ok("list_issues", json!({"limit": 1})).await;
+    let issue_cursor = issues["next_cursor"].as_str().unwrap();
+    for cursor in [issue_cursor, "zz", "633a30", "633a2d31"] {
+        let refused = f
+            .call(
+                &f.alice,
+                "list_comments",
+                json!({"issue_id": "AAC-4", "cursor": cursor}),
+            )
+            .await;
+        assert_eq!(
+            refused.error().map(|e| e.reason().to_owned()).as_deref(),
+            Some("invalid_cursor"),
+            "{cursor}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -136,16 +136,22 @@ impl<L: Level> ReadIssues for Tx<L> {
 }
 
 impl<L: Level> ReadComments for Tx<L> {
-    async fn comments(&self, issue_id: &str) -> Result<Vec<Comment>, ToolError> {
+    async fn comments(
+        &self,
+        issue_id: &str,
+        skip: i64,
+        limit: u32,
+    ) -> Result<(Vec<Comment>, bool), ToolError> {
         let client = self.client();
         let stmt = client
             .prepare_cached(
                 "SELECT id, author, body, created_at FROM comments
-                 WHERE issue_id = $1 ORDER BY created_at COLLATE \"C\", seq",
+                 WHERE issue_id = $1 ORDER BY created_at COLLATE \"C\", seq
+                 LIMIT $2 OFFSET $3",
             )
             .await?;
-        Ok(client
-            .query(&stmt, &[&issue_id])
+        let mut comments: Vec<Comment> = client
+            .query(&stmt, &[&issue_id, &(i64::from(limit) + 1), &skip])
             .await?
             .iter()
             .map(|r| Comment {
@@ -154,7 +160,10 @@ impl<L: Level> ReadComments for Tx<L> {
                 body: r.get(2),
                 created_at: r.get(3),
             })
-            .collect())
+            .collect();
+        let more = comments.len() > limit as usize;
+        comments.truncate(limit as usize);
+        Ok((comments, more))
     }
 }
 

@@ -115,22 +115,32 @@ impl<L: Level> ReadIssues for Tx<'_, L> {
 }
 
 impl<L: Level> ReadComments for Tx<'_, L> {
-    async fn comments(&self, issue_id: &str) -> Result<Vec<Comment>, ToolError> {
+    async fn comments(
+        &self,
+        issue_id: &str,
+        skip: i64,
+        limit: u32,
+    ) -> Result<(Vec<Comment>, bool), ToolError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT id, author, body, created_at FROM comments
-             WHERE issue_id = ?1 ORDER BY created_at, rowid",
+             WHERE issue_id = ?1 ORDER BY created_at, rowid LIMIT ?2 OFFSET ?3",
         )?;
-        let comments = stmt
-            .query_map([issue_id], |r| {
-                Ok(Comment {
-                    id: r.get(0)?,
-                    author: r.get(1)?,
-                    body: r.get(2)?,
-                    created_at: r.get(3)?,
-                })
-            })?
+        let mut comments = stmt
+            .query_map(
+                rusqlite::params![issue_id, i64::from(limit) + 1, skip],
+                |r| {
+                    Ok(Comment {
+                        id: r.get(0)?,
+                        author: r.get(1)?,
+                        body: r.get(2)?,
+                        created_at: r.get(3)?,
+                    })
+                },
+            )?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(comments)
+        let more = comments.len() > limit as usize;
+        comments.truncate(limit as usize);
+        Ok((comments, more))
     }
 }
 
