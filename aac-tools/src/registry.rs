@@ -39,10 +39,10 @@ pub struct ToolEntry {
     /// call: a server keeps the validators of the tools it is asked to run. Shared by
     /// the tools with the same input schema ([`share_schemas`]).
     validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
-    /// The output's validator, compiled at the tool's first call (`None`: it does not
-    /// compile, and outputs go unchecked, as the tool's schema is advertised all the
-    /// same). Shared by the tools with the same output schema.
-    output_validator: Arc<OnceLock<Option<jsonschema::Validator>>>,
+    /// The output's validator, as the input's: compiled at start-up to check that it
+    /// compiles, then again, and kept, at the tool's first call. Shared by the tools with
+    /// the same output schema.
+    output_validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
     wrap_output: bool,
     /// The server-wide confirmation policy its `_meta` was built under.
     policy: ConfirmPolicy,
@@ -141,7 +141,7 @@ impl ToolEntry {
     /// built, so an error here is not expected; it is reported, never a panic.
     pub(crate) fn validator(&self) -> Result<&jsonschema::Validator, &str> {
         self.validator
-            .get_or_init(|| compile_input_schema(&self.input_schema).map_err(|e| e.to_string()))
+            .get_or_init(|| compile_schema(&self.input_schema).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(String::as_str)
     }
@@ -151,19 +151,18 @@ impl ToolEntry {
     }
 
     /// The validator of the tool's output (as sent: wrapped in `{"result": …}` when
-    /// [`ToolEntry::wrap_output`]), compiled on first use; `None` without an output
-    /// schema, or when it does not compile (logged once).
-    pub(crate) fn output_validator(&self) -> Option<Arc<OnceLock<Option<jsonschema::Validator>>>> {
-        let schema = self.output_schema.as_ref()?;
-        self.output_validator.get_or_init(|| {
-            compile_input_schema(schema)
-                .inspect_err(|err| {
-                    tracing::warn!(tool = %self.name(), error = %err,
-                        "the output schema does not compile: outputs go unchecked");
-                })
-                .ok()
-        });
-        Some(Arc::clone(&self.output_validator))
+    /// [`ToolEntry::wrap_output`]), compiled on first use; `Ok(None)` without an output
+    /// schema. It compiled when the registry was built, so an error here is not
+    /// expected; it is reported, never a panic, and never an output sent unchecked.
+    pub(crate) fn output_validator(&self) -> Result<Option<OutputValidator>, &str> {
+        let Some(schema) = &self.output_schema else {
+            return Ok(None);
+        };
+        self.output_validator
+            .get_or_init(|| compile_schema(schema).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(String::as_str)?;
+        Ok(Some(Arc::clone(&self.output_validator)))
     }
 
     /// The same entry, built again from its definition (which built once already).
@@ -171,6 +170,10 @@ impl ToolEntry {
         build_entry(self.def, self.policy).expect("the entry was built from this definition before")
     }
 }
+
+/// A tool's output validator, shared by the tools with its output schema: compiled (and
+/// compiling) once [`ToolEntry::output_validator`] has returned it.
+pub(crate) type OutputValidator = Arc<OnceLock<Result<jsonschema::Validator, String>>>;
 
 impl fmt::Debug for ToolEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -943,7 +946,7 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
         return Err(invalid("the input schema is not a JSON object".to_owned()));
     };
     let (output_schema, wrap_output) = match def.output_schema_value() {
-        Some(schema) => match schema::finish_output_schema(schema) {
+        Some(schema) => match schema::finish_output_schema(schema).map_err(&invalid)? {
             (Value::Object(schema), wrap) => (Some(Arc::new(schema)), wrap),
             (_, _) => {
                 return Err(invalid("the output schema is not a JSON object".to_owned()));
@@ -989,16 +992,16 @@ fn build_entry(def: &'static ToolDef, policy: ConfirmPolicy) -> Result<ToolEntry
 /// shared as soon as it is built, so that its duplicate schemas are freed before the next
 /// entry allocates its own (the heap does not grow by the copies and keep the holes).
 ///
-/// Each distinct input schema is compiled here once, so that one that does not compile
-/// stops the start-up; the validator itself is compiled again, and kept, at the first
-/// call of a tool that uses it.
+/// Each distinct input and output schema is compiled here once, so that one that does
+/// not compile stops the start-up (an output schema that did not compile would leave every
+/// output unchecked); the validator itself is compiled again, and kept, at the first call
+/// of a tool that uses it (a server keeps only the validators of the tools it runs).
 fn share_schemas(
     entries: impl IntoIterator<Item = Result<ToolEntry, RegistryError>>,
 ) -> Result<Vec<ToolEntry>, RegistryError> {
     type Schema = Arc<Map<String, Value>>;
     type Validator = Arc<OnceLock<Result<jsonschema::Validator, String>>>;
     let mut inputs: HashMap<u64, Vec<(Schema, Validator)>> = HashMap::new();
-    type OutputValidator = Arc<OnceLock<Option<jsonschema::Validator>>>;
     let mut outputs: HashMap<u64, Vec<(Schema, OutputValidator)>> = HashMap::new();
     let mut tools = Vec::new();
     for entry in entries {
@@ -1013,11 +1016,9 @@ fn share_schemas(
                 entry.validator = Arc::clone(validator);
             }
             None => {
-                compile_input_schema(&entry.input_schema).map_err(|e| {
-                    RegistryError::InvalidSchema {
-                        tool: entry.name().to_owned(),
-                        why: format!("the input schema does not compile: {e}"),
-                    }
+                compile_schema(&entry.input_schema).map_err(|e| RegistryError::InvalidSchema {
+                    tool: entry.name().to_owned(),
+                    why: format!("the input schema does not compile: {e}"),
                 })?;
                 same.push((
                     Arc::clone(&entry.input_schema),
@@ -1032,7 +1033,13 @@ fn share_schemas(
                     *output = Arc::clone(schema);
                     entry.output_validator = Arc::clone(validator);
                 }
-                None => same.push((Arc::clone(output), Arc::clone(&entry.output_validator))),
+                None => {
+                    compile_schema(output).map_err(|e| RegistryError::InvalidSchema {
+                        tool: entry.def.name().to_owned(),
+                        why: format!("the output schema does not compile: {e}"),
+                    })?;
+                    same.push((Arc::clone(output), Arc::clone(&entry.output_validator)));
+                }
             }
         }
         tools.push(entry);
@@ -1059,8 +1066,8 @@ fn schema_hash(schema: &Map<String, Value>) -> u64 {
     feed.0.finish()
 }
 
-/// The validator of an input schema (a JSON object).
-fn compile_input_schema(
+/// The validator of a tool's input or output schema (a JSON object).
+pub(crate) fn compile_schema(
     schema: &Map<String, Value>,
 ) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
     // `jsonschema` takes a `Value`: the copy lives as long as the compilation.

@@ -283,14 +283,42 @@ fn open_for_confirm(
     Ok(())
 }
 
+/// The name under `$defs` of a wrapped output's own schema, when the type refers to
+/// itself: no Rust type is named so, so it is never one schemars wrote.
+const OUTPUT_DEF: &str = "aac-tools.output";
+
 /// An output schema as MCP wants it: an object at the root. A schema that is not
-/// (`String`, `Vec<T>`, `Option<T>`…) is wrapped as `{"result": …}`; the `bool` says so.
-pub(crate) fn finish_output_schema(mut schema: Value) -> (Value, bool) {
+/// (`String`, `Vec<T>`, `Option<T>`, an enum…) is wrapped as `{"result": …}`; the `bool`
+/// says so. Its `$defs` move to the new root as they are.
+///
+/// A recursive type refers to itself as `{"$ref": "#"}`, which would now be the wrapper
+/// (and every correct output refused): then the old root goes under `$defs`
+/// ([`OUTPUT_DEF`]), and `result` and every reference into the old root (`#`, or a
+/// pointer below it other than `#/$defs/…`) point at it.
+pub(crate) fn finish_output_schema(mut schema: Value) -> Result<(Value, bool), String> {
     let is_object = schema.get("type").and_then(Value::as_str) == Some("object");
     if is_object {
-        return (schema, false);
+        return Ok((schema, false));
     }
-    let defs = schema.as_object_mut().and_then(|m| m.remove("$defs"));
+    let mut defs = schema.as_object_mut().and_then(|m| m.remove("$defs"));
+    let target = format!("#/$defs/{OUTPUT_DEF}");
+    let mut recursive = point_old_root_references(&mut schema, &target);
+    if let Some(Value::Object(defs)) = &mut defs {
+        for def in defs.values_mut() {
+            recursive |= point_old_root_references(def, &target);
+        }
+    }
+    if recursive {
+        let defs = defs
+            .get_or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or("`$defs` is not an object")?;
+        if defs.contains_key(OUTPUT_DEF) {
+            return Err(format!("`$defs` already has a definition `{OUTPUT_DEF}`"));
+        }
+        defs.insert(OUTPUT_DEF.to_owned(), schema);
+        schema = json!({ "$ref": target });
+    }
     let mut root = Map::new();
     root.insert("type".to_owned(), json!("object"));
     root.insert("properties".to_owned(), json!({ "result": schema }));
@@ -298,7 +326,55 @@ pub(crate) fn finish_output_schema(mut schema: Value) -> (Value, bool) {
     if let Some(defs) = defs {
         root.insert("$defs".to_owned(), defs);
     }
-    (Value::Object(root), true)
+    Ok((Value::Object(root), true))
+}
+
+/// Every `$ref` into the old root of a wrapped output below `schema` (`#`, or a pointer
+/// below it other than `#/$defs/…`, whose definitions move as they are) pointed into
+/// `target`, where the old root is now; whether there was one.
+fn point_old_root_references(schema: &mut Value, target: &str) -> bool {
+    let mut found = false;
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get_mut("$ref") {
+                let moved = reference
+                    .strip_prefix('#')
+                    .filter(|below| {
+                        below.is_empty()
+                            || (below.starts_with('/')
+                                && *below != "/$defs"
+                                && !below.starts_with("/$defs/"))
+                    })
+                    .map(|below| format!("{target}{below}"));
+                if let Some(moved) = moved {
+                    *reference = moved;
+                    found = true;
+                }
+            }
+            for (key, value) in map.iter_mut() {
+                match key.as_str() {
+                    // Data, not subschemas: a `"$ref"` in them is not one.
+                    k if DATA_KEYWORDS.contains(&k) => {}
+                    // Subschemas by name: a property may be named `default`.
+                    "properties" | "patternProperties" | "dependentSchemas" | "$defs" => {
+                        if let Value::Object(named) = value {
+                            for subschema in named.values_mut() {
+                                found |= point_old_root_references(subschema, target);
+                            }
+                        }
+                    }
+                    _ => found |= point_old_root_references(value, target),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                found |= point_old_root_references(item, target);
+            }
+        }
+        _ => {}
+    }
+    found
 }
 
 #[cfg(test)]
@@ -344,5 +420,73 @@ mod tests {
         });
         let err = finish_input_schema(schema, true).unwrap_err();
         assert!(err.contains("their own `confirm`"), "{err}");
+    }
+
+    /// An output as the pipeline checks it: wrapped, then compiled as the registry does.
+    fn output_validator(schema: Value) -> jsonschema::Validator {
+        let (wrapped, wrap) = finish_output_schema(schema).unwrap();
+        assert!(wrap, "{wrapped}");
+        let Value::Object(wrapped) = wrapped else {
+            panic!("{wrapped}")
+        };
+        crate::registry::compile_schema(&wrapped).unwrap()
+    }
+
+    #[derive(serde::Serialize, JsonSchema)]
+    enum Expr {
+        Num(i64),
+        Neg(Box<Expr>),
+    }
+
+    /// A recursive enum (not an object at its root, so wrapped) refers to itself as
+    /// `{"$ref": "#"}`: wrapped, that is still the enum, not the wrapper. (It was the
+    /// wrapper, and every correct output was refused 500 `invalid_output`.)
+    #[test]
+    fn a_wrapped_recursive_output_still_refers_to_itself() {
+        let schema = output_schema_for::<Expr>();
+        assert!(refers_to_root(&schema), "{schema}");
+        let validator = output_validator(schema);
+        let negated = serde_json::to_value(Expr::Neg(Box::new(Expr::Num(1)))).unwrap();
+        assert_eq!(negated, json!({"Neg": {"Num": 1}}));
+        assert!(validator.is_valid(&json!({ "result": negated })));
+        assert!(validator.is_valid(&json!({"result": {"Num": 2}})));
+        assert!(!validator.is_valid(&json!({"result": {"Neg": {"result": {"Num": 1}}}})));
+        assert!(!validator.is_valid(&json!({"Neg": {"Num": 1}})));
+    }
+
+    /// A pointer into the old root other than `#/$defs/…` (one a hand-written schema may
+    /// hold), from the root or from a definition, follows the old root too; definitions
+    /// stay where they are.
+    #[test]
+    fn a_pointer_into_a_wrapped_root_follows_it() {
+        let validator = output_validator(json!({
+            "type": "array",
+            "prefixItems": [{"type": "string"}],
+            "items": {"$ref": "#/$defs/Item"},
+            "$defs": {"Item": {"anyOf": [{"$ref": "#/prefixItems/0"}, {"$ref": "#"}]}}
+        }));
+        assert!(validator.is_valid(&json!({"result": ["a", "b", ["c", ["d"]]]})));
+        assert!(!validator.is_valid(&json!({"result": ["a", 1]})));
+        assert!(!validator.is_valid(&json!({"result": ["a", {"result": ["c"]}]})));
+    }
+
+    /// A type that does not refer to itself is wrapped as it always was.
+    #[test]
+    fn a_wrapped_output_without_recursion_is_left_as_it_was() {
+        let schema = json!({
+            "type": "array",
+            "items": {"$ref": "#/$defs/A"},
+            "$defs": {"A": {"type": "string"}}
+        });
+        let (wrapped, _) = finish_output_schema(schema).unwrap();
+        assert_eq!(
+            wrapped,
+            json!({
+                "type": "object",
+                "properties": {"result": {"type": "array", "items": {"$ref": "#/$defs/A"}}},
+                "required": ["result"],
+                "$defs": {"A": {"type": "string"}}
+            })
+        );
     }
 }

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use aac_tools::{CallRequest, Credentials, Principal, Registry, Server, ToolError, mcp_tool};
+use aac_tools::{
+    CallRequest, Credentials, Principal, Registry, RegistryError, Server, ToolError, mcp_tool,
+};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
@@ -117,4 +119,73 @@ async fn an_output_its_schema_refuses_is_an_error_not_a_success() {
         .map(|r| (r.reason.as_deref(), r.status))
         .collect();
     assert_eq!(reasons, [(Some("invalid_output"), 500), (None, 200)]);
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Ticket {
+    /// A pattern no validator compiles (its parenthesis is not opened).
+    #[schemars(regex(pattern = r"^[A-Z]+-[0-9]+)$"))]
+    key: String,
+}
+
+/// A ticket.
+#[mcp_tool(read_only, scope = "things:read")]
+async fn broken_ticket() -> Result<Ticket, ToolError> {
+    Ok(Ticket { key: "AB-1".into() })
+}
+
+/// An output schema that does not compile stops the start-up, naming the tool, as an
+/// input schema does. (The server started, advertised the schema, and sent every output
+/// unchecked, with a warning at the first call.)
+#[test]
+fn an_output_schema_that_does_not_compile_stops_the_start_up() {
+    let err = Registry::collect_named(&["broken_ticket", "tagged_thing"]).unwrap_err();
+    let said = err.to_string();
+    match err {
+        RegistryError::InvalidSchema { tool, why } => {
+            assert_eq!(tool, "broken_ticket");
+            assert!(
+                why.starts_with("the output schema does not compile: "),
+                "{why}"
+            );
+            assert!(why.contains(r"^[A-Z]+-[0-9]+)$"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(said.contains("`broken_ticket`"), "{said}");
+}
+
+#[derive(Serialize, JsonSchema)]
+enum Expr {
+    Num(i64),
+    Neg(Box<Expr>),
+}
+
+/// Minus one, as an expression: a recursive type that is not an object at its root.
+#[mcp_tool(read_only, scope = "things:read")]
+async fn minus_one() -> Result<Expr, ToolError> {
+    Ok(Expr::Neg(Box::new(Expr::Num(1))))
+}
+
+/// A recursive output that is wrapped in `{"result": …}` is sent, and matches the schema
+/// advertised: its `{"$ref": "#"}` is the type, not the wrapper. (Every correct output
+/// was refused 500 `invalid_output`.)
+#[tokio::test]
+async fn a_wrapped_recursive_output_is_sent_and_matches_its_schema() {
+    let registry = Registry::collect_named(&["minus_one"]).unwrap();
+    let schema = registry.get("minus_one").unwrap().json()["outputSchema"].clone();
+    let server = Server::builder(registry)
+        .audit(aac_tools::audit::MemorySink::new())
+        .build()
+        .unwrap();
+    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
+    let response = server
+        .call(CallRequest::new("minus_one", Some(json!({}))).credentials(caller))
+        .await;
+    assert!(response.error().is_none(), "{:?}", response.error());
+    let output = response.result().unwrap().structured_value().unwrap();
+    assert_eq!(*output, json!({"result": {"Neg": {"Num": 1}}}));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(output), "{output} against {schema}");
+    assert!(!validator.is_valid(&json!({"result": {"Neg": {"result": {"Num": 1}}}})));
 }

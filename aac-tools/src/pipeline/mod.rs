@@ -45,7 +45,7 @@ use crate::confirm::{self, Asking, ConfirmPolicy, Confirmation, InputRequired};
 use crate::context::{ClientPeer, Ctx, Transport};
 use crate::error::{Status, ToolError};
 use crate::principal::Principal;
-use crate::registry::ToolEntry;
+use crate::registry::{OutputValidator, ToolEntry};
 use crate::server::{CallRequest, CallResponse, Credentials, Server};
 use crate::tool::{Call, Handler, ToolDef, ToolOutput};
 use limits::Verdict;
@@ -821,6 +821,15 @@ impl Attempt {
                 allowed_values_error(&err, entry.input_schema()).unwrap_or_else(|| err.to_string());
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, why)));
         }
+        // The output's validator too (it compiled at start-up): a tool whose output could
+        // not be checked does not run, rather than answer unchecked.
+        let output = entry.output_validator().map_err(|err| {
+            tracing::error!(tool = %entry.name(), error = %err, "the output schema does not compile");
+            (
+                Check::Validate,
+                ToolError::internal("the tool's output schema cannot be checked"),
+            )
+        })?;
         // The record keeps the arguments redacted; the handler takes them as they are.
         if server.audit().is_some() {
             self.redacted = Some(record::redacted_arguments(
@@ -874,7 +883,7 @@ impl Attempt {
             name: def.name(),
             handler: Some(def.handler()),
             wrap: entry.wrap_output(),
-            output: entry.output_validator(),
+            output,
             call: Call {
                 arguments: handler_args,
                 ctx,
@@ -1558,9 +1567,6 @@ struct Prepared {
     call: Call,
 }
 
-/// A tool's output validator ([`crate::registry::ToolEntry::output_validator`]).
-type OutputValidator = Arc<std::sync::OnceLock<Option<jsonschema::Validator>>>;
-
 /// What a resource read, prompt or completion names, found in the registry.
 #[derive(Clone, Copy)]
 struct Target {
@@ -1752,7 +1758,7 @@ fn conclude(
     kind: CallKind,
     name: &str,
     wrap: bool,
-    output_validator: Option<&std::sync::OnceLock<Option<jsonschema::Validator>>>,
+    output_validator: Option<&std::sync::OnceLock<Result<jsonschema::Validator, String>>>,
     output: Option<Result<ToolOutput, ToolError>>,
     commits: &commits::Commits,
     max_output_bytes: usize,
@@ -1796,7 +1802,8 @@ fn conclude(
             // NaN written as `null`, a `serialize_with` of another type) would be refused
             // by every host that checks `structuredContent` against `outputSchema` (the
             // TypeScript and Python SDKs) while the trail said `success`.
-            if let Some(validator) = output_validator.and_then(|v| v.get()?.as_ref())
+            // (A validator that did not compile refused the call before its handler ran.)
+            if let Some(validator) = output_validator.and_then(|v| v.get()?.as_ref().ok())
                 && let Some(value) = output.structured_value()
                 && !validator.is_valid(value)
                 && let Err(err) = validator.validate(value)
