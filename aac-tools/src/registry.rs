@@ -858,8 +858,8 @@ fn title_from_name(name: &str) -> String {
     }
 }
 
-/// What is wrong with the scopes a definition declares, past their number: one declared
-/// twice, or one that is not `resource:action`.
+/// What is wrong with the scopes a tool declares, past their number: one declared twice,
+/// or one that is not `resource:action`.
 fn scopes_wrong(scopes: &[&str]) -> Option<String> {
     if let Some(scope) = scopes
         .iter()
@@ -869,6 +869,11 @@ fn scopes_wrong(scopes: &[&str]) -> Option<String> {
     {
         return Some(format!("its scope {scope:?} is declared twice"));
     }
+    scope_malformed(scopes)
+}
+
+/// A scope that is not `resource:action`, if one is.
+fn scope_malformed(scopes: &[&str]) -> Option<String> {
     scopes
         .iter()
         .find(|scope| !is_valid_scope(scope))
@@ -894,7 +899,8 @@ fn check_item(
             "its name {name:?} is not 1 to 128 of `A-Z a-z 0-9 _ - .` (and not `.` or `..`)"
         ))
     } else {
-        scopes_wrong(scopes)
+        // (A scope written twice is harmless here: the resource and prompt macros take it.)
+        scope_malformed(scopes)
     };
     match why {
         Some(why) => Err(RegistryError::InvalidItem { item: item(), why }),
@@ -1529,7 +1535,7 @@ mod tests {
     static FINE_RESOURCE: ResourceDef = resource("notes://all", &["notes:read"]);
     static OPEN_PROMPT: PromptDef = prompt("open", &[]);
     static LINE_PROMPT: PromptDef = prompt("two\nlines", &["notes:read"]);
-    static TWICE_PROMPT: PromptDef = prompt("twice", &["x:y", "x:y"]);
+    static BARE_PROMPT: PromptDef = prompt("bare", &["admin"]);
     static FINE_PROMPT: PromptDef = prompt("fine", &["notes:read"]);
 
     /// Resources and prompts built by hand get their macros' rules at start-up too: a
@@ -1553,7 +1559,7 @@ mod tests {
         for (prompt, why) in [
             (&OPEN_PROMPT, "no scope"),
             (&LINE_PROMPT, "its name"),
-            (&TWICE_PROMPT, "declared twice"),
+            (&BARE_PROMPT, "scope \"admin\""),
         ] {
             match tools().with_resources_and_prompts([], [prompt]) {
                 Err(err @ RegistryError::InvalidItem { .. }) => {
