@@ -2014,10 +2014,11 @@ mod tests {
         }
     }
 
-    /// A tool that takes a while.
+    /// A tool that takes a while: long enough that the calls in hand are still running
+    /// when the test stops the session, on a loaded machine too.
     fn slow(_: crate::tool::Call) -> crate::tool::HandlerFuture {
         Box::pin(async {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
             Ok(crate::tool::ToolOutput::text("done"))
         })
     }
