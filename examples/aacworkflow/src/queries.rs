@@ -322,6 +322,14 @@ pub trait DeleteIssues {
 }
 
 /// A new UUID, as ids are stored.
+/// A page of at most `limit` rows, from a query asked for `limit + 1`, and whether more
+/// follow (the extra row says so).
+fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    (rows, more)
+}
+
 fn new_id() -> String {
     uuid::Uuid::new_v4().hyphenated().to_string()
 }

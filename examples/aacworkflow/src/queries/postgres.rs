@@ -11,7 +11,7 @@ use aac_tools::postgres::tokio_postgres::Row;
 use super::{
     DeleteIssues, IssueChanges, IssueFilter, IssueRef, ReadComments, ReadIssues, ReadMembers,
     ReadUsage, Removed, UpdateAutopilot, UpdateComments, UpdateDirectory, UpdateIssues,
-    assignee_of, issue_not_found, kind_str, new_id,
+    assignee_of, issue_not_found, kind_str, new_id, page,
 };
 use crate::model::{Assignee, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, now};
 
@@ -87,7 +87,7 @@ impl<L: Level> ReadIssues for Tx<L> {
             .await?;
         let limit = i64::from(filter.limit);
         let status = filter.status.map(IssueStatus::as_str);
-        let mut rows: Vec<(i64, Issue)> = client
+        let rows: Vec<(i64, Issue)> = client
             .query(
                 &stmt,
                 &[
@@ -102,9 +102,7 @@ impl<L: Level> ReadIssues for Tx<L> {
             .iter()
             .map(issue_from_row)
             .collect();
-        let more = rows.len() as i64 > limit;
-        rows.truncate(filter.limit as usize);
-        Ok((rows, more))
+        Ok(page(rows, filter.limit))
     }
 
     async fn issue_keys(
@@ -150,7 +148,7 @@ impl<L: Level> ReadComments for Tx<L> {
                  LIMIT $2 OFFSET $3",
             )
             .await?;
-        let mut comments: Vec<Comment> = client
+        let comments: Vec<Comment> = client
             .query(&stmt, &[&issue_id, &(i64::from(limit) + 1), &skip])
             .await?
             .iter()
@@ -161,9 +159,7 @@ impl<L: Level> ReadComments for Tx<L> {
                 created_at: r.get(3),
             })
             .collect();
-        let more = comments.len() > limit as usize;
-        comments.truncate(limit as usize);
-        Ok((comments, more))
+        Ok(page(comments, limit))
     }
 }
 

@@ -10,7 +10,7 @@ use aac_tools::sqlite::rusqlite::{self, OptionalExtension, Row, params};
 use super::{
     DeleteIssues, IssueChanges, IssueFilter, IssueRef, ReadComments, ReadIssues, ReadMembers,
     ReadUsage, Removed, UpdateAutopilot, UpdateComments, UpdateDirectory, UpdateIssues,
-    assignee_of, issue_not_found, kind_str, new_id,
+    assignee_of, issue_not_found, kind_str, new_id, page,
 };
 use crate::model::{Assignee, AutopilotRun, Comment, Issue, IssueStatus, Role, UsageRow, now};
 
@@ -75,7 +75,7 @@ impl<L: Level> ReadIssues for Tx<'_, L> {
              LIMIT ?5"
         ))?;
         let limit = i64::from(filter.limit);
-        let mut rows = stmt
+        let rows = stmt
             .query_map(
                 params![
                     workspace,
@@ -87,9 +87,7 @@ impl<L: Level> ReadIssues for Tx<'_, L> {
                 issue_from_row,
             )?
             .collect::<Result<Vec<_>, _>>()?;
-        let more = rows.len() as i64 > limit;
-        rows.truncate(filter.limit as usize);
-        Ok((rows, more))
+        Ok(page(rows, filter.limit))
     }
 
     async fn issue_keys(
@@ -125,7 +123,7 @@ impl<L: Level> ReadComments for Tx<'_, L> {
             "SELECT id, author, body, created_at FROM comments
              WHERE issue_id = ?1 ORDER BY created_at, rowid LIMIT ?2 OFFSET ?3",
         )?;
-        let mut comments = stmt
+        let comments = stmt
             .query_map(
                 rusqlite::params![issue_id, i64::from(limit) + 1, skip],
                 |r| {
@@ -138,9 +136,7 @@ impl<L: Level> ReadComments for Tx<'_, L> {
                 },
             )?
             .collect::<Result<Vec<_>, _>>()?;
-        let more = comments.len() > limit as usize;
-        comments.truncate(limit as usize);
-        Ok((comments, more))
+        Ok(page(comments, limit))
     }
 }
 
