@@ -1426,29 +1426,7 @@ mod tests {
         read_only: bool,
         destructive: bool,
     ) -> ToolParts {
-        ToolParts {
-            name,
-            title: None,
-            description: "hand-built",
-            read_only,
-            destructive,
-            idempotent: false,
-            open_world: false,
-            scopes,
-            audit_fields: &[],
-            rate: None,
-            confirm: None,
-            confirm_message: None,
-            input_schema: || None,
-            raw_input_schema: None,
-            output_schema: || None,
-            state_needs: &[],
-            handler: never,
-            rust_name: "never",
-            module_path: module_path!(),
-            file: file!(),
-            line: line!(),
-        }
+        crate::tool::hand_built_parts(name, scopes, read_only, destructive, never)
     }
 
     static NO_SCOPE: ToolDef = ToolDef::__from_parts(parts("no_scope", &[], false, false));

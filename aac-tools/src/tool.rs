@@ -61,6 +61,41 @@ pub struct ToolParts {
 
 inventory::collect!(ToolDef);
 
+/// The parts of a tool built by hand, for the crate's own tests: a read-only or
+/// destructive tool named `name`, of `scopes`, with no schema, run by `handler`.
+#[cfg(test)]
+pub(crate) const fn hand_built_parts(
+    name: &'static str,
+    scopes: &'static [&'static str],
+    read_only: bool,
+    destructive: bool,
+    handler: Handler,
+) -> ToolParts {
+    ToolParts {
+        name,
+        title: None,
+        description: "hand-built",
+        read_only,
+        destructive,
+        idempotent: false,
+        open_world: false,
+        scopes,
+        audit_fields: &[],
+        rate: None,
+        confirm: None,
+        confirm_message: None,
+        input_schema: || None,
+        raw_input_schema: None,
+        output_schema: || None,
+        state_needs: &[],
+        handler,
+        rust_name: name,
+        module_path: module_path!(),
+        file: file!(),
+        line: line!(),
+    }
+}
+
 impl ToolDef {
     #[doc(hidden)]
     pub const fn __from_parts(parts: ToolParts) -> ToolDef {

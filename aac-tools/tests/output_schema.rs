@@ -11,6 +11,14 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
 
+/// `tool` called with no arguments by a principal holding `things:read`.
+async fn call(server: &Server, tool: &str) -> aac_tools::CallResponse {
+    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
+    server
+        .call(CallRequest::new(tool, Some(json!({}))).credentials(caller))
+        .await
+}
+
 #[derive(Serialize, JsonSchema)]
 struct Tagged {
     id: String,
@@ -48,10 +56,7 @@ async fn the_output_schema_describes_the_output_as_written() {
         .audit(aac_tools::audit::MemorySink::new())
         .build()
         .unwrap();
-    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
-    let response = server
-        .call(CallRequest::new("tagged_thing", Some(json!({}))).credentials(caller))
-        .await;
+    let response = call(&server, "tagged_thing").await;
     let output = response
         .result()
         .unwrap()
@@ -97,10 +102,7 @@ async fn an_output_its_schema_refuses_is_an_error_not_a_success() {
             .audit(sink.clone())
             .build()
             .unwrap();
-    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
-    let response = server
-        .call(CallRequest::new("mean_of_nothing", Some(json!({}))).credentials(caller.clone()))
-        .await;
+    let response = call(&server, "mean_of_nothing").await;
     let err = response.error().expect("refused");
     assert_eq!(
         (err.status().code(), err.reason()),
@@ -109,9 +111,7 @@ async fn an_output_its_schema_refuses_is_an_error_not_a_success() {
     );
     assert!(err.message().contains("`/mean`"), "{}", err.message());
     // An output that matches is sent as before.
-    let fine = server
-        .call(CallRequest::new("tagged_thing", Some(json!({}))).credentials(caller))
-        .await;
+    let fine = call(&server, "tagged_thing").await;
     assert!(fine.error().is_none(), "{:?}", fine.error());
     let records = sink.records();
     let reasons: Vec<(Option<&str>, u16)> = records
@@ -178,10 +178,7 @@ async fn a_wrapped_recursive_output_is_sent_and_matches_its_schema() {
         .audit(aac_tools::audit::MemorySink::new())
         .build()
         .unwrap();
-    let caller = Credentials::Verified(Arc::new(Principal::new("c", ["things:read"])));
-    let response = server
-        .call(CallRequest::new("minus_one", Some(json!({}))).credentials(caller))
-        .await;
+    let response = call(&server, "minus_one").await;
     assert!(response.error().is_none(), "{:?}", response.error());
     let output = response.result().unwrap().structured_value().unwrap();
     assert_eq!(*output, json!({"result": {"Neg": {"Num": 1}}}));

@@ -2029,29 +2029,7 @@ mod tests {
     }
 
     const fn tool(name: &'static str, handler: crate::tool::Handler) -> crate::tool::ToolParts {
-        crate::tool::ToolParts {
-            name,
-            title: None,
-            description: "hand-built",
-            read_only: true,
-            destructive: false,
-            idempotent: false,
-            open_world: false,
-            scopes: &["x:y"],
-            audit_fields: &[],
-            rate: None,
-            confirm: None,
-            confirm_message: None,
-            input_schema: || None,
-            raw_input_schema: None,
-            output_schema: || None,
-            state_needs: &[],
-            handler,
-            rust_name: name,
-            module_path: module_path!(),
-            file: file!(),
-            line: line!(),
-        }
+        crate::tool::hand_built_parts(name, &["x:y"], true, false, handler)
     }
 
     static SLOW: crate::tool::ToolDef = crate::tool::ToolDef::__from_parts(tool("slow", slow));
