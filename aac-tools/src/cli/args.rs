@@ -45,6 +45,17 @@ pub(crate) struct ServeArgs {
         requires = "http"
     )]
     pub(crate) allow_host: Vec<String>,
+    /// Let web pages of this origin (`scheme://host[:port]`) call the server and read its
+    /// answers (CORS: preflights answered, `Access-Control-Allow-Origin` sent); repeat it,
+    /// or separate with commas. By default no page of another origin may read an answer
+    #[arg(
+        long = "cors-origin",
+        value_name = "ORIGIN",
+        value_delimiter = ',',
+        requires = "http",
+        value_parser = a_cors_origin
+    )]
+    pub(crate) cors_origin: Vec<String>,
     /// The most connections one peer address keeps open (loopback peers are not counted);
     /// raise it behind a proxy on another host, whose address every client shares
     #[arg(long, value_name = "N", requires = "http",
@@ -333,6 +344,21 @@ fn an_http_url(text: &str) -> Result<String, String> {
 /// trailing `/`), so that the JWT audience taken from it is the advertised `resource`.
 fn a_resource_url(text: &str) -> Result<String, String> {
     an_http_url(text).map(|url| crate::http::canonical_resource_url(&url).to_owned())
+}
+
+/// A `--cors-origin` value: an origin CORS may name (`scheme://host[:port]`, `:*` for any
+/// port), not `null` nor `*`.
+fn a_cors_origin(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if crate::http::is_cors_origin(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(
+            "expected an origin, scheme://host[:port] (:* for any port), such as \
+             https://app.example.com; null and * are not accepted"
+                .to_owned(),
+        )
+    }
 }
 
 /// A value that is not empty (nor only blanks).

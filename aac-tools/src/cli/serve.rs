@@ -429,6 +429,9 @@ pub(super) async fn http(
         );
         options = options.allowed_hosts(hosts);
     }
+    if !args.cors_origin.is_empty() {
+        options = options.cors_origins(args.cors_origin.iter().cloned());
+    }
     let mut signals = StopSignals::now();
     tokio::spawn(async move {
         signals.next().await;

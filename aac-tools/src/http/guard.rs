@@ -137,6 +137,40 @@ fn parse_allowed_origin(text: &str) -> Option<AllowedOrigin> {
     })
 }
 
+/// An origin CORS may name: `scheme://host[:port]` (`:*` any port), not `null` nor a
+/// host `*`.
+fn parse_cors_origin(text: &str) -> Option<AllowedOrigin> {
+    match parse_allowed_origin(text)? {
+        AllowedOrigin::Tuple { host, .. } if host == "*" => None,
+        AllowedOrigin::Null => None,
+        tuple => Some(tuple),
+    }
+}
+
+/// Whether [`HttpOptions::cors_origins`] takes `text` (else it is ignored, with a warning).
+pub(crate) fn is_cors_origin(text: &str) -> bool {
+    parse_cors_origin(text).is_some()
+}
+
+/// Whether `origin` (scheme, host, port) is one of `allowed`.
+fn listed(allowed: &[AllowedOrigin], (scheme, host, port): &(String, String, Option<u16>)) -> bool {
+    allowed.iter().any(|a| match a {
+        AllowedOrigin::Null => false,
+        AllowedOrigin::Tuple {
+            scheme: s,
+            host: h,
+            port: p,
+        } => {
+            s == scheme
+                && h == host
+                && match p {
+                    Port::Any => true,
+                    Port::Is(p) => Some(*p) == *port,
+                }
+        }
+    })
+}
+
 /// The checks, parsed once from [`HttpOptions`].
 #[derive(Debug)]
 pub(crate) struct Guard {
@@ -144,6 +178,9 @@ pub(crate) struct Guard {
     hosts: Option<Vec<Authority>>,
     /// `None`: an origin must name an allowed host.
     origins: Option<Vec<AllowedOrigin>>,
+    /// The origins whose pages may read the answers (CORS); each also passes the
+    /// `Origin` check.
+    cors: Vec<AllowedOrigin>,
 }
 
 impl Guard {
@@ -173,7 +210,35 @@ impl Guard {
                 })
                 .collect()
         });
-        Guard { hosts, origins }
+        let cors = options
+            .cors_origins
+            .iter()
+            .filter_map(|o| {
+                let parsed = parse_cors_origin(o);
+                if parsed.is_none() {
+                    tracing::warn!(origin = %o, "ignoring a CORS origin that is not scheme://host[:port] (null and * are not accepted)");
+                }
+                parsed
+            })
+            .collect();
+        Guard {
+            hosts,
+            origins,
+            cors,
+        }
+    }
+
+    /// Whether any origin may read answers (CORS).
+    pub(crate) fn has_cors(&self) -> bool {
+        !self.cors.is_empty()
+    }
+
+    /// Whether a page of `origin` may read the answers (CORS).
+    pub(crate) fn cors_allows(&self, origin: &str) -> bool {
+        let origin = origin.trim();
+        !self.cors.is_empty()
+            && !origin.eq_ignore_ascii_case("null")
+            && parse_origin(origin).is_some_and(|o| listed(&self.cors, &o))
     }
 
     /// Whether the `Host` value is an allowed host written plainly (`name` or
@@ -214,29 +279,15 @@ impl Guard {
 
     fn origin_allowed(&self, origin: &str) -> bool {
         let origin = origin.trim();
+        if self.cors_allows(origin) {
+            return true;
+        }
         match &self.origins {
             Some(allowed) => {
                 if origin.eq_ignore_ascii_case("null") {
                     return allowed.contains(&AllowedOrigin::Null);
                 }
-                let Some((scheme, host, port)) = parse_origin(origin) else {
-                    return false;
-                };
-                allowed.iter().any(|a| match a {
-                    AllowedOrigin::Null => false,
-                    AllowedOrigin::Tuple {
-                        scheme: s,
-                        host: h,
-                        port: p,
-                    } => {
-                        *s == scheme
-                            && *h == host
-                            && match p {
-                                Port::Any => true,
-                                Port::Is(p) => Some(*p) == port,
-                            }
-                    }
-                })
+                parse_origin(origin).is_some_and(|o| listed(allowed, &o))
             }
             None => {
                 let Some((scheme, host, port)) = parse_origin(origin) else {
@@ -350,6 +401,44 @@ mod tests {
     fn ok(g: &Guard, host: &str, origin: Option<&str>) -> bool {
         g.check(&Uri::from_static("/mcp"), &headers(host, origin))
             .is_ok()
+    }
+
+    #[test]
+    fn cors_origins_pass_the_origin_check_but_not_the_host_check() {
+        assert!(!guard(HttpOptions::default()).has_cors());
+        let g = guard(HttpOptions::default().cors_origins([
+            "https://app.example.com",
+            "http://tools.example.com:*",
+            "null",
+            "*",
+            "https://*",
+            "app.example.org",
+        ]));
+        assert!(g.has_cors());
+        assert!(g.cors_allows("https://app.example.com"));
+        assert!(g.cors_allows("https://APP.example.com:443"));
+        assert!(!g.cors_allows("https://app.example.com:8443"));
+        assert!(!g.cors_allows("http://app.example.com"));
+        assert!(g.cors_allows("http://tools.example.com:3000"));
+        // What was ignored allows nothing.
+        assert!(!g.cors_allows("null"));
+        assert!(!g.cors_allows("https://evil.example"));
+        assert!(!g.cors_allows("https://app.example.org"));
+        assert!(ok(&g, "127.0.0.1:8080", Some("https://app.example.com")));
+        assert!(!ok(&g, "127.0.0.1:8080", Some("https://evil.example")));
+        assert!(!ok(&g, "127.0.0.1:8080", Some("null")));
+        // Against DNS rebinding, the Host is checked whatever the origin.
+        assert!(!ok(&g, "evil.example", Some("https://app.example.com")));
+        for bad in [
+            "null",
+            "*",
+            "https://*",
+            "app.example.org",
+            "https://a.example/x",
+        ] {
+            assert!(!is_cors_origin(bad), "{bad}");
+        }
+        assert!(is_cors_origin("https://a.example:8443"));
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod cors;
 mod errors;
 mod guard;
 mod routes;
@@ -36,6 +37,7 @@ mod routes;
 pub use routes::__fuzz_probe;
 mod sessions;
 mod stall;
+pub(crate) use guard::is_cors_origin;
 
 use std::fmt;
 use std::io;
@@ -61,6 +63,7 @@ pub struct HttpOptions {
     stateless: bool,
     allowed_hosts: Vec<String>,
     allowed_origins: Option<Vec<String>>,
+    cors_origins: Vec<String>,
     max_body_bytes: usize,
     resource_url: Option<String>,
     authorization_servers: Vec<String>,
@@ -103,6 +106,7 @@ impl Default for HttpOptions {
             stateless: false,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             allowed_origins: None,
+            cors_origins: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             resource_url: None,
             authorization_servers: Vec::new(),
@@ -123,6 +127,7 @@ impl fmt::Debug for HttpOptions {
             .field("stateless", &self.stateless)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
+            .field("cors_origins", &self.cors_origins)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("resource_url", &self.resource_url)
             .field("authorization_servers", &self.authorization_servers)
@@ -174,6 +179,30 @@ impl HttpOptions {
         S: Into<String>,
     {
         self.allowed_origins = Some(origins.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The browser origins whose pages may call this server and read its answers (CORS),
+    /// each `scheme://host[:port]` as for [`allowed_origins`](Self::allowed_origins)
+    /// (`:*` for any port). Empty by default: no `Access-Control-*` header is sent and a
+    /// preflight is refused, so a page on another origin cannot read an answer.
+    ///
+    /// A request from one of these origins passes the `Origin` check (the `Host` check
+    /// still applies); its preflight (`OPTIONS` with `Access-Control-Request-Method`) is
+    /// answered 204 for `GET`, `POST` and `DELETE` with the headers MCP uses
+    /// (`Authorization`, `Content-Type`, `Mcp-Session-Id`, `Mcp-Protocol-Version`,
+    /// `Last-Event-ID`, …), and every answer to it, refusals included, names the origin in
+    /// `Access-Control-Allow-Origin` and exposes `Mcp-Session-Id`, `Mcp-Protocol-Version`,
+    /// `WWW-Authenticate` and `Retry-After`. Credentials are bearer tokens, never cookies:
+    /// `Access-Control-Allow-Credentials` is not sent. `null` and `*` are not accepted
+    /// here (a page of any origin, or a sandboxed one, could then read the answers): they
+    /// are ignored with a warning. A preflight is no call: it is not recorded.
+    pub fn cors_origins<I, S>(mut self, origins: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cors_origins = origins.into_iter().map(Into::into).collect();
         self
     }
 
@@ -324,12 +353,19 @@ fn try_router(
         .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(app.clone())
         .layer(axum::middleware::from_fn_with_state(
-            (guard, app),
+            (Arc::clone(&guard), app),
             guard::check,
         ))
         // Added after the guard layer, which it applies itself.
         .route_service("/mcp", mcp)
         .layer(Detach);
+    // Outside every route (and the detached task): a preflight is answered here; the
+    // answers of every route, refusals included, get their CORS headers here.
+    let router = if guard.has_cors() {
+        router.layer(axum::middleware::from_fn_with_state(guard, cors::cors))
+    } else {
+        router
+    };
     Ok((router, in_flight))
 }
 

@@ -653,6 +653,69 @@ async fn allow_host_accepts_the_named_hosts_and_still_refuses_others() {
     }
 }
 
+/// `serve --cors-origin` lets a web page of that origin call the server: its preflight is
+/// answered and the answers name it; another origin gets neither, and a value that is no
+/// origin stops the command (exit 2).
+#[tokio::test]
+async fn cors_origin_lets_the_named_page_read_the_answers() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    let token = env.token("demo", "alice", "issues:read");
+    let server = env.http(&["--cors-origin", "https://app.example.test"]);
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let exchange = |request: String| {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.to_ascii_lowercase()
+    };
+    for (origin, listed) in [
+        ("https://app.example.test", true),
+        ("https://evil.example.test", false),
+    ] {
+        let preflight = exchange(format!(
+            "OPTIONS /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n\
+             Access-Control-Request-Method: POST\r\n\
+             Access-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n"
+        ));
+        assert_eq!(
+            preflight.starts_with("http/1.1 204"),
+            listed,
+            "{origin}: {preflight}"
+        );
+        let list = exchange(format!(
+            "GET /tools HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n\
+             Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        ));
+        let named = format!("access-control-allow-origin: {origin}");
+        assert_eq!(list.contains(&named), listed, "{origin}: {list}");
+        assert_eq!(preflight.contains(&named), listed, "{origin}: {preflight}");
+        assert_eq!(list.starts_with("http/1.1 200"), listed, "{origin}: {list}");
+    }
+    drop(server);
+    for bad in [
+        "*",
+        "null",
+        "app.example.test",
+        "https://app.example.test/path",
+    ] {
+        let out = env
+            .command()
+            .args(["serve", "--http", "127.0.0.1:0", "--cors-origin", bad])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--cors-origin"), "{bad}: {stderr}");
+    }
+}
+
 /// A request sent by hand to the server at `url` (its `/mcp` address): the status line
 /// and the body.
 fn http_request(
