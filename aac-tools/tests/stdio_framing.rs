@@ -889,6 +889,117 @@ async fn a_call_rmcp_refuses_before_the_handler_is_recorded_once_before_its_answ
     );
 }
 
+/// Before a session's lifecycle begins, a notification or a stray answer (which the
+/// protocol does not forbid there) is ignored: the session goes on to its `initialize`,
+/// or, after a 2026-07-28 client's `server/discover`, to its first request. (rmcp alone
+/// ended the process on them.)
+#[tokio::test]
+async fn a_notification_before_the_lifecycle_begins_does_not_end_the_session() {
+    let mut raw = Raw::connect(server(false), "all", 1 << 20);
+    for line in [
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+        r#"{"jsonrpc":"2.0","id":77,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":78,"error":{"code":-1,"message":"no"}}"#,
+    ] {
+        raw.line(line).await;
+    }
+    raw.initialize().await;
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "ok",
+        "{answer}"
+    );
+
+    // 2026-07-28: no `initialize`; a probe, a notification, then requests with the
+    // lifecycle in their `_meta`.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    });
+    let mut raw = Raw::connect(server(false), "all", 1 << 20);
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}})
+            .to_string(),
+    )
+    .await;
+    let discovered = raw.next().await;
+    assert_eq!(discovered["id"], 1, "{discovered}");
+    assert!(discovered["result"].is_object(), "{discovered}");
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#)
+        .await;
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "echo_text", "arguments": {"text": "inline"}, "_meta": meta}})
+        .to_string(),
+    )
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "inline",
+        "{answer}"
+    );
+    // Once it has begun, a notification is rmcp's as always (and the session goes on).
+    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#)
+        .await;
+    raw.line(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "echo_text", "arguments": {"text": "again"}, "_meta": meta}})
+        .to_string(),
+    )
+    .await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 3, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "again",
+        "{answer}"
+    );
+}
+
+/// A second `initialize` is refused, and the session keeps the version it negotiated
+/// (rmcp alone answered it with the old version and switched the session to the one it
+/// asked for: `ping` gone, results of another revision).
+#[tokio::test]
+async fn a_second_initialize_is_refused_and_changes_nothing() {
+    let mut raw = Raw::start(server(false), "all", 1 << 20).await;
+    for version in ["2026-07-28", "2025-11-25"] {
+        raw.line(
+            &json!({"jsonrpc": "2.0", "id": "again", "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "2"}}})
+            .to_string(),
+        )
+        .await;
+        let refused = raw.next().await;
+        assert_eq!(refused["id"], "again", "{refused}");
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("already initialized"),
+            "{refused}"
+        );
+    }
+    raw.line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    let pong = raw.next().await;
+    assert_eq!(pong, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    raw.line(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_text","arguments":{"text":"ok"}}}"#)
+        .await;
+    let answer = raw.next().await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "ok",
+        "{answer}"
+    );
+    assert!(answer["result"].get("resultType").is_none(), "{answer}");
+}
+
 /// A subscription is a read: one rmcp refuses before the handler (before `initialize`, an
 /// unsupported protocol version) is recorded as one, before its answer, as a read is.
 #[tokio::test]

@@ -3946,3 +3946,74 @@ async fn an_initialize_over_its_limit_is_refused() {
     raw.initialize().await;
     assert!(raw.session.is_some());
 }
+
+/// SSE priming events (an event with an id and no data, SEP-1699) belong to 2025-11-25
+/// and later: a session of an earlier version gets none (its clients read every event's
+/// data as a message, and the official SDKs of those versions fail on an empty one),
+/// neither in the `initialize` answer nor in a call's; a session of 2025-11-25 gets them.
+#[tokio::test]
+async fn priming_events_only_for_the_versions_that_have_them() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    for (version, primed) in [
+        ("2024-11-05", false),
+        ("2025-03-26", false),
+        ("2025-06-18", false),
+        ("2025-11-25", true),
+    ] {
+        let mut raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+        let initialize = serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        });
+        let response = raw
+            .post()
+            .body(initialize.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{version}");
+        raw.session = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = response.text().await.unwrap();
+        let result = messages(&body).pop().expect("the initialize result");
+        assert_eq!(result["result"]["protocolVersion"], version);
+        let has_priming = |body: &str| {
+            body.split("\n\n")
+                .any(|event| event.lines().any(|line| line.trim_end() == "data:"))
+        };
+        assert_eq!(has_priming(&body), primed, "{version}: {body:?}");
+        assert_eq!(body.contains("retry:"), primed, "{version}: {body:?}");
+
+        let mut raw = raw;
+        raw.http = reqwest::Client::builder()
+            .default_headers(reqwest::header::HeaderMap::from_iter([(
+                reqwest::header::HeaderName::from_static("mcp-protocol-version"),
+                version.parse().unwrap(),
+            )]))
+            .build()
+            .unwrap();
+        let (status, _) = raw
+            .send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        assert_eq!(status, 202, "{version}");
+        let call = raw
+            .post()
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_notes","arguments":{}}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(call.status(), 200, "{version}");
+        let body = call.text().await.unwrap();
+        assert_eq!(has_priming(&body), primed, "{version}: {body:?}");
+        let answer = messages(&body).pop().expect("the call's answer");
+        assert_eq!(answer["id"], 1, "{version}");
+        assert_eq!(answer["result"]["isError"], false, "{version}");
+    }
+    server.stop().await;
+}

@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, InputRequest, InputRequiredResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
-    ResourceContents, ResourceUpdatedNotificationParam, ResultType, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    GetPromptResponse, GetPromptResult, InitializeRequestParams, InitializeResult, InputRequest,
+    InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Reference, ResourceContents, ResourceUpdatedNotificationParam, ResultType,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -126,6 +127,8 @@ pub(crate) struct McpHandler {
     token: Option<Arc<str>>,
     /// The minimum level of log notifications, set by `logging/setLevel`.
     log_level: Arc<AtomicU8>,
+    /// Whether this session answered its `initialize` (one handler per session).
+    initialized: Arc<std::sync::atomic::AtomicBool>,
     /// The resource URIs this session subscribed to, each with the credentials of the
     /// request that subscribed (checked again before every update).
     subscriptions: Arc<std::sync::Mutex<std::collections::HashMap<String, Credentials>>>,
@@ -166,6 +169,7 @@ impl McpHandler {
             transport,
             token: token.map(Arc::from),
             log_level: Arc::new(AtomicU8::new(level_rank(DEFAULT_LOG_LEVEL))),
+            initialized: Arc::default(),
             subscriptions: Arc::default(),
             forwarding: Arc::default(),
             life: Arc::default(),
@@ -372,6 +376,26 @@ impl ServerHandler for McpHandler {
 
     async fn ping(&self, _context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
         Ok(())
+    }
+
+    /// One `initialize` per session, as the lifecycle has it. A second was answered with
+    /// the version negotiated for it while rmcp took the version it asked for as the
+    /// session's (a session told 2025-11-25 then followed 2026-07-28's rules: `ping`
+    /// gone, questions to a person refused): it is refused, the session as it was.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if self.initialized.swap(true, Ordering::AcqRel) {
+            return Err(ErrorData::invalid_request(
+                "Invalid request: this session is already initialized (one `initialize` per \
+                 session: open another to negotiate again)",
+                None,
+            ));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn set_level(

@@ -549,6 +549,31 @@ struct LineTransport<R, W> {
     /// are taken, and nothing more is read; each request among them is refused and
     /// recorded, not run.
     stopping: bool,
+    /// Whether the session's lifecycle has begun: an `initialize` handed to rmcp, or a
+    /// request carrying the 2026-07-28 lifecycle in its `_meta`. Until then rmcp ends the
+    /// session on anything but a request, so a notification or a stray answer is dropped
+    /// here instead (see [`starts_lifecycle`]).
+    lifecycle: bool,
+}
+
+/// Whether rmcp, before a session's lifecycle, begins one with `request`: an
+/// `initialize`, or a request other than `ping` and `server/discover` whose `_meta` holds
+/// what the 2026-07-28 lifecycle needs (rmcp answers the others and waits on). A request
+/// whose inline version rmcp does not support is taken to begin one too: after it, rmcp
+/// is given what it would have been given before this check.
+fn starts_lifecycle(request: &ClientRequest) -> bool {
+    use rmcp::model::{GetMeta, ProtocolVersion};
+    match request {
+        ClientRequest::InitializeRequest(_) => true,
+        ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_) => false,
+        other => {
+            let meta = other.get_meta();
+            meta.protocol_version().is_some()
+                && meta
+                    .missing_required_keys(&ProtocolVersion::V_2026_07_28)
+                    .is_empty()
+        }
+    }
 }
 
 /// Reads a request's arguments back from its line, for the record of an attempt nobody
@@ -881,6 +906,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             backlog,
             stop,
             stopping: false,
+            lifecycle: false,
         }
     }
 
@@ -1829,6 +1855,24 @@ where
                 // hostile client could send a great many.
                 if kept.asked.len() < MAX_ASKED {
                     kept.asked.push(id.clone());
+                }
+            }
+            // Before the lifecycle begins, rmcp takes only requests: it ends the session on a
+            // notification (a `notifications/roots/list_changed` after a 2026-07-28
+            // client's `server/discover`, a cancellation) or a stray answer, which the
+            // protocol does not forbid there. Those are dropped, as JSON-RPC lets a
+            // notification go unanswered.
+            if !self.lifecycle {
+                match message.as_ref() {
+                    JsonRpcMessage::Request(request) => {
+                        self.lifecycle = starts_lifecycle(&request.request);
+                    }
+                    _ => {
+                        tracing::debug!(
+                            "a notification or an answer before the session's lifecycle began: ignored"
+                        );
+                        continue;
+                    }
                 }
             }
             let mut message = message;

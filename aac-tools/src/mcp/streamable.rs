@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_core::Stream;
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage, ServerResult};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -18,7 +18,11 @@ use rmcp::transport::streamable_http_server::session::{
     EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
 };
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::bytes::Bytes;
 use tokio_util::sync::CancellationToken;
+
+/// The header of a Streamable HTTP session's id.
+const SESSION_ID: &str = "mcp-session-id";
 
 use super::handler::{McpHandler, Shared};
 use crate::context::Transport as CallTransport;
@@ -91,11 +95,25 @@ impl McpService {
         &self,
         request: axum::extract::Request,
     ) -> futures_core::future::BoxFuture<'_, axum::response::Response> {
+        let session = request.headers().get(SESSION_ID).cloned();
         Box::pin(async move {
-            self.service
+            let response = self
+                .service
                 .handle(request)
                 .await
-                .map(axum::body::Body::new)
+                .map(axum::body::Body::new);
+            // The session named, or the one an `initialize` opened.
+            let session = session.or_else(|| response.headers().get(SESSION_ID).cloned());
+            match session {
+                Some(id)
+                    if id
+                        .to_str()
+                        .is_ok_and(|id| self.sessions.ends.is_unprimed(id)) =>
+                {
+                    without_priming_events(response)
+                }
+                _ => response,
+            }
         })
     }
 
@@ -134,9 +152,13 @@ impl McpService {
 pub(crate) struct SessionEnds(Mutex<HashMap<SessionId, Calls>>);
 
 /// The tokens of a session's calls, cancelled when it ends. Those of calls already
-/// answered (rmcp cancels a request's token then) are dropped as the list grows.
+/// answered (rmcp cancels a request's token then) are dropped as the list grows. And
+/// whether the session's protocol version predates SSE priming events.
 #[derive(Default)]
-struct Calls(Vec<CancellationToken>);
+struct Calls {
+    tokens: Vec<CancellationToken>,
+    unprimed: bool,
+}
 
 impl SessionEnds {
     fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Calls>> {
@@ -156,8 +178,22 @@ impl SessionEnds {
     /// Session `id` is gone: whatever its calls wait for, they stop waiting.
     fn end(&self, id: &SessionId) {
         if let Some(calls) = self.ends().remove(id) {
-            calls.0.iter().for_each(CancellationToken::cancel);
+            calls.tokens.iter().for_each(CancellationToken::cancel);
         }
+    }
+
+    /// Session `id` negotiated a protocol version before 2025-11-25, which has no SSE
+    /// priming events.
+    fn set_unprimed(&self, id: &SessionId) {
+        if let Some(calls) = self.ends().get_mut(id) {
+            calls.unprimed = true;
+        }
+    }
+
+    /// Whether session `id` is open and negotiated a protocol version that has no SSE
+    /// priming events.
+    fn is_unprimed(&self, id: &str) -> bool {
+        self.ends().get(id).is_some_and(|calls| calls.unprimed)
     }
 
     /// The token of a call of session `id` whose request token is `request`: cancelled
@@ -169,10 +205,10 @@ impl SessionEnds {
         match self.ends().get_mut(id) {
             Some(calls) => {
                 // Amortized: the answered calls are dropped when the list is full.
-                if calls.0.len() == calls.0.capacity() {
-                    calls.0.retain(|c| !c.is_cancelled());
+                if calls.tokens.len() == calls.tokens.capacity() {
+                    calls.tokens.retain(|c| !c.is_cancelled());
                 }
-                calls.0.push(call.clone());
+                calls.tokens.push(call.clone());
             }
             None => call.cancel(),
         }
@@ -201,6 +237,45 @@ fn after_in_memory(last_event_id: String) -> String {
         (Some(next), None) => next.to_string(),
         (None, _) => last_event_id,
     }
+}
+
+/// Whether protocol version `version` has SSE priming events (an event with an id and no
+/// data opening each stream, SEP-1699): from 2025-11-25 on. The official SDKs' servers send
+/// them to those versions only: clients of earlier ones read each event's data as a
+/// JSON-RPC message, and fail on an empty one (Python SDK 1.12 logs a parse error for
+/// every answer; TypeScript SDK clients before 1.24 report "Unexpected end of JSON
+/// input").
+fn has_priming_events(version: &str) -> bool {
+    // The versions are dates: compared as text, in order.
+    version >= ProtocolVersion::V_2025_11_25.as_str()
+}
+
+/// `response`'s SSE body without its priming events (rmcp sends them whatever the
+/// version): a frame of no data, written by hyper as nothing.
+fn without_priming_events(response: axum::response::Response) -> axum::response::Response {
+    let is_sse = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !is_sse {
+        return response;
+    }
+    response.map(|body| {
+        axum::body::Body::new(http_body_util::BodyExt::map_frame(
+            body,
+            |frame| match frame.into_data() {
+                Ok(data) if is_priming_event(&data) => hyper::body::Frame::data(Bytes::new()),
+                Ok(data) => hyper::body::Frame::data(data),
+                Err(frame) => frame,
+            },
+        ))
+    })
+}
+
+/// Whether `event` (one SSE event, as rmcp writes each) is a priming event or a bare
+/// retry hint: empty data, or none.
+fn is_priming_event(event: &[u8]) -> bool {
+    event.starts_with(b"data: \n") || event.starts_with(b"retry:") || event.starts_with(b"id:")
 }
 
 /// rmcp's in-memory sessions, each with its end in [`SessionEnds`].
@@ -235,7 +310,14 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.inner.initialize_session(id, message).await
+        let answer = self.inner.initialize_session(id, message).await?;
+        if let ServerJsonRpcMessage::Response(response) = &answer
+            && let ServerResult::InitializeResult(result) = &response.result
+            && !has_priming_events(result.protocol_version.as_str())
+        {
+            self.ends.set_unprimed(id);
+        }
+        Ok(answer)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
