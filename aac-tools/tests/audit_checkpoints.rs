@@ -164,6 +164,44 @@ async fn a_truncated_tail_and_a_forged_checkpoint_are_caught() {
     assert!(CheckpointKey::from_hex("not hex").is_err());
 }
 
+/// A checkpoint a full disk (or a crash) cut short is a last line without its newline:
+/// reading skips it, and the next checkpoint cuts it rather than being glued to it (which
+/// left a line that was no checkpoint in the middle, and every later `--verify
+/// --checkpoints` failing on it, the trail untouched).
+#[tokio::test]
+async fn a_checkpoint_cut_short_is_skipped_then_cut_not_glued_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let file = dir.path().join("checkpoints.jsonl");
+    let key = CheckpointKey::generate().unwrap();
+    trail(&db, 3).await;
+    write_checkpoint(&open_reader(&db).unwrap(), &key, &file).unwrap();
+    let whole = std::fs::read_to_string(&file).unwrap();
+    let mut torn = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut torn, &whole.as_bytes()[..40]).unwrap();
+    drop(torn);
+    assert_eq!(read_checkpoints(&file).unwrap().len(), 1);
+    let conn = open_reader(&db).unwrap();
+    assert!(
+        verify_checkpoints(&conn, &file, &key.public_hex())
+            .unwrap()
+            .is_intact()
+    );
+    drop(conn);
+    trail(&db, 2).await;
+    let conn = open_reader(&db).unwrap();
+    assert!(write_checkpoint(&conn, &key, &file).unwrap().is_some());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.starts_with(&whole), "{text}");
+    let report = verify_checkpoints(&conn, &file, &key.public_hex()).unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.checked, 2);
+}
+
 /// A server writes a checkpoint every 10 s only when the head moved: it reads the file's
 /// last line to know, never the whole file (which grows for as long as the server runs:
 /// read whole each time, 79 MB of checkpoints took 180 MB of memory).

@@ -1386,6 +1386,101 @@ async fn json_lines_go_to_a_synced_file() {
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 41);
 }
 
+/// A full disk takes what fits of a batch and fails the rest: the part that went in is
+/// taken out again, so that the file holds exactly the records whose writes succeeded
+/// (a failed record is written again later by whoever retries it, and was in the file
+/// twice, the second time glued to a torn line). A line a crash cut short stays on a line
+/// of its own. The disk is a file size limit (`ulimit -f`, which fails a write past it
+/// as a full disk does, after a short write) on a child process running this test.
+#[tokio::test]
+async fn json_lines_keep_no_part_of_a_write_the_disk_refused() {
+    const CHILD: &str = "AAC_TEST_JSONL_LIMITED_FILE";
+    let line = |i: usize| {
+        let mut r = record(
+            &format!("tool_{i}"),
+            Outcome::Success,
+            "2025-06-22T15:30:00Z",
+        );
+        r.arguments = json!({"padding": "x".repeat(300 + i)});
+        r
+    };
+    if let Ok(path) = std::env::var(CHILD) {
+        let sink = JsonLinesSink::file(&path).unwrap();
+        let mut outcomes = String::new();
+        for i in 0..30 {
+            let written = sink.record(line(i)).await;
+            outcomes.push(if written.is_ok() { '1' } else { '0' });
+        }
+        println!("OUTCOMES={outcomes}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let child = std::process::Command::new("bash")
+        .arg("-c")
+        // 4 KiB (bash counts `-f` in KiB); past it a write fails (EFBIG) rather than the
+        // process being killed.
+        .arg(r#"trap '' XFSZ; ulimit -f 4 && exec "$0" "$1" --exact --nocapture --test-threads=1"#)
+        .arg(std::env::current_exe().unwrap())
+        .arg("json_lines_keep_no_part_of_a_write_the_disk_refused")
+        .env(CHILD, &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let outcomes = stdout
+        .lines()
+        .find_map(|l| l.split("OUTCOMES=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the child ran: {stdout}"));
+    let written: Vec<String> = outcomes
+        .char_indices()
+        .filter(|(_, c)| *c == '1')
+        .map(|(i, _)| format!("tool_{i}"))
+        .collect();
+    assert!(!written.is_empty() && written.len() < 30, "{outcomes}");
+    let read = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<AuditRecord>(l)
+                    .unwrap_or_else(|e| panic!("{e}: {l}"))
+                    .tool
+            })
+            .collect()
+    };
+    assert_eq!(read(&path), written, "{outcomes}");
+
+    // Room again: the records go on after the last whole line.
+    let sink = JsonLinesSink::file(&path).unwrap();
+    sink.record(line(100)).await.unwrap();
+    drop(sink);
+    let mut expected = written.clone();
+    expected.push("tool_100".to_owned());
+    assert_eq!(read(&path), expected);
+
+    // A line a crash cut short (never synced, so never answered) stays on its own line.
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, br#"{"tool":"cut_sh"#).unwrap();
+    drop(file);
+    let sink = JsonLinesSink::file(&path).unwrap();
+    sink.record(line(101)).await.unwrap();
+    drop(sink);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[lines.len() - 2], r#"{"tool":"cut_sh"#);
+    let last: AuditRecord = serde_json::from_str(lines[lines.len() - 1]).unwrap();
+    assert_eq!(last.tool, "tool_101");
+}
+
 #[tokio::test]
 async fn a_fan_out_fails_when_any_sink_fails() {
     let dir = tempfile::tempdir().unwrap();

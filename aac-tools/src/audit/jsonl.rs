@@ -46,6 +46,8 @@ impl JsonLinesSink {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            // To see whether it ends with a line a crash cut short.
+            .read(true)
             .open(&path)
             .map_err(|e| {
                 AuditError::new(format!(
@@ -77,10 +79,21 @@ impl JsonLinesSink {
     }
 
     fn start(name: String, target: Target) -> Result<JsonLinesSink, AuditError> {
+        // A line a crash cut short (written, never synced, so never answered) stays as
+        // it is, on a line of its own: the next record starts on the next line rather
+        // than being glued to it.
+        let torn = match &target {
+            Target::File(file) => ends_torn(file).map_err(|e| {
+                AuditError::new(format!("cannot read the end of the audit {name}: {e}"))
+            })?,
+            Target::Stream(_) => false,
+        };
         let backend = LinesBackend {
             target,
             name: name.clone(),
             buf: Vec::with_capacity(4096),
+            torn,
+            cut_back_to: None,
         };
         let worker = Worker::spawn(
             "aac-audit-jsonl",
@@ -114,6 +127,24 @@ struct LinesBackend {
     target: Target,
     name: String,
     buf: Vec<u8>,
+    /// The file ends with a line a crash cut short: the next batch starts with a newline.
+    torn: bool,
+    /// A failed batch left part of itself in the file (a full disk takes what fits): the
+    /// file is cut back to this length before anything more is written, so that the
+    /// records written again later are not in it twice, nor a torn line.
+    cut_back_to: Option<u64>,
+}
+
+/// Whether `file` is not empty and does not end with a newline.
+fn ends_torn(file: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] != b'\n')
 }
 
 impl Backend for LinesBackend {
@@ -144,8 +175,26 @@ impl Backend for LinesBackend {
             |e: std::io::Error| AuditError::new(format!("cannot write to {}: {e}", self.name));
         match &mut self.target {
             Target::File(file) => {
-                file.write_all(&self.buf).map_err(failed)?;
-                file.sync_data().map_err(failed)?;
+                if let Some(len) = self.cut_back_to {
+                    file.set_len(len).map_err(failed)?;
+                    file.sync_data().map_err(failed)?;
+                    self.cut_back_to = None;
+                }
+                let start = file.metadata().map_err(failed)?.len();
+                if self.torn {
+                    self.buf.insert(0, b'\n');
+                }
+                let written = file.write_all(&self.buf).and_then(|()| file.sync_data());
+                if let Err(err) = written {
+                    // Whatever part of the batch went in comes out again (now, or before
+                    // the next write if this fails too): the batch fails whole.
+                    self.cut_back_to = Some(start);
+                    if file.set_len(start).and_then(|()| file.sync_data()).is_ok() {
+                        self.cut_back_to = None;
+                    }
+                    return Err(failed(err));
+                }
+                self.torn = false;
             }
             Target::Stream(out) => {
                 out.write_all(&self.buf).map_err(failed)?;

@@ -212,19 +212,63 @@ fn write_checkpoint_naming(
         ))
     };
     let mut options = OpenOptions::new();
-    options.create(true).append(true);
+    // (Read too: for the end of the last line.)
+    options.create(true).append(true).read(true);
     // A new file is its owner's only, as the databases are.
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).map_err(cannot)?;
+    let start = cut_torn_line(&file, path).map_err(cannot)?;
     let mut line = serde_json::to_string(&checkpoint).unwrap_or_default();
     line.push('\n');
-    file.write_all(line.as_bytes()).map_err(cannot)?;
-    file.sync_data().map_err(cannot)?;
+    let appended = file
+        .write_all(line.as_bytes())
+        .and_then(|()| file.sync_data());
+    if let Err(err) = appended {
+        // A full disk takes what fits: the part that went in comes out again, rather
+        // than the next checkpoint being glued to it (which made every later `--verify
+        // --checkpoints` fail on a line that is no checkpoint). If this fails too, the
+        // next write cuts it.
+        let _ = file.set_len(start).and_then(|()| file.sync_data());
+        return Err(cannot(err));
+    }
     if let Some(written) = written {
         lock(written).signed(checkpoint.seq);
     }
     Ok(Some(checkpoint))
+}
+
+/// The length of `file` once a last line without its newline (a write a full disk or a
+/// power loss cut short, never a whole checkpoint) is cut off; such a line is cut, with a
+/// warning. A line longer than anything a checkpoint writes is left as it is (and
+/// `--verify` reports it).
+fn cut_torn_line(file: &std::fs::File, path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    /// Far more than one line (about 250 bytes, more with records named as foreign).
+    const TAIL: u64 = 64 * 1024;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    let from = len.saturating_sub(TAIL);
+    let mut tail = vec![0u8; usize::try_from(len - from).unwrap_or(0)];
+    file.read_exact_at(&mut tail, from)?;
+    if tail.last() == Some(&b'\n') {
+        return Ok(len);
+    }
+    let cut = match tail.iter().rposition(|b| *b == b'\n') {
+        Some(i) => from + i as u64 + 1,
+        None if from == 0 => 0,
+        None => return Ok(len),
+    };
+    tracing::warn!(
+        path = %path.display(),
+        bytes = len - cut,
+        "the checkpoint file ended with a line cut short (a write a full disk or a crash interrupted): removed"
+    );
+    file.set_len(cut)?;
+    file.sync_data()?;
+    Ok(cut)
 }
 
 /// The file's last checkpoint, read from its end (the file only grows: reading it whole
@@ -254,8 +298,25 @@ pub fn read_checkpoints(path: impl AsRef<Path>) -> Result<Vec<Checkpoint>, Audit
         ))
     })?;
     let mut checkpoints = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| AuditError::new(format!("checkpoint file: {e}")))?;
+    let mut lines = BufReader::new(file);
+    let mut line = String::new();
+    for n in 0.. {
+        line.clear();
+        let read = lines
+            .read_line(&mut line)
+            .map_err(|e| AuditError::new(format!("checkpoint file: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        // The last line without its newline is a write cut short (a full disk, a crash),
+        // never a whole checkpoint: the writer cuts it before its next line.
+        if !line.ends_with('\n') {
+            tracing::warn!(
+                line = n + 1,
+                "the checkpoint file ends with a line cut short: not a checkpoint, skipped"
+            );
+            break;
+        }
         if line.trim().is_empty() {
             continue;
         }
