@@ -602,3 +602,50 @@ async fn the_reads_of_a_batch_past_those_recorded_are_counted_as_reads() {
         "{records:#?}"
     );
 }
+
+/// 2026-07-28 has no subscriptions: `server/discover` does not offer `resources.subscribe`
+/// to its clients (a session of 2025-11-25 is offered it: [`start`]), and its
+/// `logging/setLevel`, gone from that revision, is answered as a method it does not have
+/// rather than told a level was set that nothing reads.
+#[tokio::test]
+async fn a_2026_07_28_client_is_offered_what_its_revision_has() {
+    let sink = MemorySink::new();
+    let (client, server_end) = tokio::io::duplex(64 * 1024);
+    let (read, write) = tokio::io::split(server_end);
+    let served = server(&sink);
+    tokio::spawn(async move {
+        let _ = aac_tools::mcp::serve_io(served, Some("watcher".to_owned()), read, write).await;
+    });
+    let (read, write) = tokio::io::split(client);
+    let mut session = Session {
+        lines: BufReader::new(read).lines(),
+        write,
+    };
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    });
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}))
+        .await;
+    let discovered = session.response(1, &mut Vec::new()).await;
+    let resources = &discovered["result"]["capabilities"]["resources"];
+    assert!(resources.is_object(), "{discovered}");
+    assert!(resources.get("subscribe").is_none(), "{discovered}");
+    session
+        .send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {
+            "level": "debug", "_meta": meta}}),
+        )
+        .await;
+    let refused = session.response(2, &mut Vec::new()).await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    // An earlier revision still sets its level.
+    let mut earlier = start(server(&sink), "watcher").await;
+    earlier
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug"}}))
+        .await;
+    let set = earlier.response(2, &mut Vec::new()).await;
+    assert_eq!(set["result"], json!({}), "{set}");
+}

@@ -398,11 +398,40 @@ impl ServerHandler for McpHandler {
         self.negotiate_initialize(&request)
     }
 
+    /// What a 2026-07-28 client is told: that revision has no subscriptions (neither
+    /// `resources/subscribe` nor a stream for updates without a session), so
+    /// `resources.subscribe` is not offered to it, whatever a session of an earlier
+    /// version is offered.
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        if let Some(resources) = info.capabilities.resources.as_mut() {
+            resources.subscribe = None;
+        }
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
+    /// `logging/setLevel` is gone from 2026-07-28 (a request carries its level in
+    /// `_meta`): such a request is answered as for any method the revision does not have,
+    /// rather than told a level was set that nothing reads.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize())
+        {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
         self.log_level.store(
             level_rank(from_rmcp_level(request.level)),
             Ordering::Relaxed,
