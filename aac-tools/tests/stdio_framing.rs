@@ -2569,3 +2569,40 @@ async fn a_call_too_large_to_hold_is_not_asked_about() {
     .await;
     assert_eq!(raw.next().await["method"], "elicitation/create");
 }
+
+/// An `initialize` of many small values is refused under 64 KiB too: each value is kept
+/// parsed for the session (64 KiB of `{"":0}` took 6 MB a session); one of a few hundred
+/// is taken.
+#[tokio::test]
+async fn an_initialize_of_too_many_values_is_refused() {
+    let mut raw = Raw::connect(server(false), "all", 1 << 20);
+    let initialize = |id: u64, objects: usize| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"experimental": (0..objects)
+                .map(|i| (format!("k{i}"), json!({"": 0})))
+                .collect::<serde_json::Map<_, _>>()},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string()
+    };
+    let many = initialize(1, 2_000);
+    assert!(many.len() < 64 * 1024);
+    raw.line(&many).await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1024 JSON values"),
+        "{answer}"
+    );
+    raw.line(&initialize(2, 200)).await;
+    let answer = raw.next().await;
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
+}

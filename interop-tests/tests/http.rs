@@ -4017,3 +4017,36 @@ async fn priming_events_only_for_the_versions_that_have_them() {
     }
     server.stop().await;
 }
+
+/// An `initialize` of many small values is refused 413 under 64 KiB too (each value is
+/// kept parsed for the session: 64 KiB of `{"":0}` took 6 MB a session, 128 sessions a
+/// principal); one of a few hundred opens its session.
+#[tokio::test]
+async fn an_initialize_of_too_many_values_is_refused() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let raw = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    let initialize = |objects: usize| {
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"experimental": (0..objects)
+                .map(|i| (format!("k{i}"), json!({"": 0})))
+                .collect::<serde_json::Map<_, _>>()},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string()
+    };
+    let many = initialize(2_000);
+    assert!(many.len() < 64 * 1024);
+    let response = raw.post().body(many).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    assert!(response.headers().get("mcp-session-id").is_none());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reason"], "body_too_large", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("1024 JSON values"),
+        "{body}"
+    );
+    let response = raw.post().body(initialize(200)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("mcp-session-id").is_some());
+    server.stop().await;
+}

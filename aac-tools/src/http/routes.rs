@@ -1417,7 +1417,12 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // body is refused whole, and every call, read, prompt or completion it carries beside
     // the `initialize` is recorded as refused with it.
     if is_post
-        && body.len() > crate::mcp::MAX_INITIALIZE_BYTES
+        && (body.len() > crate::mcp::MAX_INITIALIZE_BYTES
+            // Small values, each kept parsed at a cost of its own: counted only for a
+            // body that is no call and names the method (a call's is not kept).
+            || (call.is_none()
+                && body.len() > crate::mcp::MAX_INITIALIZE_VALUES
+                && crate::mcp::more_values_than(&body, crate::mcp::MAX_INITIALIZE_VALUES)))
         && probe::may_be_method(&body, "initialize")
     {
         let err = ToolError::new(

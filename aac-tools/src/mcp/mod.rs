@@ -37,13 +37,73 @@ pub use self::stdio::{serve_io, serve_stdio, serve_stdio_until};
 #[cfg(feature = "mcp")]
 pub(crate) const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
 
-/// The error message of an `initialize` over [`MAX_INITIALIZE_BYTES`].
+/// The most JSON values (keys included) an `initialize` message may hold, whatever its
+/// length: what it says of the client is kept parsed, at about 200 bytes a value when
+/// they are small (64 KiB of `{"":0},…` took 6 MB a session, times the 128 sessions a
+/// principal may hold); a client's own holds a few dozen.
+#[cfg(feature = "mcp")]
+pub(crate) const MAX_INITIALIZE_VALUES: usize = 1024;
+
+/// The error message of an `initialize` over [`MAX_INITIALIZE_BYTES`] or
+/// [`MAX_INITIALIZE_VALUES`].
 #[cfg(feature = "mcp")]
 pub(crate) fn initialize_too_large() -> String {
     format!(
         "Invalid request: an initialize message is limited to {MAX_INITIALIZE_BYTES} bytes \
-         (what it says of the client is kept for the whole session)"
+         and {MAX_INITIALIZE_VALUES} JSON values (what it says of the client is kept for the \
+         whole session)"
     )
+}
+
+/// Whether `bytes` hold more than `max` JSON values, counted in one pass: each `{` and
+/// `[`, each string, and each run of other bytes outside strings that starts after a
+/// delimiter or a space, any a lenient reader skips ([`probe::in_sequence`](crate::pipeline::probe))
+/// included (a number, a literal, or bytes no reader takes, which count all the same).
+#[cfg(feature = "mcp")]
+pub(crate) fn more_values_than(line: &[u8], max: usize) -> bool {
+    let mut count = 0usize;
+    let mut in_string = false;
+    // Whether the last byte outside strings ended a token (a delimiter or a space).
+    let mut after_delimiter = true;
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        i += 1;
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        let starts = match b {
+            b'"' => {
+                in_string = true;
+                after_delimiter = false;
+                true
+            }
+            b'{' | b'[' => {
+                after_delimiter = true;
+                true
+            }
+            // JSON's white space, and what a lenient reader also takes for it between
+            // values (vertical tab, form feed, and the bytes of U+2028, a no-break
+            // space…: every byte of a character beyond ASCII, outside strings).
+            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n' | 0x0B | 0x0C | 0x80.. => {
+                after_delimiter = true;
+                false
+            }
+            _ => std::mem::replace(&mut after_delimiter, false),
+        };
+        if starts {
+            count += 1;
+            if count > max {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// A principal the HTTP layer verified for this request, carried to the MCP handler in

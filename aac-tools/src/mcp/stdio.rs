@@ -452,58 +452,10 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 /// values, so only longer lines are counted, and refused past this.
 const MAX_VALUES: usize = 512 * 1024;
 
-/// Whether `line` holds more than [`MAX_VALUES`] values, counted in one pass for lines
-/// over 1 MiB only: each `{` and `[`, each string, and each run of other bytes outside
-/// strings that starts after a delimiter or a space, any a lenient reader skips
-/// ([`probe::in_sequence`]) included (a number, a literal, or bytes no reader takes,
-/// which count all the same).
+/// Whether `line` holds more than [`MAX_VALUES`] values, counted for lines over 1 MiB
+/// only ([`crate::mcp::more_values_than`]).
 fn too_many_values(line: &[u8]) -> bool {
-    if line.len() <= 1024 * 1024 {
-        return false;
-    }
-    let mut count = 0usize;
-    let mut in_string = false;
-    // Whether the last byte outside strings ended a token (a delimiter or a space).
-    let mut after_delimiter = true;
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        i += 1;
-        if in_string {
-            match b {
-                b'\\' => i += 1,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        let starts = match b {
-            b'"' => {
-                in_string = true;
-                after_delimiter = false;
-                true
-            }
-            b'{' | b'[' => {
-                after_delimiter = true;
-                true
-            }
-            // JSON's white space, and what a lenient reader also takes for it between
-            // values (vertical tab, form feed, and the bytes of U+2028, a no-break
-            // space…: every byte of a character beyond ASCII, outside strings).
-            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n' | 0x0B | 0x0C | 0x80.. => {
-                after_delimiter = true;
-                false
-            }
-            _ => std::mem::replace(&mut after_delimiter, false),
-        };
-        if starts {
-            count += 1;
-            if count > MAX_VALUES {
-                return true;
-            }
-        }
-    }
-    false
+    line.len() > 1024 * 1024 && crate::mcp::more_values_than(line, MAX_VALUES)
 }
 
 /// The JSON-RPC lines of one connection.
@@ -1673,9 +1625,15 @@ where
             // says of the client), parsed: one of 1 MiB of `[[],[],…]` held 23 MB. (A line
             // of several messages is refused whatever they are, each answered and each
             // call among them recorded, below.)
-            if self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
-                && let Parsed::Message(message) = &parsed
-                && probe::may_be_method(trim_line(&self.line), "initialize")
+            if let Parsed::Message(message) = &parsed
+                && ((self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
+                    && probe::may_be_method(trim_line(&self.line), "initialize"))
+                    || (matches!(message.as_ref(), JsonRpcMessage::Request(request)
+                        if matches!(request.request, ClientRequest::InitializeRequest(_)))
+                        && crate::mcp::more_values_than(
+                            &self.line,
+                            crate::mcp::MAX_INITIALIZE_VALUES,
+                        )))
             {
                 tracing::warn!("an initialize message over its limit; refused");
                 parsed = match message.as_ref() {
