@@ -583,6 +583,7 @@ impl ServerBuilder {
                 calls_stopped: Arc::default(),
                 stop_http_calls: std::sync::Mutex::default(),
                 stdio_calls_stopped: Arc::default(),
+                update_checks: tokio::sync::Semaphore::new(UPDATE_CHECKS),
             }),
         })
     }
@@ -670,7 +671,16 @@ struct Inner {
     stop_http_calls: std::sync::Mutex<tokio_util::sync::CancellationToken>,
     /// How many times the stdio calls were abandoned (`serve` stopped at once).
     stdio_calls_stopped: Arc<std::sync::atomic::AtomicU64>,
+    /// The subscriptions' checks of their tokens before an update, at most
+    /// [`UPDATE_CHECKS`] at once: one change reaches every subscribed session at the same
+    /// moment, and each check may read the token store on a blocking thread (384
+    /// subscribed sessions took 176 threads and a database connection each, past the
+    /// pool, and every other caller waited behind them).
+    update_checks: tokio::sync::Semaphore,
 }
+
+/// How many subscriptions check their token at once before an update ([`Inner`]).
+const UPDATE_CHECKS: usize = 4;
 
 impl Drop for Inner {
     /// The server is gone (the process stops): what is still owed is handed to the sink
@@ -817,6 +827,8 @@ impl Server {
     /// have expired since the read that granted it).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) async fn may_still_read(&self, credentials: &Credentials, uri: &str) -> bool {
+        // Never closed: a permit always comes.
+        let _permit = self.inner.update_checks.acquire().await;
         let Ok(principal) = self.authenticate(credentials).await else {
             return false;
         };
