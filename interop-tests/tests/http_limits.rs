@@ -927,3 +927,81 @@ async fn calls_the_guard_refuses_off_any_route_are_recorded() {
     assert_eq!(seen, expected, "{records:?}");
     assert!(records.iter().all(|r| r.status == 403));
 }
+
+/// A body of more JSON values than `max_body_values` is refused 413 unparsed (parsed,
+/// 1 MiB of `{"":0}` took 100 MB before the token was looked at), over `/mcp` and REST,
+/// with a token or without, and recorded once as the call it names; one under the limit
+/// is read as ever, and the limit is the server's to raise.
+#[tokio::test]
+async fn a_body_of_too_many_values_is_refused_unparsed_and_recorded() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let pad = |objects: usize| vec![serde_json::json!({"": 0}); objects];
+    let call = |objects: usize| {
+        serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "list_notes", "arguments": {"pad": pad(objects)}}})
+        .to_string()
+    };
+    let client = reqwest::Client::new();
+    let post = |body: String, token: Option<&str>, path: &str| {
+        let mut request = client
+            .post(format!("{}{path}", server.base))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    for token in [None, Some(server.fixture.full.as_str())] {
+        let response = post(call(30_000), token, "/mcp").await.unwrap();
+        assert_eq!(response.status(), 413, "{token:?}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["reason"], "body_too_large", "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("65536 JSON values"),
+            "{body}"
+        );
+    }
+    let body = serde_json::json!({"pad": pad(30_000)}).to_string();
+    let response = post(body, Some(&server.fixture.full), "/tools/list_notes")
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let records = server.sink.records();
+    let seen: Vec<(&str, u16, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.status, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("list_notes", 413, Some("body_too_large")); 3],
+        "{records:?}"
+    );
+    // Under the limit: read as ever (the call is refused for its arguments, not its size).
+    let response = post(call(10_000), Some(&server.fixture.full), "/mcp")
+        .await
+        .unwrap();
+    assert_ne!(response.status(), 413);
+    server.stop().await;
+
+    let server = TestServer::start(
+        HttpOptions::default().max_body_values(1_000_000),
+        Options::default(),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/mcp", server.base))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .bearer_auth(&server.fixture.full)
+        .body(call(30_000))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(response.status(), 413);
+    server.stop().await;
+}

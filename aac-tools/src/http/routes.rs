@@ -914,6 +914,20 @@ impl tower_service::Service<Request> for McpEndpoint {
 /// it may have carried a `tools/call`, so it is recorded as one (the tool its `Mcp-Name`
 /// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
 /// valid; a caller without one counts against its peer's rate of recorded refusals.
+/// The refusal of a body of more JSON values than [`HttpOptions::max_body_values`], which
+/// no reading of ours parses: counted without allocating, for bodies longer than the limit
+/// only.
+fn too_many_values(body: &[u8], options: &HttpOptions) -> Option<ToolError> {
+    let max = options.max_body_values;
+    (body.len() > max && crate::mcp::more_values_than(body, max)).then(|| {
+        ToolError::new(
+            Status::PayloadTooLarge,
+            "body_too_large",
+            format!("a request body holds at most {max} JSON values"),
+        )
+    })
+}
+
 async fn unread_body(
     app: &App,
     parts: &axum::http::request::Parts,
@@ -1327,6 +1341,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         // What was read of a body refused for its size or slowness names what it was.
         let mut start = Vec::new();
         match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
+            // Not parsed: what its start says names it, as for a body over the limit.
+            Ok(bytes) if let Some(err) = too_many_values(&bytes, &app.options) => {
+                return unread_body(app, &parts, err, &bytes).await;
+            }
             Ok(bytes) => bytes,
             Err(err) => return unread_body(app, &parts, err, &start).await,
         }
@@ -1844,7 +1862,12 @@ async fn call_named(
     let tool = attempt.tool().to_owned();
     let refused = |err: ToolError| app.refusal(&headers, &err, Some(&tool));
 
-    let body = match read_body(body, &headers, &app.options).await {
+    let body = match read_body(body, &headers, &app.options)
+        .await
+        .and_then(|bytes| match too_many_values(&bytes, &app.options) {
+            Some(err) => Err(err),
+            None => Ok(bytes),
+        }) {
         Ok(bytes) => bytes,
         Err(err) => {
             // For the record only (a caller without a valid token counts against its
