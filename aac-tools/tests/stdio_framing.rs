@@ -930,35 +930,24 @@ async fn a_notification_before_the_lifecycle_begins_does_not_end_the_session() {
     let discovered = raw.next().await;
     assert_eq!(discovered["id"], 1, "{discovered}");
     assert!(discovered["result"].is_object(), "{discovered}");
-    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#)
+    // Before the lifecycle began (after the probe), then once it has (a notification is
+    // then rmcp's as always): the session goes on.
+    for (id, text) in [(2, "inline"), (3, "again")] {
+        raw.line(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#)
+            .await;
+        raw.line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "echo_text", "arguments": {"text": text}, "_meta": meta}})
+            .to_string(),
+        )
         .await;
-    raw.line(
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "echo_text", "arguments": {"text": "inline"}, "_meta": meta}})
-        .to_string(),
-    )
-    .await;
-    let answer = raw.next().await;
-    assert_eq!(answer["id"], 2, "{answer}");
-    assert_eq!(
-        answer["result"]["structuredContent"]["text"], "inline",
-        "{answer}"
-    );
-    // Once it has begun, a notification is rmcp's as always (and the session goes on).
-    raw.line(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#)
-        .await;
-    raw.line(
-        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "echo_text", "arguments": {"text": "again"}, "_meta": meta}})
-        .to_string(),
-    )
-    .await;
-    let answer = raw.next().await;
-    assert_eq!(answer["id"], 3, "{answer}");
-    assert_eq!(
-        answer["result"]["structuredContent"]["text"], "again",
-        "{answer}"
-    );
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(
+            answer["result"]["structuredContent"]["text"], text,
+            "{answer}"
+        );
+    }
 }
 
 /// A second `initialize` is refused, and the session keeps the version it negotiated
