@@ -21,12 +21,12 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-/// The header of a Streamable HTTP session's id.
-const SESSION_ID: &str = "mcp-session-id";
-
 use super::handler::{McpHandler, Shared};
 use crate::context::Transport as CallTransport;
 use crate::server::Server;
+
+/// The header of a Streamable HTTP session's id.
+const SESSION_ID: &str = "mcp-session-id";
 
 /// How `/mcp` is served.
 pub(crate) struct StreamableOptions {
