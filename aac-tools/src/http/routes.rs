@@ -906,14 +906,6 @@ impl tower_service::Service<Request> for McpEndpoint {
     }
 }
 
-/// In front of `/mcp`: the body limit, authentication (401) and, for a `tools/call`,
-/// the scope check (403). A `tools/call` begins its [`Attempt`] here: a refusal ends it
-/// here, else it travels in the request's extensions to the MCP handler, with the
-/// verified principal and the scope verdict.
-/// A POST to `/mcp` whose body could not be read (over the size limit, too slow, broken):
-/// it may have carried a `tools/call`, so it is recorded as one (the tool its `Mcp-Name`
-/// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
-/// valid; a caller without one counts against its peer's rate of recorded refusals.
 /// The refusal of a body of more JSON values than [`HttpOptions::max_body_values`], which
 /// no reading of ours parses: counted without allocating, for bodies longer than the limit
 /// only.
@@ -928,6 +920,11 @@ fn too_many_values(body: &[u8], options: &HttpOptions) -> Option<ToolError> {
     })
 }
 
+/// A POST to `/mcp` whose body could not be read (over the size limit, too slow, broken)
+/// or is not parsed (of more JSON values than the limit):
+/// it may have carried a `tools/call`, so it is recorded as one (the tool its `Mcp-Name`
+/// header names, else [`UNKNOWN_TOOL`]), with the caller's principal when the token is
+/// valid; a caller without one counts against its peer's rate of recorded refusals.
 async fn unread_body(
     app: &App,
     parts: &axum::http::request::Parts,
@@ -1334,6 +1331,10 @@ impl Whole<'_> {
     }
 }
 
+/// In front of `/mcp`: the body limit, authentication (401) and, for a `tools/call`,
+/// the scope check (403). A `tools/call` begins its [`Attempt`] here: a refusal ends it
+/// here, else it travels in the request's extensions to the MCP handler, with the
+/// verified principal and the scope verdict.
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
