@@ -83,7 +83,7 @@ impl JsonLinesSink {
         // it is, on a line of its own: the next record starts on the next line rather
         // than being glued to it.
         let torn = match &target {
-            Target::File(file) => ends_torn(file).map_err(|e| {
+            Target::File(file) => super::ends_with_a_cut_line(file).map_err(|e| {
                 AuditError::new(format!("cannot read the end of the audit {name}: {e}"))
             })?,
             Target::Stream(_) => false,
@@ -133,18 +133,6 @@ struct LinesBackend {
     /// file is cut back to this length before anything more is written, so that the
     /// records written again later are not in it twice, nor a torn line.
     cut_back_to: Option<u64>,
-}
-
-/// Whether `file` is not empty and does not end with a newline.
-fn ends_torn(file: &File) -> std::io::Result<bool> {
-    use std::os::unix::fs::FileExt;
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok(false);
-    }
-    let mut last = [0u8; 1];
-    file.read_exact_at(&mut last, len - 1)?;
-    Ok(last[0] != b'\n')
 }
 
 impl Backend for LinesBackend {

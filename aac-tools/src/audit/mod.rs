@@ -395,6 +395,19 @@ pub fn redact_arguments(arguments: Option<&Map<String, Value>>, keep: &[&str]) -
     Value::Object(redacted)
 }
 
+/// Whether `file` ends with a line cut short (not empty, and no newline at its end): a
+/// write of lines that a full disk or a crash interrupted.
+pub(crate) fn ends_with_a_cut_line(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] != b'\n')
+}
+
 /// Bound a record as a whole: its tool name and request id (see [`bounded`]), and, if its
 /// JSON is still over [`MAX_RECORD_BYTES`], its arguments, replaced by their hash.
 ///

@@ -508,6 +508,18 @@ struct LineTransport<R, W> {
     lifecycle: bool,
 }
 
+/// Whether `message`, read from `line`, is an `initialize` past its bounds: a line over
+/// [`MAX_INITIALIZE_BYTES`](crate::mcp::MAX_INITIALIZE_BYTES) that names the method, or
+/// an `initialize` of more than [`MAX_INITIALIZE_VALUES`](crate::mcp::MAX_INITIALIZE_VALUES)
+/// JSON values (what it says of the client is kept, parsed, for the session's life).
+fn initialize_over_bounds(line: &[u8], message: &RxJsonRpcMessage<RoleServer>) -> bool {
+    let is_initialize = matches!(message, JsonRpcMessage::Request(request)
+        if matches!(request.request, ClientRequest::InitializeRequest(_)));
+    (line.len() > crate::mcp::MAX_INITIALIZE_BYTES
+        && probe::may_be_method(trim_line(line), "initialize"))
+        || (is_initialize && crate::mcp::more_values_than(line, crate::mcp::MAX_INITIALIZE_VALUES))
+}
+
 /// Whether rmcp, before a session's lifecycle, begins one with `request`: an
 /// `initialize`, or a request other than `ping` and `server/discover` whose `_meta` holds
 /// what the 2026-07-28 lifecycle needs (rmcp answers the others and waits on). A request
@@ -1626,14 +1638,7 @@ where
             // of several messages is refused whatever they are, each answered and each
             // call among them recorded, below.)
             if let Parsed::Message(message) = &parsed
-                && ((self.line.len() > crate::mcp::MAX_INITIALIZE_BYTES
-                    && probe::may_be_method(trim_line(&self.line), "initialize"))
-                    || (matches!(message.as_ref(), JsonRpcMessage::Request(request)
-                        if matches!(request.request, ClientRequest::InitializeRequest(_)))
-                        && crate::mcp::more_values_than(
-                            &self.line,
-                            crate::mcp::MAX_INITIALIZE_VALUES,
-                        )))
+                && initialize_over_bounds(&self.line, message)
             {
                 tracing::warn!("an initialize message over its limit; refused");
                 parsed = match message.as_ref() {

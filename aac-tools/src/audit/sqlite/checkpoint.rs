@@ -247,15 +247,13 @@ fn cut_torn_line(file: &std::fs::File, path: &Path) -> std::io::Result<u64> {
     /// Far more than one line (about 250 bytes, more with records named as foreign).
     const TAIL: u64 = 64 * 1024;
     let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok(0);
+    // The common case, one byte read: the last line is whole (or there is none).
+    if !crate::audit::ends_with_a_cut_line(file)? {
+        return Ok(len);
     }
     let from = len.saturating_sub(TAIL);
     let mut tail = vec![0u8; usize::try_from(len - from).unwrap_or(0)];
     file.read_exact_at(&mut tail, from)?;
-    if tail.last() == Some(&b'\n') {
-        return Ok(len);
-    }
     let cut = match tail.iter().rposition(|b| *b == b'\n') {
         Some(i) => from + i as u64 + 1,
         None if from == 0 => 0,
