@@ -41,6 +41,18 @@ async fn preflight(server: &TestServer, path: &str, origin: &str) -> reqwest::Re
         .expect("an answer")
 }
 
+/// `POST /tools/list_notes` with every scope, from a page of `origin`.
+async fn rest_from(server: &TestServer, origin: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/tools/list_notes", server.base))
+        .header("origin", origin)
+        .bearer_auth(&server.fixture.full)
+        .body("{}")
+        .send()
+        .await
+        .expect("an answer")
+}
+
 #[tokio::test]
 async fn a_listed_origin_gets_its_preflight_and_reads_every_answer() {
     let server = TestServer::start(
@@ -145,14 +157,7 @@ async fn a_listed_origin_gets_its_preflight_and_reads_every_answer() {
     ));
 
     // REST from the page.
-    let rest = raw
-        .http
-        .post(format!("{}/tools/list_notes", server.base))
-        .bearer_auth(&server.fixture.full)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let rest = rest_from(&server, APP).await;
     assert_eq!(rest.status(), 200);
     assert_eq!(header(rest.headers(), "access-control-allow-origin"), APP);
 
@@ -176,14 +181,7 @@ async fn another_origin_and_another_host_get_no_cors() {
     let response = preflight(&server, "/mcp", "https://evil.example").await;
     assert_eq!(response.status(), 403);
     assert!(header(response.headers(), "access-control-allow-origin").is_empty());
-    let response = reqwest::Client::new()
-        .post(format!("{}/tools/list_notes", server.base))
-        .header("origin", "https://evil.example")
-        .bearer_auth(&server.fixture.full)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let response = rest_from(&server, "https://evil.example").await;
     assert_eq!(response.status(), 403);
     assert!(header(response.headers(), "access-control-allow-origin").is_empty());
     let records = server.sink.records();
@@ -229,14 +227,7 @@ async fn without_cors_origins_no_page_reads_an_answer() {
     assert_ne!(response.status(), 204);
     assert!(header(response.headers(), "access-control-allow-origin").is_empty());
     // A page of a loopback origin passes the DNS-rebinding guard, and still reads nothing.
-    let response = reqwest::Client::new()
-        .post(format!("{}/tools/list_notes", server.base))
-        .header("origin", "http://localhost:5173")
-        .bearer_auth(&server.fixture.full)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let response = rest_from(&server, "http://localhost:5173").await;
     assert_eq!(response.status(), 200);
     assert!(header(response.headers(), "access-control-allow-origin").is_empty());
     assert!(response.headers().get("vary").is_none());
