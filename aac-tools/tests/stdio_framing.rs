@@ -1470,7 +1470,8 @@ async fn the_end_of_input_ends_the_wait_for_a_person_at_once() {
 
 /// An answer to the confirmation that is not of an elicitation's shape (`ACCEPT`, `{}`,
 /// an action that is no string, an `accept` whose `content` is not the form's object) is
-/// no: `user_declined`, the tool not run, as any answer but a plain `accept`.
+/// no: `user_declined`, the tool not run, as any answer but a plain `accept`. So is an
+/// `accept` that fills in fields the empty form never asked for (a "no" inside the form).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_of_another_shape_is_a_no() {
     for answer in [
@@ -1479,6 +1480,8 @@ async fn an_answer_of_another_shape_is_a_no() {
         json!({"action": 1}),
         json!({"action": "accept", "content": "yes"}),
         json!({"action": "accept", "content": ["yes"]}),
+        json!({"action": "accept", "content": {"confirm": false, "approved": false}}),
+        json!({"action": "accept", "content": {"x": null}}),
     ] {
         let sink = MemorySink::new();
         let (mut raw, asked) = asked_to_confirm(&sink, None).await;
@@ -1705,7 +1708,7 @@ async fn a_question_no_longer_awaited_bounds_the_input_again() {
 }
 
 /// An answer to the confirmation that is not a JSON-RPC response (a `result` and an
-/// `error`; no `"jsonrpc": "2.0"`) ends the question as an error: the call is refused at
+/// `error`, or neither; no `"jsonrpc": "2.0"`) ends the question as an error: the call is refused at
 /// once (403 `user_confirmation_unavailable`, as when the client's question fails), the
 /// tool not run, and nothing is written under the question's id, which a
 /// client reads as the answer to its own request of that id.
@@ -1714,6 +1717,7 @@ async fn an_answer_that_is_no_response_ends_the_question_unanswered() {
     for shape in [
         r#"{"jsonrpc":"2.0","id":{id},"result":{"action":"accept"},"error":{"code":1,"message":"x"}}"#,
         r#"{"id":{id},"result":{"action":"accept"}}"#,
+        r#"{"jsonrpc":"2.0","id":{id}}"#,
     ] {
         let sink = MemorySink::new();
         let (mut raw, asked) = asked_to_confirm(&sink, None).await;

@@ -1286,19 +1286,27 @@ impl Attempt {
     }
 
     /// The person's answer (an elicitation's result): `accept` confirms, anything else
-    /// refuses. An `accept` whose `content` is not the form's object (`"content": "yes"`)
-    /// is no elicitation result: it confirms nothing.
+    /// refuses. The form asks for nothing, so only an `accept` of the empty form (no
+    /// `content`, `null` or `{}`) is a yes: one whose `content` is not an object
+    /// (`"content": "yes"`) is no elicitation result, and one that fills in fields the
+    /// form never asked for (`{"approved": false}`) says something the server cannot
+    /// read as a yes. Either confirms nothing.
     fn accept(&mut self, answer: Option<&Value>) -> Result<(), ToolError> {
         let declined =
             |why: &str| ToolError::new(Status::Forbidden, "user_declined", why.to_owned());
         let action = answer.and_then(|a| a.get("action")).and_then(Value::as_str);
-        let content_is_a_form = answer
-            .and_then(|a| a.get("content"))
-            .is_none_or(|c| c.is_object() || c.is_null());
+        let content = answer.and_then(|a| a.get("content"));
+        let content_is_a_form = content.is_none_or(|c| c.is_object() || c.is_null());
+        let content_is_empty =
+            content.is_none_or(|c| c.is_null() || c.as_object().is_some_and(|o| o.is_empty()));
         match action {
             Some("accept") if !content_is_a_form => Err(declined(
                 "the client's answer to the confirmation was `accept` with a `content` that \
                  is not an object: not an elicitation result",
+            )),
+            Some("accept") if !content_is_empty => Err(declined(
+                "the client's answer to the confirmation was `accept` with fields the form \
+                 did not ask for: only an accept of the empty form confirms",
             )),
             Some("accept") => {
                 self.confirmed_by = Some("user");
