@@ -1249,11 +1249,14 @@ fn parse(line: &[u8]) -> Parsed {
             if object.is_some_and(|o| !o.contains_key("id")) {
                 return Parsed::Ignored;
             }
-            // An answer of the client's that is not one: answered under its id, the error
-            // would read as the answer to the client's own request of that id.
+            // An answer of the client's that is not one (both a `result` and an `error`,
+            // or neither: an id alone): answered under its id, the error would read as the
+            // answer to the client's own request of that id.
             if let Some(o) = object
                 && !o.contains_key("method")
-                && (o.contains_key("result") || o.contains_key("error"))
+                && (o.contains_key("result")
+                    || o.contains_key("error")
+                    || !o.contains_key("params"))
             {
                 return Parsed::BadAnswer(o.get("id").cloned().unwrap_or_default());
             }
