@@ -5,7 +5,7 @@
 //! counted; the count is written before the next line that is.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -20,50 +20,79 @@ pub(crate) const QUEUE: usize = 1024;
 /// holds at most [`QUEUE`] × this, and stderr grows by at most this a request.
 pub(crate) const MAX_LINE: usize = 8 * 1024;
 
-/// `line` as written: one line, whatever it quotes (a line break, a carriage return or
-/// another control character inside it is escaped, `\n`, `\r`, `\x07`: a request's id
-/// holding line breaks forged 2,688 log lines; an escape byte too, but for the colour
-/// codes of the log's own format), cut to [`MAX_LINE`]: its start, and the count of bytes
-/// cut.
+/// Whether the log's format writes colour (stderr is a terminal): only then does a
+/// colour code in a line stand for the format's own, and is let through.
+static COLOUR: AtomicBool = AtomicBool::new(false);
+
+/// Say whether the log's format writes colour (set once, as the subscriber is built).
+pub(crate) fn set_colour(on: bool) {
+    COLOUR.store(on, Ordering::Relaxed);
+}
+
+/// `line` as written: one line, whatever it quotes, and nothing in it that drives the
+/// operator's terminal: a line break, a carriage return or another control character is
+/// escaped (`\n`, `\r`, `\x07`: a request's id holding line breaks forged 2,688 log
+/// lines), and so are the escape byte, C1 controls (`\u{9b}`, an 8-bit CSI), bidi
+/// overrides and invisible characters (a client's `\x1b[8m` hid the rest of the line from
+/// `tail`, its U+202E reordered it), but for the colour codes of the log's own format
+/// when it writes colour; cut to [`MAX_LINE`]: its start, and the count of bytes cut.
 fn bounded_line(line: &[u8]) -> Vec<u8> {
-    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    bounded_line_with(line, COLOUR.load(Ordering::Relaxed))
+}
+
+fn bounded_line_with(line: &[u8], colour: bool) -> Vec<u8> {
+    let text = String::from_utf8_lossy(line);
+    let body = text.strip_suffix('\n').unwrap_or(&text);
     let mut out = Vec::with_capacity(body.len().min(MAX_LINE) + 1);
-    let mut i = 0;
-    while i < body.len() && out.len() < MAX_LINE - 64 {
-        let b = body[i];
-        match b {
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            0x1b if is_colour_code(&body[i..]) => out.push(b),
-            b'\t' => out.push(b),
-            0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-            _ => out.push(b),
+    let mut cut_at = None;
+    for (i, c) in body.char_indices() {
+        if out.len() >= MAX_LINE - 64 {
+            cut_at = Some(i);
+            break;
         }
-        i += 1;
+        match c {
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.push(b'\t'),
+            '\x1b' if colour && is_colour_code(&body.as_bytes()[i..]) => out.push(0x1b),
+            '\0'..='\x1f' | '\x7f' => {
+                out.extend_from_slice(format!("\\x{:02x}", u32::from(c)).as_bytes())
+            }
+            c if c.is_ascii() => out.push(c as u8),
+            c if c.is_control() || crate::confirm::is_invisible(c) => {
+                out.extend_from_slice(format!("\\u{{{:x}}}", u32::from(c)).as_bytes());
+            }
+            c => {
+                let mut utf8 = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+            }
+        }
     }
-    if i < body.len() {
-        // Not inside a UTF-8 sequence.
-        while i > 0 && body[i] & 0b1100_0000 == 0b1000_0000 {
-            i -= 1;
-            out.pop();
-        }
+    if let Some(i) = cut_at {
         out.extend_from_slice(format!("… [{} bytes cut]", body.len() - i).as_bytes());
     }
     out.push(b'\n');
     out
 }
 
-/// Whether `at` starts a colour code (`ESC [ 0;1 m`), as the log's format writes them to
-/// a terminal.
+/// Whether `at` starts a colour code of the kind the log's format writes to a terminal
+/// (`ESC [ 1;33 m`: bold, dim, italic, underline, colours and their resets). Not every
+/// SGR code: `ESC [ 8 m` (conceal) hides what follows.
 fn is_colour_code(at: &[u8]) -> bool {
     let Some(rest) = at.strip_prefix(b"\x1b[") else {
         return false;
     };
-    let digits = rest
+    let params = rest
         .iter()
         .take_while(|b| b.is_ascii_digit() || **b == b';')
         .count();
-    rest.get(digits) == Some(&b'm')
+    rest.get(params) == Some(&b'm')
+        && rest[..params].split(|b| *b == b';').all(|p| {
+            matches!(
+                p,
+                b"" | b"0" | b"1" | b"2" | b"3" | b"4" | b"22" | b"23" | b"24" | b"39"
+            ) || matches!(p, [b'3' | b'9', b'0'..=b'7'])
+        })
 }
 
 struct Logs {
@@ -181,9 +210,37 @@ mod tests {
             String::from_utf8(bounded_line(forged.as_bytes())).unwrap(),
             "WARN id=\"1\\n2026-12-06T00:00:00Z  INFO forged\\r\\x07\\x1b]0;title\\x07\" done\n"
         );
-        // The format's own colours stay.
+        // The format's own colours stay when it writes colour, and only then.
         let coloured = "\x1b[33mWARN\x1b[0m a\tb\n";
-        assert_eq!(bounded_line(coloured.as_bytes()), coloured.as_bytes());
+        assert_eq!(
+            bounded_line_with(coloured.as_bytes(), true),
+            coloured.as_bytes()
+        );
+        assert_eq!(
+            String::from_utf8(bounded_line_with(coloured.as_bytes(), false)).unwrap(),
+            "\\x1b[33mWARN\\x1b[0m a\tb\n"
+        );
+    }
+
+    /// What a client can put in a line (its request's id, quoted by a warning) cannot
+    /// hide the rest of the line, reorder it or drive the terminal: a conceal code (even
+    /// when the log writes colour), a C1 CSI, bidi overrides and invisible characters are
+    /// escaped; other text, accents and emoji included, is kept.
+    #[test]
+    fn a_line_cannot_hide_or_reorder_what_follows() {
+        let line = "WARN id=a\x1b[8mHIDDEN\x1b[0m \u{202e}evil\u{9b}2J \u{200b}é😀\n";
+        for colour in [false, true] {
+            let written = String::from_utf8(bounded_line_with(line.as_bytes(), colour)).unwrap();
+            assert!(!written.contains("\x1b[8m"), "{written:?}");
+            assert!(
+                !written.contains(['\u{202e}', '\u{9b}', '\u{200b}']),
+                "{written:?}"
+            );
+            assert!(
+                written.contains("\\u{202e}evil\\u{9b}2J \\u{200b}é😀"),
+                "{written:?}"
+            );
+        }
     }
 
     #[test]

@@ -681,6 +681,8 @@ fn init_logging(stdio: bool) {
         .filter_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
         .find_map(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(if stdio { "warn" } else { "info" }));
+    let colour = std::io::stderr().is_terminal();
+    logs::set_colour(colour);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Written by a thread of its own: a host that never reads the server's stderr
@@ -692,7 +694,7 @@ fn init_logging(stdio: bool) {
         // dropped; by default the subscriber reports it with `eprintln!`, which panics
         // there, and the panic took down the task that handles SIGTERM.
         .log_internal_errors(false)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(colour)
         .with_target(false)
         .try_init();
 }
