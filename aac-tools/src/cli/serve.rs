@@ -500,24 +500,33 @@ fn raise_open_file_limit() -> Option<u64> {
     None
 }
 
-/// Ctrl-C (SIGINT), or SIGTERM (what `docker stop` and systemd send), handled from the
-/// moment [`StopSignals::now`] returns.
+/// Ctrl-C (SIGINT), SIGTERM (what `docker stop` and systemd send), SIGHUP (what a
+/// terminal or an SSH session sends as it closes, to a server run in its foreground) or
+/// SIGQUIT (Ctrl-\\), handled from the moment [`StopSignals::now`] returns: each stops
+/// the server as SIGTERM does. Left to their default, each killed the process where it
+/// stood: calls committed and answered to nobody went unrecorded, and no last checkpoint
+/// was written.
 struct StopSignals {
     #[cfg(unix)]
-    term: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    interrupt: Option<tokio::signal::unix::Signal>,
+    signals: Vec<tokio::signal::unix::Signal>,
 }
 
 impl StopSignals {
-    /// Take both signals over now (their default is to kill the process).
+    /// Take the signals over now (their default is to kill the process).
     fn now() -> StopSignals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
             StopSignals {
-                term: signal(SignalKind::terminate()).ok(),
-                interrupt: signal(SignalKind::interrupt()).ok(),
+                signals: [
+                    SignalKind::terminate(),
+                    SignalKind::interrupt(),
+                    SignalKind::hangup(),
+                    SignalKind::quit(),
+                ]
+                .into_iter()
+                .filter_map(|kind| signal(kind).ok())
+                .collect(),
             }
         }
         #[cfg(not(unix))]
@@ -528,22 +537,19 @@ impl StopSignals {
     async fn next(&mut self) {
         #[cfg(unix)]
         {
-            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
-                match signal {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            if self.term.is_none() && self.interrupt.is_none() {
+            if self.signals.is_empty() {
                 let _ = tokio::signal::ctrl_c().await;
                 return;
             }
-            tokio::select! {
-                () = recv(&mut self.term) => {}
-                () = recv(&mut self.interrupt) => {}
-            }
+            std::future::poll_fn(|cx| {
+                for signal in &mut self.signals {
+                    if signal.poll_recv(cx).is_ready() {
+                        return std::task::Poll::Ready(());
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await;
         }
         #[cfg(not(unix))]
         {
