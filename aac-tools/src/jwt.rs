@@ -178,7 +178,7 @@ impl JwtVerifierBuilder {
         } else {
             let (text, source) = match (self.jwks_file, self.jwks_json) {
                 (Some(path), _) => (
-                    std::fs::read_to_string(&path).map_err(|e| {
+                    read_jwks_file(&path).map_err(|e| {
                         err(format!(
                             "the JWKS file `{}` cannot be read: {e}",
                             path.display()
@@ -222,6 +222,31 @@ struct SetKey {
 enum Keys {
     Secret(DecodingKey),
     Set(Vec<SetKey>),
+}
+
+/// The most a JWKS file may hold: a key set is a few KiB (one RSA key about 1.5).
+pub const MAX_JWKS_BYTES: u64 = 1024 * 1024;
+
+/// The JWKS file at `path`, read whole if it is a regular file of at most
+/// [`MAX_JWKS_BYTES`]: `/dev/zero` or a FIFO there filled memory (1.5 GB in 3 s) or
+/// waited for ever.
+fn read_jwks_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    // Asked of the path before opening it: the open of a FIFO waits for a writer.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file (a FIFO, a socket or a device)",
+        ));
+    }
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(MAX_JWKS_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_JWKS_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_JWKS_BYTES} bytes, more than any key set"
+        )));
+    }
+    Ok(text)
 }
 
 fn parse_jwks(text: &str) -> Result<Vec<SetKey>, String> {
@@ -634,6 +659,36 @@ mod tests {
         ];
         der.extend((0..32).map(|i| u8::from_str_radix(&ED_SEED[2 * i..2 * i + 2], 16).unwrap()));
         der
+    }
+
+    /// A JWKS file that is a device, a FIFO or larger than any key set is refused at
+    /// once: `/dev/zero` filled 1.5 GB in 3 s, a FIFO waited for ever.
+    #[cfg(unix)]
+    #[test]
+    fn a_jwks_file_that_is_no_key_set_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("jwks.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; (MAX_JWKS_BYTES + 1) as usize]).unwrap();
+        for (path, why) in [
+            (Path::new("/dev/zero"), "not a regular file"),
+            (fifo.as_path(), "not a regular file"),
+            (big.as_path(), "larger than"),
+        ] {
+            let err = JwtVerifier::builder()
+                .issuer(ISS)
+                .audience(AUD)
+                .jwks_file(path)
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{path:?}: {err}");
+        }
     }
 
     #[test]

@@ -516,13 +516,43 @@ impl ServerBuilder {
             }
         };
         if self.unauthenticated.is_some() {
-            tracing::warn!(
+            warn_at_build(
                 "unauthenticated calls are ALLOWED on this server \
-                 (`danger_allow_unauthenticated`): anyone who reaches it acts as the configured principal"
+                 (`danger_allow_unauthenticated`): anyone who reaches it acts as the configured principal",
             );
         }
         if audit.is_none() {
-            tracing::warn!("the audit trail is disabled on this server");
+            warn_at_build("the audit trail is disabled on this server");
+        }
+        if self.registry.is_empty()
+            && self.registry.resources().is_empty()
+            && self.registry.prompts().is_empty()
+        {
+            warn_at_build(
+                "this server has no tools, resources or prompts: a `#[mcp_tool]` in a \
+                 library is served only if the binary links that library (use something \
+                 of it, or `use the_crate as _;`)",
+            );
+        }
+        for entry in self.registry.tools() {
+            let def = entry.def();
+            if !def.is_read_only()
+                && !def.scopes().is_empty()
+                && def.scopes().iter().all(|scope| scope.ends_with(":read"))
+            {
+                warn_at_build(&format!(
+                    "tool `{}` ({}) may {} yet every scope it needs reads as a read scope \
+                     ({}): a token meant only to read may call it",
+                    def.name(),
+                    def.location(),
+                    if def.is_destructive() {
+                        "delete"
+                    } else {
+                        "write"
+                    },
+                    def.scopes().join(", ")
+                ));
+            }
         }
         if let Some(short) = self.state_keys.iter().position(|k| k.len() < 32) {
             return Err(BuildError(format!(
@@ -550,7 +580,7 @@ impl ServerBuilder {
             asked: Arc::default(),
         };
         for missing in missing_state(&self.registry, &self.state) {
-            tracing::warn!("{missing}");
+            warn_at_build(&missing);
         }
         let registry = self.registry.with_confirmation(self.confirmation);
         let listing = Listing::new(&registry, self.read_only_mode, self.filter_list_by_scope);
@@ -929,5 +959,18 @@ impl Server {
                 None => Err(ToolError::missing_token()),
             },
         }
+    }
+}
+
+/// A warning about how a server was built (authentication or the audit trail off, a
+/// tool's state missing): a `tracing` warning where a subscriber is installed (the CLI's),
+/// and on stderr where none is, so that a server built by hand, without a subscriber,
+/// still says it (before, it said nothing).
+fn warn_at_build(message: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::warn!("{message}");
+    } else {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "aac-tools: WARNING: {message}");
     }
 }

@@ -213,8 +213,13 @@ async fn the_next_checkpoint_reads_only_the_last_line() {
     let conn = open_reader(&db).unwrap();
     let key = CheckpointKey::generate().unwrap();
     let file = dir.path().join("checkpoints.jsonl");
-    // Lines of the past that no reading of the whole file gets past, then one checkpoint.
-    std::fs::write(&file, "not a checkpoint\n".repeat(100_000)).unwrap();
+    // Lines of the past that no reading of the whole file gets past (after a first line
+    // that is a checkpoint: a file that starts otherwise is not written to), then one
+    // checkpoint.
+    let scratch = dir.path().join("scratch.jsonl");
+    write_checkpoint(&conn, &key, &scratch).unwrap();
+    let first = std::fs::read_to_string(&scratch).unwrap();
+    std::fs::write(&file, first + &"not a checkpoint\n".repeat(100_000)).unwrap();
     assert!(write_checkpoint(&conn, &key, &file).unwrap().is_some());
     // The head has not moved: nothing written, and the file not read whole (it would
     // fail on its first line).
@@ -284,4 +289,45 @@ async fn a_record_another_writer_appended_is_named_by_the_next_checkpoint() {
         .unwrap()
         .unwrap();
     assert_eq!((third.seq, third.foreign), (9, vec![]));
+}
+
+/// `--checkpoints` naming a file that is not one (a mistyped path, a link a local user
+/// planted to a file of the operator's) writes nothing to it: its last line used to be
+/// cut and a checkpoint appended. A FIFO or a device is refused at once, written or read
+/// (`/dev/zero` as the file took 1.7 GB in 3 s to read).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_file_that_is_not_a_checkpoint_file_is_never_written_or_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let key = CheckpointKey::generate().unwrap();
+    trail(&db, 2).await;
+    let conn = open_reader(&db).unwrap();
+    let other = dir.path().join("notes.txt");
+    let text = "# the operator's file\nimportant last line without newline";
+    std::fs::write(&other, text).unwrap();
+    let link = dir.path().join("checkpoints.jsonl");
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    for path in [&other, &link] {
+        let err = write_checkpoint(&conn, &key, path).unwrap_err().to_string();
+        assert!(err.contains("is not a checkpoint file"), "{err}");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), text);
+    }
+    let fifo = dir.path().join("fifo.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in [fifo.as_path(), Path::new("/dev/zero")] {
+        let err = write_checkpoint(&conn, &key, path).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{path:?}: {err}");
+        let err = read_checkpoints(path).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{path:?}: {err}");
+    }
+    // A line longer than any checkpoint is not read whole.
+    let long = dir.path().join("long.jsonl");
+    std::fs::write(&long, vec![b'x'; 3 << 20]).unwrap();
+    let err = read_checkpoints(&long).unwrap_err().to_string();
+    assert!(err.contains("line 1: longer than"), "{err}");
 }

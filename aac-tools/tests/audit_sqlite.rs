@@ -1738,3 +1738,72 @@ async fn new_database_and_checkpoint_files_are_private() {
     drop(Database::open(&shared).unwrap());
     assert_eq!(mode(&shared), 0o640);
 }
+
+/// A file at a database's path that could not be trusted with tokens and the trail is
+/// refused, by the application's database and the audit sink alike, with what to do: one
+/// other users may write (they could mint a token or rewrite the trail), an empty one
+/// another user owns (a placeholder planted in a shared directory), a symbolic link to
+/// nothing (SQLite created its target `0644`), and a FIFO (whose open waited for ever),
+/// read-only opens included. Before, each was opened as it was.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_database_file_that_cannot_be_trusted_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let writable = dir.path().join("writable.db");
+    std::fs::write(&writable, b"").unwrap();
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = Database::open(&writable).unwrap_err().to_string();
+    assert!(
+        err.contains("may be written by other users (mode 0666)"),
+        "{err}"
+    );
+    let err = SqliteSink::open(&writable).unwrap_err().to_string();
+    assert!(err.contains("may be written by other users"), "{err}");
+    // Group-writable alike; readable by others is the owner's choice.
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o620)).unwrap();
+    assert!(Database::open(&writable).is_err());
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(Database::open(&writable).unwrap());
+
+    let link = dir.path().join("link.db");
+    let target = dir.path().join("missing").join("real.db");
+    std::fs::create_dir(dir.path().join("missing")).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let err = Database::open(&link).unwrap_err().to_string();
+    assert!(
+        err.contains("symbolic link to a file that does not exist"),
+        "{err}"
+    );
+    assert!(SqliteSink::open(&link).is_err());
+    assert!(!target.exists(), "nothing created through the link");
+    // A link to a file that exists is followed, as before.
+    std::fs::write(&target, b"").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    drop(Database::open(&link).unwrap());
+
+    let fifo = dir.path().join("fifo.db");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = Database::open(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    let err = Database::open_read_only(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(SqliteSink::open(&fifo).is_err());
+    assert!(open_reader(&fifo).is_err());
+
+    // An empty file of another user's (only root can make one here).
+    let planted = dir.path().join("planted.db");
+    std::fs::write(&planted, b"").unwrap();
+    if std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).is_ok() {
+        let err = Database::open(&planted).unwrap_err().to_string();
+        assert!(
+            err.contains("empty file owned by another user (uid 65534)"),
+            "{err}"
+        );
+        assert!(SqliteSink::open(&planted).is_err());
+    }
+}

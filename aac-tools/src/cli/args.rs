@@ -37,7 +37,8 @@ pub(crate) struct ServeArgs {
     pub(crate) stateless: bool,
     /// Also accept requests whose Host is this name or address (with a port: only that
     /// port); repeat it, or separate with commas. By default only localhost, 127.0.0.1
-    /// and ::1 are accepted (the guard against DNS rebinding)
+    /// and ::1 are accepted (the guard against DNS rebinding); `*` accepts any Host and
+    /// turns the guard off
     #[arg(
         long = "allow-host",
         value_name = "HOST",

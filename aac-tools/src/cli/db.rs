@@ -66,6 +66,8 @@ fn describe(path: &Path, err: &DbError) -> CliError {
     let shown = path.display();
     let code = err.sqlite().and_then(rusqlite::Error::sqlite_error_code);
     match code {
+        // A refusal of ours (a file other users may write, a FIFO…): it says what to do.
+        _ if err.sqlite().is_none() => CliError::new(err.to_string()),
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => CliError::new(format!(
             "`{shown}` is not an SQLite database, or is corrupt; pass --db with another path"
         )),

@@ -486,6 +486,9 @@ impl Cli {
                     .long("db")
                     .global(true)
                     .env("AAC_DB")
+                    // A PostgreSQL URL may hold a password: `--help` names the variable,
+                    // not its value (help is pasted into tickets and CI logs).
+                    .hide_env_values(true)
                     .value_name("PATH")
                     .value_parser(clap::value_parser!(PathBuf))
                     .help(format!(

@@ -419,6 +419,13 @@ pub(super) async fn http(
     if !args.authorization_servers.is_empty() {
         options = options.authorization_servers(args.authorization_servers.clone());
     }
+    if args.allow_host.iter().any(|h| h.trim() == "*") {
+        tracing::warn!(
+            "--allow-host '*': requests with any Host are accepted, so the guard against DNS \
+             rebinding is off (a web page of any site may reach this server through a name \
+             it controls); name the hosts instead"
+        );
+    }
     if !args.allow_host.is_empty() {
         let defaults = ["localhost", "127.0.0.1", "::1"].map(str::to_owned);
         let hosts = defaults.into_iter().chain(

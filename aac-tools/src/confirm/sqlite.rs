@@ -31,7 +31,8 @@ impl SqliteLedger {
     /// Open (and create if needed) the ledger's table in the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteLedger, String> {
         let path = path.as_ref();
-        crate::sqlite::create_private(path);
+        crate::sqlite::create_private(path)
+            .map_err(|why| format!("cannot open the request-state ledger: {why}"))?;
         let conn = Connection::open(path).map_err(|e| {
             format!(
                 "cannot open {} for the request-state ledger: {e}",

@@ -251,17 +251,18 @@ pub(crate) fn refuse_foreign_framework_triggers(conn: &Connection) -> Result<(),
 /// Create the file at `path`, empty and readable by its owner only (`0600`), if nothing is
 /// there yet: a database of the framework's holds the audit trail, token hashes and the
 /// application's data, which other local users have no business reading. SQLite gives its
-/// `-wal` and `-shm` files the database's permissions. Best effort: anything that is not
-/// a plain new file (`:memory:`, a `file:` URI, a missing directory) is left to SQLite,
-/// which reports what is wrong; a file that exists keeps its permissions.
-pub(crate) fn create_private(path: &Path) {
+/// `-wal` and `-shm` files the database's permissions. Anything that is not a plain path
+/// (`:memory:`, a `file:` URI) is left to SQLite, which reports what is wrong; a file
+/// that exists keeps its permissions, unless it cannot be trusted with tokens and the
+/// trail, which is refused ([`refuse_untrusted_file`]).
+pub(crate) fn create_private(path: &Path) -> Result<(), String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        let text = path.to_string_lossy();
-        if text.is_empty() || text == ":memory:" || text.starts_with("file:") {
-            return;
+        if !is_a_plain_path(path) {
+            return Ok(());
         }
+        refuse_untrusted_file(path)?;
         let _ = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -270,6 +271,98 @@ pub(crate) fn create_private(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
+    Ok(())
+}
+
+/// Whether `path` names a file (not `:memory:`, an empty name or a `file:` URI).
+fn is_a_plain_path(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    !(text.is_empty() || text == ":memory:" || text.starts_with("file:"))
+}
+
+/// Refuse what is at `path` when a database to be written there could not be trusted or
+/// would not be private (each refusal says what to do):
+/// - a file other users may write (mode `g+w` or `o+w`): whoever may write it can mint a
+///   token and rewrite the audit trail (the check `ssh` makes of its keys);
+/// - an empty file owned by another user: a placeholder planted in a shared directory,
+///   which its owner may rewrite or read once the database is in it;
+/// - a symbolic link to nothing: SQLite would create its target with the default mode
+///   (`0644` under the usual umask), readable by every local user;
+/// - anything but a regular file or a directory (a FIFO, a device): SQLite's open of a
+///   FIFO waits for ever.
+///
+/// A file owned by another user that holds data is not refused (an administrator's
+/// `token create` on a service account's database).
+#[cfg(unix)]
+pub(crate) fn refuse_untrusted_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !is_a_plain_path(path) {
+        return Ok(());
+    }
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(_) => {
+            return match std::fs::symlink_metadata(path) {
+                Ok(link) if link.file_type().is_symlink() => Err(format!(
+                    "`{shown}` is a symbolic link to a file that does not exist; the database \
+                     would be created there with the default permissions, readable by other \
+                     users: create the file it names (`install -m 600 /dev/null TARGET`), or \
+                     name a path that is not a link"
+                )),
+                _ => Ok(()),
+            };
+        }
+    };
+    refuse_special_file(path, &meta)?;
+    if !meta.is_file() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "`{shown}` may be written by other users (mode {mode:04o}): whoever may write \
+             it can mint tokens and rewrite the audit trail; `chmod go-w` it (`chmod 600` \
+             keeps it private too), or name another file"
+        ));
+    }
+    if meta.len() == 0 && meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(format!(
+            "`{shown}` is an empty file owned by another user (uid {}), who could read or \
+             rewrite the database put in it: remove it, or create the file as the user that \
+             runs this command",
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// Refuse what is at `path` (its metadata `meta`) if it is neither a regular file nor a
+/// directory: a FIFO, a socket or a device, where SQLite's open waits for ever or reads
+/// no end. (A directory is refused by SQLite, which says so.)
+#[cfg(unix)]
+pub(crate) fn refuse_special_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    if meta.is_file() || meta.is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` is not a regular file (a FIFO, a socket or a device): name a database file",
+        path.display()
+    ))
+}
+
+/// [`refuse_special_file`] for a path about to be opened to read (nothing at it: left
+/// to the open, which says so).
+pub(crate) fn refuse_special_path(path: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    if is_a_plain_path(path)
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        refuse_special_file(path, &meta)?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 impl Database {
@@ -277,7 +370,7 @@ impl Database {
     /// WAL mode with a busy timeout and foreign keys on.
     pub fn open(path: impl AsRef<Path>) -> Result<Database, DbError> {
         let path = path.as_ref().to_path_buf();
-        create_private(&path);
+        create_private(&path).map_err(|why| DbError::new(why, None))?;
         let writer = Connection::open(&path).map_err(|e| {
             DbError::new(
                 format!("cannot open database `{}`", path.display()),
@@ -318,6 +411,7 @@ impl Database {
     /// and `token list` (`cli::OpenMode::Read`).
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database, DbError> {
         let path = path.as_ref().to_path_buf();
+        refuse_special_path(&path).map_err(|why| DbError::new(why, None))?;
         let conn = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_ONLY

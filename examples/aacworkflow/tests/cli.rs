@@ -229,6 +229,24 @@ fn db_comes_from_the_flag_then_aac_db() {
     assert!(!dir.path().join("aacworkflow.db").exists());
 }
 
+/// `--help` names `AAC_DB` but never shows its value: a PostgreSQL URL holds a password,
+/// and help output is pasted into tickets and CI logs.
+#[test]
+fn help_never_shows_the_value_of_aac_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = "postgres://postgres:S3cretPW@127.0.0.1:5432/nothing";
+    for args in [&["--help"][..], &["audit", "--help"], &["serve", "--help"]] {
+        let out = aacworkflow(dir.path())
+            .env("AAC_DB", url)
+            .args(args)
+            .output()
+            .unwrap();
+        let help = stdout(&out);
+        assert!(help.contains("AAC_DB"), "{args:?}: {help}");
+        assert!(!help.contains("S3cretPW"), "{args:?}: {help}");
+    }
+}
+
 #[test]
 fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
     let target = Target::new();

@@ -142,6 +142,8 @@ fn write_checkpoint_naming(
     path: &Path,
     written: Option<&std::sync::Mutex<super::writer::Written>>,
 ) -> Result<Option<Checkpoint>, AuditError> {
+    // Before anything opens it: the open of a FIFO waits for ever.
+    crate::sqlite::refuse_special_path(path).map_err(AuditError::new)?;
     let head: Option<(i64, String)> = conn
         .query_row(
             &format!("SELECT seq, hash FROM {AUDIT_TABLE} ORDER BY seq DESC LIMIT 1"),
@@ -212,12 +214,13 @@ fn write_checkpoint_naming(
         ))
     };
     let mut options = OpenOptions::new();
-    // (Read too: for the end of the last line.)
+    // (Read too: for the end of the last line, and the first.)
     options.create(true).append(true).read(true);
     // A new file is its owner's only, as the databases are.
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).map_err(cannot)?;
+    refuse_other_files(&file, path)?;
     let start = cut_torn_line(&file, path).map_err(cannot)?;
     let mut line = serde_json::to_string(&checkpoint).unwrap_or_default();
     line.push('\n');
@@ -236,6 +239,38 @@ fn write_checkpoint_naming(
         lock(written).signed(checkpoint.seq);
     }
     Ok(Some(checkpoint))
+}
+
+/// Refuse to write into `file` (at `path`) unless it is empty or its first line is a
+/// checkpoint: a `--checkpoints` path naming another file (a mistyped path, or a link a
+/// local user planted to a file of the operator's) had its last line cut and a
+/// checkpoint appended to it.
+fn refuse_other_files(file: &std::fs::File, path: &Path) -> Result<(), AuditError> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; 4096];
+    let read = file.read_at(&mut head, 0).map_err(|e| {
+        AuditError::new(format!(
+            "cannot read the checkpoint file `{}`: {e}",
+            path.display()
+        ))
+    })?;
+    if read == 0 {
+        return Ok(());
+    }
+    let first = head[..read]
+        .split(|b| *b == b'\n')
+        .next()
+        .unwrap_or_default();
+    // A first line cut short (a full disk at the very first write) is the writer's own.
+    let cut_short = read == first.len();
+    if cut_short || serde_json::from_slice::<Checkpoint>(first).is_ok() {
+        return Ok(());
+    }
+    Err(AuditError::new(format!(
+        "`{}` is not a checkpoint file (its first line is not a checkpoint): nothing was \
+         written to it; name a new file, or the file of this trail's checkpoints",
+        path.display()
+    )))
 }
 
 /// The length of `file` once a last line without its newline (a write a full disk or a
@@ -288,7 +323,14 @@ fn last_checkpoint(path: &Path) -> Option<Checkpoint> {
 
 /// Every checkpoint in the file at `path`, oldest first.
 pub fn read_checkpoints(path: impl AsRef<Path>) -> Result<Vec<Checkpoint>, AuditError> {
+    use std::io::Read;
+    /// Far longer than any checkpoint (about 250 bytes, more with records named as
+    /// foreign): a longer line is no checkpoint, and is not read whole (`/dev/zero` as
+    /// the file took 1.7 GB in 3 s).
+    const MAX_LINE: u64 = 1024 * 1024;
     let path = path.as_ref();
+    crate::sqlite::refuse_special_path(path)
+        .map_err(|why| AuditError::new(format!("cannot read the checkpoint file: {why}")))?;
     let file = std::fs::File::open(path).map_err(|e| {
         AuditError::new(format!(
             "cannot read the checkpoint file `{}`: {e}",
@@ -300,11 +342,18 @@ pub fn read_checkpoints(path: impl AsRef<Path>) -> Result<Vec<Checkpoint>, Audit
     let mut line = String::new();
     for n in 0.. {
         line.clear();
-        let read = lines
+        let read = (&mut lines)
+            .take(MAX_LINE)
             .read_line(&mut line)
             .map_err(|e| AuditError::new(format!("checkpoint file: {e}")))?;
         if read == 0 {
             break;
+        }
+        if read as u64 == MAX_LINE && !line.ends_with('\n') {
+            return Err(AuditError::new(format!(
+                "checkpoint file, line {}: longer than {MAX_LINE} bytes, not a checkpoint",
+                n + 1
+            )));
         }
         // The last line without its newline is a write cut short (a full disk, a crash),
         // never a whole checkpoint: the writer cuts it before its next line.

@@ -11,6 +11,8 @@ use crate::audit::{AuditError, AuditRecord};
 /// Open the audit database at `path` read-only, for queries and verification.
 pub fn open_reader(path: impl AsRef<Path>) -> Result<Connection, AuditError> {
     let path = path.as_ref();
+    crate::sqlite::refuse_special_path(path)
+        .map_err(|why| AuditError::new(format!("cannot open the audit database: {why}")))?;
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY

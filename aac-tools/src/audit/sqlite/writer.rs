@@ -302,7 +302,8 @@ fn open_connection(
     let cannot = |e: rusqlite::Error| {
         AuditError::new(format!("cannot open the audit database `{shown}`: {e}"))
     };
-    crate::sqlite::create_private(path);
+    crate::sqlite::create_private(path)
+        .map_err(|why| AuditError::new(format!("cannot open the audit database: {why}")))?;
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
