@@ -83,3 +83,36 @@ async fn an_old_table_gains_the_column_and_its_chain_still_verifies() {
         .unwrap();
     assert!(!verify_chain(&raw).unwrap().is_intact());
 }
+
+/// Two processes opening the same trail of an older release at once (a server restarted
+/// while an operator runs `init`) both open it: the look at the schema and its change
+/// are one step. Before, one of them failed on the other's half-done change (`index
+/// aac_audit_no_blob_writes already exists`) in most rounds.
+#[tokio::test]
+async fn two_sinks_opening_an_old_table_at_once_both_open_it() {
+    for round in 0..12 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(OLD_SCHEMA)
+            .unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let opens: Vec<_> = (0..2)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteSink::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for open in opens {
+            let opened = open.join().unwrap();
+            assert!(opened.is_ok(), "round {round}: {opened:?}");
+        }
+        let conn = open_reader(&path).unwrap();
+        let report = aac_tools::audit::verify_chain(&conn).unwrap();
+        assert!(report.is_intact(), "round {round}: {report}");
+    }
+}

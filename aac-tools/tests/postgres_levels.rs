@@ -449,13 +449,22 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "level_violation");
-    // An older build meets a newer schema: refused, by name.
+    // An older build meets a newer schema: refused, by name, before anything is written
+    // (the framework's guards of the trail were dropped and made again, to this build's
+    // text, before the application's version refused it).
+    let owner = f.test.owner().await;
+    let guards = "SELECT array_agg(t.oid::bigint ORDER BY t.oid) FROM pg_catalog.pg_trigger t \
+                  WHERE t.tgrelid = 'aac_audit'::regclass AND NOT t.tgisinternal";
+    let before: Vec<i64> = owner.query_one(guards, &[]).await.unwrap().get(0);
+    assert!(!before.is_empty());
     let err = f.db.migrate("notes", &["x"]).await.unwrap_err();
     assert!(
         err.to_string()
             .contains("at version 2, but this build knows versions up to 1"),
         "{err}"
     );
+    let after: Vec<i64> = owner.query_one(guards, &[]).await.unwrap().get(0);
+    assert_eq!(before, after, "the trail's guards untouched");
 }
 
 /// Adds a note, then fails without committing.

@@ -596,6 +596,20 @@ impl Database {
             ));
         }
         check_framework_tables(&client).await?;
+        // Every component's version first: a database a newer release migrated is
+        // refused before anything is written (the framework's triggers and functions were
+        // rewritten to this release's before the application's version refused it).
+        if let Some(versions) = schema_versions(&client).await? {
+            for (name, known) in [
+                ("aac", FRAMEWORK_MIGRATIONS.len()),
+                (component, migrations.len()),
+            ] {
+                let known = i32::try_from(known).unwrap_or(i32::MAX);
+                if let Some(err) = unusable_version(name, version_of(&versions, name), known) {
+                    return Err(err);
+                }
+            }
+        }
         migrate_one(&mut client, "aac", FRAMEWORK_MIGRATIONS).await?;
         audit::ensure_table(&client)
             .await
@@ -613,28 +627,18 @@ impl Database {
     pub(crate) async fn check_schema(&self, component: &str, known: usize) -> Result<(), DbError> {
         let client = self.owner().await?;
         check_framework_tables(&client).await?;
-        let versions = client
-            .query("SELECT component, version FROM aac_schema", &[])
-            .await
-            .map_err(|e| match e.code() {
-                Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => DbError::new(
-                    format!(
-                        "database `{}` has no aac-tools schema yet (no `aac_schema` table); \
-                         a command that writes, such as `serve`, migrates it",
-                        self.inner.database
-                    ),
-                    None,
+        let Some(versions) = schema_versions(&client).await? else {
+            return Err(DbError::new(
+                format!(
+                    "database `{}` has no aac-tools schema yet (no `aac_schema` table); \
+                     a command that writes, such as `serve`, migrates it",
+                    self.inner.database
                 ),
-                _ => DbError::from(e),
-            })?;
-        let version = |name: &str| {
-            versions
-                .iter()
-                .find(|r| r.get::<_, &str>(0) == name)
-                .map_or(0, |r| r.get::<_, i32>(1))
+                None,
+            ));
         };
         for (name, known) in [("aac", FRAMEWORK_MIGRATIONS.len()), (component, known)] {
-            let current = version(name);
+            let current = version_of(&versions, name);
             let known = i32::try_from(known).unwrap_or(i32::MAX);
             if let Some(err) = unusable_version(name, current, known) {
                 return Err(err);
@@ -685,6 +689,33 @@ impl Database {
             AccessLevel::Delete => &self.inner.delete,
         }
     }
+}
+
+/// Every component's schema version in `aac_schema`, read without writing; `None` where
+/// the table does not exist yet (a database never migrated).
+async fn schema_versions(
+    client: &tokio_postgres::Client,
+) -> Result<Option<Vec<(String, i32)>>, DbError> {
+    match client
+        .query("SELECT component, version FROM aac_schema", &[])
+        .await
+    {
+        Ok(rows) => Ok(Some(
+            rows.iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1)))
+                .collect(),
+        )),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => Ok(None),
+        Err(e) => Err(DbError::from(e)),
+    }
+}
+
+/// The version of `name` among `versions`, `0` if it has none.
+fn version_of(versions: &[(String, i32)], name: &str) -> i32 {
+    versions
+        .iter()
+        .find(|(component, _)| component == name)
+        .map_or(0, |(_, version)| *version)
 }
 
 /// The key of the advisory lock every change of the schema takes: replicas that start

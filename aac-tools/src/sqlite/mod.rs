@@ -189,17 +189,49 @@ pub(crate) fn seal_against_blob_writes(
 ) -> Result<(), rusqlite::Error> {
     let name = format!("{table}_no_blob_writes");
     let sealed = format!("CREATE INDEX {name} ON {table} ((0)) WHERE 0");
-    let stored: Option<String> = conn
-        .query_row(
-            "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND name = ?1",
-            [&name],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if stored.as_deref() != Some(sealed.as_str()) {
-        conn.execute_batch(&format!("DROP INDEX IF EXISTS main.{name}; {sealed}"))?;
+    immediately(
+        conn,
+        |e| e,
+        || {
+            let stored: Option<String> = conn
+                .query_row(
+                    "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND name = ?1",
+                    [&name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if stored.as_deref() != Some(sealed.as_str()) {
+                conn.execute_batch(&format!("DROP INDEX IF EXISTS main.{name}; {sealed}"))?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `step` (a look at the schema, then its change) in one `BEGIN IMMEDIATE` transaction,
+/// unless `conn` is in one already: two processes opening a file of an older release at
+/// once take turns (the busy timeout) where one failed on the other's half-done change
+/// (`index … already exists`), and no reader sees a seal dropped and not yet made again.
+/// `sql` makes the transaction's own errors `step`'s.
+pub(crate) fn immediately<T, E>(
+    conn: &Connection,
+    sql: impl Fn(rusqlite::Error) -> E,
+    step: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    if !conn.is_autocommit() {
+        return step();
     }
-    Ok(())
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(&sql)?;
+    match step() {
+        Ok(value) => {
+            conn.execute_batch("COMMIT").map_err(&sql)?;
+            Ok(value)
+        }
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(err)
+        }
+    }
 }
 
 /// Refuse a database holding a trigger the framework did not make whose statement names

@@ -14,8 +14,14 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 /// `PRAGMA application_id` of an aacworkflow database: `AACW` in ASCII.
 pub const APPLICATION_ID: i32 = 0x4141_4357;
 
-/// The schema version this build writes and reads (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i32 = 1;
+/// The schema version this build writes and reads (`PRAGMA user_version`). It moves
+/// when the file's format does, the framework's tables in it included, so that an older
+/// build refuses a file a newer one wrote ("newer than this aacworkflow understands")
+/// rather than misreading it: 1, the application's tables; 2, the audit trail's
+/// `confirmed_by` and `kind` columns, its append-only triggers and the blob seals (a
+/// build of version 1 called a record of this format edited, and advised to move the
+/// trail aside). A file of an older version is brought to this one when opened to write.
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The default database file, in the working directory.
 pub const DEFAULT_DB: &str = "aacworkflow.db";
@@ -358,6 +364,14 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
                 }
             )));
         }
+        if found.user_version < 0 {
+            return Err(AppError::new(format!(
+                "`{shown}` has schema version {}, which no aacworkflow writes (the file was \
+                 edited); set `PRAGMA user_version` to the version it is at, or pass --db \
+                 with another path",
+                found.user_version
+            )));
+        }
         if found.user_version > SCHEMA_VERSION {
             return Err(AppError::new(format!(
                 "`{shown}` has schema version {}, newer than this aacworkflow understands ({SCHEMA_VERSION}); \
@@ -427,7 +441,9 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
 /// Create the schema if needed and stamp the file as ours, at [`SCHEMA_VERSION`].
 fn migrate(db: &Database) -> Result<(), aac_tools::sqlite::DbError> {
     db.with_writer(|conn| {
-        let tx = conn.transaction()?;
+        // Immediate: two processes migrating one file at once take turns (a deferred
+        // transaction's read, then write, failed `database is locked` at once).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let version: i32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version < SCHEMA_VERSION {
             tx.execute_batch(SCHEMA)?;

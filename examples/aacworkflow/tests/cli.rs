@@ -203,6 +203,47 @@ fn a_newer_schema_is_refused_in_one_line() {
     assert_eq!(target.count_issues(), 6, "nothing changed");
 }
 
+/// A file of the version before (1: before the trail's `confirmed_by` and `kind`, its
+/// triggers and seals, which a build of version 1 misread) is brought to this build's
+/// version when opened to write, its data kept, so that a build of version 1 refuses it
+/// as newer; a negative version, which no build writes, is refused.
+#[test]
+fn an_older_file_is_stamped_this_version_and_a_negative_one_refused() {
+    if sqlite_only("PRAGMA user_version") {
+        return;
+    }
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    let path = target.dir.path().join("aacworkflow.db");
+    let version = |path: &Path| -> i32 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&path), aacworkflow::store::SCHEMA_VERSION);
+    assert!(aacworkflow::store::SCHEMA_VERSION > 1);
+    let set = |v: i32| {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", v)
+            .unwrap();
+    };
+    set(1);
+    let listed = target.run(&["token", "list"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(version(&path), 1, "a reading command stamps nothing");
+    assert!(target.run(&["init"]).status.success());
+    assert_eq!(version(&path), aacworkflow::store::SCHEMA_VERSION);
+    assert_eq!(target.count_issues(), 6);
+    set(-1);
+    let line = one_line_error(&target.run(&["init"]));
+    assert!(
+        line.contains("schema version -1, which no aacworkflow writes"),
+        "{line}"
+    );
+}
+
 #[test]
 fn db_comes_from_the_flag_then_aac_db() {
     if sqlite_only("file paths") {

@@ -138,6 +138,11 @@ pub(super) static INSERT: LazyLock<String> = LazyLock::new(|| {
 /// [`SqliteSink`](super::SqliteSink) does this when it opens; call it yourself when a reader may run
 /// before the sink ever opened the file (a dashboard on a fresh database).
 pub fn ensure_table(conn: &Connection) -> Result<(), AuditError> {
+    // One step: a second process opening an older trail at once waits for it.
+    crate::sqlite::immediately(conn, sql_error, || ensure_table_now(conn))
+}
+
+fn ensure_table_now(conn: &Connection) -> Result<(), AuditError> {
     conn.execute_batch(SCHEMA)
         .map_err(|e| AuditError::new(format!("cannot create the `aac_audit` table: {e}")))?;
     let mut columns = table_columns(conn)?;

@@ -58,7 +58,9 @@ impl ChainReport {
         if !self.missing_triggers.is_empty() {
             problems.push(format!(
                 "append-only triggers of `aac_audit` missing or altered ({}): records can be \
-                 changed or deleted without the database refusing",
+                 changed or deleted without the database refusing (a trail of an older \
+                 release lacks some until the server, or a command that writes such as \
+                 `init`, opens it with this one: they are made then)",
                 shown(&self.missing_triggers, ", ")
             ));
         }
