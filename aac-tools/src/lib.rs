@@ -126,6 +126,9 @@ struct ReadmeDoctests;
 /// | `description = "…"` | the description (default: the doc comment, paragraphs kept) |
 /// | `input_schema = path` | a `fn() -> serde_json::Value` advertised and validated instead of the derived schema |
 /// | `audit_fields = ["a", …]` | argument fields kept verbatim in audit records (the others are hashed) |
+/// | `rate = "30/min"` | at most that many calls of this tool per principal (`s`, `min`, `h`, `day`); past it 429 `rate_limited` |
+/// | `confirm = "user"` | destructive tools: who confirms (`argument`, `user`, `user-or-argument`), overriding the server's policy |
+/// | `confirm_message = "Delete note {id}?"` | destructive tools: the question a person is asked, `{field}` replaced by the call's argument (escaped, bounded) |
 ///
 /// A tool that is neither `read_only` nor `destructive` runs at [`access::Write`].
 /// `read_only` with `destructive` is a compile error.

@@ -252,6 +252,7 @@ async fn stdio(
     tracing::info!(
         principal = %principal,
         read_only = server.is_read_only_mode(),
+        tools = %served_tools(&server),
         "serving MCP on stdio"
     );
     stdio_until_signal(server, token).await
@@ -451,11 +452,27 @@ pub(super) async fn http(
         %local,
         stateless,
         read_only = server.is_read_only_mode(),
+        tools = %served_tools(&server),
         "serving Streamable HTTP"
     );
     crate::http::serve(server, listener, options)
         .await
         .map_err(|e| CliError::new(format!("the HTTP server failed: {e}")))
+}
+
+/// The tools `server` serves, by name (every `#[mcp_tool]` the binary links, from any of
+/// its crates, unless the registry was narrowed): said at start, so that a tool of a
+/// dependency served by surprise shows.
+fn served_tools(server: &Server) -> String {
+    let names: Vec<&str> = server
+        .registry()
+        .tools()
+        .iter()
+        .map(|entry| entry.def())
+        .filter(|def| !server.is_read_only_mode() || def.is_read_only())
+        .map(|def| def.name())
+        .collect();
+    format!("{} ({})", names.len(), names.join(", "))
 }
 
 /// The connection cap: `asked`, within what the open-file limit leaves once raised to the

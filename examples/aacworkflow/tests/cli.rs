@@ -1664,6 +1664,47 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
     }
 }
 
+/// `serve` says at start which tools it serves, by name (every `#[mcp_tool]` the binary
+/// links, from any of its crates: a dependency's tool served by surprise shows), the ones
+/// of `--read-only` alone in that mode.
+#[test]
+fn serve_names_the_tools_it_serves() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let target = Target::new();
+    assert!(target.run(&["init", "--demo"]).status.success());
+    for (extra, tools) in [
+        (
+            None,
+            "tools=10 (assign_issue_to_agent, comment_issue, create_issue, ",
+        ),
+        (
+            Some("--read-only"),
+            "tools=4 (dashboard_usage_daily, get_issue, list_comments, list_issues)",
+        ),
+    ] {
+        let mut child = target
+            .command()
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .env("AAC_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("serving Streamable HTTP") {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(line.contains(tools), "{extra:?}: {line}");
+    }
+}
+
 /// A stateless replica that asks a person, started without shared request-state keys,
 /// says so before it serves: behind a balancer, a retry another replica takes would be
 /// refused there. With keys, or when the model's `confirm: true` is enough, nothing.
