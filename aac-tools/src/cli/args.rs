@@ -347,16 +347,18 @@ fn a_resource_url(text: &str) -> Result<String, String> {
     an_http_url(text).map(|url| crate::http::canonical_resource_url(&url).to_owned())
 }
 
-/// A `--cors-origin` value: an origin CORS may name (`scheme://host[:port]`, `:*` for any
-/// port), not `null` nor `*`.
+/// A `--cors-origin` value: an origin CORS may name (`http(s)://host[:port]`, `:*` for any
+/// port), one a browser can send: not `null` nor `*`, no wildcard in the host.
 fn a_cors_origin(text: &str) -> Result<String, String> {
     let text = text.trim();
     if crate::http::is_cors_origin(text) {
         Ok(text.to_owned())
     } else {
         Err(
-            "expected an origin, scheme://host[:port] (:* for any port), such as \
-             https://app.example.com; null and * are not accepted"
+            "expected an origin a browser sends, http(s)://host[:port] (:* for any port), \
+             such as https://app.example.com: null, * and wildcards in the host are not \
+             accepted (name each origin), an IPv6 host goes in brackets (http://[::1]:6274), \
+             and an international name is written in punycode (xn--…)"
                 .to_owned(),
         )
     }

@@ -42,7 +42,7 @@ pub(crate) async fn cors(
     // A listed origin, on a request the guard lets through: a refusal of its `Host`
     // (DNS rebinding) is no answer for a page to read.
     let origin = cors_origin(&guard, request.headers())
-        .filter(|_| guard.check(request.uri(), request.headers()).is_ok());
+        .filter(|_| guard.passes(request.uri(), request.headers()));
     let preflight = request.method() == Method::OPTIONS
         && request
             .headers()

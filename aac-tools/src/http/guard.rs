@@ -137,11 +137,19 @@ fn parse_allowed_origin(text: &str) -> Option<AllowedOrigin> {
     })
 }
 
-/// An origin CORS may name: `scheme://host[:port]` (`:*` any port), not `null` nor a
-/// host `*`.
+/// An origin CORS may name: `http://host[:port]` or `https://…` (`:*` any port), one a
+/// browser can send: not `null`, no `*` in the host (no wildcard subdomains: such a value
+/// matched nothing), an IPv6 host in brackets (`http://::1:6274` was read as the host
+/// `::1:6274` on port 80), no other scheme (`javascript:` and `file:` pages send `null`).
 fn parse_cors_origin(text: &str) -> Option<AllowedOrigin> {
     match parse_allowed_origin(text)? {
-        AllowedOrigin::Tuple { host, .. } if host == "*" => None,
+        AllowedOrigin::Tuple { scheme, host, .. }
+            if !matches!(scheme.as_str(), "http" | "https")
+                || host.contains('*')
+                || (host.contains(':') && !text.contains('[')) =>
+        {
+            None
+        }
         AllowedOrigin::Null => None,
         tuple => Some(tuple),
     }
@@ -216,7 +224,7 @@ impl Guard {
             .filter_map(|o| {
                 let parsed = parse_cors_origin(o);
                 if parsed.is_none() {
-                    tracing::warn!(origin = %o, "ignoring a CORS origin that is not scheme://host[:port] (null and * are not accepted)");
+                    tracing::warn!(origin = %o, "ignoring a CORS origin that is not one a browser sends, http(s)://host[:port] (null, * and wildcards in the host are not accepted; an IPv6 host goes in brackets)");
                 }
                 parsed
             })
@@ -306,14 +314,26 @@ impl Guard {
         }
     }
 
-    /// `Ok` if the request may proceed, else the refusal.
+    /// `Ok` if the request may proceed, else the refusal (logged).
     pub(crate) fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
+        self.check_saying(uri, headers, true)
+    }
+
+    /// Whether the request may proceed, without a log line: for the CORS layer, which
+    /// asks before the guard itself refuses the request (and logs it, once).
+    pub(crate) fn passes(&self, uri: &Uri, headers: &HeaderMap) -> bool {
+        self.check_saying(uri, headers, false).is_ok()
+    }
+
+    fn check_saying(&self, uri: &Uri, headers: &HeaderMap, log: bool) -> Result<(), ToolError> {
         let mut hosts = headers.get_all(header::HOST).iter();
         let (host, second) = (hosts.next(), hosts.next());
         if second.is_some() {
             // Two readers (a proxy, this guard) could each take a different one (RFC 9112
             // answers it 400).
-            tracing::warn!("refused a request with more than one Host header");
+            if log {
+                tracing::warn!("refused a request with more than one Host header");
+            }
             return Err(ToolError::bad_request(
                 "invalid_host",
                 "the request has more than one Host header",
@@ -324,12 +344,14 @@ impl Guard {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| self.plainly_allowed(v));
         if !plain {
-            self.check_host(uri, headers)?;
+            self.check_host(uri, headers, log)?;
         }
         for origin in headers.get_all(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
             if !allowed {
-                tracing::warn!(origin = ?origin, "refused a request with an Origin that is not allowed");
+                if log {
+                    tracing::warn!(origin = ?origin, "refused a request with an Origin that is not allowed");
+                }
                 return Err(ToolError::new(
                     Status::Forbidden,
                     "origin_not_allowed",
@@ -343,7 +365,7 @@ impl Guard {
     /// The `Host` header and, when the request names one (HTTP/2, or an absolute-form
     /// target, which RFC 9112 says wins over `Host`), the target's authority: each that is
     /// there must be allowed, so that no reader of the request finds another host in it.
-    fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ToolError> {
+    fn check_host(&self, uri: &Uri, headers: &HeaderMap, log: bool) -> Result<(), ToolError> {
         let header = headers
             .get(header::HOST)
             .map(|value| value.to_str().ok().and_then(Authority::parse));
@@ -356,7 +378,9 @@ impl Guard {
         for host in [header, target].into_iter().flatten() {
             let host = host.ok_or_else(invalid)?;
             if !self.host_allowed(&host) {
-                tracing::warn!(host = %host.host, "refused a request with a Host that is not allowed (possible DNS rebinding)");
+                if log {
+                    tracing::warn!(host = %host.host, "refused a request with a Host that is not allowed (possible DNS rebinding)");
+                }
                 return Err(ToolError::new(
                     Status::Forbidden,
                     "host_not_allowed",
@@ -435,10 +459,25 @@ mod tests {
             "https://*",
             "app.example.org",
             "https://a.example/x",
+            // Values no browser's Origin can match.
+            "https://*.example.com",
+            "http://::1:6274",
+            "://localhost:6274",
+            "javascript://x",
+            "file://x",
+            "ftp://localhost",
         ] {
             assert!(!is_cors_origin(bad), "{bad}");
         }
-        assert!(is_cors_origin("https://a.example:8443"));
+        for good in [
+            "https://a.example:8443",
+            "http://[::1]:6274",
+            "http://localhost:*",
+            "HTTP://LOCALHOST:6274",
+            "http://xn--bcher-kva.example:8080",
+        ] {
+            assert!(is_cors_origin(good), "{good}");
+        }
     }
 
     #[test]

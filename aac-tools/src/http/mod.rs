@@ -200,8 +200,10 @@ impl HttpOptions {
     /// `Access-Control-Allow-Origin` and exposes `Mcp-Session-Id`, `Mcp-Protocol-Version`,
     /// `WWW-Authenticate` and `Retry-After`. Credentials are bearer tokens, never cookies:
     /// `Access-Control-Allow-Credentials` is not sent. `null` and `*` are not accepted
-    /// here (a page of any origin, or a sandboxed one, could then read the answers): they
-    /// are ignored with a warning. A preflight is no call: it is not recorded.
+    /// here (a page of any origin, or a sandboxed one, could then read the answers), nor
+    /// what no browser sends (a wildcard in the host, a scheme but `http` or `https`, an
+    /// IPv6 host without brackets): they are ignored with a warning. A preflight is no
+    /// call: it is not recorded.
     pub fn cors_origins<I, S>(mut self, origins: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -703,6 +703,8 @@ async fn cors_origin_lets_the_named_page_read_the_answers() {
         "null",
         "app.example.test",
         "https://app.example.test/path",
+        "https://*.example.test",
+        "http://::1:6274",
     ] {
         let out = env
             .command()
