@@ -71,6 +71,12 @@ impl JsonLinesSink {
 
     /// Write to any writer, flushed after each batch. `name` says where it goes, for
     /// error messages.
+    ///
+    /// Not the process's stdout when the server speaks MCP over stdio: the records would
+    /// be written between the protocol's messages, breaking the stream and handing the
+    /// trail to the client. A writer that drops what it is given (`std::io::sink()`)
+    /// keeps nothing, and nothing here can tell: the records are as durable as the
+    /// writer makes them.
     pub fn writer(
         name: &str,
         writer: impl Write + Send + 'static,
