@@ -93,10 +93,14 @@ async fn two_sinks_opening_an_old_table_at_once_both_open_it() {
     for round in 0..12 {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.db");
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch(OLD_SCHEMA)
+        // A trail the sink of an older release wrote: in WAL mode, as every sink's is.
+        let conn = Connection::open(&path).unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .unwrap();
+        assert_eq!(mode, "wal");
+        conn.execute_batch(OLD_SCHEMA).unwrap();
+        drop(conn);
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
         let opens: Vec<_> = (0..2)
             .map(|_| {
