@@ -1055,6 +1055,81 @@ async fn queries_filter_by_every_field_and_time() {
     assert_eq!(stored[4].record.timestamp, "2025-06-22T08:00:00.000000Z");
 }
 
+/// A summary is bounded by the hours it covers, not by how many names callers sent: a
+/// caller who names a new tool at every refused call gets at most `PER_HOUR` rows an hour
+/// and one row of the rest, and the most refused tools are chosen before their reasons
+/// are read (a million such refusals took 869 MB to summarise).
+#[tokio::test]
+async fn the_summary_is_bounded_whatever_names_callers_send() {
+    use aac_tools::audit::{OTHERS, PER_HOUR};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    // One hour: `wipe` refused 30 times, then 25 names refused once each, then 2 names
+    // twice; another hour: one refusal.
+    let mut writes = Vec::new();
+    for i in 0..30 {
+        writes.push(record(
+            "wipe",
+            Outcome::Denied,
+            &format!("2025-06-21T10:{:02}:00Z", i),
+        ));
+    }
+    for i in 0..25 {
+        writes.push(record(
+            &format!("made_up_{i:02}"),
+            Outcome::Denied,
+            "2025-06-21T10:40:00Z",
+        ));
+    }
+    for i in 0..2 {
+        for _ in 0..2 {
+            writes.push(record(
+                &format!("twice_{i}"),
+                Outcome::Denied,
+                "2025-06-21T10:50:00Z",
+            ));
+        }
+    }
+    writes.push(record("wipe", Outcome::Denied, "2025-06-21T11:00:00Z"));
+    for r in writes {
+        sink.record(r).await.unwrap();
+    }
+    let conn = open_reader(&path).unwrap();
+    let summary = AuditQuery::new().summary(&conn).unwrap();
+    assert_eq!(summary.denied, 30 + 25 + 4 + 1);
+    let ten: Vec<_> = summary
+        .denials_per_hour
+        .iter()
+        .filter(|h| h.hour == "2025-06-21T10:00:00Z")
+        .map(|h| (h.tool.as_str(), h.denials))
+        .collect();
+    assert_eq!(ten.len(), PER_HOUR + 1, "{ten:?}");
+    assert_eq!(&ten[..3], [("wipe", 30), ("twice_0", 2), ("twice_1", 2)]);
+    // The 25 names once each: 7 listed, the other 18 in one row.
+    assert_eq!(ten[PER_HOUR], (format!("{OTHERS} (18)").as_str(), 18));
+    let total: u64 = ten.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 59, "every denial of the hour is counted once");
+    let eleven: Vec<_> = summary
+        .denials_per_hour
+        .iter()
+        .filter(|h| h.hour == "2025-06-21T11:00:00Z")
+        .map(|h| (h.tool.as_str(), h.denials))
+        .collect();
+    assert_eq!(eleven, [("wipe", 1)]);
+    let tools: Vec<_> = summary
+        .most_refused_tools
+        .iter()
+        .map(|t| (t.tool.as_str(), t.denials))
+        .collect();
+    assert_eq!(tools.len(), 10);
+    assert_eq!(&tools[..3], [("wipe", 31), ("twice_0", 2), ("twice_1", 2)]);
+    assert_eq!(
+        summary.most_refused_tools[0].reasons["insufficient_scope"],
+        31
+    );
+}
+
 #[tokio::test]
 async fn the_summary_counts_days_hours_and_refused_tools() {
     let dir = tempfile::tempdir().unwrap();

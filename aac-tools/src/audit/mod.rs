@@ -57,8 +57,8 @@ pub(crate) use format::{json_text, table_cell};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
 pub use query::{
-    AuditQuery, AuditSummary, CALLS_OF_A_RECORD_SQL, DayCount, HourlyDenials, KindCount,
-    TOOL_AS_COUNTED_SQL, ToolRefusals, parse_time,
+    AuditQuery, AuditSummary, CALLS_OF_A_RECORD_SQL, DayCount, HourlyDenials, KindCount, OTHERS,
+    PER_HOUR, TOOL_AS_COUNTED_SQL, ToolRefusals, parse_time,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{

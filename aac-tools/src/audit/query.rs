@@ -230,13 +230,22 @@ impl AuditQuery {
             .and_then(Iterator::collect)
             .map_err(sql_error)?;
 
+        // At most `PER_HOUR` rows an hour, then one of the rest: a caller can make every
+        // refusal a group of its own (a new tool name each call), and a summary of one
+        // line per record took 869 MB for a million of them.
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, \
+                "WITH groups AS (SELECT substr(timestamp, 1, 13) || ':00:00Z' AS hour, principal, \
                  {TOOL_AS_COUNTED_SQL} AS shown_tool, sum({CALLS_OF_A_RECORD_SQL}) AS denials \
                  FROM aac_audit WHERE {filter} AND outcome = 'denied' \
-                 GROUP BY hour, principal, shown_tool \
-                 ORDER BY hour, denials DESC, principal, shown_tool"
+                 GROUP BY hour, principal, shown_tool), \
+                 ranked AS (SELECT *, row_number() OVER (PARTITION BY hour \
+                 ORDER BY denials DESC, principal, shown_tool) AS place FROM groups) \
+                 SELECT hour, principal, shown_tool, denials, place FROM ranked WHERE place <= {PER_HOUR} \
+                 UNION ALL \
+                 SELECT hour, NULL, '{OTHERS} (' || count(*) || ')', sum(denials), {PER_HOUR} + 1 \
+                 FROM ranked WHERE place > {PER_HOUR} GROUP BY hour \
+                 ORDER BY 1, 5"
             ))
             .map_err(sql_error)?;
         let denials_per_hour: Vec<HourlyDenials> = stmt
@@ -251,11 +260,16 @@ impl AuditQuery {
             .and_then(Iterator::collect)
             .map_err(sql_error)?;
 
+        // The reasons of the most refused tools only, chosen in SQL: every tool's first
+        // (a million tool names, a million entries here).
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {TOOL_AS_COUNTED_SQL} AS shown_tool, coalesce(reason, ''), sum({CALLS_OF_A_RECORD_SQL}) \
-                 FROM aac_audit WHERE {filter} AND outcome = 'denied' \
-                 GROUP BY shown_tool, reason"
+                "WITH refused AS (SELECT {TOOL_AS_COUNTED_SQL} AS shown_tool, reason, \
+                 {CALLS_OF_A_RECORD_SQL} AS calls FROM aac_audit WHERE {filter} AND outcome = 'denied'), \
+                 most AS (SELECT shown_tool FROM refused GROUP BY shown_tool \
+                 ORDER BY sum(calls) DESC, shown_tool LIMIT {MOST_REFUSED}) \
+                 SELECT shown_tool, coalesce(reason, ''), sum(calls) FROM refused \
+                 WHERE shown_tool IN most GROUP BY shown_tool, reason"
             ))
             .map_err(sql_error)?;
         let mut by_tool: BTreeMap<String, ToolRefusals> = BTreeMap::new();
@@ -398,6 +412,15 @@ impl RawRow {
 /// How many tools [`AuditSummary::most_refused_tools`] lists.
 const MOST_REFUSED: usize = 10;
 
+/// How many (principal, tool) rows of an hour [`AuditSummary::denials_per_hour`] lists,
+/// the most refused first; the rest of the hour's denials are one more row, whose tool
+/// is [`OTHERS`] with their count of groups.
+pub const PER_HOUR: usize = 10;
+
+/// The tool of the row that sums an hour's denials past [`PER_HOUR`]: `(others) (N)`,
+/// N the number of (principal, tool) groups in it.
+pub const OTHERS: &str = "(others)";
+
 /// SQLite's expression of how many calls a row of `aac_audit` stands for, for a count of
 /// your own (`SELECT sum(...) FROM aac_audit`, as `AuditQuery::summary` and the reference
 /// dashboard do): one, but a count the framework writes for calls answered without a
@@ -450,7 +473,9 @@ pub struct AuditSummary {
     pub per_kind: Vec<KindCount>,
     /// Calls per day (UTC), oldest first.
     pub calls_per_day: Vec<DayCount>,
-    /// Denials per hour (UTC), principal and tool: oldest hour first, then most denials.
+    /// Denials per hour (UTC), principal and tool: oldest hour first, then most denials;
+    /// at most [`PER_HOUR`] rows an hour, then one row of the rest (principal `None`,
+    /// tool `(others) (N)`).
     pub denials_per_hour: Vec<HourlyDenials>,
     /// The tools refused most often (at most ten), most refused first.
     pub most_refused_tools: Vec<ToolRefusals>,

@@ -203,20 +203,29 @@ impl<L: Level> ReadUsage for Tx<L> {
         since_day: &str,
     ) -> Result<Vec<UsageRow>, ToolError> {
         let client = self.client();
+        // Names no tool of this server has are one group, `(unknown)`, in the query
+        // itself: folded afterwards, every name a caller ever sent came back as a row.
+        let known: Vec<&str> = crate::tools::TOOL_NAMES
+            .iter()
+            .copied()
+            .chain(["(rate limited)"])
+            .collect();
         let stmt = client
             .prepare_cached(
-                "SELECT day, tool, sum(calls)::bigint,
+                "SELECT day, shown, sum(calls)::bigint,
                         COALESCE(sum(calls) FILTER (WHERE outcome = 'success'), 0)::bigint,
                         COALESCE(sum(calls) FILTER (WHERE outcome = 'denied'), 0)::bigint,
                         COALESCE(sum(calls) FILTER (WHERE outcome = 'error'), 0)::bigint
-                 FROM aacworkflow_usage
-                 WHERE workspace = $1 AND timestamp COLLATE \"C\" >= $2
-                 GROUP BY day, tool
-                 ORDER BY day COLLATE \"C\", tool COLLATE \"C\"",
+                 FROM (SELECT day, outcome, calls,
+                              CASE WHEN tool = ANY($3) THEN tool ELSE '(unknown)' END AS shown
+                       FROM aacworkflow_usage
+                       WHERE workspace = $1 AND timestamp COLLATE \"C\" >= $2) AS usage
+                 GROUP BY day, shown
+                 ORDER BY day COLLATE \"C\", shown COLLATE \"C\"",
             )
             .await?;
         Ok(client
-            .query(&stmt, &[&workspace, &since_day])
+            .query(&stmt, &[&workspace, &since_day, &known])
             .await?
             .iter()
             .map(|r| UsageRow {
