@@ -329,6 +329,8 @@ fn open_connection(
     }
     conn.pragma_update(None, "synchronous", synchronous.pragma())
         .map_err(cannot)?;
+    conn.pragma_update(None, "journal_size_limit", crate::sqlite::WAL_SIZE_LIMIT)
+        .map_err(cannot)?;
     // The writer appends: it reads the rightmost pages of the table and its index, and
     // nothing else. SQLite's default cache (2 MiB) would fill with pages written once.
     conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
