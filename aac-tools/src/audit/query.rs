@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::sqlite::{Row, SELECT_COLUMNS, StoredRecord};
@@ -161,6 +161,70 @@ impl AuditQuery {
         conn: &Connection,
         mut each: impl FnMut(Listed) -> Result<(), AuditError>,
     ) -> Result<(), AuditError> {
+        if !conn.is_autocommit() {
+            // In the caller's transaction (a tool's): its snapshot is the caller's.
+            return self.for_each_listed_at_once(conn, each);
+        }
+        // Page by page, each page read in a transaction of its own and handed on after
+        // it ended: a reader that held one snapshot for the whole listing (`audit` piped
+        // into a pager left open, a listing of millions of records) kept SQLite from
+        // starting its write-ahead log over, which grew with every write meanwhile. The
+        // listing is of the trail as it was at its start (records appended since are not
+        // in it), and the trail only grows, so the pages add up to one reading.
+        let (filter, params) = self.filter();
+        let params = || rusqlite::params_from_iter(params.iter());
+        let last_seq: i64 = conn
+            .query_row("SELECT coalesce(max(seq), 0) FROM aac_audit", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql_error)?;
+        let mut after: i64 = match self.limit {
+            Some(0) => return Ok(()),
+            Some(n) => conn
+                .query_row(
+                    &format!(
+                        "SELECT seq FROM aac_audit WHERE {filter} AND seq <= {last_seq} \
+                         ORDER BY seq DESC LIMIT 1 OFFSET {}",
+                        n - 1
+                    ),
+                    params(),
+                    |r| r.get::<_, i64>(0),
+                )
+                .optional()
+                .map_err(sql_error)?
+                .map_or(0, |first| first - 1),
+            None => 0,
+        };
+        let columns = &*SELECT_COLUMNS;
+        loop {
+            let sql = format!(
+                "SELECT {columns} FROM aac_audit WHERE {filter} AND seq > {after} \
+                 AND seq <= {last_seq} ORDER BY seq LIMIT {LISTING_PAGE}"
+            );
+            let mut page = Vec::new();
+            {
+                let mut stmt = conn.prepare(&sql).map_err(sql_error)?;
+                let mut rows = stmt.query(params()).map_err(sql_error)?;
+                while let Some(row) = rows.next().map_err(sql_error)? {
+                    page.push(listed(row));
+                }
+            }
+            let Some(end) = page.last().map(Listed::seq) else {
+                return Ok(());
+            };
+            after = end;
+            for listed in page {
+                each(listed)?;
+            }
+        }
+    }
+
+    /// [`AuditQuery::for_each_listed`] in one statement, inside the caller's transaction.
+    fn for_each_listed_at_once(
+        &self,
+        conn: &Connection,
+        mut each: impl FnMut(Listed) -> Result<(), AuditError>,
+    ) -> Result<(), AuditError> {
         let (filter, params) = self.filter();
         let columns = &*SELECT_COLUMNS;
         let sql = match self.limit {
@@ -175,13 +239,7 @@ impl AuditQuery {
             .query(rusqlite::params_from_iter(params.iter()))
             .map_err(sql_error)?;
         while let Some(row) = rows.next().map_err(sql_error)? {
-            let read = Row::read(row)
-                .map_err(|bad| format!("audit record {}: {}", bad.seq, bad.problem))
-                .and_then(|read| read.into_stored().map_err(|e| e.to_string()));
-            match read {
-                Ok(record) => each(Listed::Record(record))?,
-                Err(problem) => each(Listed::Unreadable(RawRow::read(row, problem)))?,
-            }
+            each(listed(row))?;
         }
         Ok(())
     }
@@ -344,6 +402,16 @@ pub(crate) enum Listed {
     Unreadable(RawRow),
 }
 
+impl Listed {
+    /// The row's place in the table.
+    fn seq(&self) -> i64 {
+        match self {
+            Listed::Record(record) => record.seq,
+            Listed::Unreadable(row) => row.seq,
+        }
+    }
+}
+
 /// A row of `aac_audit` that does not read back as a record, its cells as stored.
 pub(crate) struct RawRow {
     /// The row's `seq`.
@@ -406,6 +474,20 @@ impl RawRow {
         }
         object.insert("unreadable".to_owned(), self.problem.clone().into());
         serde_json::Value::Object(object)
+    }
+}
+
+/// How many records a listing reads in one transaction.
+const LISTING_PAGE: usize = 1000;
+
+/// One row of a listing: the record, or the row as stored when it does not read back.
+fn listed(row: &rusqlite::Row<'_>) -> Listed {
+    let read = Row::read(row)
+        .map_err(|bad| format!("audit record {}: {}", bad.seq, bad.problem))
+        .and_then(|read| read.into_stored().map_err(|e| e.to_string()));
+    match read {
+        Ok(record) => Listed::Record(record),
+        Err(problem) => Listed::Unreadable(RawRow::read(row, problem)),
     }
 }
 
