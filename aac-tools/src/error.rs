@@ -273,7 +273,15 @@ impl ToolError {
     /// (the sink's own words: a file's path, a database's name and message) goes to the
     /// server's log, not to the caller, who may not even be authenticated.
     pub fn audit_unavailable(why: impl fmt::Display) -> ToolError {
-        tracing::warn!(error = %why, "the audit trail is unavailable: answering 503");
+        // At most one line a second, with how many were not logged: one a refused call
+        // put 117,000 lines in the log in 17 s of a full disk.
+        if let Some(unlogged) = crate::error::once_a_second(&UNAVAILABLE_LOGGED) {
+            tracing::warn!(
+                error = %why,
+                refusals_not_logged = unlogged,
+                "the audit trail is unavailable: answering 503"
+            );
+        }
         ToolError::new(
             Status::Unavailable,
             "audit_unavailable",
@@ -338,6 +346,19 @@ impl From<serde_json::Error> for ToolError {
 
 #[cfg(test)]
 mod tests {
+    /// A line written at most once a second says, when it is written again, how many
+    /// were not.
+    #[test]
+    fn a_line_once_a_second_counts_the_ones_it_skipped() {
+        let line = OnceLine::new();
+        assert_eq!(once_a_second(&line), Some(0));
+        for _ in 0..5 {
+            assert_eq!(once_a_second(&line), None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert_eq!(once_a_second(&line), Some(5));
+    }
+
     use super::*;
 
     #[test]
@@ -371,4 +392,46 @@ mod tests {
         );
         assert_eq!(ToolError::confirm_required().message(), CONFIRM_REQUIRED);
     }
+}
+
+/// When [`ToolError::audit_unavailable`] last logged (seconds since the first use) and
+/// how many refusals it has not logged since.
+static UNAVAILABLE_LOGGED: OnceLine = OnceLine::new();
+
+/// A log line written at most once a second: the second it was last written, and the
+/// count of those skipped since.
+pub(crate) struct OnceLine {
+    second: std::sync::atomic::AtomicU64,
+    skipped: std::sync::atomic::AtomicU64,
+}
+
+impl OnceLine {
+    pub(crate) const fn new() -> OnceLine {
+        OnceLine {
+            second: std::sync::atomic::AtomicU64::new(u64::MAX),
+            skipped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// `Some(skipped)` if `line` may be written now (not yet this second), with how many
+/// were skipped since it last was; `None` (and one more skipped) otherwise.
+pub(crate) fn once_a_second(line: &OnceLine) -> Option<u64> {
+    use std::sync::atomic::Ordering;
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let now = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    let last = line.second.load(Ordering::Relaxed);
+    if last != now
+        && line
+            .second
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        return Some(line.skipped.swap(0, Ordering::AcqRel));
+    }
+    line.skipped.fetch_add(1, Ordering::AcqRel);
+    None
 }
