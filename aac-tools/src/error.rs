@@ -344,6 +344,48 @@ impl From<serde_json::Error> for ToolError {
     }
 }
 
+/// When [`ToolError::audit_unavailable`] last logged (seconds since the first use) and
+/// how many refusals it has not logged since.
+static UNAVAILABLE_LOGGED: OnceLine = OnceLine::new();
+
+/// A log line written at most once a second: the second it was last written, and the
+/// count of those skipped since.
+pub(crate) struct OnceLine {
+    second: std::sync::atomic::AtomicU64,
+    skipped: std::sync::atomic::AtomicU64,
+}
+
+impl OnceLine {
+    pub(crate) const fn new() -> OnceLine {
+        OnceLine {
+            second: std::sync::atomic::AtomicU64::new(u64::MAX),
+            skipped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// `Some(skipped)` if `line` may be written now (not yet this second), with how many
+/// were skipped since it last was; `None` (and one more skipped) otherwise.
+pub(crate) fn once_a_second(line: &OnceLine) -> Option<u64> {
+    use std::sync::atomic::Ordering;
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let now = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    let last = line.second.load(Ordering::Relaxed);
+    if last != now
+        && line
+            .second
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        return Some(line.skipped.swap(0, Ordering::AcqRel));
+    }
+    line.skipped.fetch_add(1, Ordering::AcqRel);
+    None
+}
+
 #[cfg(test)]
 mod tests {
     /// A line written at most once a second says, when it is written again, how many
@@ -392,46 +434,4 @@ mod tests {
         );
         assert_eq!(ToolError::confirm_required().message(), CONFIRM_REQUIRED);
     }
-}
-
-/// When [`ToolError::audit_unavailable`] last logged (seconds since the first use) and
-/// how many refusals it has not logged since.
-static UNAVAILABLE_LOGGED: OnceLine = OnceLine::new();
-
-/// A log line written at most once a second: the second it was last written, and the
-/// count of those skipped since.
-pub(crate) struct OnceLine {
-    second: std::sync::atomic::AtomicU64,
-    skipped: std::sync::atomic::AtomicU64,
-}
-
-impl OnceLine {
-    pub(crate) const fn new() -> OnceLine {
-        OnceLine {
-            second: std::sync::atomic::AtomicU64::new(u64::MAX),
-            skipped: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-}
-
-/// `Some(skipped)` if `line` may be written now (not yet this second), with how many
-/// were skipped since it last was; `None` (and one more skipped) otherwise.
-pub(crate) fn once_a_second(line: &OnceLine) -> Option<u64> {
-    use std::sync::atomic::Ordering;
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let now = START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_secs();
-    let last = line.second.load(Ordering::Relaxed);
-    if last != now
-        && line
-            .second
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    {
-        return Some(line.skipped.swap(0, Ordering::AcqRel));
-    }
-    line.skipped.fetch_add(1, Ordering::AcqRel);
-    None
 }
