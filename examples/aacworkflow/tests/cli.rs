@@ -1631,25 +1631,9 @@ fn an_unreachable_postgres_says_why() {
 /// report of it panicked the task that handles the signal, and the server served on.
 #[test]
 fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
-    use std::io::BufRead;
-    use std::process::Stdio;
     let target = Target::new();
     assert!(target.run(&["init", "--demo"]).status.success());
-    let mut child = target
-        .command()
-        .args(["serve", "--http", "127.0.0.1:0"])
-        .env("AAC_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("serving MCP on") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
-    }
+    let (mut child, err, _) = http_serve_until(&target, &[], "serving MCP on");
     drop(err);
     sigterm(&child);
     let status = exited_within_30_s(&mut child);
@@ -1669,8 +1653,6 @@ fn sigterm_stops_an_http_server_whose_stderr_is_closed() {
 /// of `--read-only` alone in that mode.
 #[test]
 fn serve_names_the_tools_it_serves() {
-    use std::io::BufRead;
-    use std::process::Stdio;
     let target = Target::new();
     assert!(target.run(&["init", "--demo"]).status.success());
     for (extra, tools) in [
@@ -1683,26 +1665,44 @@ fn serve_names_the_tools_it_serves() {
             "tools=4 (dashboard_usage_daily, get_issue, list_comments, list_issues)",
         ),
     ] {
-        let mut child = target
-            .command()
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .env("AAC_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("serving Streamable HTTP") {
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
-        }
+        let extra: Vec<&str> = extra.into_iter().collect();
+        let (mut child, _, line) = http_serve_until(&target, &extra, "serving Streamable HTTP");
         let _ = child.kill();
         let _ = child.wait();
         assert!(line.contains(tools), "{extra:?}: {line}");
     }
+}
+
+/// `serve --http 127.0.0.1:0 [extra]` at log level `info`, its stderr read up to the
+/// line that holds `marker`: the process, the rest of its stderr, and that line.
+fn http_serve_until(
+    target: &Target,
+    extra: &[&str],
+    marker: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+    String,
+) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = target
+        .command()
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(extra)
+        .env("AAC_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains(marker) {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the server ended");
+    }
+    (child, err, line)
 }
 
 /// A stateless replica that asks a person, started without shared request-state keys,
