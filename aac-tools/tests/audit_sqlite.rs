@@ -1955,4 +1955,19 @@ async fn a_listing_holds_no_snapshot_between_its_pages() {
             .unwrap()
             .is_empty()
     );
+    // A window of the trail, across pages, from its first match to its last: records
+    // 1201 to 2400 arrived in [10:20:00, 10:40:00).
+    let window: Vec<i64> = AuditQuery::new()
+        .since("2025-06-21T10:20:00Z")
+        .unwrap()
+        .until("2025-06-21T10:40:00Z")
+        .unwrap()
+        .fetch(&reader)
+        .unwrap()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(window, (1201..=2400).collect::<Vec<i64>>());
+    let none = AuditQuery::new().tool("nothing").fetch(&reader).unwrap();
+    assert!(none.is_empty());
 }

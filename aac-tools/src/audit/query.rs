@@ -178,6 +178,22 @@ impl AuditQuery {
                 r.get(0)
             })
             .map_err(sql_error)?;
+        // The first and last matching records, found as the filter would be (`--since`
+        // through the timestamp index): the pages, read in `seq` order, go from one to the
+        // other, never through the rest of the trail (a listing of the last hour of a
+        // 3-million-record trail would read it all from its start).
+        let (first, last): (Option<i64>, Option<i64>) = conn
+            .query_row(
+                &format!(
+                    "SELECT min(seq), max(seq) FROM aac_audit WHERE {filter} AND seq <= {last_seq}"
+                ),
+                params(),
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sql_error)?;
+        let (Some(first), Some(last_seq)) = (first, last) else {
+            return Ok(());
+        };
         let mut after: i64 = match self.limit {
             Some(0) => return Ok(()),
             Some(n) => conn
@@ -192,8 +208,8 @@ impl AuditQuery {
                 )
                 .optional()
                 .map_err(sql_error)?
-                .map_or(0, |first| first - 1),
-            None => 0,
+                .map_or(first - 1, |nth| nth - 1),
+            None => first - 1,
         };
         let columns = &*SELECT_COLUMNS;
         loop {
