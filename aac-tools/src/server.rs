@@ -805,6 +805,17 @@ impl Server {
         (0..positions.len()).map(move |n| (positions[n], &tools[positions[n]]))
     }
 
+    /// Every tool the server shows (all of them, less those hidden by read-only mode),
+    /// whatever the caller's scopes.
+    pub(crate) fn visible_tools(&self) -> impl Iterator<Item = &ToolEntry> + '_ {
+        let tools = self.inner.registry.tools();
+        self.inner
+            .listing
+            .positions()
+            .iter()
+            .map(move |&i| &tools[i])
+    }
+
     /// Whether `tools/list` depends on the caller
     /// ([`ServerBuilder::filter_list_by_scope`]).
     pub fn filters_list_by_scope(&self) -> bool {

@@ -465,12 +465,8 @@ pub(super) async fn http(
 /// dependency served by surprise shows.
 fn served_tools(server: &Server) -> String {
     let names: Vec<&str> = server
-        .registry()
-        .tools()
-        .iter()
-        .map(|entry| entry.def())
-        .filter(|def| !server.is_read_only_mode() || def.is_read_only())
-        .map(|def| def.name())
+        .visible_tools()
+        .map(|entry| entry.def().name())
         .collect();
     format!("{} ({})", names.len(), names.join(", "))
 }
