@@ -169,24 +169,17 @@ impl AuditQuery {
         // it ended: a reader that held one snapshot for the whole listing (`audit` piped
         // into a pager left open, a listing of millions of records) kept SQLite from
         // starting its write-ahead log over, which grew with every write meanwhile. The
-        // listing is of the trail as it was at its start (records appended since are not
-        // in it), and the trail only grows, so the pages add up to one reading.
+        // trail only grows, so the pages add up to one reading of it as it was.
         let (filter, params) = self.filter();
         let params = || rusqlite::params_from_iter(params.iter());
-        let last_seq: i64 = conn
-            .query_row("SELECT coalesce(max(seq), 0) FROM aac_audit", [], |r| {
-                r.get(0)
-            })
-            .map_err(sql_error)?;
-        // The first and last matching records, found as the filter would be (`--since`
-        // through the timestamp index): the pages, read in `seq` order, go from one to the
-        // other, never through the rest of the trail (a listing of the last hour of a
-        // 3-million-record trail would read it all from its start).
+        // The first and last matching records as the listing starts, found as the filter
+        // would be (`--since` through the timestamp index): the pages, read in `seq`
+        // order, go from one to the other, never through the rest of the trail (a listing
+        // of the last hour of a 3-million-record trail would read it all from its start),
+        // and no record appended since is in them.
         let (first, last): (Option<i64>, Option<i64>) = conn
             .query_row(
-                &format!(
-                    "SELECT min(seq), max(seq) FROM aac_audit WHERE {filter} AND seq <= {last_seq}"
-                ),
+                &format!("SELECT min(seq), max(seq) FROM aac_audit WHERE {filter}"),
                 params(),
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -335,10 +328,11 @@ impl AuditQuery {
             .map_err(sql_error)?;
 
         // The reasons of the most refused tools only, chosen in SQL: every tool's first
-        // (a million tool names, a million entries here).
+        // (a million tool names, a million entries here). Not materialized: read twice
+        // from the table rather than every refusal copied into a temporary one.
         let mut stmt = conn
             .prepare(&format!(
-                "WITH refused AS (SELECT {TOOL_AS_COUNTED_SQL} AS shown_tool, reason, \
+                "WITH refused AS NOT MATERIALIZED (SELECT {TOOL_AS_COUNTED_SQL} AS shown_tool, reason, \
                  {CALLS_OF_A_RECORD_SQL} AS calls FROM aac_audit WHERE {filter} AND outcome = 'denied'), \
                  most AS (SELECT shown_tool FROM refused GROUP BY shown_tool \
                  ORDER BY sum(calls) DESC, shown_tool LIMIT {MOST_REFUSED}) \
