@@ -314,36 +314,31 @@ fn inspect(path: &Path) -> Result<Inspection, AppError> {
     };
     let application_id = pragma("application_id").map_err(classify)?;
     let user_version = pragma("user_version").map_err(classify)?;
-    let foreign_tables = conn
+    let tables = conn
         .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'table'
-             AND name NOT GLOB 'sqlite_*' AND name NOT GLOB 'aac_*' ORDER BY name",
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT GLOB 'sqlite_*' \
+             ORDER BY name",
         )
         .and_then(|mut stmt| {
             stmt.query_map([], |r| r.get::<_, String>(0))?
                 .collect::<Result<Vec<_>, _>>()
         })
         .map_err(classify)?;
+    let foreign_tables: Vec<String> = tables
+        .iter()
+        .filter(|name| !name.starts_with("aac_"))
+        .cloned()
+        .collect();
     // Corruption past the first page shows only when the pages are read: check every
     // table once, before serving, but the audit trail's, which grows for as long as the
     // server runs (a whole-file check took 20 s at every start and every `audit` of a
     // 1.4 GB trail, cold): `audit --verify` checks its pages, and a write to a damaged
     // trail fails closed. Linear in the application's data, not the trail.
-    let tables = conn
-        .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT GLOB 'sqlite_*' \
-             AND name <> 'aac_audit' ORDER BY name",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map([], |r| r.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(classify)?;
-    for table in tables {
+    for table in tables.iter().filter(|name| *name != "aac_audit") {
         let check: String = conn
             .query_row(
                 "SELECT quick_check FROM pragma_quick_check(?1)",
-                [&table],
+                [table],
                 |r| r.get(0),
             )
             .map_err(classify)?;
