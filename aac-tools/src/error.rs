@@ -275,7 +275,7 @@ impl ToolError {
     pub fn audit_unavailable(why: impl fmt::Display) -> ToolError {
         // At most one line a second, with how many were not logged: one a refused call
         // put 117,000 lines in the log in 17 s of a full disk.
-        if let Some(unlogged) = crate::error::once_a_second(&UNAVAILABLE_LOGGED) {
+        if let Some(unlogged) = once_a_second(&UNAVAILABLE_LOGGED) {
             tracing::warn!(
                 error = %why,
                 refusals_not_logged = unlogged,
@@ -388,6 +388,8 @@ pub(crate) fn once_a_second(line: &OnceLine) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// A line written at most once a second says, when it is written again, how many
     /// were not.
     #[test]
@@ -400,8 +402,6 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1100));
         assert_eq!(once_a_second(&line), Some(5));
     }
-
-    use super::*;
 
     #[test]
     fn a_message_echoing_a_huge_input_is_cut_and_marked() {
