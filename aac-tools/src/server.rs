@@ -807,6 +807,7 @@ impl Server {
 
     /// Every tool the server shows (all of them, less those hidden by read-only mode),
     /// whatever the caller's scopes.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub(crate) fn visible_tools(&self) -> impl Iterator<Item = &ToolEntry> + '_ {
         let tools = self.inner.registry.tools();
         self.inner

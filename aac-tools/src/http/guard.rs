@@ -156,6 +156,7 @@ fn parse_cors_origin(text: &str) -> Option<AllowedOrigin> {
 }
 
 /// Whether [`HttpOptions::cors_origins`] takes `text` (else it is ignored, with a warning).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub(crate) fn is_cors_origin(text: &str) -> bool {
     parse_cors_origin(text).is_some()
 }

@@ -37,6 +37,7 @@ mod routes;
 pub use routes::__fuzz_probe;
 mod sessions;
 mod stall;
+#[cfg(feature = "cli")]
 pub(crate) use guard::is_cors_origin;
 
 use std::fmt;
