@@ -8,46 +8,18 @@
 #![no_main]
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use aac_tools::audit::{MAX_RECORD_BYTES, MemorySink};
-use aac_tools::{Principal, Registry, Server, StaticTokens, Text, ToolError, mcp_tool};
+use aac_tools::{Principal, Registry, Server, StaticTokens};
 use libfuzzer_sys::fuzz_target;
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::Value;
 
+mod things;
+
+use things::{DELETED, SECRETS};
+
 const TOKEN: &str = "fuzz-token";
-
-/// Arguments naming one thing.
-#[derive(Debug, Deserialize, JsonSchema)]
-struct IdArgs {
-    /// The id.
-    id: String,
-}
-
-static DELETED: AtomicUsize = AtomicUsize::new(0);
-static SECRETS: AtomicUsize = AtomicUsize::new(0);
-
-/// Delete a thing.
-#[mcp_tool(destructive, scope = "things:write", audit_fields = ["id"])]
-async fn delete_thing(args: IdArgs) -> Result<Text, ToolError> {
-    DELETED.fetch_add(1, Ordering::Relaxed);
-    Ok(Text(args.id))
-}
-
-/// Read a thing (no arguments).
-#[mcp_tool(read_only, scope = "things:read")]
-async fn read_things() -> Result<Text, ToolError> {
-    Ok(Text("none".into()))
-}
-
-/// A tool the token may not call.
-#[mcp_tool(read_only, scope = "secrets:read")]
-async fn read_secrets() -> Result<Text, ToolError> {
-    SECRETS.fetch_add(1, Ordering::Relaxed);
-    Ok(Text("hidden".into()))
-}
 
 struct Fixture {
     server: Server,
@@ -123,9 +95,16 @@ fuzz_target!(|data: &[u8]| {
         let size = serde_json::to_vec(record).expect("a record is JSON").len();
         assert!(size <= MAX_RECORD_BYTES, "a record of {size} bytes");
     }
-    assert_eq!(SECRETS.load(Ordering::Relaxed), 0, "a tool past the token's scopes ran");
+    assert_eq!(
+        SECRETS.load(Ordering::Relaxed),
+        0,
+        "a tool past the token's scopes ran"
+    );
     if DELETED.load(Ordering::Relaxed) != deleted {
-        assert!(confirm_somewhere, "a destructive handler ran without any confirm");
+        assert!(
+            confirm_somewhere,
+            "a destructive handler ran without any confirm"
+        );
     }
     match ended {
         Ok(()) => assert!(

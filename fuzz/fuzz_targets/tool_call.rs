@@ -21,6 +21,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod things;
+
+use things::DELETED;
+
 const TOKEN: &str = "fuzz-token";
 
 /// A kind, as an enum.
@@ -60,7 +64,6 @@ struct FileArgs {
 }
 
 static FILED: AtomicUsize = AtomicUsize::new(0);
-static DELETED: AtomicUsize = AtomicUsize::new(0);
 
 /// File something: every argument shape.
 #[mcp_tool(scope = "things:write", audit_fields = ["title", "kind"])]
@@ -86,32 +89,6 @@ async fn file_thing(args: FileArgs) -> Result<Text, ToolError> {
         args.kind,
         args.labels.len()
     )))
-}
-
-/// Arguments naming one thing.
-#[derive(Debug, Deserialize, JsonSchema)]
-struct IdArgs {
-    /// The id.
-    id: String,
-}
-
-/// Delete a thing.
-#[mcp_tool(destructive, scope = "things:write", audit_fields = ["id"])]
-async fn delete_thing(args: IdArgs) -> Result<Text, ToolError> {
-    DELETED.fetch_add(1, Ordering::Relaxed);
-    Ok(Text(args.id))
-}
-
-/// Read a thing (no arguments).
-#[mcp_tool(read_only, scope = "things:read")]
-async fn read_things() -> Result<Text, ToolError> {
-    Ok(Text("none".into()))
-}
-
-/// A tool the token may not call.
-#[mcp_tool(read_only, scope = "secrets:read")]
-async fn read_secrets() -> Result<Text, ToolError> {
-    Ok(Text("hidden".into()))
 }
 
 const TOOLS: [&str; 4] = ["file_thing", "delete_thing", "read_things", "read_secrets"];
