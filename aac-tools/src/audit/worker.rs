@@ -150,7 +150,8 @@ pub struct SinkStats {
     pub busy: Duration,
     /// Records given to the sink that it could not write (a failed or panicking write,
     /// or a writer thread that stopped with records queued); each is in the error log
-    /// (`audit record could not be written`, with the record) instead.
+    /// (`audit record could not be written`, with the record) instead. A record given
+    /// again after it failed (an owed record, retried) counts once, at its first failure.
     pub lost: u64,
 }
 
