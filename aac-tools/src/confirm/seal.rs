@@ -22,7 +22,8 @@ const CONTEXT: &[u8] = b"aac-tools confirm requestState v1\n";
 pub(crate) struct Claims {
     /// A random nonce: the state's identity in the single-use ledger.
     pub(crate) n: String,
-    /// The principal: subject, a newline, the workspace (empty when none).
+    /// The principal: the JSON text of the array of subject and workspace (`null` when
+    /// none), which no two principals share.
     pub(crate) p: String,
     /// The tool.
     pub(crate) t: String,
