@@ -344,6 +344,8 @@ pub struct ServerBuilder {
     read_only_mode: bool,
     filter_list_by_scope: bool,
     state: StateMap,
+    /// State registered that wraps a framework storage handle: its type and the handle's.
+    storage_in_state: Vec<(&'static str, &'static str)>,
     unauthenticated_rate: Option<Rate>,
     principal_rate: Option<Rate>,
     confirmation: ConfirmPolicy,
@@ -492,13 +494,30 @@ impl ServerBuilder {
     /// handle). [`build`](Self::build) logs a warning for each tool, resource or prompt
     /// that takes a `State<T>` (or a data handle) it was not given: each of its calls
     /// would fail with a 500 naming the registration.
+    ///
+    /// State that wraps one of the framework's storage handles (`Arc<Database>`,
+    /// `Option<Db<Delete>>`, a tuple holding one…) makes [`build`](Self::build) fail: a tool
+    /// taking it would reach the database past its access level. Register the `Database`
+    /// itself, which tools reach only through data handles at their level.
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> ServerBuilder {
+        if let Some(storage) = crate::state::framework_storage_inside::<T>() {
+            self.storage_in_state
+                .push((std::any::type_name::<T>(), storage));
+        }
         self.state.insert(Arc::new(value));
         self
     }
 
     /// Build the server.
     pub fn build(self) -> Result<Server, BuildError> {
+        if let Some((held, storage)) = self.storage_in_state.first() {
+            return Err(BuildError(format!(
+                "the shared state `{held}` holds the framework's storage (`{storage}`): a \
+                 tool, resource or prompt taking it would reach the database past its access \
+                 level; register the `Database` itself with `ServerBuilder::state`, and give \
+                 tools data handles at their level (`Db<Read>`, `Db<Write>`, `Db<Delete>`)"
+            )));
+        }
         let audit: Option<Arc<dyn AuditSink>> = match (self.audit, self.audit_disabled) {
             (Some(sink), false) => Some(sink),
             (None, true) => None,
@@ -748,6 +767,7 @@ impl Server {
             read_only_mode: false,
             filter_list_by_scope: false,
             state: StateMap::default(),
+            storage_in_state: Vec::new(),
             unauthenticated_rate: Some(DEFAULT_UNAUTHENTICATED_RATE),
             principal_rate: None,
             confirmation: ConfirmPolicy::Argument,

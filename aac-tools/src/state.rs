@@ -50,6 +50,51 @@ fn is_framework_storage<T: 'static>() -> bool {
     framework.contains(&TypeId::of::<T>())
 }
 
+/// The framework storage handle named inside `T`'s type, when `T` is not one itself but
+/// wraps one (`Arc<Database>`, `Option<Db<Delete>>`, `(Db<Delete>,)`, …): shared state
+/// through which a tool would reach the database past its level. Read from the type's
+/// name, so any generic wrapper is seen; a struct of the application's own that holds a
+/// handle has a name of its own and is not.
+pub(crate) fn framework_storage_inside<T: 'static>() -> Option<&'static str> {
+    if is_framework_storage::<T>() {
+        return None;
+    }
+    #[allow(unused_mut)]
+    let mut names: Vec<&'static str> = Vec::new();
+    #[cfg(feature = "sqlite")]
+    names.extend([
+        std::any::type_name::<crate::sqlite::Database>(),
+        std::any::type_name::<crate::sqlite::TokenStore>(),
+        generic_name(std::any::type_name::<crate::sqlite::Db<crate::access::Read>>()),
+    ]);
+    #[cfg(feature = "postgres")]
+    names.extend([
+        std::any::type_name::<crate::postgres::Database>(),
+        std::any::type_name::<crate::postgres::TokenStore>(),
+        generic_name(std::any::type_name::<crate::postgres::Db<crate::access::Read>>()),
+    ]);
+    let held = std::any::type_name::<T>();
+    names.into_iter().find(|name| names_type(held, name))
+}
+
+/// `a::Db` of `a::Db<b::Read>`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn generic_name(name: &'static str) -> &'static str {
+    name.split('<').next().unwrap_or(name)
+}
+
+/// Whether the type name `held` names the type `name` (a whole path, not the start of a
+/// longer identifier).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn names_type(held: &str, name: &str) -> bool {
+    held.match_indices(name).any(|(at, _)| {
+        let before = held[..at].chars().next_back();
+        let after = held[at + name.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
 impl StateMap {
     /// Keep `value` for `State<T>`; a framework storage handle (the `Database`…) is kept
     /// under a private key instead, for the data handles only.

@@ -404,6 +404,40 @@ fn the_database_is_not_shared_state() {
     assert!(server.state().get::<NotesFile>().is_some());
 }
 
+#[test]
+fn state_that_wraps_the_database_or_a_handle_stops_the_server_at_start() {
+    let f = fixture();
+    let build = |builder: aac_tools::ServerBuilder| {
+        builder
+            .build()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let base = || {
+        Server::builder(Registry::collect_named(&["write_sql"]).unwrap()).audit(f.sink.clone())
+    };
+    // Any generic wrapper, however deep: `Arc`, `Option`, a tuple, a `Mutex` in an `Arc`.
+    let refused = [
+        build(base().state(Arc::new(f.db.clone()))),
+        build(base().state(Some(f.db.handle::<aac_tools::access::Delete>()))),
+        build(base().state((f.db.handle::<aac_tools::access::Write>(),))),
+        build(base().state(Arc::new(std::sync::Mutex::new(vec![f.db.clone()])))),
+    ];
+    for (i, err) in refused.iter().enumerate() {
+        assert!(
+            err.contains("holds the framework's storage") && err.contains("aac_tools::sqlite::"),
+            "wrapper {i}: {err:?}"
+        );
+    }
+    assert!(refused[1].contains("`aac_tools::sqlite::Db`"), "{}", refused[1]);
+    // The `Database` itself, and state that only names a type like it, are fine.
+    struct DatabaseName(&'static str);
+    assert_eq!(build(base().state(f.db.clone())), "");
+    assert_eq!(build(base().state(Arc::new(DatabaseName("x")))), "");
+    assert_eq!(build(base().state(NotesFile(f.db.path().to_path_buf()))), "");
+}
+
 #[tokio::test]
 async fn the_non_destructive_check_passes_honest_tools_and_catches_a_lost_row() {
     let f = fixture();
