@@ -71,7 +71,9 @@ pub(crate) fn framework_storage_inside<T: 'static>() -> Option<&'static str> {
     names.extend([
         std::any::type_name::<crate::postgres::Database>(),
         std::any::type_name::<crate::postgres::TokenStore>(),
-        generic_name(std::any::type_name::<crate::postgres::Db<crate::access::Read>>()),
+        generic_name(std::any::type_name::<
+            crate::postgres::Db<crate::access::Read>,
+        >()),
     ]);
     let held = std::any::type_name::<T>();
     names.into_iter().find(|name| names_type(held, name))

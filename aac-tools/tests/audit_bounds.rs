@@ -104,3 +104,64 @@ async fn keys_that_escape_to_a_large_record_cut_the_arguments() {
     );
     assert!(record.request_id.unwrap().contains("5000 bytes"));
 }
+
+/// A token's claims are the token issuer's, and a JWT's `sub`, workspace or scope list may
+/// be of any length: the record keeps each name to its bound, and at most `MAX_SCOPES`
+/// scopes, the rest folded into one marked entry.
+#[tokio::test]
+async fn a_token_s_huge_claims_are_cut_and_marked() {
+    use aac_tools::audit::{MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_SCOPES};
+    let mut scopes: Vec<String> = (0..500)
+        .map(|i| format!("s{i:03}:{}", "r".repeat(900)))
+        .collect();
+    scopes.push("b:read".to_owned());
+    let principal = Principal::new("u".repeat(40_000), scopes).in_workspace("w".repeat(40_000));
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(StaticTokens::new().with("t", principal))
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    let long_key = "k".repeat(1000);
+    let arguments = json!({ "label": "x", long_key.clone(): 1 });
+    server
+        .call(CallRequest::new("labelled", Some(arguments)).bearer("t"))
+        .await;
+    let records = sink.records();
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
+    let size = serde_json::to_vec(record).unwrap().len();
+    assert!(size <= MAX_RECORD_BYTES, "a record of {size} bytes");
+    for (what, text) in [
+        ("principal", record.principal.as_deref().unwrap()),
+        ("workspace", record.workspace.as_deref().unwrap()),
+    ] {
+        assert!(text.len() <= MAX_NAME_BYTES, "{what}: {} bytes", text.len());
+        assert!(
+            text.ends_with(", 40000 bytes]") && text.contains("sha256:"),
+            "{what}: {text}"
+        );
+    }
+    assert_eq!(record.scopes_provided.len(), MAX_SCOPES);
+    assert!(
+        record
+            .scopes_provided
+            .iter()
+            .all(|s| s.len() <= MAX_NAME_BYTES)
+    );
+    let folded = record.scopes_provided.last().unwrap();
+    assert!(
+        folded.starts_with(CUT_KEY)
+            && folded.ends_with(&format!("{} more scopes]", 501 - (MAX_SCOPES - 1))),
+        "{folded}"
+    );
+    // A key cut is in its bound too, marker included.
+    let keys: Vec<&String> = record.arguments.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.len() <= MAX_KEY_BYTES), "{keys:?}");
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("kkk") && k.ends_with("1000 bytes]")),
+        "{keys:?}"
+    );
+}

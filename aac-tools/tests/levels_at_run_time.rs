@@ -414,9 +414,8 @@ fn state_that_wraps_the_database_or_a_handle_stops_the_server_at_start() {
             .map(|e| e.to_string())
             .unwrap_or_default()
     };
-    let base = || {
-        Server::builder(Registry::collect_named(&["write_sql"]).unwrap()).audit(f.sink.clone())
-    };
+    let base =
+        || Server::builder(Registry::collect_named(&["write_sql"]).unwrap()).audit(f.sink.clone());
     // Any generic wrapper, however deep: `Arc`, `Option`, a tuple, a `Mutex` in an `Arc`.
     let refused = [
         build(base().state(Arc::new(f.db.clone()))),
@@ -430,12 +429,19 @@ fn state_that_wraps_the_database_or_a_handle_stops_the_server_at_start() {
             "wrapper {i}: {err:?}"
         );
     }
-    assert!(refused[1].contains("`aac_tools::sqlite::Db`"), "{}", refused[1]);
+    assert!(
+        refused[1].contains("`aac_tools::sqlite::Db`"),
+        "{}",
+        refused[1]
+    );
     // The `Database` itself, and state that only names a type like it, are fine.
     struct DatabaseName(&'static str);
     assert_eq!(build(base().state(f.db.clone())), "");
     assert_eq!(build(base().state(Arc::new(DatabaseName("x")))), "");
-    assert_eq!(build(base().state(NotesFile(f.db.path().to_path_buf()))), "");
+    assert_eq!(
+        build(base().state(NotesFile(f.db.path().to_path_buf()))),
+        ""
+    );
 }
 
 #[tokio::test]

@@ -312,7 +312,8 @@ pub const MAX_KEY_BYTES: usize = 64;
 /// The longest verbatim value (an `audit_fields` value, `confirm`) a record keeps, in bytes
 /// of its JSON; a longer one is replaced by its hash.
 pub const MAX_KEPT_VALUE_BYTES: usize = 1024;
-/// The longest tool name or request id a record keeps whole, in bytes.
+/// The longest tool name, request id, principal, workspace, scope or reason a record keeps
+/// whole, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
 /// The largest record, in bytes of its JSON: past it, the arguments are replaced by their
 /// hash. With the caps above, a record is bounded whatever a caller sends.
@@ -334,23 +335,24 @@ fn short_hash(bytes: &[u8]) -> String {
 }
 
 /// `text` if it fits in `max` bytes; else its start (cut on a character boundary), and a
-/// marker with the hash and length of the whole: `start…[sha256:…, N bytes]`. Nothing is
-/// dropped silently.
+/// marker with the hash and length of the whole, `start…[sha256:…, N bytes]`, in `max`
+/// bytes in all (the marker alone when `max` is shorter than it, about 40 bytes). Nothing
+/// is dropped silently.
 pub fn bounded(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
         return std::borrow::Cow::Borrowed(text);
     }
-    let mut end = max / 2;
+    let marker = format!("…[{}, {} bytes]", short_hash(text.as_bytes()), text.len());
+    let mut end = max.saturating_sub(marker.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    std::borrow::Cow::Owned(format!(
-        "{}…[{}, {} bytes]",
-        &text[..end],
-        short_hash(text.as_bytes()),
-        text.len()
-    ))
+    std::borrow::Cow::Owned(format!("{}{marker}", &text[..end]))
 }
+
+/// The most scopes a record lists; the others are folded into one last entry holding
+/// their hash and count.
+pub const MAX_SCOPES: usize = 64;
 
 /// Redact call arguments: each key maps to `sha256:` and the first 16 hex digits of the
 /// hash of its value's JSON, except `keep` fields and `confirm`, which are kept verbatim.
@@ -436,13 +438,35 @@ pub(crate) fn bound_record(record: &mut AuditRecord) {
         visible(text);
     }
     record.scopes_provided.iter_mut().for_each(visible);
-    if let std::borrow::Cow::Owned(tool) = bounded(&record.tool, MAX_NAME_BYTES) {
-        record.tool = tool;
-    }
-    if let Some(id) = &record.request_id
-        && let std::borrow::Cow::Owned(cut) = bounded(id, MAX_NAME_BYTES)
+    let cut = |text: &mut String| {
+        if let std::borrow::Cow::Owned(cut) = bounded(text, MAX_NAME_BYTES) {
+            *text = cut;
+        }
+    };
+    // The tool name and request id are the caller's; the principal, workspace and scopes
+    // are a token's claims (a JWT's `sub` or scope list may be of any length); the reason
+    // is a handler's.
+    cut(&mut record.tool);
+    for text in [
+        &mut record.request_id,
+        &mut record.principal,
+        &mut record.workspace,
+        &mut record.reason,
+    ]
+    .into_iter()
+    .flatten()
     {
-        record.request_id = Some(cut);
+        cut(text);
+    }
+    record.scopes_provided.iter_mut().for_each(cut);
+    if record.scopes_provided.len() > MAX_SCOPES {
+        let rest = record.scopes_provided.split_off(MAX_SCOPES - 1);
+        let json = serde_json::to_vec(&rest).unwrap_or_default();
+        record.scopes_provided.push(format!(
+            "{CUT_KEY}[{}, {} more scopes]",
+            short_hash(&json),
+            rest.len()
+        ));
     }
     // Exact size only when a cheap upper bound (JSON escapes at most six bytes a byte; a
     // kept value is at most its cap) says the record might be over: not on the hot path.
