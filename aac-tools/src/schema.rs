@@ -101,10 +101,169 @@ pub(crate) fn finish_input_schema(mut schema: Value, destructive: bool) -> Resul
         };
         root.insert(key.to_owned(), Value::Bool(false));
     }
+    close_nested(root);
     if destructive {
         add_confirm(root)?;
     }
     Ok(schema)
+}
+
+/// The keywords that make an object schema closed, open on purpose, or composed: a node
+/// with any of them is left as it is.
+const LEAVE_AS_IS: [&str; 10] = [
+    "additionalProperties",
+    "unevaluatedProperties",
+    "patternProperties",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "$ref",
+    "if",
+    "dependentSchemas",
+    "not",
+];
+
+/// Close the nested objects of an input schema as the root is closed, so that an unknown
+/// field is refused at any depth (`/inner/bogus`), not only at the root: every object
+/// schema with `properties` and none of [`LEAVE_AS_IS`] gets `additionalProperties:
+/// false`, inline or under `$defs`. Left open, where closing could refuse what the type
+/// takes: a definition referred to next to sibling properties or from an `allOf` (or from
+/// an `anyOf`/`oneOf` of a node with properties of its own: a flattened struct or enum,
+/// whose fields the branch alone does not list), and an inline branch of those.
+fn close_nested(root: &mut Map<String, Value>) {
+    let mut open = std::collections::HashSet::new();
+    for (key, value) in root.iter() {
+        if key != "$defs" && key != "definitions" {
+            merged_refs(value, &mut open, 0);
+        } else if let Value::Object(defs) = value {
+            defs.values().for_each(|def| merged_refs(def, &mut open, 0));
+        }
+    }
+    // The root's own composition: its branches are merged with its properties.
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = root.get(key) {
+            open.extend(branches.iter().filter_map(def_name));
+        }
+    }
+    if let Some(Value::Object(props)) = root.get_mut("properties") {
+        props.values_mut().for_each(|p| close_schema(p, true, 0));
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(value) = root.get_mut(key) {
+            close_schema(value, true, 0);
+        }
+    }
+    for defs in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = root.get_mut(defs) {
+            for (name, def) in defs.iter_mut() {
+                close_schema(def, !open.contains(name.as_str()), 0);
+            }
+        }
+    }
+}
+
+/// The definition a `{"$ref": "#/$defs/Name"}` names.
+fn def_name(node: &Value) -> Option<String> {
+    let target = node.get("$ref")?.as_str()?;
+    let name = target
+        .strip_prefix("#/$defs/")
+        .or_else(|| target.strip_prefix("#/definitions/"))?;
+    Some(name.replace("~1", "/").replace("~0", "~"))
+}
+
+/// Whether an object schema's node brings properties of its own besides its branches.
+fn has_own_properties(map: &Map<String, Value>) -> bool {
+    ["properties", "patternProperties"]
+        .iter()
+        .any(|k| map.contains_key(*k))
+        || map
+            .get("additionalProperties")
+            .is_some_and(Value::is_object)
+}
+
+/// The nesting past which schemas are left as they are (a schema is bounded anyway).
+const CLOSE_DEPTH: usize = 64;
+
+/// Collect the definitions referred to where their properties are merged with others'.
+fn merged_refs(node: &Value, open: &mut std::collections::HashSet<String>, depth: usize) {
+    if depth > CLOSE_DEPTH {
+        return;
+    }
+    match node {
+        Value::Object(map) => {
+            let own = has_own_properties(map);
+            if own && let Some(name) = def_name(node) {
+                open.insert(name);
+            }
+            for key in ["allOf", "anyOf", "oneOf"] {
+                if let Some(Value::Array(branches)) = map.get(key)
+                    && (key == "allOf" || own)
+                {
+                    open.extend(branches.iter().filter_map(def_name));
+                }
+            }
+            for (key, value) in map {
+                if !matches!(key.as_str(), "enum" | "const" | "default" | "examples") {
+                    merged_refs(value, open, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| merged_refs(v, open, depth + 1)),
+        _ => {}
+    }
+}
+
+/// Close `node` (when `closable`) and every object schema below it, through the schema
+/// keywords only (never into `enum`, `const`, `default` or `examples`, which are values).
+fn close_schema(node: &mut Value, closable: bool, depth: usize) {
+    if depth > CLOSE_DEPTH {
+        return;
+    }
+    let Value::Object(map) = node else {
+        return;
+    };
+    if closable
+        && map.contains_key("properties")
+        && !LEAVE_AS_IS.iter().any(|k| map.contains_key(*k))
+    {
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
+    let own = has_own_properties(map);
+    for key in ["properties", "patternProperties", "dependentSchemas"] {
+        if let Some(Value::Object(children)) = map.get_mut(key) {
+            children
+                .values_mut()
+                .for_each(|c| close_schema(c, true, depth + 1));
+        }
+    }
+    for key in [
+        "items",
+        "additionalProperties",
+        "unevaluatedProperties",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+    ] {
+        if let Some(child) = map.get_mut(key) {
+            close_schema(child, true, depth + 1);
+        }
+    }
+    if let Some(Value::Array(children)) = map.get_mut("prefixItems") {
+        children
+            .iter_mut()
+            .for_each(|c| close_schema(c, true, depth + 1));
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        let merged = key == "allOf" || own;
+        if let Some(Value::Array(branches)) = map.get_mut(key) {
+            branches
+                .iter_mut()
+                .for_each(|b| close_schema(b, !merged, depth + 1));
+        }
+    }
 }
 
 /// The name under `$defs` of a destructive tool's arguments as they are without

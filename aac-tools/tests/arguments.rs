@@ -236,3 +236,120 @@ async fn a_value_outside_an_enum_names_the_values_it_may_take() {
             .is_ok()
     );
 }
+
+#[derive(Deserialize, JsonSchema)]
+struct Nested {
+    inner: Inner,
+    #[serde(default)]
+    maybe: Option<Inner>,
+    #[serde(default)]
+    many: Vec<Inner>,
+    #[serde(default)]
+    by_name: std::collections::BTreeMap<String, Inner>,
+    #[serde(default)]
+    merged: Option<Merged>,
+    #[serde(default)]
+    shape: Option<Shape>,
+    #[serde(default)]
+    free: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Inner {
+    level: u8,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Merged {
+    own: u8,
+    #[serde(flatten)]
+    inner: Inner,
+    #[serde(flatten)]
+    shape: Shape,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Shape {
+    Square { side: u8 },
+    Circle { radius: u8 },
+}
+
+/// Count what it was given.
+#[mcp_tool(read_only, scope = "t:read")]
+async fn nested(args: Nested) -> Result<Text, ToolError> {
+    let levels = args.inner.level as usize
+        + args.maybe.map_or(0, |i| i.level as usize)
+        + args.many.iter().map(|i| i.level as usize).sum::<usize>()
+        + args
+            .by_name
+            .values()
+            .map(|i| i.level as usize)
+            .sum::<usize>()
+        + args.merged.map_or(0, |m| {
+            let extra = match m.shape {
+                Shape::Square { side } => side,
+                Shape::Circle { radius } => radius,
+            };
+            (m.own + m.inner.level + extra) as usize
+        });
+    let shape = match args.shape {
+        Some(Shape::Square { side }) => side,
+        Some(Shape::Circle { radius }) => radius,
+        None => 0,
+    };
+    Ok(Text(format!("{levels} {shape} {}", args.free.is_some())))
+}
+
+/// Issue 4: unknown fields are refused at any depth, with their pointer, as at the root;
+/// every shape the type takes (an optional struct, a list of them, a map, a flattened
+/// struct and enum, an internally tagged enum, free JSON) still passes.
+#[tokio::test]
+async fn an_unknown_field_is_refused_at_any_depth_and_every_shape_the_type_takes_passes() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let call = |arguments| server.call(CallRequest::new("nested", Some(arguments)).bearer("t"));
+    let full = json!({
+        "inner": {"level": 1},
+        "maybe": {"level": 2},
+        "many": [{"level": 3}],
+        "by_name": {"a": {"level": 4}},
+        "merged": {"own": 5, "level": 6, "kind": "circle", "radius": 1},
+        "shape": {"kind": "square", "side": 7},
+        "free": {"anything": {"at": ["all"]}}
+    });
+    let answer = call(full.clone()).await;
+    assert!(answer.result().is_ok(), "{:?}", answer.error());
+    assert_eq!(answer.to_mcp_json()["content"][0]["text"], "22 7 true");
+    for (pointer, arguments) in [
+        ("/inner/bogus", json!({"inner": {"level": 1, "bogus": 1}})),
+        (
+            "/maybe/bogus",
+            json!({"inner": {"level": 1}, "maybe": {"level": 1, "bogus": true}}),
+        ),
+        (
+            "/many/0/bogus",
+            json!({"inner": {"level": 1}, "many": [{"level": 1, "bogus": 0}]}),
+        ),
+        (
+            "/by_name/a/bogus",
+            json!({"inner": {"level": 1}, "by_name": {"a": {"level": 1, "bogus": 0}}}),
+        ),
+    ] {
+        let answer = call(arguments).await;
+        let err = answer
+            .error()
+            .unwrap_or_else(|| panic!("{pointer}: accepted"));
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Status::BadRequest, "invalid_arguments"),
+            "{pointer}"
+        );
+        let (outer, field) = pointer.rsplit_once('/').unwrap();
+        assert!(
+            err.message().contains(outer) && err.message().contains(field),
+            "{pointer}: {}",
+            err.message()
+        );
+    }
+}
