@@ -66,7 +66,9 @@ impl Attr {
             Ok(())
         });
         if let Err(err) = syn::parse::Parser::parse2(parser, args) {
-            errors.push(err);
+            errors.push(unreadable("`#[mcp_tool]`", &err));
+            // What follows was not read: a key there is not missing.
+            attr.scope_written = true;
         }
         attr
     }
@@ -113,6 +115,18 @@ impl Attr {
             errors.push(err);
         }
     }
+}
+
+/// The error of an argument list `syn` could stop reading (`read_only scope = …`, a
+/// comma left out), in our words, with its caret where reading stopped.
+pub(crate) fn unreadable(attribute: &str, err: &syn::Error) -> syn::Error {
+    syn::Error::new(
+        err.span(),
+        format!(
+            "{attribute} cannot read its arguments past here ({err}): write each as `key` \
+             or `key = value`, separated by commas"
+        ),
+    )
 }
 
 fn path_text(path: &Path) -> String {

@@ -228,9 +228,9 @@ pub enum SharedState {}
 /// `State<Database>` does not compile. The `Database` is not even in the state map under
 /// its own type: a `State<Database>` smuggled past the check finds nothing.
 #[diagnostic::on_unimplemented(
-    message = "a tool cannot take the framework's storage as shared state",
-    label = "this reaches the database past the tool's access level",
-    note = "take a data handle at the tool's level instead (`Db<Read>`, `Db<Write>`, `Db<Delete>`); `Database::handle` and `Database::with_writer` are for set-up code outside tools"
+    message = "a tool, resource or prompt cannot take the framework's storage as shared state",
+    label = "this reaches the database past its access level",
+    note = "take a data handle at its level instead (`Db<Read>`, `Db<Write>`, `Db<Delete>`); `Database::handle` and `Database::with_writer` are for set-up code outside tools, resources and prompts"
 )]
 pub trait ToolState {
     /// Named by the code `#[mcp_tool]` generates, so that the check is a path, not a call.

@@ -87,7 +87,6 @@ fn generic_name(name: &'static str) -> &'static str {
 
 /// Whether the type name `held` names the type `name` (a whole path, not the start of a
 /// longer identifier).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn names_type(held: &str, name: &str) -> bool {
     held.match_indices(name).any(|(at, _)| {
         let before = held[..at].chars().next_back();

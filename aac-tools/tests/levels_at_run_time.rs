@@ -435,7 +435,7 @@ fn state_that_wraps_the_database_or_a_handle_stops_the_server_at_start() {
         refused[1]
     );
     // The `Database` itself, and state that only names a type like it, are fine.
-    struct DatabaseName(&'static str);
+    struct DatabaseName(#[allow(dead_code)] &'static str);
     assert_eq!(build(base().state(f.db.clone())), "");
     assert_eq!(build(base().state(Arc::new(DatabaseName("x")))), "");
     assert_eq!(

@@ -1756,8 +1756,9 @@ async fn an_answer_that_is_no_response_ends_the_question_unanswered() {
     }
 }
 
-/// Over stdio as over HTTP, arguments that repeat a key (`confirm` false, then true) are
-/// refused at that key before the tool runs, and recorded once.
+/// Over stdio as over HTTP, a destructive tool's `confirm` given twice (false, then true)
+/// is not the one JSON `true` the guard asks for: refused by the guard, in its exact
+/// words, before the tool runs, and recorded once, naming the key repeated.
 #[tokio::test]
 async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
     let sink = MemorySink::new();
@@ -1770,9 +1771,9 @@ async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     let text = answer["result"]["content"][0]["text"].as_str().unwrap();
     let body: Value = serde_json::from_str(text).unwrap();
-    assert_eq!(body["reason"], "invalid_arguments", "{body}");
-    assert!(
-        body["error"].as_str().unwrap().contains("`/confirm`"),
+    assert_eq!(body["reason"], "destructive_flag_missing", "{body}");
+    assert_eq!(
+        body["error"], "confirm: true required for destructive operations",
         "{body}"
     );
     let records = sink.records();
@@ -1783,7 +1784,7 @@ async fn arguments_that_repeat_a_key_are_refused_over_stdio() {
             records[0].check,
             records[0].outcome
         ),
-        ("forget_text", Some(Check::Validate), Outcome::Denied)
+        ("forget_text", Some(Check::Confirm), Outcome::Denied)
     );
     // The record says the key was repeated: its `confirm` holds only the last value.
     assert_eq!(
@@ -2598,4 +2599,54 @@ async fn an_initialize_of_too_many_values_is_refused() {
         answer["result"]["protocolVersion"], "2025-11-25",
         "{answer}"
     );
+}
+
+/// The 16 MiB limit is the message's: a message of exactly 16 MiB is read whatever ends
+/// its line (`\n`, `\r\n`, or nothing at the end of the input), and one byte more is not.
+#[tokio::test]
+async fn the_line_limit_counts_the_message_not_its_line_ending() {
+    const LIMIT: usize = 16 * 1024 * 1024;
+    let ping = |id: u32, size: usize| {
+        let start =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"_meta":{{"x":""#);
+        let end = r#""}}}"#;
+        let message = format!("{start}{}{end}", "a".repeat(size - start.len() - end.len()));
+        assert_eq!(message.len(), size);
+        message
+    };
+    let refused = |answer: &Value| {
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("limited to"))
+    };
+    for (ending, last) in [("\n", false), ("\r\n", false), ("", true)] {
+        let sink = MemorySink::new();
+        let server = builder(false).audit(sink.clone()).build().unwrap();
+        let raw = Raw::start(server, "all", 1 << 20).await;
+        let (mut lines, mut write) = (raw.lines, raw.write);
+        let (at, over) = (ping(1, LIMIT), ping(2, LIMIT + 1));
+        let writer = tokio::spawn(async move {
+            if last {
+                // The last line of the input, without a line ending.
+                write.write_all(over.as_bytes()).await.unwrap();
+                write.write_all(b"\n").await.unwrap();
+                write.write_all(at.as_bytes()).await.unwrap();
+            } else {
+                write.write_all(at.as_bytes()).await.unwrap();
+                write.write_all(ending.as_bytes()).await.unwrap();
+                write.write_all(over.as_bytes()).await.unwrap();
+                write.write_all(ending.as_bytes()).await.unwrap();
+            }
+            // The end of the input (a half of the duplex dropped does not say so).
+            write.shutdown().await.unwrap();
+        });
+        let mut answers = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let answer = next_message(&mut lines, 60).await;
+            answers.insert(answer["id"].as_u64().unwrap(), answer);
+        }
+        writer.await.unwrap();
+        assert!(!refused(&answers[&1]), "{ending:?}: {}", answers[&1]);
+        assert!(refused(&answers[&2]), "{ending:?}: {}", answers[&2]);
+    }
 }

@@ -3510,9 +3510,10 @@ async fn a_call_whose_client_leaves_at_once_is_processed_and_recorded_once() {
     }
 }
 
-/// Arguments that repeat a key say two things (`confirm` false, then true): refused as
-/// invalid arguments at that key, over REST and over `/mcp`, before the tool runs, and
-/// recorded once.
+/// Arguments that repeat a key say two things: refused as invalid arguments at that key,
+/// over REST and over `/mcp`, before the tool runs, and recorded once, naming the key; a
+/// destructive tool's `confirm` repeated (false, then true) is not the one JSON `true`
+/// the confirm guard asks for, and gets the guard's exact refusal.
 #[tokio::test]
 async fn arguments_that_repeat_a_key_are_refused() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
@@ -3540,9 +3541,9 @@ async fn arguments_that_repeat_a_key_are_refused() {
         .unwrap();
     assert_eq!(rest.status(), 400);
     let body: Value = rest.json().await.unwrap();
-    assert_eq!(body["reason"], "invalid_arguments", "{body}");
-    assert!(
-        body["error"].as_str().unwrap().contains("`/confirm`"),
+    assert_eq!(body["reason"], "destructive_flag_missing", "{body}");
+    assert_eq!(
+        body["error"], "confirm: true required for destructive operations",
         "{body}"
     );
 
@@ -3556,10 +3557,10 @@ async fn arguments_that_repeat_a_key_are_refused() {
     assert_eq!(result["isError"], true, "{result}");
     assert_eq!(
         error_body(result)["reason"],
-        "invalid_arguments",
+        "destructive_flag_missing",
         "{result}"
     );
-    // Nested too, in any tool.
+    // Any other key, in any tool.
     let (_, answer) = raw.call(4, "add_note", json!({"text": "x"})).await;
     assert_eq!(answer.unwrap()["result"]["isError"], false);
     let (_, answer) = raw
@@ -3581,11 +3582,19 @@ async fn arguments_that_repeat_a_key_are_refused() {
             transport.to_owned(),
         )
     };
+    let unconfirmed = |transport: &str| {
+        (
+            "delete_note".to_owned(),
+            Some(Check::Confirm),
+            Some("destructive_flag_missing".to_owned()),
+            transport.to_owned(),
+        )
+    };
     assert_eq!(
         records,
         [
-            refused("delete_note", "http"),
-            refused("delete_note", "streamable_http"),
+            unconfirmed("http"),
+            unconfirmed("streamable_http"),
             (
                 "add_note".to_owned(),
                 None,

@@ -59,7 +59,9 @@ impl ItemAttr {
             Ok(())
         });
         if let Err(err) = syn::parse::Parser::parse2(parser, args) {
-            errors.push(err);
+            errors.push(crate::attr::unreadable(kind.attribute(), &err));
+            // What follows was not read: a key there is not missing.
+            attr.scope_written = true;
         }
         attr
     }

@@ -663,6 +663,6 @@ impl AuditSink for MemorySink {
     }
 }
 
-pub(crate) use time_format::now_timestamp;
 #[cfg(feature = "sqlite")]
-pub(crate) use time_format::{canonical_timestamp, format_timestamp};
+pub(crate) use time_format::canonical_timestamp;
+pub(crate) use time_format::{format_timestamp, now_timestamp};

@@ -679,15 +679,19 @@ pub(crate) fn output_failed(err: &std::io::Error) -> CliError {
 /// show that stream to a person) and `info` elsewhere.
 fn init_logging(stdio: bool) {
     use std::io::IsTerminal;
-    let filter = ["AAC_LOG", "RUST_LOG"]
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let asked = ["AAC_LOG", "RUST_LOG"]
         .into_iter()
         .filter_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
-        .find_map(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .find_map(|v| tracing_subscriber::EnvFilter::try_new(v).ok());
+    let quiet = asked.is_none();
+    let filter = asked
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(if stdio { "warn" } else { "info" }));
     let colour = std::io::stderr().is_terminal();
     logs::set_colour(colour);
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         // Written by a thread of its own: a host that never reads the server's stderr
         // fills its pipe, and a log line written there blocked the server's thread (and,
         // with it, every call and SIGTERM). Past `logs::QUEUE` lines waiting, lines are
@@ -699,7 +703,24 @@ fn init_logging(stdio: bool) {
         .log_internal_errors(false)
         .with_ansi(colour)
         .with_target(false)
-        .try_init();
+        .with_filter(filter)
+        .with_filter(tracing_subscriber::filter::filter_fn(move |meta| {
+            !(quiet && is_refusal_answered(meta))
+        }));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
+}
+
+/// rmcp's warning for every request its handler answered with a JSON-RPC error: each
+/// refused resource read, prompt or completion (whose record is in the audit trail),
+/// where a refused tool call, a result, logs nothing. Left out unless `AAC_LOG` or
+/// `RUST_LOG` asks for the log: a host may show a stdio server's stderr to a person,
+/// and an operator's log would hold a line per refusal a caller chose to make.
+fn is_refusal_answered(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_event()
+        && *meta.level() == tracing::Level::WARN
+        && meta.target() == "rmcp::service"
+        && meta.fields().field("id").is_some()
+        && meta.fields().field("error").is_some()
 }
 
 /// `30d` → seconds. Units: s, m, h, d, w.

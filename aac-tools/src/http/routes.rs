@@ -930,6 +930,7 @@ async fn unread_body(
     parts: &axum::http::request::Parts,
     err: ToolError,
     start: &[u8],
+    arrived: Arrived,
 ) -> Response {
     let mut request = named_by_headers(&parts.headers, start).transport(Transport::StreamableHttp);
     if let Some(peer) = peer_addr(&parts.extensions) {
@@ -938,10 +939,21 @@ async fn unread_body(
     if let Ok(credentials) = credentials(&parts.headers) {
         request = request.credentials(credentials);
     }
-    let mut attempt = app.server().begin(request);
+    let mut attempt = app.server().begin_arrived(request, arrived.0, arrived.1);
     // For the record only: the refusal is the body's, whoever sent it.
     let _ = attempt.authenticate().await;
     json_error(&attempt.refuse(Check::Protocol, err).await)
+}
+
+/// When a request arrived, before its body was read: a body refused for its size or its
+/// pace (after up to 30 s) is recorded as arriving then, with its real duration.
+#[derive(Clone, Copy)]
+pub(crate) struct Arrived(std::time::Instant, std::time::SystemTime);
+
+impl Arrived {
+    pub(crate) fn now() -> Arrived {
+        Arrived(std::time::Instant::now(), std::time::SystemTime::now())
+    }
 }
 
 /// The record of an `/mcp` body refused unread: of the kind and the name its
@@ -1113,6 +1125,7 @@ async fn refuse_what_the_body_carries(
     err: ToolError,
     carries: Carries,
 ) -> Response {
+    let arrived = Arrived::now();
     let peer = peer_addr(&parts.extensions);
     let credentials = credentials(&parts.headers).ok();
     let begin = |mut request: CallRequest| {
@@ -1126,7 +1139,7 @@ async fn refuse_what_the_body_carries(
     let body =
         match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
             Ok(bytes) => bytes,
-            Err(_) => return unread_body(app, parts, err, &start).await,
+            Err(_) => return unread_body(app, parts, err, &start, arrived).await,
         };
     let mut principal = None;
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
@@ -1139,7 +1152,7 @@ async fn refuse_what_the_body_carries(
         attempt.refuse(Check::Protocol, err.clone()).await
     } else if carries == Carries::Any {
         // No call in it, so no batch either: recorded as a body nobody could read.
-        return unread_body(app, parts, err, &[]).await;
+        return unread_body(app, parts, err, &[], arrived).await;
     } else {
         err.clone()
     };
@@ -1336,6 +1349,7 @@ impl Whole<'_> {
 /// here, else it travels in the request's extensions to the MCP handler, with the
 /// verified principal and the scope verdict.
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
+    let arrived = Arrived::now();
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {
@@ -1344,10 +1358,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
             // Not parsed: what its start says names it, as for a body over the limit.
             Ok(bytes) if let Some(err) = too_many_values(&bytes, &app.options) => {
-                return unread_body(app, &parts, err, &bytes).await;
+                return unread_body(app, &parts, err, &bytes, arrived).await;
             }
             Ok(bytes) => bytes,
-            Err(err) => return unread_body(app, &parts, err, &start).await,
+            Err(err) => return unread_body(app, &parts, err, &start, arrived).await,
         }
     } else {
         Bytes::new()

@@ -906,6 +906,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                 // The last line, without its `\n`: read as a line (as rmcp's own framing
                 // does), not dropped unanswered and unrecorded.
                 if !self.line.is_empty() && !self.discarding && !stopped {
+                    // One byte past the limit was kept in case it was a `\r` before a
+                    // `\n`: at the end, it is not.
+                    if self.line.len() > MAX_LINE && self.line.last() != Some(&b'\r') {
+                        let start = Unread::of(probe::top_level(&self.line));
+                        self.line.clear();
+                        return Ok(Line::TooLong(start));
+                    }
                     return Ok(Line::Whole);
                 }
                 if !self.line.is_empty() && stopped {
@@ -915,12 +922,24 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             }
             let newline = available.iter().position(|&b| b == b'\n');
             let take = newline.map_or(available.len(), |i| i + 1);
+            // The limit is the message's: its line ending (`\n` or `\r\n`) is not counted.
+            // Until the `\n` comes, one byte more is kept, which may be the `\r` of one.
+            let over = match newline {
+                Some(i) => {
+                    let before = match i {
+                        0 => self.line.last().copied(),
+                        _ => Some(available[i - 1]),
+                    };
+                    self.line.len() + i - usize::from(before == Some(b'\r')) > MAX_LINE
+                }
+                None => self.line.len().saturating_add(take) > MAX_LINE + 1,
+            };
             let mut step = None;
             if self.discarding {
                 if newline.is_some() {
                     self.discarding = false;
                 }
-            } else if self.line.len().saturating_add(take) > MAX_LINE {
+            } else if over {
                 let start = Unread::of(probe::top_level(&self.line));
                 self.line.clear();
                 self.discarding = newline.is_none();

@@ -106,6 +106,24 @@ impl fmt::Debug for Attempt {
 }
 
 impl Server {
+    /// Begin an attempt for a request that arrived at `arrived` (`at`, the time of day
+    /// then), before it could be read: its record says when it arrived and how long it
+    /// took, not when its refusal was made.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn begin_arrived(
+        &self,
+        request: CallRequest,
+        arrived: Instant,
+        at: std::time::SystemTime,
+    ) -> Attempt {
+        let mut attempt = self.begin(request);
+        attempt.started = arrived;
+        if self.audit().is_some() {
+            attempt.timestamp = crate::audit::format_timestamp(at.into());
+        }
+        attempt
+    }
+
     /// Begin a `tools/call` attempt: from here on it leaves exactly one audit record,
     /// whichever way it ends.
     pub fn begin(&self, request: CallRequest) -> Attempt {
@@ -786,6 +804,11 @@ impl Attempt {
         // Arguments that repeat a key say two things; which one is meant cannot be known
         // (`confirm` false and true, say), so they are refused before anything reads them.
         if let Some(pointer) = &self.request.repeated_key {
+            // A destructive tool's `confirm` given twice is not the one JSON `true` the
+            // guard asks for: the guard's own refusal, before validation, as for any other.
+            if def.is_destructive() && pointer == "/confirm" {
+                return Err((Check::Confirm, ToolError::confirm_required()));
+            }
             return Err((Check::Validate, repeated_key_error(pointer)));
         }
         let arguments = &mut self.request.arguments;

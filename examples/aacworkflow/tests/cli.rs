@@ -1824,3 +1824,68 @@ fn signal(child: &std::process::Child, name: &str) {
         .unwrap();
     assert!(killed.success());
 }
+
+/// Issue 18: a stdio server is quiet by default, where a host may show its stderr to a
+/// person. A refused resource read, prompt or completion is in the audit trail, as a
+/// refused tool call is, and like it logs nothing unless `AAC_LOG` asks (rmcp warned of
+/// each, with a debug dump of the error).
+#[test]
+fn refused_reads_log_nothing_over_stdio_unless_asked() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let target = Target::new();
+    let token = alices_demo_token(&target);
+    let stderr_of = |log: Option<&str>| {
+        let mut command = target.command();
+        command
+            .arg("serve")
+            .env("AAC_TOKEN", &token)
+            .env_remove("RUST_LOG");
+        match log {
+            Some(level) => command.env("AAC_LOG", level),
+            None => command.env_remove("AAC_LOG"),
+        };
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = opening_lines();
+        lines.extend([
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"aacworkflow://issues/NOPE-1"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"no_such_prompt"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_issue","arguments":{"issue_id":"AAC-1"}}}"#.to_owned(),
+        ]);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all((lines.join("\n") + "\n").as_bytes())
+            .unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let quiet = stderr_of(None);
+    assert!(
+        quiet.trim().is_empty(),
+        "a stdio server logged by default:\n{quiet}"
+    );
+    // Asked for warnings, they are there: the default left them out.
+    let asked = stderr_of(Some("warn"));
+    assert!(
+        asked.contains("response error") && asked.contains("unknown_prompt"),
+        "{asked}"
+    );
+    // Each refusal is in the trail.
+    let audit = target.run(&["audit", "--json"]);
+    let reasons: Vec<String> = stdout(&audit)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|r| r["reason"].as_str().map(str::to_owned))
+        .collect();
+    for reason in ["not_found", "unknown_prompt", "destructive_flag_missing"] {
+        let n = reasons.iter().filter(|r| *r == reason).count();
+        assert_eq!(n, 2, "{reason}: {reasons:?}");
+    }
+}
