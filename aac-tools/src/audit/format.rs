@@ -31,7 +31,7 @@ impl fmt::Display for AuditSummary {
                 })
                 .collect();
             f.write_str(&table(
-                &["kind", "records", "success", "denied", "error"],
+                &["kind", "calls", "success", "denied", "error"],
                 &rows,
             ))?;
         }
