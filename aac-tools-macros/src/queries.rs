@@ -31,10 +31,12 @@ enum Kind {
 }
 
 impl Kind {
+    /// In any case: `DELETE_NOTES` and `deleteNotes` delete as `DeleteNotes` does.
     fn of(name: &str) -> Kind {
-        if name.starts_with("Update") {
+        let name = name.to_ascii_lowercase();
+        if name.starts_with("update") {
             Kind::Update
-        } else if name.starts_with("Delete") {
+        } else if name.starts_with("delete") {
             Kind::Delete
         } else {
             Kind::Read
