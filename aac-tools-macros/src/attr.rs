@@ -208,7 +208,9 @@ fn parse_value<T>(
     let input = value(meta, key)?;
     let fork = input.fork();
     match parse(&fork) {
-        Ok(parsed) if fork.is_empty() || fork.peek(Token![,]) => {
+        // A value followed by the next key with no comma between them: the value is
+        // fine, and the argument list's own reading says the comma is missing.
+        Ok(parsed) if fork.is_empty() || fork.peek(Token![,]) || fork.peek(syn::Ident) => {
             syn::parse::discouraged::Speculative::advance_to(input, &fork);
             Ok(parsed)
         }

@@ -256,12 +256,14 @@ fn close_schema(node: &mut Value, closable: bool, depth: usize) {
             .iter_mut()
             .for_each(|c| close_schema(c, true, depth + 1));
     }
+    // A branch is the whole of the value it takes unless its node is merged itself (a
+    // definition flattened into another's properties) or adds properties of its own.
     for key in ["allOf", "anyOf", "oneOf"] {
         let merged = key == "allOf" || own;
         if let Some(Value::Array(branches)) = map.get_mut(key) {
             branches
                 .iter_mut()
-                .for_each(|b| close_schema(b, !merged, depth + 1));
+                .for_each(|b| close_schema(b, closable && !merged, depth + 1));
         }
     }
 }

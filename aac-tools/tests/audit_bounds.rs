@@ -165,3 +165,33 @@ async fn a_token_s_huge_claims_are_cut_and_marked() {
         "{keys:?}"
     );
 }
+
+/// Scopes of control characters escape to six bytes each in JSON: 64 of 128 bytes would
+/// make a record of about 48 KB; past the bound they are folded too.
+#[tokio::test]
+async fn scopes_that_escape_to_a_large_record_are_folded() {
+    let mut scopes: Vec<String> = (0..63)
+        .map(|i| format!("s{i:02}:{}", "\u{1}".repeat(120)))
+        .collect();
+    scopes.push("b:read".to_owned());
+    let sink = MemorySink::new();
+    let server = Server::builder(Registry::collect().unwrap())
+        .verifier(StaticTokens::new().with("t", Principal::new("p", scopes)))
+        .audit(sink.clone())
+        .build()
+        .unwrap();
+    server
+        .call(CallRequest::new("labelled", Some(json!({"label": "x"}))).bearer("t"))
+        .await;
+    let records = sink.records();
+    assert_eq!(records.len(), 1);
+    let size = serde_json::to_vec(&records[0]).unwrap().len();
+    assert!(size <= MAX_RECORD_BYTES, "a record of {size} bytes");
+    assert_eq!(
+        records[0].scopes_provided.len(),
+        1,
+        "{:?}",
+        records[0].scopes_provided
+    );
+    assert!(records[0].scopes_provided[0].contains("64 scopes, cut"));
+}

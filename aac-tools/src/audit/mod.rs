@@ -477,6 +477,16 @@ pub(crate) fn bound_record(record: &mut AuditRecord) {
         record.arguments = serde_json::json!({
             CUT_KEY: format!("{}, {} bytes, cut: the record was over {MAX_RECORD_BYTES} bytes", short_hash(&json), json.len())
         });
+        // Still over: the scopes, whose 64 of 128 bytes each may escape to six times
+        // that (control characters in a JWT's scope claim), folded into one entry.
+        if serde_json::to_vec(record).map_or(usize::MAX, |json| json.len()) > MAX_RECORD_BYTES {
+            let json = serde_json::to_vec(&record.scopes_provided).unwrap_or_default();
+            record.scopes_provided = vec![format!(
+                "{CUT_KEY}[{}, {} scopes, cut: the record was over {MAX_RECORD_BYTES} bytes]",
+                short_hash(&json),
+                record.scopes_provided.len()
+            )];
+        }
     }
 }
 

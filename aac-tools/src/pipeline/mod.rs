@@ -839,9 +839,17 @@ impl Attempt {
         if !validator.is_valid(instance)
             && let Err(err) = validator.validate(instance)
         {
-            let pointer = argument_pointer(&err);
-            let why =
-                allowed_values_error(&err, entry.input_schema()).unwrap_or_else(|| err.to_string());
+            // A value outside a set of values names the set; any other value no branch
+            // takes, the error of the branch it was meant for.
+            let (pointer, why) = match allowed_values_error(&err, entry.input_schema()) {
+                Some(why) => (argument_pointer(&err), why),
+                None => {
+                    let err = the_branch_meant(&err);
+                    let why = allowed_values_error(err, entry.input_schema())
+                        .unwrap_or_else(|| err.to_string());
+                    (argument_pointer(err), why)
+                }
+            };
             return Err((Check::Validate, ToolError::invalid_arguments(&pointer, why)));
         }
         // The output's validator too (it compiled at start-up): a tool whose output could
@@ -1960,6 +1968,46 @@ fn bounded_json(value: &Value) -> String {
 
 /// The JSON pointer of a validation error: where the offending value is, or for a missing
 /// or unexpected property, where that property is (or would be).
+/// For a value no branch of an `anyOf`/`oneOf` takes (an `Option<Inner>`, an enum of
+/// structs), the error of the branch the caller evidently meant, when one stands out: of
+/// the branches whose type the value has, the one with the fewest errors (a struct with
+/// one unknown field, rather than the `null` of an `Option` or another variant missing
+/// its fields), so that the refusal points at the field (`/opt/bogus`), not at the whole
+/// value. Otherwise `err` itself.
+fn the_branch_meant<'a>(
+    err: &'a jsonschema::ValidationError<'a>,
+) -> &'a jsonschema::ValidationError<'a> {
+    use jsonschema::error::ValidationErrorKind;
+    let mut err = err;
+    for _ in 0..16 {
+        let (ValidationErrorKind::AnyOf { context }
+        | ValidationErrorKind::OneOfNotValid { context }) = err.kind()
+        else {
+            break;
+        };
+        let here = err.instance_path().as_str();
+        let candidates: Vec<&Vec<jsonschema::ValidationError<'static>>> = context
+            .iter()
+            .filter(|errors| {
+                !errors.is_empty()
+                    && !errors.iter().any(|e| {
+                        e.instance_path().as_str() == here
+                            && matches!(e.kind(), ValidationErrorKind::Type { .. })
+                    })
+            })
+            .collect();
+        let fewest = candidates.iter().map(|errors| errors.len()).min();
+        let mut best = candidates
+            .iter()
+            .filter(|errors| Some(errors.len()) == fewest);
+        match (best.next(), best.next()) {
+            (Some(errors), None) => err = &errors[0],
+            _ => break,
+        }
+    }
+    err
+}
+
 fn argument_pointer(err: &jsonschema::ValidationError<'_>) -> String {
     use jsonschema::error::ValidationErrorKind;
     let mut pointer = err.instance_path().as_str().to_owned();
