@@ -128,8 +128,11 @@ const LEAVE_AS_IS: [&str; 10] = [
 /// schema with `properties` and none of [`LEAVE_AS_IS`] gets `additionalProperties:
 /// false`, inline or under `$defs`. Left open, where closing could refuse what the type
 /// takes: a definition referred to next to sibling properties or from an `allOf` (or from
-/// an `anyOf`/`oneOf` of a node with properties of its own: a flattened struct or enum,
-/// whose fields the branch alone does not list), and an inline branch of those.
+/// an `anyOf`/`oneOf` of a node with properties of its own: a flattened struct or enum, or
+/// the payload of an internally tagged newtype variant, whose fields the branch alone does
+/// not list), what such a definition refers to as a whole (a newtype's `{"$ref": …}`, its
+/// branches), and an inline branch of those. A definition is one schema wherever it is
+/// used: one merged somewhere stays open everywhere (a copy per use would close the rest).
 fn close_nested(root: &mut Map<String, Value>) {
     let mut open = std::collections::HashSet::new();
     for (key, value) in root.iter() {
@@ -143,6 +146,29 @@ fn close_nested(root: &mut Map<String, Value>) {
     for key in ["allOf", "anyOf", "oneOf"] {
         if let Some(Value::Array(branches)) = root.get(key) {
             open.extend(branches.iter().filter_map(def_name));
+        }
+    }
+    // A definition merged into others merges whatever it refers to as a whole: a newtype
+    // (`{"$ref": …}`) and its branches too, through every such step.
+    let mut pending: Vec<String> = open.iter().cloned().collect();
+    while let Some(name) = pending.pop() {
+        let Some(def) = ["$defs", "definitions"]
+            .iter()
+            .find_map(|defs| root.get(*defs).and_then(|d| d.get(name.as_str())))
+        else {
+            continue;
+        };
+        let mut refers = Vec::new();
+        refers.extend(def_name(def));
+        for key in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(branches)) = def.get(key) {
+                refers.extend(branches.iter().filter_map(def_name));
+            }
+        }
+        for target in refers {
+            if open.insert(target.clone()) {
+                pending.push(target);
+            }
         }
     }
     if let Some(Value::Object(props)) = root.get_mut("properties") {
@@ -162,12 +188,35 @@ fn close_nested(root: &mut Map<String, Value>) {
     }
 }
 
-/// The definition a `{"$ref": "#/$defs/Name"}` names.
+/// The definition a `{"$ref": "#/$defs/Name"}` names: the fragment percent-decoded (a
+/// name with a space, `<` or a letter outside ASCII is written `C%20Thing`), then read as
+/// a JSON pointer's segment.
 fn def_name(node: &Value) -> Option<String> {
     let target = node.get("$ref")?.as_str()?;
     let name = target
         .strip_prefix("#/$defs/")
         .or_else(|| target.strip_prefix("#/definitions/"))?;
+    let bytes = name.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                decoded.push(u8::try_from(high * 16 + low).unwrap_or(b'%'));
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    let name = String::from_utf8(decoded).ok()?;
     Some(name.replace("~1", "/").replace("~0", "~"))
 }
 

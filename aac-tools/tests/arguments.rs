@@ -358,3 +358,81 @@ async fn an_unknown_field_is_refused_at_any_depth_and_every_shape_the_type_takes
         );
     }
 }
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename = "C Thing")]
+struct RenamedWithASpace {
+    c: u8,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "kind")]
+enum Renamed {
+    R(RenamedWithASpace),
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Payload {
+    v: u8,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Middle(Payload);
+
+#[derive(Deserialize, JsonSchema)]
+struct Outer(Middle);
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "kind")]
+enum Wrapped {
+    W(Outer),
+    X { x: u8 },
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct MergedShapes {
+    renamed: Renamed,
+    wrapped: Vec<Wrapped>,
+    #[serde(default)]
+    maybe: Option<Wrapped>,
+}
+
+/// Takes what internally tagged newtype variants merge.
+#[mcp_tool(read_only, scope = "t:read")]
+async fn merged_shapes(args: MergedShapes) -> Result<Text, ToolError> {
+    let Renamed::R(renamed) = args.renamed;
+    let sum: u32 = args
+        .wrapped
+        .iter()
+        .chain(args.maybe.iter())
+        .map(|w| match w {
+            Wrapped::W(Outer(Middle(p))) => u32::from(p.v),
+            Wrapped::X { x } => u32::from(*x),
+        })
+        .sum();
+    Ok(Text(format!("{} {sum}", renamed.c)))
+}
+
+/// An internally tagged variant's tag sits beside the payload's fields: a payload whose
+/// definition's name is percent-encoded in its `$ref` (`C%20Thing`), or reached through
+/// newtypes (`{"$ref": …}` definitions), stays open, so the tag passes.
+#[tokio::test]
+async fn what_a_tagged_newtype_variant_merges_stays_open() {
+    let sink = MemorySink::new();
+    let server = server(&sink);
+    let answer = server
+        .call(
+            CallRequest::new(
+                "merged_shapes",
+                Some(json!({
+                    "renamed": {"kind": "R", "c": 1},
+                    "wrapped": [{"kind": "W", "v": 2}, {"kind": "X", "x": 3}],
+                    "maybe": {"kind": "W", "v": 4}
+                })),
+            )
+            .bearer("t"),
+        )
+        .await;
+    assert!(answer.result().is_ok(), "{:?}", answer.error());
+    assert_eq!(answer.to_mcp_json()["content"][0]["text"], "1 9");
+}
