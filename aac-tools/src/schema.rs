@@ -278,7 +278,8 @@ fn close_schema(node: &mut Value, closable: bool, depth: usize) {
         map.insert("additionalProperties".to_owned(), Value::Bool(false));
     }
     let own = has_own_properties(map);
-    for key in ["properties", "patternProperties", "dependentSchemas"] {
+    // The schemas of other values (a property's, an item's): each the whole of its value.
+    for key in ["properties", "patternProperties"] {
         if let Some(Value::Object(children)) = map.get_mut(key) {
             children
                 .values_mut()
@@ -291,14 +292,22 @@ fn close_schema(node: &mut Value, closable: bool, depth: usize) {
         "unevaluatedProperties",
         "contains",
         "propertyNames",
-        "not",
-        "if",
-        "then",
-        "else",
     ] {
         if let Some(child) = map.get_mut(key) {
             close_schema(child, true, depth + 1);
         }
+    }
+    // Schemas of this same value beside this node's own (`then` with its properties,
+    // `not` turned inside out): never closed themselves, their values' schemas are.
+    for key in ["if", "then", "else", "not"] {
+        if let Some(child) = map.get_mut(key) {
+            close_schema(child, false, depth + 1);
+        }
+    }
+    if let Some(Value::Object(children)) = map.get_mut("dependentSchemas") {
+        children
+            .values_mut()
+            .for_each(|c| close_schema(c, false, depth + 1));
     }
     if let Some(Value::Array(children)) = map.get_mut("prefixItems") {
         children
@@ -590,6 +599,64 @@ fn point_old_root_references(schema: &mut Value, target: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nested objects are closed, but never a schema that applies to the same value beside
+    /// a node's own properties (`then`, `not`, `dependentSchemas`, a definition merged
+    /// through a percent-encoded `$ref` or a newtype's `$ref`).
+    #[test]
+    fn only_schemas_that_are_the_whole_of_their_value_are_closed() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "plain": {"type": "object", "properties": {"a": {"type": "integer"}}},
+                "cond": {
+                    "type": "object",
+                    "properties": {"kind": {"type": "string"}},
+                    "if": {"properties": {"kind": {"const": "x"}}},
+                    "then": {"properties": {"x": {"type": "integer"}}},
+                    "not": {"properties": {"kind": {"const": "no"}}, "required": ["kind"]},
+                    "dependentSchemas": {"kind": {"properties": {"d": {"type": "integer"}}}}
+                },
+                "tagged": {"oneOf": [{
+                    "$ref": "#/$defs/C%20Thing",
+                    "properties": {"kind": {"const": "R"}},
+                    "required": ["kind"]
+                }]},
+                "wrapped": {
+                    "$ref": "#/$defs/Wrap",
+                    "properties": {"kind": {"const": "W"}}
+                }
+            },
+            "$defs": {
+                "C Thing": {"type": "object", "properties": {"c": {"type": "integer"}}},
+                "Wrap": {"$ref": "#/$defs/Inner"},
+                "Inner": {"type": "object", "properties": {"i": {"type": "integer"}}}
+            }
+        });
+        let finished = finish_input_schema(schema, false).unwrap();
+        let validator = jsonschema::validator_for(&finished).unwrap();
+        for valid in [
+            json!({"plain": {"a": 1}}),
+            json!({"cond": {"kind": "x", "x": 1, "d": 2}}),
+            json!({"tagged": {"kind": "R", "c": 1}}),
+            json!({"wrapped": {"kind": "W", "i": 1}}),
+        ] {
+            assert!(validator.is_valid(&valid), "{valid} refused: {finished}");
+        }
+        assert!(!validator.is_valid(&json!({"plain": {"a": 1, "b": 2}})));
+        assert_eq!(
+            finished["properties"]["plain"]["additionalProperties"],
+            false
+        );
+        for open in [
+            &finished["properties"]["cond"]["then"],
+            &finished["properties"]["cond"]["not"],
+            &finished["$defs"]["C Thing"],
+            &finished["$defs"]["Inner"],
+        ] {
+            assert!(open.get("additionalProperties").is_none(), "{open}");
+        }
+    }
 
     /// A closed branch reached through `allOf` and a `$ref` takes the root's `confirm`,
     /// as a copy: the definition, which other properties may use, keeps refusing it.
