@@ -344,8 +344,9 @@ pub struct ServerBuilder {
     read_only_mode: bool,
     filter_list_by_scope: bool,
     state: StateMap,
-    /// State registered that wraps a framework storage handle: its type and the handle's.
-    storage_in_state: Vec<(&'static str, &'static str)>,
+    /// The first state registered that wraps a framework storage handle: its type and
+    /// the handle's.
+    storage_in_state: Option<(&'static str, &'static str)>,
     unauthenticated_rate: Option<Rate>,
     principal_rate: Option<Rate>,
     confirmation: ConfirmPolicy,
@@ -502,7 +503,7 @@ impl ServerBuilder {
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> ServerBuilder {
         if let Some(storage) = crate::state::framework_storage_inside::<T>() {
             self.storage_in_state
-                .push((std::any::type_name::<T>(), storage));
+                .get_or_insert((std::any::type_name::<T>(), storage));
         }
         self.state.insert(Arc::new(value));
         self
@@ -510,7 +511,7 @@ impl ServerBuilder {
 
     /// Build the server.
     pub fn build(self) -> Result<Server, BuildError> {
-        if let Some((held, storage)) = self.storage_in_state.first() {
+        if let Some((held, storage)) = self.storage_in_state {
             return Err(BuildError(format!(
                 "the shared state `{held}` holds the framework's storage (`{storage}`): a \
                  tool, resource or prompt taking it would reach the database past its access \
@@ -767,7 +768,7 @@ impl Server {
             read_only_mode: false,
             filter_list_by_scope: false,
             state: StateMap::default(),
-            storage_in_state: Vec::new(),
+            storage_in_state: None,
             unauthenticated_rate: Some(DEFAULT_UNAUTHENTICATED_RATE),
             principal_rate: None,
             confirmation: ConfirmPolicy::Argument,

@@ -422,31 +422,19 @@ pub(crate) fn bound_record(record: &mut AuditRecord) {
             *text = text.replace('\0', "\u{2400}");
         }
     };
-    visible(&mut record.tool);
-    visible(&mut record.transport);
-    visible(&mut record.timestamp);
-    for text in [
-        &mut record.reason,
-        &mut record.principal,
-        &mut record.workspace,
-        &mut record.request_id,
-        &mut record.confirmed_by,
-    ]
-    .into_iter()
-    .flatten()
-    {
+    // Made visible, then cut (a U+2400 is three bytes): the tool name and request id are
+    // the caller's; the principal, workspace and scopes a token's claims (a JWT's `sub`
+    // or scope list may be of any length); the reason a handler's.
+    let name = |text: &mut String| {
         visible(text);
-    }
-    record.scopes_provided.iter_mut().for_each(visible);
-    let cut = |text: &mut String| {
         if let std::borrow::Cow::Owned(cut) = bounded(text, MAX_NAME_BYTES) {
             *text = cut;
         }
     };
-    // The tool name and request id are the caller's; the principal, workspace and scopes
-    // are a token's claims (a JWT's `sub` or scope list may be of any length); the reason
-    // is a handler's.
-    cut(&mut record.tool);
+    visible(&mut record.transport);
+    visible(&mut record.timestamp);
+    record.confirmed_by.iter_mut().for_each(visible);
+    name(&mut record.tool);
     for text in [
         &mut record.request_id,
         &mut record.principal,
@@ -456,9 +444,9 @@ pub(crate) fn bound_record(record: &mut AuditRecord) {
     .into_iter()
     .flatten()
     {
-        cut(text);
+        name(text);
     }
-    record.scopes_provided.iter_mut().for_each(cut);
+    record.scopes_provided.iter_mut().for_each(name);
     if record.scopes_provided.len() > MAX_SCOPES {
         let rest = record.scopes_provided.split_off(MAX_SCOPES - 1);
         let json = serde_json::to_vec(&rest).unwrap_or_default();

@@ -930,7 +930,7 @@ async fn unread_body(
     parts: &axum::http::request::Parts,
     err: ToolError,
     start: &[u8],
-    arrived: Arrived,
+    arrived: std::time::Instant,
 ) -> Response {
     let mut request = named_by_headers(&parts.headers, start).transport(Transport::StreamableHttp);
     if let Some(peer) = peer_addr(&parts.extensions) {
@@ -939,21 +939,10 @@ async fn unread_body(
     if let Ok(credentials) = credentials(&parts.headers) {
         request = request.credentials(credentials);
     }
-    let mut attempt = app.server().begin_arrived(request, arrived.0, arrived.1);
+    let mut attempt = app.server().begin_arrived(request, arrived);
     // For the record only: the refusal is the body's, whoever sent it.
     let _ = attempt.authenticate().await;
     json_error(&attempt.refuse(Check::Protocol, err).await)
-}
-
-/// When a request arrived, before its body was read: a body refused for its size or its
-/// pace (after up to 30 s) is recorded as arriving then, with its real duration.
-#[derive(Clone, Copy)]
-pub(crate) struct Arrived(std::time::Instant, std::time::SystemTime);
-
-impl Arrived {
-    pub(crate) fn now() -> Arrived {
-        Arrived(std::time::Instant::now(), std::time::SystemTime::now())
-    }
 }
 
 /// The record of an `/mcp` body refused unread: of the kind and the name its
@@ -1125,7 +1114,9 @@ async fn refuse_what_the_body_carries(
     err: ToolError,
     carries: Carries,
 ) -> Response {
-    let arrived = Arrived::now();
+    // When the request arrived: a body refused for its size or its pace (after up to
+    // 30 s) is recorded as arriving then, with its real duration.
+    let arrived = std::time::Instant::now();
     let peer = peer_addr(&parts.extensions);
     let credentials = credentials(&parts.headers).ok();
     let begin = |mut request: CallRequest| {
@@ -1349,7 +1340,9 @@ impl Whole<'_> {
 /// here, else it travels in the request's extensions to the MCP handler, with the
 /// verified principal and the scope verdict.
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
-    let arrived = Arrived::now();
+    // When the request arrived: a body refused for its size or its pace (after up to
+    // 30 s) is recorded as arriving then, with its real duration.
+    let arrived = std::time::Instant::now();
     let (mut parts, body) = request.into_parts();
     let is_post = parts.method == Method::POST;
     let body = if is_post {

@@ -106,20 +106,16 @@ impl fmt::Debug for Attempt {
 }
 
 impl Server {
-    /// Begin an attempt for a request that arrived at `arrived` (`at`, the time of day
-    /// then), before it could be read: its record says when it arrived and how long it
-    /// took, not when its refusal was made.
+    /// Begin an attempt for a request that arrived at `arrived`, before it could be read:
+    /// its record says when it arrived (the time of day now, less the time since) and how
+    /// long it took, not when its refusal was made.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn begin_arrived(
-        &self,
-        request: CallRequest,
-        arrived: Instant,
-        at: std::time::SystemTime,
-    ) -> Attempt {
+    pub(crate) fn begin_arrived(&self, request: CallRequest, arrived: Instant) -> Attempt {
         let mut attempt = self.begin(request);
         attempt.started = arrived;
         if self.audit().is_some() {
-            attempt.timestamp = crate::audit::format_timestamp(at.into());
+            let at = time::OffsetDateTime::now_utc() - arrived.elapsed();
+            attempt.timestamp = crate::audit::format_timestamp(at);
         }
         attempt
     }
