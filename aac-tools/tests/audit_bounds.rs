@@ -22,8 +22,13 @@ async fn labelled(args: Labelled) -> Result<Text, ToolError> {
 }
 
 fn server(sink: MemorySink) -> Server {
+    server_for(sink, Principal::new("p", ["b:read"]))
+}
+
+/// The server, its token `t` standing for `principal`.
+fn server_for(sink: MemorySink, principal: Principal) -> Server {
     Server::builder(Registry::collect().unwrap())
-        .verifier(StaticTokens::new().with("t", Principal::new("p", ["b:read"])))
+        .verifier(StaticTokens::new().with("t", principal))
         .audit(sink)
         .build()
         .unwrap()
@@ -117,11 +122,7 @@ async fn a_token_s_huge_claims_are_cut_and_marked() {
     scopes.push("b:read".to_owned());
     let principal = Principal::new("u".repeat(40_000), scopes).in_workspace("w".repeat(40_000));
     let sink = MemorySink::new();
-    let server = Server::builder(Registry::collect().unwrap())
-        .verifier(StaticTokens::new().with("t", principal))
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let server = server_for(sink.clone(), principal);
     let long_key = "k".repeat(1000);
     let arguments = json!({ "label": "x", long_key.clone(): 1 });
     server
@@ -175,11 +176,7 @@ async fn scopes_that_escape_to_a_large_record_are_folded() {
         .collect();
     scopes.push("b:read".to_owned());
     let sink = MemorySink::new();
-    let server = Server::builder(Registry::collect().unwrap())
-        .verifier(StaticTokens::new().with("t", Principal::new("p", scopes)))
-        .audit(sink.clone())
-        .build()
-        .unwrap();
+    let server = server_for(sink.clone(), Principal::new("p", scopes));
     server
         .call(CallRequest::new("labelled", Some(json!({"label": "x"}))).bearer("t"))
         .await;

@@ -78,56 +78,45 @@ async fn silent_and_dribbling_connections_are_closed() {
 async fn a_slow_body_is_refused_with_408_and_recorded() {
     let options = HttpOptions::default().body_read_timeout(Duration::from_millis(300));
     let server = TestServer::start(options, Options::default()).await;
-    let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
-    let head = format!(
-        "POST /tools/add_note HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"text\"",
-        server.fixture.full
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
-        .await
-        .expect("an answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
-    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
-    assert!(answer.contains("body_timeout"), "{answer}");
-    let records = server.sink.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(
-        (records[0].tool.as_str(), records[0].status),
-        ("add_note", 408)
-    );
-    assert_eq!(records[0].outcome, Outcome::Denied);
-    // Refused for its body, but the token is valid: the record names the caller.
-    assert_eq!(records[0].principal.as_deref(), Some("alice"));
-    // It arrived when its head did, and took the read's timeout: over REST as over `/mcp`
-    // (which recorded the time of its refusal, after a read of up to 30 s, as its arrival).
-    assert!(records[0].duration_us >= 300_000, "{records:?}");
-    server.sink.clear();
-    let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Name: add_note\r\n\
-         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
-        server.fixture.full
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
-        .await
-        .expect("an answer")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
-    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
-    let records = server.sink.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(
-        (records[0].tool.as_str(), records[0].status),
-        ("add_note", 408)
-    );
-    assert!(records[0].duration_us >= 300_000, "{records:?}");
+    for (path, extra, start) in [
+        ("/tools/add_note", "", r#"{"text""#),
+        (
+            "/mcp",
+            "Accept: application/json, text/event-stream\r\nMcp-Name: add_note\r\n",
+            r#"{"jsonrpc""#,
+        ),
+    ] {
+        server.sink.clear();
+        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+             {extra}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{start}",
+            server.fixture.full
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
+            .await
+            .expect("an answer")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(answer.contains("body_timeout"), "{path}: {answer}");
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{path}: {records:?}");
+        assert_eq!(
+            (records[0].tool.as_str(), records[0].status),
+            ("add_note", 408),
+            "{path}"
+        );
+        assert_eq!(records[0].outcome, Outcome::Denied, "{path}");
+        // Refused for its body, but the token is valid: the record names the caller.
+        assert_eq!(records[0].principal.as_deref(), Some("alice"), "{path}");
+        // It arrived when its head did, and took the read's timeout, on both routes
+        // (`/mcp` recorded the time of its refusal, after a read of up to 30 s, as its
+        // arrival).
+        assert!(records[0].duration_us >= 300_000, "{path}: {records:?}");
+    }
 }
 
 /// A body whose declared length is past the limit is refused 413 at once (not after the
