@@ -190,6 +190,25 @@ async fn drained_note(db: WriteDb) -> Result<Text, ToolError> {
     Ok(Text("added".into()))
 }
 
+static LEFT_IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
+static LEFT_GO_ON: AtomicBool = AtomicBool::new(false);
+
+/// As `slow_note`, for a call whose client leaves while it runs.
+#[mcp_tool(scope = "notes:write")]
+async fn left_note(db: WriteDb) -> Result<Text, ToolError> {
+    db.run(|tx| {
+        tx.conn()
+            .execute("INSERT INTO notes (text) VALUES ('client left')", [])?;
+        LEFT_IN_TRANSACTION.store(true, Ordering::SeqCst);
+        while !LEFT_GO_ON.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Text("added".into()))
+}
+
 static NEVER_ENDS_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Never returns (an author's mistake: a wait with no end).
@@ -406,4 +425,46 @@ async fn a_client_that_does_not_read_its_answer_does_not_hold_the_server_s_end()
     // The call itself was answered (as far as the client took it) and recorded once.
     assert_eq!(f.sink.records().len(), 1);
     drop(stalled);
+}
+
+/// A client that resets its connection while its call's transaction runs: the call goes
+/// on to its end, whatever the connection does with the request it was serving (keeps
+/// it, half-closed, or drops it, when it reads the reset): it commits, and is recorded as
+/// the success it was, not abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_resets_its_connection_mid_call_goes_on_to_its_end() {
+    use tokio::io::AsyncWriteExt;
+    let f = fixture("left_note");
+    let (addr, stop, serving, _) = serve_http(&f, "left_note").await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /tools/left_note HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer t\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}",
+        addr.port()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    wait_for(&LEFT_IN_TRANSACTION).await;
+    // A reset, not a close: a read of the connection fails from now on.
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+    // Long enough for the server to see the reset (not a timing assertion: the
+    // outcome below is the same whenever it sees it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    LEFT_GO_ON.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while f.sink.records().is_empty() {
+        assert!(Instant::now() < deadline, "no record");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let records = f.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(
+        (record.outcome, record.status, record.reason.as_deref()),
+        (Outcome::Success, 200, None),
+        "{record:?}"
+    );
+    assert_eq!(notes(&f.db, "client left"), 1);
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
 }

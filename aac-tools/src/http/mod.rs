@@ -388,12 +388,15 @@ fn try_router(
     Ok((router, in_flight))
 }
 
-/// Takes each request to its answer on a task of its own. A client that closes its
+/// Takes each request to its answer even if its client leaves. A client that closes its
 /// connection mid-request makes the server drop the future serving it; without this, a
 /// call whose body had arrived could be dropped before its attempt began, leaving no
 /// record, or abandoned before its token was checked, leaving a record without its
-/// principal. Detached, the request is processed as if the client had stayed (its answer
-/// goes nowhere), and its record says what happened. A panic is answered 500.
+/// principal. Here the request runs on its connection's task while the connection lives
+/// (no task spawned, no hand-off between tasks); if the connection drops it unfinished,
+/// what is left of it moves to a task of its own and is processed as if the client had
+/// stayed (its answer goes nowhere), and its record says what happened. A panic is
+/// answered 500.
 #[derive(Clone, Copy, Debug)]
 struct Detach;
 
@@ -404,7 +407,7 @@ impl<S> tower_layer::Layer<S> for Detach {
     }
 }
 
-/// A service whose every call runs on a task of its own ([`Detach`]).
+/// A service whose every call finishes, its client there or not ([`Detach`]).
 #[derive(Clone, Debug)]
 struct Detached<S>(S);
 
@@ -429,14 +432,42 @@ where
     }
 
     fn call(&mut self, request: axum::extract::Request) -> DetachedCall {
-        DetachedCall(tokio::spawn(self.0.call(request)))
+        DetachedCall(Some(Box::pin(self.0.call(request))))
     }
 }
 
-/// The answer of a [`Detached`] call: its task's.
-struct DetachedCall(
-    tokio::task::JoinHandle<Result<axum::response::Response, std::convert::Infallible>>,
-);
+type Answering = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<axum::response::Response, std::convert::Infallible>>
+            + Send,
+    >,
+>;
+
+/// The answer of a [`Detached`] call, worked on where it is polled; `None` once
+/// answered (or panicked).
+struct DetachedCall(Option<Answering>);
+
+/// A request whose future panicked: logged, answered 500 when someone still waits.
+fn panicked_request() -> Result<axum::response::Response, std::convert::Infallible> {
+    tracing::error!("a request panicked before its answer");
+    Ok(errors::json_error(&crate::ToolError::internal(
+        "the request failed",
+    )))
+}
+
+/// Poll `answering` with its panic caught.
+fn poll_caught(
+    answering: &mut Answering,
+    cx: &mut std::task::Context<'_>,
+) -> std::thread::Result<std::task::Poll<Result<axum::response::Response, std::convert::Infallible>>>
+{
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answering.as_mut().poll(cx)))
+}
+
+/// Drop a future that panicked, whose own drop may panic again.
+fn drop_caught(answering: Answering) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(answering)));
+}
 
 impl std::future::Future for DetachedCall {
     type Output = Result<axum::response::Response, std::convert::Infallible>;
@@ -445,14 +476,48 @@ impl std::future::Future for DetachedCall {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| {
-            joined.unwrap_or_else(|err| {
-                tracing::error!(error = %err, "a request's task ended without an answer");
-                Ok(errors::json_error(&crate::ToolError::internal(
-                    "the request failed",
-                )))
-            })
-        })
+        use std::task::Poll;
+        let Some(answering) = self.0.as_mut() else {
+            // Polled after its answer: hyper does not; nothing more will come.
+            return Poll::Pending;
+        };
+        match poll_caught(answering, cx) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(answer)) => {
+                self.0 = None;
+                Poll::Ready(answer)
+            }
+            Err(_) => {
+                if let Some(answering) = self.0.take() {
+                    drop_caught(answering);
+                }
+                Poll::Ready(panicked_request())
+            }
+        }
+    }
+}
+
+impl Drop for DetachedCall {
+    /// Dropped unfinished (its connection gone): the rest of the request runs on a task
+    /// of its own. Outside a runtime (it is shutting down) it is dropped with the
+    /// runtime's other tasks.
+    fn drop(&mut self) {
+        let Some(mut answering) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(std::future::poll_fn(move |cx| {
+            match poll_caught(&mut answering, cx) {
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Ok(std::task::Poll::Ready(_)) => std::task::Poll::Ready(()),
+                Err(_) => {
+                    let _ = panicked_request();
+                    std::task::Poll::Ready(())
+                }
+            }
+        }));
     }
 }
 
@@ -697,4 +762,89 @@ fn is_per_connection(err: &io::Error) -> bool {
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::ConnectionReset
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    /// A service whose every answer is the future `make` gives.
+    #[derive(Clone)]
+    struct Answers<F>(F);
+
+    impl<F, Fut> Service<axum::extract::Request> for Answers<F>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<axum::response::Response, Infallible>> + Send + 'static,
+    {
+        type Response = axum::response::Response;
+        type Error = Infallible;
+        type Future = Fut;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: axum::extract::Request) -> Fut {
+            (self.0)()
+        }
+    }
+
+    fn request() -> axum::extract::Request {
+        axum::extract::Request::new(axum::body::Body::empty())
+    }
+
+    /// A request dropped before its answer (its connection gone) goes on by itself to its
+    /// end, on a task of its own; one answered where it is polled is answered there.
+    #[tokio::test]
+    async fn a_request_dropped_unfinished_goes_on_to_its_end() {
+        let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
+        let (finished, has_finished) = tokio::sync::oneshot::channel::<()>();
+        let mut waiting = Some((wait, finished));
+        let mut detached = Detach.layer(Answers(move || {
+            let (wait, finished) = waiting.take().expect("one call");
+            async move {
+                let _ = wait.await;
+                let _ = finished.send(());
+                Ok(axum::response::Response::new(axum::body::Body::empty()))
+            }
+        }));
+        let mut call = detached.call(request());
+        let polled = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut call).poll(cx))).await;
+        assert!(polled.is_pending());
+        drop(call);
+        go_on.send(()).expect("the request still waits");
+        tokio::time::timeout(std::time::Duration::from_secs(10), has_finished)
+            .await
+            .expect("the request went on")
+            .expect("and ended");
+
+        let mut answered = Detach.layer(Answers(|| async {
+            let mut response = axum::response::Response::new(axum::body::Body::empty());
+            *response.status_mut() = axum::http::StatusCode::ACCEPTED;
+            Ok(response)
+        }));
+        let response = answered.call(request()).await.unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::ACCEPTED);
+    }
+
+    /// A request whose future panics is answered 500, and the panic goes no further.
+    #[tokio::test]
+    async fn a_request_that_panics_is_answered_500() {
+        let mut detached = Detach.layer(Answers(|| async {
+            if std::hint::black_box(true) {
+                panic!("a request's bug");
+            }
+            Ok(axum::response::Response::new(axum::body::Body::empty()))
+        }));
+        let response = detached.call(request()).await.unwrap();
+        assert_eq!(
+            response.status(),
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
 }
