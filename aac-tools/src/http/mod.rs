@@ -464,7 +464,8 @@ fn poll_caught(
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answering.as_mut().poll(cx)))
 }
 
-/// Drop a future that panicked, whose own drop may panic again.
+/// Drop a request's future where a panic of its drop must go no further (the
+/// connection's task goes on).
 fn drop_caught(answering: Answering) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(answering)));
 }
@@ -484,7 +485,9 @@ impl std::future::Future for DetachedCall {
         match poll_caught(answering, cx) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(answer)) => {
-                self.0 = None;
+                if let Some(answered) = self.0.take() {
+                    drop_caught(answered);
+                }
                 Poll::Ready(answer)
             }
             Err(_) => {
