@@ -18,20 +18,31 @@ static IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
 static GO_ON: AtomicBool = AtomicBool::new(false);
 static COMMITTED: AtomicBool = AtomicBool::new(false);
 
-/// Adds a note inside a transaction that waits for [`GO_ON`] before it ends.
-#[mcp_tool(scope = "notes:write")]
-async fn slow_note(db: WriteDb) -> Result<Text, ToolError> {
-    db.run(|tx| {
+/// Adds a note with `text` inside a transaction that sets `started`, then waits for
+/// `go_on` before it ends.
+async fn note_held_open(
+    db: WriteDb,
+    text: &'static str,
+    started: &'static AtomicBool,
+    go_on: &'static AtomicBool,
+) -> Result<Text, ToolError> {
+    db.run(move |tx| {
         tx.conn()
-            .execute("INSERT INTO notes (text) VALUES ('slow')", [])?;
-        IN_TRANSACTION.store(true, Ordering::SeqCst);
-        while !GO_ON.load(Ordering::SeqCst) {
+            .execute("INSERT INTO notes (text) VALUES (?1)", [text])?;
+        started.store(true, Ordering::SeqCst);
+        while !go_on.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
         Ok(())
     })
     .await?;
     Ok(Text("added".into()))
+}
+
+/// Adds a note inside a transaction that waits for [`GO_ON`] before it ends.
+#[mcp_tool(scope = "notes:write")]
+async fn slow_note(db: WriteDb) -> Result<Text, ToolError> {
+    note_held_open(db, "slow", &IN_TRANSACTION, &GO_ON).await
 }
 
 /// Adds a note (committed), then waits for ever before answering.
@@ -158,17 +169,7 @@ static HTTP_GO_ON: AtomicBool = AtomicBool::new(false);
 /// As `slow_note`, for the HTTP server's shutdown.
 #[mcp_tool(scope = "notes:write")]
 async fn slow_note_http(db: WriteDb) -> Result<Text, ToolError> {
-    db.run(|tx| {
-        tx.conn()
-            .execute("INSERT INTO notes (text) VALUES ('slow over http')", [])?;
-        HTTP_IN_TRANSACTION.store(true, Ordering::SeqCst);
-        while !HTTP_GO_ON.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(Text("added".into()))
+    note_held_open(db, "slow over http", &HTTP_IN_TRANSACTION, &HTTP_GO_ON).await
 }
 
 static DRAINED_IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
@@ -177,17 +178,7 @@ static DRAINED_GO_ON: AtomicBool = AtomicBool::new(false);
 /// As `slow_note`, for a call the shutdown's drain waits for.
 #[mcp_tool(scope = "notes:write")]
 async fn drained_note(db: WriteDb) -> Result<Text, ToolError> {
-    db.run(|tx| {
-        tx.conn()
-            .execute("INSERT INTO notes (text) VALUES ('drained')", [])?;
-        DRAINED_IN_TRANSACTION.store(true, Ordering::SeqCst);
-        while !DRAINED_GO_ON.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(Text("added".into()))
+    note_held_open(db, "drained", &DRAINED_IN_TRANSACTION, &DRAINED_GO_ON).await
 }
 
 static LEFT_IN_TRANSACTION: AtomicBool = AtomicBool::new(false);
@@ -196,17 +187,7 @@ static LEFT_GO_ON: AtomicBool = AtomicBool::new(false);
 /// As `slow_note`, for a call whose client leaves while it runs.
 #[mcp_tool(scope = "notes:write")]
 async fn left_note(db: WriteDb) -> Result<Text, ToolError> {
-    db.run(|tx| {
-        tx.conn()
-            .execute("INSERT INTO notes (text) VALUES ('client left')", [])?;
-        LEFT_IN_TRANSACTION.store(true, Ordering::SeqCst);
-        while !LEFT_GO_ON.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(Text("added".into()))
+    note_held_open(db, "client left", &LEFT_IN_TRANSACTION, &LEFT_GO_ON).await
 }
 
 static NEVER_ENDS_STARTED: AtomicBool = AtomicBool::new(false);

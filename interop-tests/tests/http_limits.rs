@@ -87,19 +87,12 @@ async fn a_slow_body_is_refused_with_408_and_recorded() {
         ),
     ] {
         server.sink.clear();
-        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
              {extra}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{start}",
             server.fixture.full
         );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = vec![0u8; 4096];
-        let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
-            .await
-            .expect("an answer")
-            .unwrap();
-        let answer = String::from_utf8_lossy(&answer[..n]);
+        let answer = first_answer(&server, &head).await;
         assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
         assert!(answer.contains("body_timeout"), "{path}: {answer}");
         let records = server.sink.records();
@@ -135,19 +128,12 @@ async fn a_declared_length_past_the_limit_is_refused_at_once_and_recorded() {
             "Accept: application/json, text/event-stream\r\nMcp-Name: add_note\r\n",
         ),
     ] {
-        let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
              Content-Type: application/json\r\n{extra}Content-Length: 5000000\r\n\r\n{{",
             server.fixture.full
         );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = vec![0u8; 4096];
-        let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
-            .await
-            .expect("an answer before the body's timeout")
-            .unwrap();
-        let answer = String::from_utf8_lossy(&answer[..n]);
+        let answer = first_answer(&server, &head).await;
         assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
         assert!(answer.contains("body_too_large"), "{path}: {answer}");
     }
@@ -755,6 +741,19 @@ async fn a_flood_of_unreadable_requests_costs_a_bounded_trail() {
                 || r.tool == "(rate limited)"),
         "{records:?}"
     );
+}
+
+/// Send `head` (a request whose body has not all come) on a new connection, and keep the
+/// connection open: the first bytes the server answers, within [`GUARD`].
+async fn first_answer(server: &TestServer, head: &str) -> String {
+    let mut stream = TcpStream::connect(addr(server)).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(GUARD, stream.read(&mut answer))
+        .await
+        .expect("an answer within the guard")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
 }
 
 /// Send `request` on a new connection; the status line of the answer and its body.
