@@ -2129,6 +2129,29 @@ async fn post_tools_name_is_a_plain_json_call() {
         .await
         .unwrap();
     assert_eq!(response.status(), 401, "a bad token is told first");
+    // Then the tool and the scope, as for a body that is JSON: a body that is not JSON
+    // is no way past them to a 400 (it used to be refused before both).
+    let response = client
+        .post(url("no_such_tool"))
+        .bearer_auth(full)
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["reason"],
+        "unknown_tool"
+    );
+    let response = client
+        .post(url("delete_note"))
+        .bearer_auth(&server.fixture.reader)
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(challenge(&response).contains(r#"error="insufficient_scope", scope="notes:delete""#));
 
     let delete = client
         .post(url("delete_note"))
@@ -2161,6 +2184,8 @@ async fn post_tools_name_is_a_plain_json_call() {
         ("add_note", Some(Check::Validate), 400),
         ("add_note", Some(Check::Validate), 400),
         ("add_note", Some(Check::Authenticate), 401),
+        ("no_such_tool", Some(Check::FindTool), 404),
+        ("delete_note", Some(Check::Scope), 403),
         ("delete_note", None, 200),
     ]
     .map(|(t, c, s)| (t.to_owned(), c, s));
@@ -2538,6 +2563,104 @@ async fn a_404_on_an_open_session_does_not_forget_its_owner() {
     // And it is still alice's.
     let (status, _) = alice.call(10, "list_notes", json!({})).await;
     assert_eq!(status, 200);
+}
+
+/// A 2026-07-28 call has no session, and rmcp serves it whatever session it names; one
+/// naming a session that is not open (another principal's, one never opened, one
+/// ended) is refused as the session's, 404 `session_not_found`, and recorded so. It
+/// used to run and be cancelled at once by that session's end, recorded 499
+/// `cancelled`, as if its client had cancelled it. On an open session of its own, it
+/// runs.
+#[tokio::test]
+async fn a_2026_07_28_call_naming_a_session_that_is_not_open_is_refused_as_the_session_s() {
+    let server = TestServer::start(HttpOptions::default(), Options::default()).await;
+    let mut alice = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    alice.initialize().await;
+    let theirs = alice.session.clone().unwrap();
+    let mut ended = RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    ended.initialize().await;
+    let gone = ended.session.clone().unwrap();
+    let response = ended
+        .http
+        .delete(server.mcp())
+        .bearer_auth(&server.fixture.full)
+        .header("mcp-session-id", &gone)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let call = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"list_notes","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"raw","version":"1"}}}}}}}}"#
+        )
+    };
+    let post = |token: &str, session: &str, id: u32| {
+        alice
+            .http
+            .post(server.mcp())
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "list_notes")
+            .header("mcp-session-id", session)
+            .body(call(id))
+    };
+    let answer = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, messages(&text).pop())
+    };
+    server.sink.clear();
+    let reader = server.fixture.reader.clone();
+    let full = server.fixture.full.clone();
+    for (token, session, id, who) in [
+        (&reader, theirs.as_str(), 1, "bob"),
+        (&full, "6f1d2c3b-0a9e-4d8c-b7a6-f5e4d3c2b1a0", 2, "alice"),
+        (&full, gone.as_str(), 3, "alice"),
+    ] {
+        let (status, message) = answer(post(token, session, id).send().await.unwrap()).await;
+        let message = message.unwrap_or_else(|| panic!("{who} {session}: an answer ({status})"));
+        let result = &message["result"];
+        assert_eq!(result["isError"], true, "{message}");
+        let error: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (&error["reason"], &error["status"]),
+            (&json!("session_not_found"), &json!(404)),
+            "{message}"
+        );
+        let records = server.sink.records();
+        assert_eq!(records.len(), 1, "{who} {session}: {records:?}");
+        let record = &records[0];
+        assert_eq!(
+            (
+                record.check,
+                record.reason.as_deref(),
+                record.status,
+                record.principal.as_deref()
+            ),
+            (
+                Some(Check::Session),
+                Some("session_not_found"),
+                404,
+                Some(who)
+            ),
+            "{record:?}"
+        );
+        server.sink.clear();
+    }
+    // Alice's own open session: the call runs.
+    let (_, message) = answer(post(&full, &theirs, 4).send().await.unwrap()).await;
+    let message = message.expect("an answer");
+    assert_ne!(message["result"]["isError"], true, "{message}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].status),
+        (Outcome::Success, 200)
+    );
 }
 
 const SECRET: &str = "an HS256 secret of at least 32 bytes, for tests";

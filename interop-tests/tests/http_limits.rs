@@ -575,9 +575,10 @@ async fn the_count_of_a_flood_that_stops_is_recorded_when_the_server_stops() {
 }
 
 /// A request hyper cannot read as HTTP/1.1 is answered by hyper before any route (414 for
-/// a URI over its limit, 431 past 100 headers, 400 for a repeated `Content-Length` or a
-/// control byte in a header), or closed unanswered (HTTP/2's preface); each is a refusal,
-/// and leaves its record: a call of `(unknown)` by nobody known, refused by the protocol.
+/// a URI over its limit, 431 past 100 headers, 400 for a `Content-Length` repeated with
+/// different values or a control byte in a header), or closed unanswered (HTTP/2's
+/// preface); each is a refusal, and leaves its record: a call of `(unknown)` by nobody
+/// known, refused by the protocol.
 #[tokio::test]
 async fn requests_hyper_refuses_before_any_route_are_recorded() {
     let server = TestServer::start(HttpOptions::default(), Options::default()).await;
@@ -655,6 +656,22 @@ async fn requests_hyper_refuses_before_any_route_are_recorded() {
     }
     // A valid client is served as before.
     assert_eq!(valid_call(&server).await, 200);
+    // The same `Content-Length` repeated is one length (RFC 9110 §8.6 lets a recipient
+    // read it so): served, and recorded once as the call it is.
+    server.sink.clear();
+    let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
+    let request = format!(
+        "POST /tools/list_notes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: 2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+        server.fixture.full
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "list_notes");
+    assert_eq!(records[0].status, 200);
 }
 
 /// A connection buffers at most `MAX_HEAD_BYTES` of a request's head: a head that fills

@@ -1339,6 +1339,10 @@ impl Whole<'_> {
 /// the scope check (403). A `tools/call` begins its [`Attempt`] here: a refusal ends it
 /// here, else it travels in the request's extensions to the MCP handler, with the
 /// verified principal and the scope verdict.
+///
+/// Every refusal's future is boxed where it is awaited: a future holds room for the
+/// largest it awaits, and each request's is moved into its box whole, so the refusals
+/// (3–5 KB each) are kept out of the size of every request's future.
 async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // When the request arrived: a body refused for its size or its pace (after up to
     // 30 s) is recorded as arriving then, with its real duration.
@@ -1351,10 +1355,10 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         match read_body_keeping_start(body, &parts.headers, &app.options, Some(&mut start)).await {
             // Not parsed: what its start says names it, as for a body over the limit.
             Ok(bytes) if let Some(err) = too_many_values(&bytes, &app.options) => {
-                return unread_body(app, &parts, err, &bytes, arrived).await;
+                return Box::pin(unread_body(app, &parts, err, &bytes, arrived)).await;
             }
             Ok(bytes) => bytes,
-            Err(err) => return unread_body(app, &parts, err, &start, arrived).await,
+            Err(err) => return Box::pin(unread_body(app, &parts, err, &start, arrived)).await,
         }
     } else {
         Bytes::new()
@@ -1384,24 +1388,21 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             let refusal = err.clone();
             let err = match (&call, attempt, item()) {
                 (Some(call), Some(attempt), _) => {
-                    call.refuse(attempt, Check::Authenticate, err).await
+                    Box::pin(call.refuse(attempt, Check::Authenticate, err)).await
                 }
                 (_, _, Some(item)) => {
-                    app.server()
-                        .begin(item)
-                        .refuse(Check::Authenticate, err)
-                        .await
+                    Box::pin(app.server().begin(item).refuse(Check::Authenticate, err)).await
                 }
                 _ => err,
             };
-            refuse_rest_of_batch(
+            Box::pin(refuse_rest_of_batch(
                 app,
                 &body,
                 peer,
                 None,
                 Some((Check::Authenticate, &refusal)),
                 refusal.status(),
-            )
+            ))
             .await;
             return app.refusal(&parts.headers, &err, None);
         }
@@ -1456,9 +1457,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "body_too_large",
             crate::mcp::initialize_too_large(),
         );
-        let err = whole
-            .refuse(app, call.as_ref(), attempt.take(), item(), err)
-            .await;
+        let err = Box::pin(whole.refuse(app, call.as_ref(), attempt.take(), item(), err)).await;
         return json_error(&err);
     }
 
@@ -1479,9 +1478,9 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                         "a request of this session with the same JSON-RPC id is still in \
                          flight: ids must be unique among a session's requests in flight",
                     );
-                    let err = whole
-                        .refuse(app, call.as_ref(), attempt.take(), item(), err)
-                        .await;
+                    let err =
+                        Box::pin(whole.refuse(app, call.as_ref(), attempt.take(), item(), err))
+                            .await;
                     return app.refusal(&parts.headers, &err, None);
                 }
             },
@@ -1497,8 +1496,16 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         if !principal.has_scopes(&app.inner.every_scope)
             && let Err((Check::Scope, err)) = pending.authorize()
         {
-            let err = call.refuse(pending, Check::Scope, err).await;
-            refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
+            let err = Box::pin(call.refuse(pending, Check::Scope, err)).await;
+            Box::pin(refuse_rest_of_batch(
+                app,
+                &body,
+                peer,
+                Some(&principal),
+                None,
+                err.status(),
+            ))
+            .await;
             return app.refusal(&parts.headers, &err, Some(&call.tool));
         }
         attempt = Some(pending);
@@ -1533,17 +1540,25 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         );
         let (err, tool) = match (&call, attempt.take(), item_request) {
             (Some(call), Some(pending), _) => (
-                call.refuse(pending, Check::Protocol, err).await,
+                Box::pin(call.refuse(pending, Check::Protocol, err)).await,
                 Some(call.tool.as_str()),
             ),
             (_, _, Some(item)) => {
                 let mut attempt = app.server().begin(item);
                 attempt.authenticated(Arc::clone(&principal));
-                (attempt.refuse(Check::Protocol, err).await, None)
+                (Box::pin(attempt.refuse(Check::Protocol, err)).await, None)
             }
             _ => (err, None),
         };
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), None, err.status()).await;
+        Box::pin(refuse_rest_of_batch(
+            app,
+            &body,
+            peer,
+            Some(&principal),
+            None,
+            err.status(),
+        ))
+        .await;
         return app.refusal(&parts.headers, &err, tool);
     }
 
@@ -1636,16 +1651,32 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
         let (check, err) = refusal("the tool was called");
-        let err = call.refuse(attempt, check, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
+        let err = Box::pin(call.refuse(attempt, check, err)).await;
+        Box::pin(refuse_rest_of_batch(
+            app,
+            &body,
+            peer,
+            Some(&principal),
+            not_theirs,
+            refused_with,
+        ))
+        .await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
     }
     if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
         let (check, err) = refusal("it was read");
-        let err = attempt.refuse(check, err).await;
-        refuse_rest_of_batch(app, &body, peer, Some(&principal), not_theirs, refused_with).await;
+        let err = Box::pin(attempt.refuse(check, err)).await;
+        Box::pin(refuse_rest_of_batch(
+            app,
+            &body,
+            peer,
+            Some(&principal),
+            not_theirs,
+            refused_with,
+        ))
+        .await;
         if err.reason() == "audit_unavailable" {
             return json_error(&err);
         }
@@ -1666,7 +1697,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                     cap = app.options.max_sessions_per_principal,
                     "closed a principal's least recently used MCP session: it opened one past its cap"
                 );
-                mcp.close_session(&evicted).await;
+                Box::pin(mcp.close_session(&evicted)).await;
             }
         }
         Some(id) => {
@@ -1895,17 +1926,22 @@ async fn call_named(
         match arguments {
             Ok(value) => Some(value),
             Err(parse) => {
-                // Not JSON: refuse after authenticating, so that a caller without a
-                // valid token still learns only that (401).
+                // Not JSON: refused after the checks that come before the arguments, as
+                // a body that is JSON would be: a caller without a valid token still
+                // learns only that (401), an unknown or hidden tool is 404, a scope the
+                // caller lacks 403.
                 let err = match attempt.authenticate().await {
                     Err(err) => attempt.refuse(Check::Authenticate, err).await,
-                    Ok(_) => {
-                        let err = ToolError::invalid_arguments(
-                            "",
-                            format!("the body is not JSON: {parse}"),
-                        );
-                        attempt.refuse(Check::Validate, err).await
-                    }
+                    Ok(_) => match attempt.authorize() {
+                        Err((check, err)) => attempt.refuse(check, err).await,
+                        Ok(()) => {
+                            let err = ToolError::invalid_arguments(
+                                "",
+                                format!("the body is not JSON: {parse}"),
+                            );
+                            attempt.refuse(Check::Validate, err).await
+                        }
+                    },
                 };
                 return refused(err);
             }

@@ -214,6 +214,25 @@ impl McpHandler {
         context.ct.clone()
     }
 
+    /// Whether the request names a Streamable HTTP session that is not open (never
+    /// opened, ended, or another principal's, which the `/mcp` gate renamed as one that
+    /// never existed). rmcp answers such a request 404 itself, unless it is a 2026-07-28
+    /// request, which has no session and which rmcp serves whatever session it names.
+    fn names_a_closed_session(&self, context: &RequestContext<RoleServer>) -> bool {
+        #[cfg(feature = "http")]
+        if let Some(ends) = &self.session_ends
+            && let Some(id) = context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+        {
+            return id.to_str().map_or(true, |id| !ends.is_open(id));
+        }
+        #[cfg(not(feature = "http"))]
+        let _ = context;
+        false
+    }
+
     /// The credentials of a request: the principal the HTTP layer verified, or the
     /// stdio token.
     fn credentials(&self, context: &RequestContext<RoleServer>) -> Credentials {
@@ -717,6 +736,15 @@ impl ServerHandler for McpHandler {
                     .cancellation(cancel),
             ),
         };
+        // A 2026-07-28 call naming a session that is not open: refused as the session's
+        // (404 `session_not_found`, as rmcp answers any other request naming one), not
+        // run to be cancelled at once by the session's end, which its record would call
+        // the client's doing.
+        if modern && self.names_a_closed_session(&context) {
+            let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
+            let err = attempt.refuse(crate::audit::Check::Session, err).await;
+            return Ok(CallToolResponse::Complete(call_tool_result(Err(err))));
+        }
         if let Some((state, responses)) = resume {
             attempt.resume(state, responses);
         }

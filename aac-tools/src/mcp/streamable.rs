@@ -166,7 +166,7 @@ impl SessionEnds {
     }
 
     /// Whether session `id` is open (its worker runs).
-    fn is_open(&self, id: &str) -> bool {
+    pub(crate) fn is_open(&self, id: &str) -> bool {
         self.ends().contains_key(id)
     }
 
