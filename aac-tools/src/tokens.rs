@@ -73,7 +73,8 @@ pub trait TokenIssuer: TokenVerifier {
 
     /// Revoke a token, given its id or the whole token. Whether a live token was
     /// revoked (`false` if unknown or already revoked). Every verifier of the store
-    /// refuses it from then on.
+    /// refuses it from then on. A whole token whose secret is not the token's (the right
+    /// id) is an error, and nothing is revoked.
     fn revoke<'a>(&'a self, id_or_token: &'a str) -> BoxFuture<'a, Result<bool, TokenError>>;
 
     /// Every token, newest first.
@@ -125,18 +126,13 @@ pub(crate) fn check_stored(
     secret: &str,
     row: Option<StoredToken>,
 ) -> Result<crate::Principal, crate::ToolError> {
-    use subtle::ConstantTimeEq;
     let unknown = || crate::ToolError::invalid_token("unknown token");
     let Some(row) = row else {
         // Spend the same work as a known id, so timing does not tell ids apart.
-        let _ = hash_secret(secret).ct_eq(&[0u8; 32]);
+        let _ = secret_matches(secret, &[0u8; 32]);
         return Err(unknown());
     };
-    if !bool::from(
-        hash_secret(secret)
-            .as_slice()
-            .ct_eq(row.secret_hash.as_slice()),
-    ) {
+    if !secret_matches(secret, &row.secret_hash) {
         return Err(unknown());
     }
     if row.revoked_at.is_some() {
@@ -151,6 +147,25 @@ pub(crate) fn check_stored(
         principal = principal.in_workspace(workspace);
     }
     Ok(principal)
+}
+
+/// Whether `secret` is the one whose hash a row keeps, `stored`, compared in constant time:
+/// the check of a presented token, and of a whole token given to revoke.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn secret_matches(secret: &str, stored: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(hash_secret(secret).as_slice().ct_eq(stored))
+}
+
+/// A store's refusal to revoke token `id` given whole with another secret: revoking by
+/// the id alone would let a mistyped token, or another store's of the same id, revoke a
+/// token its holder still relies on.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn wrong_secret(id: &str) -> String {
+    format!(
+        "that is not token `{id}`: its secret does not match (mistyped, or another store's \
+         token); nothing revoked"
+    )
 }
 
 /// Seconds since the epoch, as the stores keep times.

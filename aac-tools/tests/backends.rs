@@ -199,7 +199,16 @@ async fn suite(b: Backend) {
         "{name}: {err:?}"
     );
     assert_eq!((b.notes)().await, 2, "{name}: the delete changed nothing");
+    // The whole token revokes only with its own secret: another one (the right id) is an
+    // error and revokes nothing; the id alone still does.
+    let forged = format!("aac_{}_{}", writer.id, "0".repeat(64));
+    let err = b.tokens.revoke(&forged).await.unwrap_err();
+    assert!(err.to_string().contains("secret"), "{name}: {err}");
+    b.tokens.verify(&writer.token).await.unwrap();
     assert!(b.tokens.revoke(&writer.id).await.unwrap(), "{name}");
+    let err = b.tokens.revoke(&forged).await.unwrap_err();
+    assert!(err.to_string().contains("secret"), "{name}: {err}");
+    assert!(!b.tokens.revoke(&writer.token).await.unwrap(), "{name}");
     let err = call(&b, b.add, bearer(&writer.token)).await.unwrap_err();
     assert_eq!(err.reason(), "invalid_token", "{name}");
     let err = call(&b, b.add, bearer(&expired.token)).await.unwrap_err();

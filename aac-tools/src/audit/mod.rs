@@ -56,6 +56,9 @@ pub use format::{format_json_lines, format_table};
 pub(crate) use format::{json_text, table_cell};
 pub use jsonl::JsonLinesSink;
 #[cfg(feature = "sqlite")]
+#[cfg(feature = "cli")]
+pub(crate) use query::parse_time_at;
+#[cfg(feature = "sqlite")]
 pub use query::{
     AuditQuery, AuditSummary, CALLS_OF_A_RECORD_SQL, DayCount, HourlyDenials, KindCount, OTHERS,
     PER_HOUR, TOOL_AS_COUNTED_SQL, ToolRefusals, parse_time,

@@ -635,6 +635,13 @@ pub struct ToolRefusals {
 /// - an age, meaning that long before now: a number and `s`, `m`, `h`, `d` or `w`
 ///   (`90s`, `30m`, `24h`, `7d`, `2w`).
 pub fn parse_time(text: &str) -> Result<String, AuditError> {
+    parse_time_at(text, time::OffsetDateTime::now_utc())
+}
+
+/// [`parse_time`] with ages counted back from `now`: two ages resolved against one
+/// instant compare as they read (`--since 1h --until 1h`, resolved a few microseconds
+/// apart, was a window rather than none).
+pub(crate) fn parse_time_at(text: &str, now: time::OffsetDateTime) -> Result<String, AuditError> {
     let text = text.trim();
     if let Some(canonical) = canonical_timestamp(text) {
         return Ok(canonical);
@@ -655,7 +662,7 @@ pub fn parse_time(text: &str) -> Result<String, AuditError> {
         };
         if seconds > 0 {
             // An age past the calendar's start (year -9999) reads as no time at all.
-            let then = time::OffsetDateTime::now_utc()
+            let then = now
                 .checked_sub(time::Duration::seconds(i64::from(n).saturating_mul(seconds)))
                 .ok_or_else(|| {
                     AuditError::new(format!(

@@ -123,7 +123,8 @@ pub(crate) enum TokenCommand {
     Create(CreateArgs),
     /// Revoke a token, given its id or the whole token
     Revoke {
-        /// The token's id (as `token list` shows it) or the token itself
+        /// The token's id (as `token list` shows it) or the token itself (refused, and
+        /// nothing revoked, if its secret is not the token's)
         id_or_token: String,
     },
     /// List tokens (never their secrets)

@@ -36,15 +36,19 @@ pub(super) fn command(args: &AuditArgs) -> Result<AuditCommand, CliError> {
     if let Some(workspace) = args.workspace.clone() {
         query = query.workspace(workspace);
     }
+    // Every age counted back from one instant, which the query's bounds and their check
+    // share: each resolved on its own, `--since 1h --until 1h` was a window of the few
+    // microseconds between them, where the same two dates are refused.
+    let now = time::OffsetDateTime::now_utc();
+    let resolve = |text: &str| crate::audit::parse_time_at(text, now).map_err(failed);
     if let Some(since) = args.since.as_deref() {
-        query = query.since(since).map_err(failed)?;
+        query = query.since(&resolve(since)?).map_err(failed)?;
     }
     if let Some(until) = args.until.as_deref() {
-        query = query.until(until).map_err(failed)?;
+        query = query.until(&resolve(until)?).map_err(failed)?;
     }
     if let (Some(since), Some(until)) = (args.since.as_deref(), args.until.as_deref())
-        && crate::audit::parse_time(since).map_err(failed)?
-            >= crate::audit::parse_time(until).map_err(failed)?
+        && resolve(since)? >= resolve(until)?
     {
         return Err(CliError::new(format!(
             "--since `{since}` is not before --until `{until}`: no record can match; \

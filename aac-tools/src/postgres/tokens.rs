@@ -15,7 +15,7 @@ use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
 use crate::tokens::{
     ID_HEX, NewToken, PREFIX, SECRET_HEX, StoredToken, TokenError, TokenInfo, TokenIssuer,
-    check_stored, hash_secret, parse, random_hex, unix_now as now,
+    check_stored, hash_secret, parse, random_hex, secret_matches, unix_now as now, wrong_secret,
 };
 
 /// The token table. Created by [`super::migrate`] as the owner.
@@ -100,10 +100,21 @@ impl TokenStore {
 
     async fn revoke_token(&self, id_or_token: &str) -> Result<bool, TokenError> {
         refused_in_tools("TokenStore::revoke")?;
-        let id = parse(id_or_token).map_or(id_or_token, |(id, _)| id);
-        let changed = self
-            .conn()
-            .await?
+        let (id, secret) =
+            parse(id_or_token).map_or((id_or_token, None), |(id, secret)| (id, Some(secret)));
+        let conn = self.conn().await?;
+        // A whole token revokes only with its own secret, checked as a presented token's
+        // is. (A row's hash never changes: read before the update, it is still the row's.)
+        if let Some(secret) = secret {
+            let row = conn
+                .query_opt("SELECT secret_hash FROM aac_tokens WHERE id = $1", &[&id])
+                .await
+                .map_err(|e| store_error("cannot revoke the token", &e))?;
+            if row.is_some_and(|row| !secret_matches(secret, row.get::<_, &[u8]>(0))) {
+                return Err(TokenError::new(wrong_secret(id)));
+            }
+        }
+        let changed = conn
             .execute(
                 "UPDATE aac_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
                 &[&id, &now()],

@@ -4,13 +4,15 @@
 //! (64 hex digits, 256 random bits) is never stored, only its SHA-256, compared in
 //! constant time. Tokens can expire and be revoked.
 
+use rusqlite::OptionalExtension;
+
 use super::{Database, DbError};
 use crate::BoxFuture;
 use crate::error::ToolError;
 use crate::principal::{Principal, TokenVerifier};
 use crate::tokens::{
     ID_HEX, PREFIX, SECRET_HEX, StoredToken, TokenError, TokenIssuer, check_stored, hash_secret,
-    parse, unix_now as now,
+    parse, secret_matches, unix_now as now, wrong_secret,
 };
 pub use crate::tokens::{NewToken, TokenInfo};
 
@@ -107,16 +109,37 @@ impl TokenStore {
     }
 
     /// Revoke a token, given its id or the whole token. Returns whether a live token
-    /// was revoked (`false` if unknown or already revoked).
+    /// was revoked (`false` if unknown or already revoked). A whole token whose secret
+    /// is not the token's (the right id) is an error, and nothing is revoked.
     pub fn revoke(&self, id_or_token: &str) -> Result<bool, DbError> {
-        let id = parse(id_or_token).map_or(id_or_token, |(id, _)| id);
+        let (id, secret) =
+            parse(id_or_token).map_or((id_or_token, None), |(id, secret)| (id, Some(secret)));
+        // A whole token revokes only with its own secret, checked as a presented token's
+        // is (`None`: it is not). A row's hash never changes: read before the update, it
+        // is still the row's.
         let changed = self.db.with_writer(|conn| {
+            if let Some(secret) = secret {
+                let stored: Option<Vec<u8>> = conn
+                    .query_row(
+                        "SELECT secret_hash FROM aac_tokens WHERE id = ?1",
+                        [id],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if stored.is_some_and(|hash| !secret_matches(secret, &hash)) {
+                    return Ok(None);
+                }
+            }
             conn.execute(
                 "UPDATE aac_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
                 rusqlite::params![id, now()],
             )
+            .map(Some)
         })?;
-        Ok(changed > 0)
+        match changed {
+            Some(changed) => Ok(changed > 0),
+            None => Err(DbError::new(wrong_secret(id), None)),
+        }
     }
 
     /// Every token, newest first.

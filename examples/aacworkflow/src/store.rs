@@ -363,7 +363,14 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
             "`{shown}` is a directory; pass --db with the path of a database file"
         )));
     }
-    if path.exists() {
+    // A FIFO, a socket or a device is not inspected: `inspect`'s open of a FIFO waited
+    // for a writer for ever (every command hung, `audit` included), and a device read as
+    // an empty file ("no aacworkflow schema yet"). `Database::open` and `open_read_only`
+    // refuse it in one line, asking of the path before they open it.
+    let special = std::fs::metadata(path).is_ok_and(|meta| !meta.is_file());
+    if special {
+        // Refused below, whatever the mode.
+    } else if path.exists() {
         let found = inspect(path)?;
         if found.application_id != APPLICATION_ID
             && (found.application_id != 0 || !found.foreign_tables.is_empty())

@@ -326,6 +326,13 @@ fn token_create_prints_the_token_alone_and_it_works_until_revoked() {
     assert!(stdout(&listed).contains("bob@demo"));
     assert!(!stdout(&listed).contains(token), "never the secret");
 
+    // The whole token with another secret (the right id) revokes nothing.
+    let id = token["aac_".len()..].split_once('_').unwrap().0;
+    let wrong = format!("aac_{id}_{}", "0".repeat(64));
+    let line = one_line_error(&target.run(&["token", "revoke", &wrong]));
+    assert!(line.contains("secret"), "{line}");
+    assert_eq!(verify(token).unwrap().subject(), "bob", "still valid");
+
     let revoked = target.run(&["token", "revoke", token]);
     assert!(revoked.status.success(), "{}", stderr(&revoked));
     assert_eq!(verify(token).unwrap_err().reason(), "invalid_token");
@@ -516,6 +523,70 @@ fn an_unwritable_path_gets_one_line_that_says_what_to_do() {
         "{line}"
     );
     assert!(line.contains("writable"), "{line}");
+}
+
+/// A FIFO, a socket or a device as `--db` is refused by every command, the reading ones
+/// included, in one line and at once: the open that checked whether a file is ours waited
+/// for ever on a FIFO (`init`, `audit`, `token list` and `serve` hung), and a device was
+/// "no aacworkflow schema yet" to `audit` while `init` refused it.
+#[cfg(unix)]
+#[test]
+fn a_fifo_a_socket_or_a_device_as_the_database_is_refused_by_every_command() {
+    if sqlite_only("file paths") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let socket = dir.path().join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let commands: [&[&str]; 8] = [
+        &["init"],
+        &["audit"],
+        &["audit", "--verify"],
+        &["token", "list"],
+        &[
+            "token",
+            "create",
+            "--workspace",
+            "demo",
+            "--user",
+            "alice",
+            "--scopes",
+            "all",
+        ],
+        &["token", "revoke", "000000000000"],
+        &["serve"],
+        &["serve", "--demo"],
+    ];
+    for path in [fifo.as_path(), &socket, Path::new("/dev/null")] {
+        for args in commands {
+            let mut child = aacworkflow(dir.path())
+                .arg("--db")
+                .arg(path)
+                .args(args)
+                .env("AAC_TOKEN", "aac_000000000000_nope")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            assert!(
+                exited_within_30_s(&mut child).is_some(),
+                "{path:?} {args:?}: hung"
+            );
+            let out = child.wait_with_output().unwrap();
+            let line = one_line_error(&out);
+            assert!(
+                line.contains(&format!(
+                    "`{}` is not a regular file (a FIFO, a socket or a device)",
+                    path.display()
+                )),
+                "{path:?} {args:?}: {line}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -1045,12 +1116,25 @@ fn contradictory_or_out_of_range_flags_are_refused() {
     }
     usage(&["serve", "--confirm-timeout", "0"], "--confirm-timeout");
 
-    let line =
-        one_line_error(&target.run(&["audit", "--since", "2025-06-23", "--until", "2025-06-22"]));
-    assert!(
-        line.contains("--since") && line.contains("--until"),
-        "{line}"
-    );
+    // Ages as dates: equal ones, or a `--since` younger than `--until`, are refused (equal
+    // ages were resolved a few microseconds apart, an empty window listed with exit 0).
+    for (since, until) in [
+        ("2025-06-23", "2025-06-22"),
+        ("2025-06-22", "2025-06-22"),
+        ("1h", "1h"),
+        ("60m", "1h"),
+        ("30m", "1h"),
+    ] {
+        let line = one_line_error(&target.run(&["audit", "--since", since, "--until", until]));
+        assert!(
+            line.contains(&format!(
+                "--since `{since}` is not before --until `{until}`"
+            )),
+            "{line}"
+        );
+    }
+    let ok = target.run(&["audit", "--since", "1h", "--until", "30m"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
     let ok = target.run(&["audit", "--limit", "9223372036854775807"]);
     assert!(ok.status.success(), "{}", stderr(&ok));
 }
