@@ -2567,8 +2567,8 @@ async fn a_404_on_an_open_session_does_not_forget_its_owner() {
 
 /// A 2026-07-28 call has no session, and rmcp serves it whatever session it names; one
 /// naming a session that is not open (another principal's, one never opened, one
-/// ended) is refused as the session's, 404 `session_not_found`, and recorded so. It
-/// used to run and be cancelled at once by that session's end, recorded 499
+/// ended) is refused as the session's, 404 `session_not_found`, and recorded so, a read
+/// too. It used to run and be cancelled at once by that session's end, recorded 499
 /// `cancelled`, as if its client had cancelled it. On an open session of its own, it
 /// runs.
 #[tokio::test]
@@ -2651,6 +2651,42 @@ async fn a_2026_07_28_call_naming_a_session_that_is_not_open_is_refused_as_the_s
         );
         server.sink.clear();
     }
+    // A read, as a call: refused as the session's, recorded so.
+    let response = alice
+        .http
+        .post(server.mcp())
+        .bearer_auth(&reader)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "resources/read")
+        .header("mcp-name", "notes://all")
+        .header("mcp-session-id", &theirs)
+        .body(r#"{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"notes://all","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)
+        .send()
+        .await
+        .unwrap();
+    let (_, message) = answer(response).await;
+    let message = message.expect("an answer");
+    assert!(message.get("result").is_none(), "{message}");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            records[0].kind,
+            records[0].check,
+            records[0].reason.as_deref(),
+            records[0].status
+        ),
+        (
+            aac_tools::audit::CallKind::Resource,
+            Some(Check::Session),
+            Some("session_not_found"),
+            404
+        ),
+        "{records:?}"
+    );
+    server.sink.clear();
     // Alice's own open session: the call runs.
     let (_, message) = answer(post(&full, &theirs, 4).send().await.unwrap()).await;
     let message = message.expect("an answer");

@@ -303,7 +303,17 @@ impl McpHandler {
             .transport(self.transport)
             .request_id(context.id.to_string())
             .cancellation(self.cancellation(context));
-        self.shared.server.begin(request).run().await.into_result()
+        let attempt = self.shared.server.begin(request);
+        // As a call: refused as the session's, not run to be cancelled at once.
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if modern && self.names_a_closed_session(context) {
+            return Err(attempt
+                .refuse(crate::audit::Check::Session, session_not_found())
+                .await);
+        }
+        attempt.run().await.into_result()
     }
 
     /// The credentials to check again later (a subscription before each update, a call
@@ -741,8 +751,9 @@ impl ServerHandler for McpHandler {
         // run to be cancelled at once by the session's end, which its record would call
         // the client's doing.
         if modern && self.names_a_closed_session(&context) {
-            let err = ToolError::new(Status::NotFound, "session_not_found", "no such session");
-            let err = attempt.refuse(crate::audit::Check::Session, err).await;
+            let err = attempt
+                .refuse(crate::audit::Check::Session, session_not_found())
+                .await;
             return Ok(CallToolResponse::Complete(call_tool_result(Err(err))));
         }
         if let Some((state, responses)) = resume {
@@ -758,6 +769,13 @@ impl ServerHandler for McpHandler {
             response.into_result(),
         )))
     }
+}
+
+/// The refusal of a 2026-07-28 request naming a Streamable HTTP session that is not open
+/// ([`McpHandler::names_a_closed_session`]): what rmcp answers any other request naming
+/// one, 404.
+fn session_not_found() -> ToolError {
+    ToolError::new(Status::NotFound, "session_not_found", "no such session")
 }
 
 /// The answer to a `resources/subscribe` or `resources/unsubscribe` on a server without
