@@ -105,6 +105,12 @@ impl Sealer {
         else {
             return Err(Broken::Malformed);
         };
+        // Only the form this server writes (lowercase hex): a state is one string, and
+        // no other spelling of it is the state it issued.
+        let lowercase = |text: &str| !text.bytes().any(|b| b.is_ascii_uppercase());
+        if !lowercase(payload) || !lowercase(tag) {
+            return Err(Broken::Malformed);
+        }
         let payload = unhex(payload).ok_or(Broken::Malformed)?;
         let tag = unhex(tag).ok_or(Broken::Malformed)?;
         let verified = self.keys.iter().any(|key| {
@@ -284,6 +290,21 @@ mod tests {
             sealer(1).open("v2.00.00", &c.p, &c.t, &c.d, 999),
             Err(Broken::Malformed)
         );
+        // The same bytes spelled in uppercase hex are not the state issued.
+        let (payload, tag) = (
+            state.split('.').nth(1).unwrap(),
+            state.split('.').nth(2).unwrap(),
+        );
+        for respelled in [
+            format!("v1.{}.{tag}", payload.to_ascii_uppercase()),
+            format!("v1.{payload}.{}", tag.to_ascii_uppercase()),
+        ] {
+            assert!(respelled != state, "the state has letters to respell");
+            assert_eq!(
+                sealer(1).open(&respelled, &c.p, &c.t, &c.d, 999),
+                Err(Broken::Malformed)
+            );
+        }
         // Rotation: the new key signs, the old one still verifies.
         let rotated = Sealer::new(vec![vec![2; 32], vec![1; 32]]);
         assert_eq!(rotated.open(&state, &c.p, &c.t, &c.d, 999), Ok(c.clone()));
