@@ -345,6 +345,21 @@ async fn a_framework_table_of_another_owner_is_refused() {
             && err.contains("defeats the level model"),
         "{err}"
     );
+    // The user the URL logged in as is named, and the way out that keeps the trail
+    // comes first (a URL naming another user is the common cause).
+    let user = test
+        .url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('@').next());
+    assert!(
+        err.contains(&format!("not by `{}`", user.unwrap()))
+            && matches!(
+                (err.find("do not drop anything"), err.find("drop this table")),
+                (Some(keep), Some(drop)) if keep < drop
+            ),
+        "{err}"
+    );
     admin.batch_execute("DROP TABLE aac_tokens").await.unwrap();
     db.migrate("notes", &notes).await.unwrap();
     // Replaced after `init`: refused when the server starts again.

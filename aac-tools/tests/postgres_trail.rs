@@ -1643,6 +1643,50 @@ async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_conn
     assert!(refused.is_err());
 }
 
+/// The owner's connection (migrations, `init`, every command of `aacworkflow`) and the
+/// trail's reading (`audit --verify`) give up on a server that accepts and never answers
+/// within the connection's `connect_timeout`, the start-up exchange included, as the sink
+/// does: they waited for it for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_and_the_trail_s_reader_give_up_on_a_database_that_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let guard = std::time::Duration::from_secs(30);
+    let db = Database::connect(
+        &format!("postgres://nobody@127.0.0.1:{port}/nothing?connect_timeout=1"),
+        aac_tools::postgres::Roles::new("aac").unwrap(),
+    )
+    .unwrap();
+    let err = tokio::time::timeout(guard, db.owner())
+        .await
+        .expect("the owner's connection gives up instead of waiting")
+        .expect_err("no connection");
+    assert!(
+        err.to_string().contains("did not answer within 1 s"),
+        "{err}"
+    );
+    let config = on_loopback(
+        port,
+        "nobody",
+        "nothing",
+        std::time::Duration::from_millis(500),
+    );
+    let err = tokio::time::timeout(guard, aac_tools::postgres::mirror(&config))
+        .await
+        .expect("the trail's reader gives up instead of waiting")
+        .expect_err("no trail");
+    assert!(
+        err.to_string().contains("did not answer within 0.5 s"),
+        "{err}"
+    );
+}
+
 /// U+0000, which PostgreSQL refuses in text, never reaches the trail: a tool name (no
 /// token needed) or a request id holding it is recorded with `␀` in its place, and the
 /// next call is served, where the character once failed the record's batch and stopped

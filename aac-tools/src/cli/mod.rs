@@ -188,6 +188,13 @@ impl CliContext {
         &self.db
     }
 
+    /// [`CliContext::db_path`] as a message may show it: a PostgreSQL URL's password
+    /// (`user:password@`, a `password=` parameter) written `***`, since a host may show
+    /// a stdio server's stderr to a person.
+    pub fn db_shown(&self) -> String {
+        without_password(&self.db.to_string_lossy())
+    }
+
     /// Open the database as the built-in commands do: [`Cli::open_with`] if given, else
     /// the default checks, [`Cli::schema`] and the token store's table; with
     /// [`OpenMode::Create`], the audit trail's table too (created if missing, checked if
@@ -755,8 +762,77 @@ pub(crate) fn parse_duration(text: &str) -> Result<i64, CliError> {
     number.checked_mul(seconds).ok_or_else(bad)
 }
 
+/// `db` with a PostgreSQL URL's password written `***`: the one after `user:` before
+/// the host, and the value of each `password` parameter. Anything else as it is.
+fn without_password(db: &str) -> String {
+    let Some(scheme_end) = db.find("://") else {
+        return db.to_owned();
+    };
+    let (scheme, rest) = db.split_at(scheme_end + 3);
+    if !scheme
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("postgres")
+    {
+        return db.to_owned();
+    }
+    // The authority ends at the path, the query or the fragment; its user information
+    // at its last `@`.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => match authority[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &authority[..colon], &authority[at..]),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = match query.split_once('#') {
+                Some((query, fragment)) => (query, Some(fragment)),
+                None => (query, None),
+            };
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+            format!("{path}?{}{fragment}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        for (db, shown) in [
+            ("app.db", "app.db"),
+            ("/tmp/a:b@c.db", "/tmp/a:b@c.db"),
+            (
+                "postgres://owner:s3cret@127.0.0.1:5432/app",
+                "postgres://owner:***@127.0.0.1:5432/app",
+            ),
+            ("postgres://owner@host/app", "postgres://owner@host/app"),
+            (
+                "postgresql://o:p@ss:w@host/app?sslmode=disable&password=x&PASSWORD=y#f",
+                "postgresql://o:***@host/app?sslmode=disable&password=***&PASSWORD=***#f",
+            ),
+            (
+                "POSTGRES://host?password=s3cret",
+                "POSTGRES://host?password=***",
+            ),
+        ] {
+            assert_eq!(super::without_password(db), shown, "{db}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -336,7 +336,7 @@ pub(super) fn token_refused(context: &CliContext, token: &str, why: &str) -> Cli
         "AAC_TOKEN is refused ({why}): a token of the database `{}` comes from `{}` (point \
          --db or AAC_DB at the database that made it); a JWT needs --jwt-issuer and is checked \
          against its issuer's keys",
-        context.db_path().display(),
+        context.db_shown(),
         context.shared.token_create_usage
     ))
 }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
+use tokio_postgres::{Client, SimpleQueryMessage, Statement};
 
 use super::link::{self, Link};
 use super::{CONNECT_TIMEOUT, Database, describe};
@@ -1079,8 +1079,9 @@ impl PgSink {
 pub async fn mirror(config: &tokio_postgres::Config) -> Result<rusqlite::Connection, AuditError> {
     let unreachable =
         |e: tokio_postgres::Error| AuditError::new(format!("audit database: {}", describe(&e)));
-    let (client, connection) = config.connect(NoTls).await.map_err(unreachable)?;
-    let task = tokio::spawn(connection);
+    let (client, task) = super::connect(config)
+        .await
+        .map_err(|why| AuditError::new(format!("audit database: {why}")))?;
     // Read, never created: a trail that is gone is not an empty one.
     let columns = table_columns(&client).await?;
     if columns.is_empty() {

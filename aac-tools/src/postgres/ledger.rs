@@ -3,7 +3,7 @@
 //! every replica of the database.
 
 use tokio::sync::Mutex;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::{CONNECT_TIMEOUT, Database, describe};
 use crate::BoxFuture;
@@ -52,12 +52,9 @@ impl PgLedger {
     async fn redeem_once(&self, nonce: &str, expires: i64) -> Result<bool, String> {
         let mut slot = self.client.lock().await;
         if slot.as_ref().is_none_or(Client::is_closed) {
-            let (client, connection) = self
-                .config
-                .connect(NoTls)
+            let (client, _) = super::connect(&self.config)
                 .await
-                .map_err(|e| format!("the request-state ledger: {}", describe(&e)))?;
-            tokio::spawn(connection);
+                .map_err(|why| format!("the request-state ledger: {why}"))?;
             *slot = Some(client);
         }
         let client = slot.as_ref().expect("connected above");

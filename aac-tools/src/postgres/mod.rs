@@ -186,6 +186,36 @@ impl From<tokio_postgres::Error> for DbError {
 
 /// An error with the server's message when there is one (tokio-postgres' `Display` says
 /// only "db error").
+/// A connection as `config` says, opened within its `connect_timeout`
+/// ([`CONNECT_TIMEOUT`] when it names none) from the first byte to the last of the
+/// start-up exchange: tokio-postgres bounds each TCP attempt only, so a server that
+/// accepts and never answers (a stuck proxy, a half-dead host) held the caller for ever
+/// (every command of `aacworkflow`, `audit --verify` included). Its connection runs on a
+/// task of its own, returned to abort when done.
+pub(crate) async fn connect(
+    config: &tokio_postgres::Config,
+) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), String> {
+    let limit = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT);
+    match tokio::time::timeout(limit, config.connect(NoTls)).await {
+        Ok(Ok((client, connection))) => {
+            let task = tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    tracing::debug!("a database connection closed: {}", describe(&err));
+                }
+            });
+            Ok((client, task))
+        }
+        Ok(Err(err)) => Err(describe(&err)),
+        Err(_) => Err(format!(
+            "the server accepted the connection but did not answer within {} s",
+            limit.as_secs_f64()
+        )),
+    }
+}
+
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
@@ -449,19 +479,16 @@ impl Database {
     /// it runs (`level_violation`).
     pub async fn owner(&self) -> Result<tokio_postgres::Client, DbError> {
         refused_in_tools("Database::owner")?;
-        let mut config = self.inner.owner.clone();
-        config.connect_timeout(CONNECT_TIMEOUT);
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+        // The URL's `connect_timeout`, else the framework's.
+        let (client, _) = connect(&self.inner.owner).await.map_err(|why| {
             DbError::new(
-                format!("cannot connect to database `{}`", self.inner.database),
-                Some(e),
+                format!(
+                    "cannot connect to database `{}`: {why}",
+                    self.inner.database
+                ),
+                None,
             )
         })?;
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!("owner connection closed: {err}");
-            }
-        });
         Ok(client)
     }
 
@@ -1309,14 +1336,24 @@ async fn check_framework_tables(client: &tokio_postgres::Client) -> Result<(), D
         .map_err(|e| DbError::new("cannot read the owners of the framework's tables", Some(e)))?;
     if let Some(row) = foreign.first() {
         let (table, owner): (String, String) = (row.get(0), row.get(1));
+        let connected: String = client
+            .query_one("SELECT current_user::text", &[])
+            .await
+            .map(|row| row.get(0))
+            .unwrap_or_default();
+        // Most often the URL names another user than the one that ran `init`: said
+        // first, since dropping the table would lose the trail.
         return Err(DbError::new(
             format!(
-                "the framework's table `{table}` is owned by `{owner}`, not by the tables' \
-                 owner (the role that migrates): its rows (tokens, the audit trail) and its \
-                 triggers are that role's to forge. A database or schema `public` owned by a \
-                 role you do not trust defeats the level model: that role may create, drop or \
-                 replace the framework's tables. Serve from a database whose owner, and \
-                 `public`'s, you trust; drop this table (after checking its rows) and run again"
+                "the framework's table `{table}` is owned by `{owner}`, not by `{connected}`, \
+                 the user this connection logged in as, which must be the tables' owner (the \
+                 role that migrates). If `{owner}` made these tables (ran `init`), name it \
+                 in the URL (`postgres://{owner}@…`), and do not drop anything. Otherwise \
+                 its rows (tokens, the audit trail) and its triggers are that role's to \
+                 forge: a database or schema `public` owned by a role you do not trust \
+                 defeats the level model, as that role may create, drop or replace the \
+                 framework's tables. Serve from a database whose owner, and `public`'s, you \
+                 trust; drop this table (after checking its rows) and run again"
             ),
             None,
         ));
