@@ -1604,6 +1604,20 @@ async fn the_audit_sink_tries_each_configured_host_in_turn() {
     assert_eq!(ids, vec![Some("0-1".to_owned())]);
 }
 
+/// The port of a listener on loopback that accepts, reads nothing, answers nothing and
+/// keeps every connection open: a database that never answers.
+fn silent_listener() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
 /// A server that accepts the connection and never answers (a stuck proxy, a half-dead
 /// host) holds the sink no longer than its `connect_timeout`, start-up exchange
 /// included: the sink opens not ready, and calls are refused with 503 instead of
@@ -1611,15 +1625,7 @@ async fn the_audit_sink_tries_each_configured_host_in_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_connect_timeout() {
     use aac_tools::audit::AuditSink;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    // Accepts, reads nothing, answers nothing; keeps every connection open.
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming() {
-            held.push(stream);
-        }
-    });
+    let port = silent_listener();
     let config = on_loopback(
         port,
         "nobody",
@@ -1649,14 +1655,7 @@ async fn a_database_that_accepts_and_never_answers_is_given_up_on_after_the_conn
 /// does: they waited for it for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_and_the_trail_s_reader_give_up_on_a_database_that_never_answers() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming() {
-            held.push(stream);
-        }
-    });
+    let port = silent_listener();
     let guard = std::time::Duration::from_secs(30);
     let db = Database::connect(
         &format!("postgres://nobody@127.0.0.1:{port}/nothing?connect_timeout=1"),

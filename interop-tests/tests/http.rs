@@ -2031,6 +2031,11 @@ async fn post_tools_name_is_a_plain_json_call() {
     let client = reqwest::Client::new();
     let url = |name: &str| format!("{}/tools/{name}", server.base);
     let full = &server.fixture.full;
+    // `POST /tools/{tool}` with `token` and `body`: its response.
+    let call = |tool: &str, token: &str, body: &'static str| {
+        let sent = client.post(url(tool)).bearer_auth(token).body(body).send();
+        async move { sent.await.unwrap() }
+    };
 
     let response = client
         .post(url("add_note"))
@@ -2044,13 +2049,7 @@ async fn post_tools_name_is_a_plain_json_call() {
     assert_eq!(response.json::<Value>().await.unwrap(), json!({"id": 1}));
 
     // a content (non-structured) result
-    let response = client
-        .post(url("count_slowly"))
-        .bearer_auth(full)
-        .body(r#"{"to": 1}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = call("count_slowly", full, r#"{"to": 1}"#).await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.json::<Value>().await.unwrap(),
@@ -2058,13 +2057,7 @@ async fn post_tools_name_is_a_plain_json_call() {
     );
 
     // the confirm guard: 400 with the exact message
-    let response = client
-        .post(url("delete_note"))
-        .bearer_auth(full)
-        .body(r#"{"id": 1}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = call("delete_note", full, r#"{"id": 1}"#).await;
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], CONFIRM_REQUIRED);
@@ -2077,13 +2070,12 @@ async fn post_tools_name_is_a_plain_json_call() {
     let response = client.post(url("list_notes")).send().await.unwrap();
     assert_eq!(response.status(), 401);
     assert!(challenge(&response).starts_with("Bearer resource_metadata="));
-    let response = client
-        .post(url("delete_note"))
-        .bearer_auth(&server.fixture.reader)
-        .body(r#"{"id": 1, "confirm": true}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = call(
+        "delete_note",
+        &server.fixture.reader,
+        r#"{"id": 1, "confirm": true}"#,
+    )
+    .await;
     assert_eq!(response.status(), 403);
     assert!(challenge(&response).contains(r#"error="insufficient_scope", scope="notes:delete""#));
     let response = client
@@ -2097,59 +2089,29 @@ async fn post_tools_name_is_a_plain_json_call() {
         response.json::<Value>().await.unwrap()["reason"],
         "unknown_tool"
     );
-    let response = client
-        .post(url("add_note"))
-        .bearer_auth(full)
-        .body(r#"{"text": 3}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = call("add_note", full, r#"{"text": 3}"#).await;
     assert_eq!(response.status(), 400);
     assert_eq!(
         response.json::<Value>().await.unwrap()["reason"],
         "invalid_arguments"
     );
-    let response = client
-        .post(url("add_note"))
-        .bearer_auth(full)
-        .body("{oops")
-        .send()
-        .await
-        .unwrap();
+    let response = call("add_note", full, "{oops").await;
     assert_eq!(response.status(), 400);
     assert_eq!(
         response.json::<Value>().await.unwrap()["reason"],
         "invalid_arguments"
     );
-    let response = client
-        .post(url("add_note"))
-        .bearer_auth("aac_0123456789ab_nope")
-        .body("{oops")
-        .send()
-        .await
-        .unwrap();
+    let response = call("add_note", "aac_0123456789ab_nope", "{oops").await;
     assert_eq!(response.status(), 401, "a bad token is told first");
     // Then the tool and the scope, as for a body that is JSON: a body that is not JSON
     // is no way past them to a 400 (it used to be refused before both).
-    let response = client
-        .post(url("no_such_tool"))
-        .bearer_auth(full)
-        .body("{oops")
-        .send()
-        .await
-        .unwrap();
+    let response = call("no_such_tool", full, "{oops").await;
     assert_eq!(response.status(), 404);
     assert_eq!(
         response.json::<Value>().await.unwrap()["reason"],
         "unknown_tool"
     );
-    let response = client
-        .post(url("delete_note"))
-        .bearer_auth(&server.fixture.reader)
-        .body("{oops")
-        .send()
-        .await
-        .unwrap();
+    let response = call("delete_note", &server.fixture.reader, "{oops").await;
     assert_eq!(response.status(), 403);
     assert!(challenge(&response).contains(r#"error="insufficient_scope", scope="notes:delete""#));
 

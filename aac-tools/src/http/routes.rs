@@ -1309,23 +1309,25 @@ struct Whole<'a> {
 }
 
 impl Whole<'_> {
-    /// Refuse the body with `err`: its call (`call`, begun as `attempt`), else its read,
-    /// prompt or completion (`item`), recorded with `err`, and every other one it carries
-    /// recorded as not dispatched, under the same status. Returns the answer's error.
+    /// Refuse the body with `err` at `check`: its call (`call`, begun as `attempt`), else
+    /// its read, prompt or completion (`item`), recorded with `err`, and every other one it
+    /// carries recorded as not dispatched, under the same status. Returns the answer's
+    /// error.
     async fn refuse(
         &self,
         app: &App,
         call: Option<&ToolsCall<'_>>,
         attempt: Option<Attempt>,
         item: Option<CallRequest>,
+        check: Check,
         err: ToolError,
     ) -> ToolError {
         let err = match (call, attempt, item) {
-            (Some(call), Some(attempt), _) => call.refuse(attempt, Check::Protocol, err).await,
+            (Some(call), Some(attempt), _) => call.refuse(attempt, check, err).await,
             (_, _, Some(item)) => {
                 let mut attempt = app.server().begin(item);
                 attempt.authenticated(Arc::clone(self.principal));
-                attempt.refuse(Check::Protocol, err).await
+                attempt.refuse(check, err).await
             }
             _ => err,
         };
@@ -1457,7 +1459,15 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "body_too_large",
             crate::mcp::initialize_too_large(),
         );
-        let err = Box::pin(whole.refuse(app, call.as_ref(), attempt.take(), item(), err)).await;
+        let err = Box::pin(whole.refuse(
+            app,
+            call.as_ref(),
+            attempt.take(),
+            item(),
+            Check::Protocol,
+            err,
+        ))
+        .await;
         return json_error(&err);
     }
 
@@ -1478,9 +1488,15 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                         "a request of this session with the same JSON-RPC id is still in \
                          flight: ids must be unique among a session's requests in flight",
                     );
-                    let err =
-                        Box::pin(whole.refuse(app, call.as_ref(), attempt.take(), item(), err))
-                            .await;
+                    let err = Box::pin(whole.refuse(
+                        app,
+                        call.as_ref(),
+                        attempt.take(),
+                        item(),
+                        Check::Protocol,
+                        err,
+                    ))
+                    .await;
                     return app.refusal(&parts.headers, &err, None);
                 }
             },
@@ -1496,16 +1512,9 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         if !principal.has_scopes(&app.inner.every_scope)
             && let Err((Check::Scope, err)) = pending.authorize()
         {
-            let err = Box::pin(call.refuse(pending, Check::Scope, err)).await;
-            Box::pin(refuse_rest_of_batch(
-                app,
-                &body,
-                peer,
-                Some(&principal),
-                None,
-                err.status(),
-            ))
-            .await;
+            let err =
+                Box::pin(whole.refuse(app, Some(call), Some(pending), None, Check::Scope, err))
+                    .await;
             return app.refusal(&parts.headers, &err, Some(&call.tool));
         }
         attempt = Some(pending);
@@ -1538,25 +1547,19 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             "a request without an `id` is a notification, which is never answered: a call, \
              read, prompt or completion needs an id",
         );
-        let (err, tool) = match (&call, attempt.take(), item_request) {
-            (Some(call), Some(pending), _) => (
-                Box::pin(call.refuse(pending, Check::Protocol, err)).await,
-                Some(call.tool.as_str()),
-            ),
-            (_, _, Some(item)) => {
-                let mut attempt = app.server().begin(item);
-                attempt.authenticated(Arc::clone(&principal));
-                (Box::pin(attempt.refuse(Check::Protocol, err)).await, None)
-            }
-            _ => (err, None),
-        };
-        Box::pin(refuse_rest_of_batch(
+        // A call is refused as its tool's (its `WWW-Authenticate`, say), anything else
+        // as the request's.
+        let tool = call
+            .as_ref()
+            .filter(|_| attempt.is_some())
+            .map(|call| call.tool.as_str());
+        let err = Box::pin(whole.refuse(
             app,
-            &body,
-            peer,
-            Some(&principal),
-            None,
-            err.status(),
+            call.as_ref(),
+            attempt.take(),
+            item_request,
+            Check::Protocol,
+            err,
         ))
         .await;
         return app.refusal(&parts.headers, &err, tool);

@@ -203,11 +203,8 @@ impl McpHandler {
     fn cancellation(&self, context: &RequestContext<RoleServer>) -> CancellationToken {
         #[cfg(feature = "http")]
         if let Some(ends) = &self.session_ends
-            && let Some(id) = context
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|parts| parts.headers.get("mcp-session-id"))
-                .and_then(|id| id.to_str().ok())
+            && let Some(id) = named_session(context)
+            && let Ok(id) = id.to_str()
         {
             return ends.call(id, &context.ct);
         }
@@ -221,10 +218,7 @@ impl McpHandler {
     fn names_a_closed_session(&self, context: &RequestContext<RoleServer>) -> bool {
         #[cfg(feature = "http")]
         if let Some(ends) = &self.session_ends
-            && let Some(id) = context
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|parts| parts.headers.get("mcp-session-id"))
+            && let Some(id) = named_session(context)
         {
             return id.to_str().map_or(true, |id| !ends.is_open(id));
         }
@@ -769,6 +763,15 @@ impl ServerHandler for McpHandler {
             response.into_result(),
         )))
     }
+}
+
+/// The Streamable HTTP session a request names (its `Mcp-Session-Id`), if any.
+#[cfg(feature = "http")]
+fn named_session(context: &RequestContext<RoleServer>) -> Option<&http::HeaderValue> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
 }
 
 /// The refusal of a 2026-07-28 request naming a Streamable HTTP session that is not open
