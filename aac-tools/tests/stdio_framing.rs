@@ -824,6 +824,83 @@ async fn a_connection_whose_token_fails_is_recorded_at_the_principal_rate() {
     }
 }
 
+/// A batch line goes through the connection's principal rate once, with its first call,
+/// for every record its refusal writes: within the rate every call is recorded; past it
+/// the first call is recorded (the first refusal past the rate) and the rest counted, so
+/// that batches grow the trail no faster than the rate (one token a record). The line is
+/// answered as any batch is, an error under each id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_line_goes_through_the_principal_s_rate_whole() {
+    let sink = MemorySink::new();
+    let server = builder(false)
+        .audit(sink.clone())
+        .rate_limit_per_principal(Some(aac_tools::Rate::new(
+            3,
+            std::time::Duration::from_secs(3600),
+        )))
+        .build()
+        .unwrap();
+    let mut raw = Raw::start(server, "all", 1 << 20).await;
+    let batch = |first: u64, calls: u64| {
+        let calls: Vec<Value> = (first..first + calls)
+            .map(|id| {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "echo_text", "arguments": {"text": "x"}}})
+            })
+            .collect();
+        Value::Array(calls).to_string()
+    };
+    for (first, calls) in [(1, 2), (3, 2), (5, 5)] {
+        raw.line(&batch(first, calls)).await;
+        let answer = raw.next().await;
+        let answers = answer.as_array().expect("an array answers a batch");
+        assert_eq!(answers.len(), calls as usize, "{answer}");
+        assert!(
+            answers.iter().all(|a| a["error"]["code"] == -32600),
+            "{answer}"
+        );
+    }
+    raw.line(r#"{"jsonrpc":"2.0","id":99,"method":"ping"}"#)
+        .await;
+    assert_eq!(raw.next().await["id"], 99);
+    let seen = |records: &[aac_tools::audit::AuditRecord]| -> Vec<_> {
+        records
+            .iter()
+            .map(|r| {
+                (
+                    r.request_id.clone(),
+                    r.status,
+                    r.arguments.get("suppressed").cloned(),
+                )
+            })
+            .collect()
+    };
+    // Two records of three tokens; then a batch of two past the one left: its first
+    // recorded, the rest counted with the batch of five.
+    let expected = [
+        (Some("1".to_owned()), 400, None),
+        (Some("2".to_owned()), 400, None),
+        (Some("3".to_owned()), 400, None),
+    ];
+    assert_eq!(seen(&sink.records()), expected, "{:#?}", sink.records());
+    drop(raw);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sink.records().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:#?}",
+            sink.records()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let records = sink.records();
+    assert_eq!(
+        seen(&records[3..]),
+        [(None, 429, Some(json!(6)))],
+        "{records:#?}"
+    );
+}
+
 /// A well-formed call that rmcp itself refuses before any handler sees it (sent before
 /// `initialize`, or naming a protocol version rmcp does not support) is recorded once,
 /// before its answer is written, with what rmcp said; a call rmcp hands on is recorded

@@ -377,6 +377,99 @@ async fn a_principal_past_its_rate_gets_429_recorded() {
     assert_eq!(records[0].arguments["suppressed"], 20);
 }
 
+/// A batch (refused whole, 400) goes through its principal's rate once, with its first
+/// call, for every record it writes: within the rate each call is recorded as answered
+/// (400); past it the batch is answered 429 with `Retry-After`, its first call recorded as
+/// that 429 (the first refusal past the rate) and the rest counted. So no call of a batch
+/// answered 400 is counted as answered 429, and a batch grows the trail no faster than the
+/// rate allows (one token a record).
+#[tokio::test]
+async fn a_batch_goes_through_the_principal_s_rate_whole_and_is_answered_as_recorded() {
+    let options = Options {
+        principal_rate: Some(aac_tools::Rate::new(3, Duration::from_secs(3600))),
+        ..Options::default()
+    };
+    let server = TestServer::start(HttpOptions::default(), options).await;
+    let mut raw = common::RawMcp::new(&server.mcp(), Some(&server.fixture.full));
+    raw.initialize().await;
+    let batch = |first: u64, calls: u64| {
+        let calls: Vec<_> = (first..first + calls)
+            .map(|id| {
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "list_notes", "arguments": {}}})
+            })
+            .collect();
+        serde_json::Value::Array(calls).to_string()
+    };
+    let send = |body: String| {
+        let request = raw.post().body(body);
+        async move {
+            let response = request.send().await.unwrap();
+            let retry = response.headers().get("retry-after").cloned();
+            (response.status().as_u16(), retry)
+        }
+    };
+    // Two records of three tokens: within the rate, each call recorded as answered.
+    assert_eq!(send(batch(1, 2)).await, (400, None));
+    let records = server.sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.request_id.as_deref(), r.status, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Some("1"), 400, Some("not_dispatched")),
+            (Some("2"), 400, Some("not_dispatched")),
+        ],
+        "{records:#?}"
+    );
+    // Two more records of the one token left: past the rate, the batch is answered 429,
+    // and its first call is recorded as that 429.
+    let (status, retry) = send(batch(3, 2)).await;
+    assert_eq!(status, 429);
+    assert!(retry.is_some(), "a 429 says when to come back");
+    let records = server.sink.records();
+    assert_eq!(records.len(), 3, "{records:#?}");
+    let past = &records[2];
+    assert_eq!(
+        (
+            past.request_id.as_deref(),
+            past.status,
+            past.reason.as_deref(),
+            past.check,
+            past.principal.as_deref(),
+        ),
+        (
+            Some("3"),
+            429,
+            Some("rate_limited"),
+            Some(aac_tools::audit::Check::RateLimit),
+            Some("alice")
+        )
+    );
+    // A batch of more records than the rate's burst never goes through.
+    assert_eq!(send(batch(5, 5)).await.0, 429);
+    assert_eq!(
+        server.sink.records().len(),
+        3,
+        "{:#?}",
+        server.sink.records()
+    );
+    // Counted: the rest of the second batch and the whole third, as answered (429).
+    server.server.flush_rate_limited().await;
+    let records = server.sink.records();
+    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(
+        (records[3].status, &records[3].arguments),
+        (429, &serde_json::json!({"suppressed": 6}))
+    );
+    // The token left is still there: one call goes ahead.
+    let (status, answer) = raw.call(10, "list_notes", serde_json::json!({})).await;
+    assert_eq!(status, 200);
+    assert!(answer.unwrap()["result"].is_object());
+}
+
 /// Requests the MCP layer refuses after the gate let them through (a read whose params
 /// have the wrong shape, in a session) are recorded when the gate's attempt is dropped:
 /// that record goes through the principal's rate too, so a token cannot grow the trail

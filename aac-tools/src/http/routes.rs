@@ -26,8 +26,8 @@ use crate::context::Transport;
 use crate::error::{Status, ToolError};
 use crate::mcp::streamable::McpService;
 use crate::mcp::{PendingAttempt, PendingItem, VerifiedPrincipal};
-use crate::pipeline::Attempt;
 use crate::pipeline::probe::{self, UNKNOWN_TOOL};
+use crate::pipeline::{Attempt, BatchRate};
 use crate::principal::Principal;
 use crate::server::{CallRequest, Credentials, Server};
 
@@ -1133,12 +1133,15 @@ async fn refuse_what_the_body_carries(
             Err(_) => return unread_body(app, parts, err, &start, arrived).await,
         };
     let mut principal = None;
+    let mut rate = None;
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
-        let mut attempt = begin(call.request(peer));
+        let (mut attempt, batch) = first_of(&body, begin(call.request(peer)));
+        rate = batch;
         principal = attempt.authenticate().await.ok();
         call.refuse(attempt, Check::Protocol, err.clone()).await
     } else if let Some(item) = item_request(&body, peer) {
-        let mut attempt = begin(item);
+        let (mut attempt, batch) = first_of(&body, begin(item));
+        rate = batch;
         principal = attempt.authenticate().await.ok();
         attempt.refuse(Check::Protocol, err.clone()).await
     } else if carries == Carries::Any {
@@ -1153,10 +1156,15 @@ async fn refuse_what_the_body_carries(
         peer,
         principal.as_ref(),
         Some((Check::Protocol, &err)),
-        err.status(),
+        &answer,
+        rate.as_ref(),
     )
     .await;
-    json_error(&answer)
+    match replaces_the_answer(&answer) {
+        // (With its `Retry-After`.)
+        true => app.refusal(&parts.headers, &answer, None),
+        false => json_error(&answer),
+    }
 }
 
 /// What a path no route took looks like, read as a proxy in front might normalize it
@@ -1240,21 +1248,41 @@ fn declares_body(headers: &HeaderMap) -> bool {
 /// refused with the request as a whole: by `check` and `err` (the gate's refusal), or as
 /// not dispatched (`None`: the MCP layer refused the batch). At most
 /// [`probe::MAX_BATCH_RECORDS`] in all, and one more that counts the rest.
+/// The calls of the batch `body` but its first, and how many more it holds of each kind
+/// (`probe::rest_of_batch_read`); `None` when `body` is one message.
+fn batch_rest(body: &[u8]) -> Option<(Vec<CallRequest>, probe::Counts, bool)> {
+    // A batch, or messages one after the other (which no single JSON value reads).
+    if !body.trim_ascii_start().starts_with(b"[")
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
+        return None;
+    }
+    Some(probe::rest_of_batch_read(body))
+}
+
+/// `attempt`, the first call's of `body`, made to pay its rate for every record the
+/// refusal of `body` writes, when `body` is a batch; what its rate says of the batch, for
+/// [`refuse_rest_of_batch`].
+fn first_of(body: &[u8], mut attempt: Attempt) -> (Attempt, Option<BatchRate>) {
+    let rate = batch_rest(body).map(|(rest, more, _)| {
+        let counts = more.by_kind().count();
+        attempt.first_of_batch(1 + rest.len() as u64 + counts as u64)
+    });
+    (attempt, rate)
+}
+
 async fn refuse_rest_of_batch(
     app: &App,
     body: &[u8],
     peer: Option<IpAddr>,
     principal: Option<&Arc<Principal>>,
     refusal: Option<(Check, &ToolError)>,
-    answered: Status,
+    answered: &ToolError,
+    rate: Option<&BatchRate>,
 ) {
-    // A batch, or messages one after the other (which no single JSON value reads).
-    if !body.trim_ascii_start().starts_with(b"[")
-        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
-    {
+    let Some((rest, more, unread)) = batch_rest(body) else {
         return;
-    }
-    let (rest, more, unread) = probe::rest_of_batch_read(body);
+    };
     let not_dispatched = |more: u64| {
         let counted = if more > 0 {
             format!("; the batch held {more} more calls, not recorded one by one")
@@ -1262,7 +1290,7 @@ async fn refuse_rest_of_batch(
             String::new()
         };
         ToolError::new(
-            answered,
+            answered.status(),
             "not_dispatched",
             format!("the request was refused before the tool was called{counted}"),
         )
@@ -1297,6 +1325,10 @@ async fn refuse_rest_of_batch(
         if let Some(account) = account {
             attempt.account(account);
         }
+        // Through the rate with the batch's first call: recorded, or counted, with it.
+        if let Some(rate) = rate {
+            attempt.rest_of_batch(rate);
+        }
         attempt.refuse(check.unwrap_or(Check::Protocol), err).await;
     }
 }
@@ -1322,17 +1354,20 @@ impl Whole<'_> {
         check: Check,
         err: ToolError,
     ) -> ToolError {
-        let err = match (call, attempt, item) {
-            (Some(call), Some(attempt), _) => call.refuse(attempt, check, err).await,
-            (_, _, Some(item)) => {
-                let mut attempt = app.server().begin(item);
-                attempt.authenticated(Arc::clone(self.principal));
-                attempt.refuse(check, err).await
+        let (err, rate) = match (call, attempt, item) {
+            (Some(call), Some(attempt), _) => {
+                let (attempt, rate) = first_of(self.body, attempt);
+                (call.refuse(attempt, check, err).await, rate)
             }
-            _ => err,
+            (_, _, Some(item)) => {
+                let (mut attempt, rate) = first_of(self.body, app.server().begin(item));
+                attempt.authenticated(Arc::clone(self.principal));
+                (attempt.refuse(check, err).await, rate)
+            }
+            _ => (err, None),
         };
-        let (body, peer) = (self.body, self.peer);
-        refuse_rest_of_batch(app, body, peer, Some(self.principal), None, err.status()).await;
+        let (body, peer, principal) = (self.body, self.peer, Some(self.principal));
+        refuse_rest_of_batch(app, body, peer, principal, None, &err, rate.as_ref()).await;
         err
     }
 }
@@ -1388,14 +1423,22 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         Ok(principal) => principal,
         Err(err) => {
             let refusal = err.clone();
-            let err = match (&call, attempt, item()) {
+            let (err, rate) = match (&call, attempt, item()) {
                 (Some(call), Some(attempt), _) => {
-                    Box::pin(call.refuse(attempt, Check::Authenticate, err)).await
+                    let (attempt, rate) = first_of(&body, attempt);
+                    (
+                        Box::pin(call.refuse(attempt, Check::Authenticate, err)).await,
+                        rate,
+                    )
                 }
                 (_, _, Some(item)) => {
-                    Box::pin(app.server().begin(item).refuse(Check::Authenticate, err)).await
+                    let (attempt, rate) = first_of(&body, app.server().begin(item));
+                    (
+                        Box::pin(attempt.refuse(Check::Authenticate, err)).await,
+                        rate,
+                    )
                 }
-                _ => err,
+                _ => (err, None),
             };
             Box::pin(refuse_rest_of_batch(
                 app,
@@ -1403,7 +1446,8 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
                 peer,
                 None,
                 Some((Check::Authenticate, &refusal)),
-                refusal.status(),
+                &err,
+                rate.as_ref(),
             ))
             .await;
             return app.refusal(&parts.headers, &err, None);
@@ -1654,34 +1698,42 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
     {
         let (check, err) = refusal("the tool was called");
+        let refused = err.clone();
+        let (attempt, rate) = first_of(&body, attempt);
         let err = Box::pin(call.refuse(attempt, check, err)).await;
+        let answered = replaces_the_answer(&err).then_some(&err);
         Box::pin(refuse_rest_of_batch(
             app,
             &body,
             peer,
             Some(&principal),
             not_theirs,
-            refused_with,
+            answered.unwrap_or(&refused),
+            rate.as_ref(),
         ))
         .await;
-        if err.reason() == "audit_unavailable" {
-            return json_error(&err);
+        if let Some(err) = answered {
+            return app.refusal(&HeaderMap::new(), err, None);
         }
     }
     if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
         let (check, err) = refusal("it was read");
+        let refused = err.clone();
+        let (attempt, rate) = first_of(&body, attempt);
         let err = Box::pin(attempt.refuse(check, err)).await;
+        let answered = replaces_the_answer(&err).then_some(&err);
         Box::pin(refuse_rest_of_batch(
             app,
             &body,
             peer,
             Some(&principal),
             not_theirs,
-            refused_with,
+            answered.unwrap_or(&refused),
+            rate.as_ref(),
         ))
         .await;
-        if err.reason() == "audit_unavailable" {
-            return json_error(&err);
+        if let Some(err) = answered {
+            return app.refusal(&HeaderMap::new(), err, None);
         }
     }
     match &session {
@@ -1715,6 +1767,16 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         }
     }
     held_by_body(as_answered(is_delete, response), id_held)
+}
+
+/// Whether the record of a request the MCP layer refused says what to answer in place of
+/// the MCP layer's answer: the trail could not take it (503), or it was past its
+/// principal's rate and only counted (429, as every such call is answered).
+fn replaces_the_answer(recorded: &ToolError) -> bool {
+    matches!(
+        (recorded.status(), recorded.reason()),
+        (_, "audit_unavailable") | (Status::TooManyRequests, "rate_limited")
+    )
 }
 
 /// `response`, whose body keeps `held` (a guard) until it is done with: an SSE answer is

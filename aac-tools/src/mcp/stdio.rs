@@ -580,8 +580,13 @@ impl Refusals {
         };
         // A batch (which rmcp refuses whole): each of its calls, not only the first.
         let (rest, more, unread) = probe::rest_of_batch_read(line);
-        let mut records = vec![self.refuse(request, err())];
-        records.extend(rest.into_iter().map(|request| self.refuse(request, err())));
+        let mut first = self.begin(request);
+        // The batch goes through the rate once, for every record it writes.
+        let rate = first.first_of_batch(1 + rest.len() as u64 + more.by_kind().count() as u64);
+        let mut records: Vec<_> = rest
+            .into_iter()
+            .map(|request| (self.begin(request), err()))
+            .collect();
         // One record per kind counted (the reads of the rest as reads).
         for (kind, more) in more.by_kind() {
             let counted = ToolError::bad_request(
@@ -594,11 +599,15 @@ impl Refusals {
             // The count in the record's arguments too, for whoever reads the trail.
             let mut attempt = self.begin(probe::count_request(kind));
             attempt.account(probe::count_of_the_rest(more, unread));
-            records.push(refuse(attempt, counted));
+            records.push((attempt, counted));
         }
         Some(Box::pin(async move {
-            for record in records {
-                record.await;
+            // The others follow the first through the rate: recorded with it, or
+            // counted with it.
+            refused(first, err()).await;
+            for (mut attempt, err) in records {
+                attempt.rest_of_batch(&rate);
+                refused(attempt, err).await;
             }
         }))
     }
@@ -731,12 +740,18 @@ impl Refusals {
 }
 
 /// Record `attempt` as refused by the MCP layer (`err`).
-fn refuse(mut attempt: crate::Attempt, err: ToolError) -> BoxFuture<'static, ()> {
+fn refuse(attempt: crate::Attempt, err: ToolError) -> BoxFuture<'static, ()> {
     Box::pin(async move {
-        // For the record only: the refusal is the line's, whoever sent it.
-        let _ = attempt.authenticate().await;
-        attempt.refuse(Check::Protocol, err).await;
+        refused(attempt, err).await;
     })
+}
+
+/// `attempt` refused with `err` and recorded; what its record says the answer was (429
+/// past a rate).
+async fn refused(mut attempt: crate::Attempt, err: ToolError) -> ToolError {
+    // For the record only: the refusal is the line's, whoever sent it.
+    let _ = attempt.authenticate().await;
+    attempt.refuse(Check::Protocol, err).await
 }
 
 /// The refusal recorded for a request rmcp answered with `message` without handing it on.

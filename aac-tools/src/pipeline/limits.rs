@@ -227,20 +227,21 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     /// [`Limiter::take_suppressed`]).
     #[cfg(test)]
     pub(crate) fn check(&self, key: &K, kind: CallKind) -> Verdict {
-        self.check_counting(key, kind, 1, true)
+        self.check_counting(key, kind, 1, 1, true)
     }
 
-    /// Take one token for `key` for an event that stands for `calls` events of `kind` (the
-    /// record that counts the rest of a batch): if refused, counted as that many.
-    pub(crate) fn check_calls(&self, key: &K, kind: CallKind, calls: u64) -> Verdict {
-        self.check_counting(key, kind, calls, true)
+    /// Take `cost` tokens for `key` (one per record: a batch's first call pays for the
+    /// records of the whole batch) for an event that stands for `calls` events of `kind`
+    /// (the record that counts the rest of a batch): if refused, counted as that many.
+    pub(crate) fn check_calls(&self, key: &K, kind: CallKind, calls: u64, cost: u64) -> Verdict {
+        self.check_counting(key, kind, calls, cost, true)
     }
 
     /// Take one token for `key`, as `check` does, but the first refusal of a key since an
     /// event went ahead is not counted: its caller records it on its own, and counts only
     /// the rest.
     pub(crate) fn check_counting_after_first(&self, key: &K, kind: CallKind) -> Verdict {
-        self.check_counting(key, kind, 1, false)
+        self.check_counting(key, kind, 1, 1, false)
     }
 
     /// [`Limiter::check_counting_after_first`] of an event that stands for `calls`.
@@ -249,11 +250,35 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         key: &K,
         kind: CallKind,
         calls: u64,
+        cost: u64,
     ) -> Verdict {
-        self.check_counting(key, kind, calls, false)
+        self.check_counting(key, kind, calls, cost, false)
     }
 
-    fn check_counting(&self, key: &K, kind: CallKind, calls: u64, count_first: bool) -> Verdict {
+    /// Count `calls` events of `kind` of `key` as refused, taking no token: the calls of a
+    /// batch answered 429 with its first call.
+    pub(crate) fn count(&self, key: &K, kind: CallKind, calls: u64) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        match buckets.get_mut(key) {
+            Some(bucket) => bucket.suppressed.add_n(kind, calls),
+            None => {
+                drop(buckets);
+                self.overflow
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .add_n(kind, calls);
+            }
+        }
+    }
+
+    fn check_counting(
+        &self,
+        key: &K,
+        kind: CallKind,
+        calls: u64,
+        cost: u64,
+        count_first: bool,
+    ) -> Verdict {
         let now = Instant::now();
         let capacity = f64::from(self.rate.count);
         let per_token = self.rate.refill().as_secs_f64();
@@ -286,8 +311,9 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         let refilled = now.duration_since(bucket.at).as_secs_f64() / per_token;
         bucket.tokens = (bucket.tokens + refilled).min(capacity);
         bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        let cost = cost.max(1) as f64;
+        if bucket.tokens >= cost {
+            bucket.tokens -= cost;
             bucket.refused = false;
             let suppressed = std::mem::take(&mut bucket.suppressed);
             Verdict::Allowed { suppressed }
@@ -296,7 +322,11 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             if count_first || !first {
                 bucket.suppressed.add_n(kind, calls);
             }
-            let wait = (1.0 - bucket.tokens) * per_token;
+            // (A batch over the burst never goes ahead: a whole period, as good as any.)
+            let wait = match cost > capacity {
+                true => self.rate.per.as_secs_f64(),
+                false => (cost - bucket.tokens) * per_token,
+            };
             Verdict::Limited {
                 retry_after: Duration::from_secs_f64(wait),
                 first,
@@ -363,6 +393,43 @@ mod tests {
             limiter.check(&"b", T),
             Verdict::Allowed { suppressed: NONE }
         );
+    }
+
+    #[test]
+    fn a_batch_costs_a_token_a_record_and_its_rest_is_counted_without_one() {
+        let limiter = Limiter::new(Rate::new(5, Duration::from_secs(3600)));
+        assert_eq!(
+            limiter.check_calls_counting_after_first(&"a", T, 1, 3),
+            Verdict::Allowed { suppressed: NONE }
+        );
+        // Two tokens left: a batch of three records is past the rate, one of two is not.
+        assert!(matches!(
+            limiter.check_calls_counting_after_first(&"a", T, 1, 3),
+            Verdict::Limited { first: true, .. }
+        ));
+        assert_eq!(
+            limiter.check_calls(&"a", T, 1, 2),
+            Verdict::Allowed { suppressed: NONE }
+        );
+        // A cost over the burst never goes ahead, even from a full bucket.
+        let Verdict::Limited { retry_after, .. } = limiter.check_calls(&"b", T, 1, 9) else {
+            panic!("a batch of nine records went ahead at a rate of five");
+        };
+        assert_eq!(retry_after, Duration::from_secs(3600));
+        // Counted without a token: reported with the next event that goes ahead.
+        limiter.count(&"a", CallKind::Resource, 4);
+        let mut suppressed = limiter.take_suppressed().by_key;
+        suppressed.sort();
+        assert_eq!(
+            suppressed,
+            [
+                ("a", Counts::of(CallKind::Resource, 4)),
+                ("b", Counts::of(T, 1))
+            ]
+        );
+        // A key the limiter never saw is counted apart.
+        limiter.count(&"c", T, 2);
+        assert_eq!(limiter.take_suppressed().overflow, Counts::of(T, 2));
     }
 
     #[test]

@@ -93,6 +93,45 @@ pub struct Attempt {
     counted: bool,
     /// The principal's own rate has seen this attempt.
     rated: bool,
+    /// Its place in a batch refused whole, if it is one of its calls.
+    in_batch: Option<InBatch>,
+}
+
+/// A call of a batch refused whole. A batch has one answer, and goes through a rate once,
+/// with its first call, for every record it writes: within the rate, each of its calls
+/// is recorded and the batch answered with its refusal; past it, its calls are counted
+/// (over HTTP the batch is answered 429, its first call recorded as that 429 when it is
+/// the first refusal past the rate). So a batch grows the trail no faster than the rate
+/// allows, and no call of a batch answered 400 is counted as answered 429 on its own.
+#[derive(Debug)]
+enum InBatch {
+    /// Its first call, whose refusal writes `records` records in all.
+    First { records: u64, rate: BatchRate },
+    /// Another: recorded when the first's rate let the batch through, else counted.
+    Rest(BatchRate),
+}
+
+/// Whether the rate a refused batch went through (with its first call) let its records
+/// through: set by the first call's attempt, read by the others'.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BatchRate(Arc<std::sync::atomic::AtomicBool>);
+
+impl BatchRate {
+    fn set(&self, through: bool) {
+        self.0.store(through, std::sync::atomic::Ordering::Release);
+    }
+
+    fn through(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// A refusal past a rate ([`Attempt::refusal_rate`]): answered 429 after `retry_after`;
+/// `recorded`, as the first of a batch past its principal's rate since its last call
+/// that went ahead, recorded as that 429; else only counted.
+struct PastTheRate {
+    retry_after: std::time::Duration,
+    recorded: bool,
 }
 
 impl fmt::Debug for Attempt {
@@ -152,6 +191,7 @@ impl Server {
             input_required: None,
             counted: false,
             rated: false,
+            in_batch: None,
         }
     }
 
@@ -485,68 +525,142 @@ impl Attempt {
     /// the same principal or peer); `Ok(Some(count))`: what was counted since, to record
     /// first (one record per kind of call counted). Synchronous, so that a record written
     /// on drop goes through it as well.
-    fn refusal_rate(&mut self) -> Result<Vec<AuditRecord>, std::time::Duration> {
+    fn refusal_rate(&mut self) -> Result<Vec<AuditRecord>, PastTheRate> {
+        match self.in_batch.take() {
+            None => self.rate_refusal(1, None),
+            // The rest of a batch follows its first.
+            Some(InBatch::Rest(rate)) if rate.through() => Ok(Vec::new()),
+            Some(InBatch::Rest(_)) => {
+                self.count_refusal();
+                Err(PastTheRate {
+                    retry_after: std::time::Duration::ZERO,
+                    recorded: false,
+                })
+            }
+            Some(InBatch::First { records, rate }) => self.rate_refusal(records, Some(&rate)),
+        }
+    }
+
+    /// [`Attempt::refusal_rate`] of a refusal that writes `cost` records (its batch's):
+    /// as many tokens. `batch`: of the first call of a batch, told whether the rate let
+    /// the batch through; past the principal's rate, the batch is counted, and its first
+    /// call, as the first refusal past the rate, recorded: over HTTP, whose answer is
+    /// then a 429, as that 429; over stdio, whose answer is the protocol's, as it is.
+    fn rate_refusal(
+        &mut self,
+        cost: u64,
+        batch: Option<&BatchRate>,
+    ) -> Result<Vec<AuditRecord>, PastTheRate> {
+        let through = |rate: Vec<AuditRecord>| {
+            if let Some(batch) = batch {
+                batch.set(true);
+            }
+            Ok(rate)
+        };
         let server = self.server.clone();
         let limits = server.limits();
         let kind = self.request.kind;
+        let counted = |retry_after| PastTheRate {
+            retry_after,
+            recorded: false,
+        };
         if let Some(principal) = &self.principal {
             let Some(limiter) = limits.principal.as_ref().filter(|_| !self.rated) else {
-                return Ok(Vec::new());
+                return through(Vec::new());
             };
             self.rated = true;
+            let over_http = self.request.transport == Transport::StreamableHttp;
             return match limiter.check_calls_counting_after_first(
                 &rate_key(principal),
                 kind,
                 self.calls,
+                cost,
             ) {
                 Verdict::Limited {
                     retry_after,
                     first: false,
-                } => Err(retry_after),
-                Verdict::Limited { first: true, .. } => Ok(Vec::new()),
-                Verdict::Allowed { suppressed } => Ok(suppressed
-                    .by_kind()
-                    .map(|(kind, count)| {
-                        record::suppressed_of(
-                            principal.subject(),
-                            principal.workspace(),
-                            None,
-                            count,
-                            kind,
-                            self.request.transport,
-                        )
+                } => Err(counted(retry_after)),
+                Verdict::Limited { retry_after, .. } if batch.is_some() && over_http => {
+                    Err(PastTheRate {
+                        retry_after,
+                        recorded: true,
                     })
-                    .collect()),
+                }
+                Verdict::Limited { first: true, .. } => Ok(Vec::new()),
+                Verdict::Allowed { suppressed } => through(
+                    suppressed
+                        .by_kind()
+                        .map(|(kind, count)| {
+                            record::suppressed_of(
+                                principal.subject(),
+                                principal.workspace(),
+                                None,
+                                count,
+                                kind,
+                                self.request.transport,
+                            )
+                        })
+                        .collect(),
+                ),
             };
         }
         let (verdict, peer) = match self.request.peer_addr {
             Some(addr) => {
                 let Some(limiter) = &limits.unauthenticated else {
-                    return Ok(Vec::new());
+                    return through(Vec::new());
                 };
                 let peer = limits::peer_key(addr);
-                (limiter.check_calls(&peer, kind, self.calls), Some(peer))
+                let verdict = limiter.check_calls(&peer, kind, self.calls, cost);
+                (verdict, Some(peer))
             }
             None if matches!(self.request.transport, crate::context::Transport::Stdio) => {
                 let Some(limiter) = &limits.stdio_unauthenticated else {
-                    return Ok(Vec::new());
+                    return through(Vec::new());
                 };
-                (limiter.check_calls(&(), kind, self.calls), None)
+                (limiter.check_calls(&(), kind, self.calls, cost), None)
             }
-            None => return Ok(Vec::new()),
+            None => return through(Vec::new()),
         };
         match verdict {
-            Verdict::Limited { retry_after, .. } => Err(retry_after),
-            Verdict::Allowed { suppressed } => Ok(suppressed
-                .by_kind()
-                .map(|(kind, count)| match peer {
-                    Some(peer) => {
-                        record::suppressed(Some(peer), count, kind, self.request.transport)
-                    }
-                    None => record::suppressed_on_stdio(count, kind),
-                })
-                .collect()),
+            Verdict::Limited { retry_after, .. } => Err(counted(retry_after)),
+            Verdict::Allowed { suppressed } => through(
+                suppressed
+                    .by_kind()
+                    .map(|(kind, count)| match peer {
+                        Some(peer) => {
+                            record::suppressed(Some(peer), count, kind, self.request.transport)
+                        }
+                        None => record::suppressed_on_stdio(count, kind),
+                    })
+                    .collect(),
+            ),
         }
+    }
+
+    /// Count this refusal past the rate it would go through, taking no token: a call of
+    /// a batch its first call's rate refused.
+    fn count_refusal(&mut self) {
+        let limits = self.server.limits();
+        let (kind, calls) = (self.request.kind, self.calls);
+        match (&self.principal, self.request.peer_addr) {
+            (Some(principal), _) => {
+                if let Some(limiter) = limits.principal.as_ref().filter(|_| !self.rated) {
+                    limiter.count(&rate_key(principal), kind, calls);
+                }
+            }
+            (None, Some(addr)) => {
+                if let Some(limiter) = &limits.unauthenticated {
+                    limiter.count(&limits::peer_key(addr), kind, calls);
+                }
+            }
+            (None, None) if self.request.transport == Transport::Stdio => {
+                if let Some(limiter) = &limits.stdio_unauthenticated {
+                    limiter.count(&(), kind, calls);
+                }
+            }
+            (None, None) => {}
+        }
+        self.rated = true;
     }
 
     /// A principal's rate (its own, or a tool's): past it, the first refusal since its
@@ -592,8 +706,8 @@ impl Attempt {
     /// Write the record (if the server keeps a trail) and make the answer.
     async fn finish(
         &mut self,
-        result: Result<ToolOutput, ToolError>,
-        check: Option<Check>,
+        mut result: Result<ToolOutput, ToolError>,
+        mut check: Option<Check>,
     ) -> CallResponse {
         // Every refusal goes through a rate: a caller not authenticated (no token, a bad
         // one, or a request refused before its token could count) its peer's, a verified
@@ -602,10 +716,17 @@ impl Attempt {
         // trail without bound.
         if check.is_some() {
             match self.refusal_rate() {
-                Err(retry_after) => {
+                Err(PastTheRate {
+                    retry_after,
+                    recorded: false,
+                }) => {
                     self.recorded = true;
                     let limited = ToolError::rate_limited(retry_after);
                     return CallResponse::new(Err(limited), Some(Check::RateLimit));
+                }
+                Err(PastTheRate { retry_after, .. }) => {
+                    result = Err(ToolError::rate_limited(retry_after));
+                    check = Some(Check::RateLimit);
                 }
                 Ok(counts) => {
                     if let Some(sink) = self.server.audit() {
@@ -1387,6 +1508,28 @@ impl Attempt {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn set_arguments(&mut self, arguments: Option<Value>) {
         self.request.arguments = arguments;
+    }
+
+    /// This attempt is the first call of a batch refused whole, whose refusal writes
+    /// `records` records in all: its rate takes as many tokens, for the whole batch, or
+    /// refuses the whole batch. The others' attempts are given what it returns
+    /// ([`Attempt::rest_of_batch`]) and refused after it.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn first_of_batch(&mut self, records: u64) -> BatchRate {
+        let rate = BatchRate::default();
+        self.in_batch = Some(InBatch::First {
+            records: records.max(1),
+            rate: rate.clone(),
+        });
+        rate
+    }
+
+    /// This attempt is a call of a batch refused whole after its first, whose
+    /// [`Attempt::first_of_batch`] returned `rate`: recorded when the first's rate let the
+    /// batch through, else counted with it.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn rest_of_batch(&mut self, rate: &BatchRate) {
+        self.in_batch = Some(InBatch::Rest(rate.clone()));
     }
 
     /// A transport verified the caller before the attempt began (the `/mcp` gate
