@@ -1244,10 +1244,6 @@ fn declares_body(headers: &HeaderMap) -> bool {
             .is_some_and(|length| length.as_bytes() != b"0")
 }
 
-/// The records of the calls of a batch after its first (whose attempt the gate began),
-/// refused with the request as a whole: by `check` and `err` (the gate's refusal), or as
-/// not dispatched (`None`: the MCP layer refused the batch). At most
-/// [`probe::MAX_BATCH_RECORDS`] in all, and one more that counts the rest.
 /// The calls of the batch `body` but its first, and how many more it holds of each kind
 /// (`probe::rest_of_batch_read`); `None` when `body` is one message.
 fn batch_rest(body: &[u8]) -> Option<(Vec<CallRequest>, probe::Counts, bool)> {
@@ -1271,6 +1267,12 @@ fn first_of(body: &[u8], mut attempt: Attempt) -> (Attempt, Option<BatchRate>) {
     (attempt, rate)
 }
 
+/// The records of the calls of a batch after its first (whose attempt the gate began),
+/// refused with the request as a whole: by `check` and `err` (the gate's refusal), or as
+/// not dispatched (`None`: the MCP layer refused the batch), under the status `answered`
+/// (the first's answer). At most [`probe::MAX_BATCH_RECORDS`] in all, and one more that
+/// counts the rest. `rate`: what the first call's rate said of the batch
+/// ([`first_of`]): recorded with it, or counted with it.
 async fn refuse_rest_of_batch(
     app: &App,
     body: &[u8],

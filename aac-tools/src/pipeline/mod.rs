@@ -117,8 +117,8 @@ enum InBatch {
 pub(crate) struct BatchRate(Arc<std::sync::atomic::AtomicBool>);
 
 impl BatchRate {
-    fn set(&self, through: bool) {
-        self.0.store(through, std::sync::atomic::Ordering::Release);
+    fn let_through(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 
     fn through(&self) -> bool {
@@ -520,11 +520,12 @@ impl Attempt {
     /// one: a verified principal's own rate (the first refusal past it is recorded as it
     /// is, the rest counted), else its peer address's (over stdio, which has none, the
     /// connection's, at the per-principal rate when one is set: a revoked token would
-    /// otherwise grow the trail as fast as it can send). `Err(retry_after)`: past it, the
-    /// refusal is answered 429 and only counted (to be recorded with a later record of
-    /// the same principal or peer); `Ok(Some(count))`: what was counted since, to record
-    /// first (one record per kind of call counted). Synchronous, so that a record written
-    /// on drop goes through it as well.
+    /// otherwise grow the trail as fast as it can send); a call of a batch, its batch's
+    /// ([`InBatch`]). `Err`: past it, the refusal is answered 429 and only counted (to be
+    /// recorded with a later record of the same principal or peer), or recorded as that
+    /// 429 ([`PastTheRate`]); `Ok(counts)`: what was counted since, to record first (one
+    /// record per kind of call counted). Synchronous, so that a record written on drop
+    /// goes through it as well.
     fn refusal_rate(&mut self) -> Result<Vec<AuditRecord>, PastTheRate> {
         match self.in_batch.take() {
             None => self.rate_refusal(1, None),
@@ -553,7 +554,7 @@ impl Attempt {
     ) -> Result<Vec<AuditRecord>, PastTheRate> {
         let through = |rate: Vec<AuditRecord>| {
             if let Some(batch) = batch {
-                batch.set(true);
+                batch.let_through();
             }
             Ok(rate)
         };
