@@ -483,6 +483,7 @@ async fn requests_the_mcp_layer_refuses_are_recorded_at_the_principals_rate() {
     let server = TestServer::start(HttpOptions::default(), options).await;
     let mut raw = common::RawMcp::new(&server.mcp(), Some(&server.fixture.full));
     raw.initialize().await;
+    let mut statuses = Vec::new();
     for (id, body) in [
         r#"{"jsonrpc":"2.0","id":ID,"method":"resources/read","params":{"uri":5}}"#,
         r#"{"jsonrpc":"2.0","id":ID,"method":"prompts/get","params":{"name":"x","arguments":[1]}}"#,
@@ -493,12 +494,17 @@ async fn requests_the_mcp_layer_refuses_are_recorded_at_the_principals_rate() {
     .take(30)
     .enumerate()
     {
-        let _ = raw.send(body.replace("ID", &(id + 1).to_string())).await;
+        let (status, _) = raw.send(body.replace("ID", &(id + 1).to_string())).await;
+        statuses.push(status);
     }
     let records = server.sink.records();
     // Three within the rate, the first past it, the rest counted.
     assert_eq!(records.len(), 4, "{records:#?}");
     assert_eq!(records[3].reason.as_deref(), Some("not_dispatched"));
+    // Those counted are answered as counted (429), not with the MCP layer's protocol
+    // error (an invalid-params error in a 200 stream): the rate is checked first.
+    assert!(statuses[..4].iter().all(|&s| s != 429), "{statuses:?}");
+    assert!(statuses[4..].iter().all(|&s| s == 429), "{statuses:?}");
     server.server.flush_rate_limited().await;
     let records = server.sink.records();
     // One count per kind of request counted: 9 calls, 8 reads, 9 prompts.

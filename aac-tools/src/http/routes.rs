@@ -1488,6 +1488,19 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         principal: &principal,
     };
 
+    // The principal's rate first: past it, a body that carries a call (read, prompt,
+    // completion) is answered 429 and its calls counted, whatever else is wrong with it,
+    // rather than answered by the MCP layer's protocol error while counted as a 429.
+    if let Some(err) = app.server().past_the_rate(&principal)
+        && let item = item()
+        && (attempt.is_some() || item.is_some())
+    {
+        let pending = attempt.take();
+        let err =
+            Box::pin(whole.refuse(app, call.as_ref(), pending, item, Check::RateLimit, err)).await;
+        return app.refusal(&parts.headers, &err, None);
+    }
+
     // An `initialize` is kept for the session's life: bounded (see the constant). The
     // body is refused whole, and every call, read, prompt or completion it carries beside
     // the `initialize` is recorded as refused with it.

@@ -159,6 +159,18 @@ impl Server {
         attempt
     }
 
+    /// The error a call of `principal` gets at once, before anything reads it, when the
+    /// principal's rate refuses and counts its next call (past the rate, after its first
+    /// refusal was recorded): the rate is checked first, so a transport whose MCP layer
+    /// would answer a malformed call with a protocol error answers this 429 instead, as
+    /// the call's record (counted) says.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn past_the_rate(&self, principal: &Principal) -> Option<ToolError> {
+        let limiter = self.limits().principal.as_ref()?;
+        let wait = limiter.refusing(&rate_key(principal))?;
+        Some(ToolError::rate_limited(wait))
+    }
+
     /// Begin a `tools/call` attempt: from here on it leaves exactly one audit record,
     /// whichever way it ends.
     pub fn begin(&self, request: CallRequest) -> Attempt {
