@@ -824,13 +824,14 @@ async fn a_connection_whose_token_fails_is_recorded_at_the_principal_rate() {
     }
 }
 
-/// A batch line goes through the connection's principal rate once, with its first call,
-/// for every record its refusal writes: within the rate every call is recorded; past it
-/// the first call is recorded (the first refusal past the rate) and the rest counted, so
-/// that batches grow the trail no faster than the rate (one token a record). The line is
-/// answered as any batch is, an error under each id.
+/// A line of calls goes through the connection's principal rate first, once, for every
+/// record its refusal writes: within the rate every call is recorded and the line answered
+/// with the protocol's errors; past it the line is answered with the rate's error under
+/// each id, its first call recorded as that 429 when it is the first refusal past the rate,
+/// the rest counted. So batches grow the trail no faster than the rate (one token a
+/// record), and no call answered a protocol error is counted as a 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_line_goes_through_the_principal_s_rate_whole() {
+async fn a_line_of_calls_goes_through_the_principal_s_rate_first_and_whole() {
     let sink = MemorySink::new();
     let server = builder(false)
         .audit(sink.clone())
@@ -841,28 +842,36 @@ async fn a_batch_line_goes_through_the_principal_s_rate_whole() {
         .build()
         .unwrap();
     let mut raw = Raw::start(server, "all", 1 << 20).await;
-    let batch = |first: u64, calls: u64| {
-        let calls: Vec<Value> = (first..first + calls)
-            .map(|id| {
-                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                       "params": {"name": "echo_text", "arguments": {"text": "x"}}})
-            })
-            .collect();
-        Value::Array(calls).to_string()
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "echo_text", "arguments": {"text": "x"}}})
     };
-    for (first, calls) in [(1, 2), (3, 2), (5, 5)] {
-        raw.line(&batch(first, calls)).await;
+    let batch = |first: u64, calls: u64| Value::Array((first..first + calls).map(call).collect());
+    let codes = |answer: &Value| -> Vec<i64> {
+        answer
+            .as_array()
+            .expect("an array answers a batch")
+            .iter()
+            .map(|a| a["error"]["code"].as_i64().unwrap())
+            .collect()
+    };
+    // Two records of three tokens: the batch's protocol error.
+    raw.line(&batch(1, 2).to_string()).await;
+    assert_eq!(codes(&raw.next().await), [-32600, -32600]);
+    // Two records of the one token left, then five: each past the rate, answered with its
+    // error under each id.
+    for (first, calls) in [(3, 2), (5, 5)] {
+        raw.line(&batch(first, calls).to_string()).await;
         let answer = raw.next().await;
-        let answers = answer.as_array().expect("an array answers a batch");
-        assert_eq!(answers.len(), calls as usize, "{answer}");
+        assert_eq!(codes(&answer), vec![-32000; calls as usize], "{answer}");
         assert!(
-            answers.iter().all(|a| a["error"]["code"] == -32600),
+            answer[0]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Too many requests: too many requests; retry in"),
             "{answer}"
         );
     }
-    raw.line(r#"{"jsonrpc":"2.0","id":99,"method":"ping"}"#)
-        .await;
-    assert_eq!(raw.next().await["id"], 99);
     let seen = |records: &[aac_tools::audit::AuditRecord]| -> Vec<_> {
         records
             .iter()
@@ -875,17 +884,40 @@ async fn a_batch_line_goes_through_the_principal_s_rate_whole() {
             })
             .collect()
     };
-    // Two records of three tokens; then a batch of two past the one left: its first
-    // recorded, the rest counted with the batch of five.
     let expected = [
         (Some("1".to_owned()), 400, None),
         (Some("2".to_owned()), 400, None),
-        (Some("3".to_owned()), 400, None),
+        (Some("3".to_owned()), 429, None),
     ];
     assert_eq!(seen(&sink.records()), expected, "{:#?}", sink.records());
+    // Single calls the MCP layer cannot read (arguments that are no object): the token
+    // left takes one, recorded (after the count of the six before it); the next is the
+    // first refusal past the rate, recorded; the next is answered with the rate's error
+    // and counted.
+    let malformed = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "echo_text", "arguments": [1]}})
+        .to_string()
+    };
+    for (id, past) in [(20, false), (21, false), (22, true)] {
+        raw.line(&malformed(id)).await;
+        let answer = raw.next().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"] == -32000, past, "{answer}");
+    }
+    let records = sink.records();
+    assert_eq!(
+        seen(&records[3..]),
+        [
+            (None, 429, Some(json!(6))),
+            (Some("20".to_owned()), 400, None),
+            (Some("21".to_owned()), 400, None),
+        ],
+        "{records:#?}"
+    );
     drop(raw);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while sink.records().len() < 4 {
+    while sink.records().len() < 7 {
         assert!(
             std::time::Instant::now() < deadline,
             "{:#?}",
@@ -895,8 +927,8 @@ async fn a_batch_line_goes_through_the_principal_s_rate_whole() {
     }
     let records = sink.records();
     assert_eq!(
-        seen(&records[3..]),
-        [(None, 429, Some(json!(6)))],
+        seen(&records[6..]),
+        [(None, 429, Some(json!(1)))],
         "{records:#?}"
     );
 }

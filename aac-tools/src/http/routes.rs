@@ -1491,7 +1491,7 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
     // The principal's rate first: past it, a body that carries a call (read, prompt,
     // completion) is answered 429 and its calls counted, whatever else is wrong with it,
     // rather than answered by the MCP layer's protocol error while counted as a 429.
-    if let Some(err) = app.server().past_the_rate(&principal)
+    if let Some(err) = app.server().past_the_rate(Some(&principal), 1)
         && let item = item()
         && (attempt.is_some() || item.is_some())
     {

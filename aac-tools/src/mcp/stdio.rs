@@ -569,23 +569,18 @@ struct Refusals {
 }
 
 impl Refusals {
-    /// The record of the call in `line`, if it holds one.
-    fn of(&self, line: &[u8]) -> Option<BoxFuture<'static, ()>> {
+    /// The refusal of the calls in `line`, if it holds any: [`LineRefusal::record`].
+    fn of(&self, line: &[u8]) -> Option<LineRefusal> {
         let request = probe::tool_call_request(line).or_else(|| probe::item_request(line))?;
-        let err = || {
-            ToolError::bad_request(
-                "not_dispatched",
-                "the MCP layer could not read the request: nothing was called",
-            )
-        };
         // A batch (which rmcp refuses whole): each of its calls, not only the first.
         let (rest, more, unread) = probe::rest_of_batch_read(line);
         let mut first = self.begin(request);
         // The batch goes through the rate once, for every record it writes.
-        let rate = first.first_of_batch(1 + rest.len() as u64 + more.by_kind().count() as u64);
-        let mut records: Vec<_> = rest
+        let records = 1 + rest.len() as u64 + more.by_kind().count() as u64;
+        let rate = first.first_of_batch(records);
+        let mut rest: Vec<_> = rest
             .into_iter()
-            .map(|request| (self.begin(request), err()))
+            .map(|request| (self.begin(request), not_read()))
             .collect();
         // One record per kind counted (the reads of the rest as reads).
         for (kind, more) in more.by_kind() {
@@ -599,17 +594,32 @@ impl Refusals {
             // The count in the record's arguments too, for whoever reads the trail.
             let mut attempt = self.begin(probe::count_request(kind));
             attempt.account(probe::count_of_the_rest(more, unread));
-            records.push((attempt, counted));
+            rest.push((attempt, counted));
         }
-        Some(Box::pin(async move {
-            // The others follow the first through the rate: recorded with it, or
-            // counted with it.
-            refused(first, err()).await;
-            for (mut attempt, err) in records {
-                attempt.rest_of_batch(&rate);
-                refused(attempt, err).await;
-            }
-        }))
+        Some(LineRefusal {
+            first,
+            rest,
+            rate,
+            records,
+        })
+    }
+
+    /// The 429 a line whose calls write `records` records gets in place of its protocol
+    /// error, when the connection's rate would refuse and count them: the rate is
+    /// checked first, as it is for a call that reaches a tool, so that the answer says
+    /// what the record does. The connection's principal's rate, else (its token no longer
+    /// verifies) the connection's own.
+    async fn past_the_rate(&self, records: u64) -> Option<ToolError> {
+        let limits = self.server.limits();
+        if limits.principal.is_none() && limits.stdio_unauthenticated.is_none() {
+            return None;
+        }
+        let credentials = match &self.token {
+            Some(token) => Credentials::Bearer(token.clone()),
+            None => Credentials::None,
+        };
+        let principal = self.server.authenticate(&credentials).await.ok();
+        self.server.past_the_rate(principal.as_deref(), records)
     }
 
     /// The record of a call (read, prompt, completion) refused because a request of the
@@ -752,6 +762,52 @@ async fn refused(mut attempt: crate::Attempt, err: ToolError) -> ToolError {
     // For the record only: the refusal is the line's, whoever sent it.
     let _ = attempt.authenticate().await;
     attempt.refuse(Check::Protocol, err).await
+}
+
+/// The refusal of a line's calls the MCP layer cannot read: nothing was called.
+fn not_read() -> ToolError {
+    ToolError::bad_request(
+        "not_dispatched",
+        "the MCP layer could not read the request: nothing was called",
+    )
+}
+
+/// The records of the calls of a refused line ([`Refusals::of`]): its first call's, and
+/// those of the rest of its batch, which go through the rate with it.
+struct LineRefusal {
+    first: crate::Attempt,
+    rest: Vec<(crate::Attempt, ToolError)>,
+    rate: crate::pipeline::BatchRate,
+    /// How many records in all.
+    records: u64,
+}
+
+impl LineRefusal {
+    /// Record the calls: refused as unread, or (`past_the_rate`) as the 429 the line is
+    /// answered with.
+    fn record(self, past_the_rate: Option<ToolError>) -> BoxFuture<'static, ()> {
+        let LineRefusal {
+            first, rest, rate, ..
+        } = self;
+        Box::pin(async move {
+            match past_the_rate {
+                Some(err) => {
+                    let mut first = first;
+                    let _ = first.authenticate().await;
+                    first.refuse(Check::RateLimit, err).await;
+                }
+                None => {
+                    refused(first, not_read()).await;
+                }
+            }
+            // The others follow the first through the rate: recorded with it, or
+            // counted with it.
+            for (mut attempt, err) in rest {
+                attempt.rest_of_batch(&rate);
+                refused(attempt, err).await;
+            }
+        })
+    }
 }
 
 /// The refusal recorded for a request rmcp answered with `message` without handing it on.
@@ -995,6 +1051,10 @@ const MAX_IN_FLIGHT: usize = 64;
 /// worth sending again later, unlike "Invalid request".
 const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
 
+/// The JSON-RPC error of a request past the connection's rate (a server error, as
+/// "Server busy" is: JSON-RPC has no code of its own for it).
+const RATE_LIMITED: ErrorCode = ErrorCode(-32000);
+
 /// What the connection has in hand: the messages to the client not yet written, the
 /// client's requests not yet answered, the server's requests the client has not yet
 /// answered; and a wake-up for a reader waiting for any of them to change.
@@ -1202,6 +1262,42 @@ enum Parsed {
     /// refused under its own id, in one array, as JSON-RPC answers a batch, so that a
     /// client of a version that allowed batches (2025-03-26) is not left waiting.
     RefusedBatch(Vec<serde_json::Value>),
+    /// Requests past the connection's rate, answered under their ids with the rate's
+    /// error (`message`): in one array when `batch`, else a line each.
+    Limited {
+        ids: Vec<serde_json::Value>,
+        batch: bool,
+        message: String,
+    },
+}
+
+impl Parsed {
+    /// What is answered in place of this refusal when the line's calls are past the
+    /// connection's rate (`err`): the rate's error under each id the line would have been
+    /// answered under.
+    fn past_the_rate(self, err: &ToolError) -> Parsed {
+        let message = format!("Too many requests: {}", err.message());
+        let (ids, batch) = match self {
+            Parsed::Message(message) => match message.as_ref() {
+                JsonRpcMessage::Request(request) => (
+                    vec![serde_json::to_value(&request.id).unwrap_or_default()],
+                    false,
+                ),
+                _ => return Parsed::Message(message),
+            },
+            Parsed::Refused { id, .. } => (vec![id], false),
+            Parsed::RefusedEach(ids) => (ids, false),
+            Parsed::RefusedBatch(ids) => (ids, true),
+            other @ (Parsed::Ignored | Parsed::BadAnswer(_) | Parsed::Limited { .. }) => {
+                return other;
+            }
+        };
+        Parsed::Limited {
+            ids,
+            batch,
+            message,
+        }
+    }
 }
 
 /// A JSON-RPC error answer.
@@ -1790,10 +1886,18 @@ where
                 | Parsed::BadAnswer(_)
                 | Parsed::Refused { .. }
                 | Parsed::RefusedEach(_)
-                | Parsed::RefusedBatch(_) => true,
+                | Parsed::RefusedBatch(_)
+                | Parsed::Limited { .. } => true,
             };
-            if refused {
-                self.recording = self.refusals.of(trim_line(&self.line));
+            if refused && let Some(calls) = self.refusals.of(trim_line(&self.line)) {
+                // The connection's rate first: past it, the line's calls are answered
+                // 429 under their ids, as they are recorded (counted), whatever else is
+                // wrong with them.
+                let limited = self.refusals.past_the_rate(calls.records).await;
+                if let Some(err) = &limited {
+                    parsed = parsed.past_the_rate(err);
+                }
+                self.recording = Some(calls.record(limited));
             }
             if let Parsed::Message(message) = &mut parsed
                 && let JsonRpcMessage::Request(request) = message.as_mut()
@@ -1831,6 +1935,25 @@ where
                         .collect();
                     self.line.clear();
                     self.owed = Owed::Line(answers);
+                    continue;
+                }
+                Parsed::Limited {
+                    ids,
+                    batch,
+                    message,
+                } => {
+                    self.line.clear();
+                    let answers: Vec<_> = ids
+                        .into_iter()
+                        .map(|id| error_answer(id, RATE_LIMITED, &message))
+                        .collect();
+                    // (Only notifications: JSON-RPC answers nothing.)
+                    if !answers.is_empty() {
+                        self.owed = Owed::Line(match batch {
+                            true => vec![Bytes::from(as_line(&serde_json::Value::Array(answers)))],
+                            false => answers.iter().map(|a| Bytes::from(as_line(a))).collect(),
+                        });
+                    }
                     continue;
                 }
                 Parsed::RefusedBatch(ids) => {

@@ -99,10 +99,10 @@ pub struct Attempt {
 
 /// A call of a batch refused whole. A batch has one answer, and goes through a rate once,
 /// with its first call, for every record it writes: within the rate, each of its calls
-/// is recorded and the batch answered with its refusal; past it, its calls are counted
-/// (over HTTP the batch is answered 429, its first call recorded as that 429 when it is
-/// the first refusal past the rate). So a batch grows the trail no faster than the rate
-/// allows, and no call of a batch answered 400 is counted as answered 429 on its own.
+/// is recorded and the batch answered with its refusal; past it, the batch is answered
+/// 429 and its calls counted, its first call recorded as that 429 when it is the first
+/// refusal past the rate. So a batch grows the trail no faster than the rate allows, and
+/// no call of a batch answered 400 is counted as answered 429 on its own.
 #[derive(Debug)]
 enum InBatch {
     /// Its first call, whose refusal writes `records` records in all.
@@ -159,15 +159,30 @@ impl Server {
         attempt
     }
 
-    /// The error a call of `principal` gets at once, before anything reads it, when the
-    /// principal's rate refuses and counts its next call (past the rate, after its first
-    /// refusal was recorded): the rate is checked first, so a transport whose MCP layer
-    /// would answer a malformed call with a protocol error answers this 429 instead, as
-    /// the call's record (counted) says.
+    /// The error a request carrying calls that write `records` records gets at once,
+    /// before anything reads it, when its rate would refuse and count them: the rate of
+    /// `principal`, else (`None`) that of a stdio connection without a verified principal.
+    /// The rate is checked first: a transport whose MCP layer would answer a malformed
+    /// call with a protocol error answers this 429 instead, as the call's record says.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn past_the_rate(&self, principal: &Principal) -> Option<ToolError> {
-        let limiter = self.limits().principal.as_ref()?;
-        let wait = limiter.refusing(&rate_key(principal))?;
+    pub(crate) fn past_the_rate(
+        &self,
+        principal: Option<&Principal>,
+        records: u64,
+    ) -> Option<ToolError> {
+        let limits = self.limits();
+        let wait = match principal {
+            Some(principal) => {
+                limits
+                    .principal
+                    .as_ref()?
+                    .refusing(&rate_key(principal), records, false)?
+            }
+            None => limits
+                .stdio_unauthenticated
+                .as_ref()?
+                .refusing(&(), records, true)?,
+        };
         Some(ToolError::rate_limited(wait))
     }
 
@@ -556,9 +571,9 @@ impl Attempt {
 
     /// [`Attempt::refusal_rate`] of a refusal that writes `cost` records (its batch's):
     /// as many tokens. `batch`: of the first call of a batch, told whether the rate let
-    /// the batch through; past the principal's rate, the batch is counted, and its first
-    /// call, as the first refusal past the rate, recorded: over HTTP, whose answer is
-    /// then a 429, as that 429; over stdio, whose answer is the protocol's, as it is.
+    /// the batch through; past the principal's rate, the batch is answered 429 and
+    /// counted, and its first call, as the first refusal past the rate, recorded as that
+    /// 429.
     fn rate_refusal(
         &mut self,
         cost: u64,
@@ -582,7 +597,6 @@ impl Attempt {
                 return through(Vec::new());
             };
             self.rated = true;
-            let over_http = self.request.transport == Transport::StreamableHttp;
             return match limiter.check_calls_counting_after_first(
                 &rate_key(principal),
                 kind,
@@ -593,12 +607,10 @@ impl Attempt {
                     retry_after,
                     first: false,
                 } => Err(counted(retry_after)),
-                Verdict::Limited { retry_after, .. } if batch.is_some() && over_http => {
-                    Err(PastTheRate {
-                        retry_after,
-                        recorded: true,
-                    })
-                }
+                Verdict::Limited { retry_after, .. } if cost > 1 => Err(PastTheRate {
+                    retry_after,
+                    recorded: true,
+                }),
                 Verdict::Limited { first: true, .. } => Ok(Vec::new()),
                 Verdict::Allowed { suppressed } => through(
                     suppressed
