@@ -146,6 +146,38 @@ async fn a_declared_length_past_the_limit_is_refused_at_once_and_recorded() {
     }
 }
 
+/// A batch over the body limit is recorded by its first call (tool and id), as a single
+/// message over the limit is by what its start says: the large call behind it does not
+/// hide it. Over stdio a line over its limit is read the same way.
+#[tokio::test]
+async fn a_batch_over_the_limit_is_recorded_by_its_first_call() {
+    let server = TestServer::start(
+        HttpOptions::default().max_body_bytes(1024),
+        Options::default(),
+    )
+    .await;
+    let body = serde_json::json!([
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+         "params": {"name": "add_note", "arguments": {"text": "first"}}},
+        {"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+         "params": {"name": "list_notes", "arguments": {"pad": "x".repeat(4000)}}},
+    ])
+    .to_string();
+    let response = common::RawMcp::new(&server.mcp(), Some(&server.fixture.full))
+        .post()
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let records = server.sink.records();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.tool.as_str(), r.request_id.as_deref(), r.status))
+        .collect();
+    assert_eq!(seen, [("add_note", Some("9"), 413)], "{records:?}");
+}
+
 #[tokio::test]
 async fn past_the_cap_new_connections_are_closed_and_the_open_ones_served() {
     let options = HttpOptions::default()

@@ -951,8 +951,7 @@ async fn unread_body(
 /// the id the start gives.
 fn named_by_headers(headers: &HeaderMap, start: &[u8]) -> CallRequest {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    probe::Unread::of(probe::top_level(start))
-        .request_named(header("mcp-method"), header("mcp-name"))
+    probe::Unread::of_start(start).request_named(header("mcp-method"), header("mcp-name"))
 }
 
 /// A REST call's request id: its `X-Request-Id`, any value, as text (bytes that are not

@@ -980,7 +980,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                     // One byte past the limit was kept in case it was a `\r` before a
                     // `\n`: at the end, it is not.
                     if self.line.len() > MAX_LINE && self.line.last() != Some(&b'\r') {
-                        let start = Unread::of(probe::top_level(&self.line));
+                        let start = Unread::of_start(&self.line);
                         self.line.clear();
                         return Ok(Line::TooLong(start));
                     }
@@ -1011,7 +1011,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                     self.discarding = false;
                 }
             } else if over {
-                let start = Unread::of(probe::top_level(&self.line));
+                let start = Unread::of_start(&self.line);
                 self.line.clear();
                 self.discarding = newline.is_none();
                 step = Some(Line::TooLong(start));
@@ -1749,7 +1749,7 @@ where
                     "an incoming MCP message held too many JSON values; refused"
                 );
                 // What its top level names, as for an over-long line.
-                let top = Unread::of(probe::top_level(trim_line(&self.line)));
+                let top = Unread::of_start(trim_line(&self.line));
                 self.recording = Some(self.refusals.too_many_values(&top));
                 let id = top.id;
                 if !id.is_null() {

@@ -425,6 +425,18 @@ pub(crate) struct Unread {
 }
 
 impl Unread {
+    /// What `start`, the start of a message refused unread, says: of a batch, its first
+    /// message (whose call a batch over the limit would otherwise hide).
+    pub(crate) fn of_start(start: &[u8]) -> Unread {
+        let mut at = lenient_space(start);
+        // (Each `[` moves one byte on: bounded by the start's length.)
+        while start.get(at) == Some(&b'[') {
+            at += 1;
+            at += lenient_space(&start[at..]);
+        }
+        Unread::of(top_level(&start[at.min(start.len())..]))
+    }
+
     pub(crate) fn of(top: TopLevel<'_>) -> Unread {
         Unread {
             id: top_level_id(&top),
@@ -1179,6 +1191,21 @@ mod tests {
 
     /// A call serde_json cannot read (a number out of range, nesting past its limit, cut
     /// short) is recorded as the call of the tool it names, under its id.
+    #[test]
+    fn an_unread_batch_is_named_by_its_first_message() {
+        let start = br#" [ [{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_issue","arguments":{"issue_id":"AAC-1"}}}, {"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"get_issue","arguments":{"issue_id":"xxxxxxxx"#;
+        let request = Unread::of_start(start).request();
+        assert_eq!(request.tool, "delete_issue");
+        assert_eq!(request.request_id.as_deref(), Some("9"));
+        // A message that is no batch reads as before; nothing but brackets names nothing.
+        let one = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"t"#;
+        assert_eq!(
+            Unread::of_start(one).request().request_id.as_deref(),
+            Some("a")
+        );
+        assert_eq!(Unread::of_start(b"[[[[").request().tool, UNKNOWN_TOOL);
+    }
+
     #[test]
     fn an_unreadable_call_is_named_by_its_top_level() {
         let deep = format!(
