@@ -891,15 +891,15 @@ async fn a_line_of_calls_goes_through_the_principal_s_rate_first_and_whole() {
     ];
     assert_eq!(seen(&sink.records()), expected, "{:#?}", sink.records());
     // Single calls the MCP layer cannot read (arguments that are no object): the token
-    // left takes one, recorded (after the count of the six before it); the next is the
-    // first refusal past the rate, recorded; the next is answered with the rate's error
-    // and counted.
+    // left takes one, recorded (after the count of the six before it); the next two are
+    // past the rate, answered with its error, the first recorded as that 429, the other
+    // counted.
     let malformed = |id: u64| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                "params": {"name": "echo_text", "arguments": [1]}})
         .to_string()
     };
-    for (id, past) in [(20, false), (21, false), (22, true)] {
+    for (id, past) in [(20, false), (21, true), (22, true)] {
         raw.line(&malformed(id)).await;
         let answer = raw.next().await;
         assert_eq!(answer["id"], id, "{answer}");
@@ -911,7 +911,7 @@ async fn a_line_of_calls_goes_through_the_principal_s_rate_first_and_whole() {
         [
             (None, 429, Some(json!(6))),
             (Some("20".to_owned()), 400, None),
-            (Some("21".to_owned()), 400, None),
+            (Some("21".to_owned()), 429, None),
         ],
         "{records:#?}"
     );

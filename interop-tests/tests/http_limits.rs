@@ -532,11 +532,16 @@ async fn requests_the_mcp_layer_refuses_are_recorded_at_the_principals_rate() {
     let records = server.sink.records();
     // Three within the rate, the first past it, the rest counted.
     assert_eq!(records.len(), 4, "{records:#?}");
-    assert_eq!(records[3].reason.as_deref(), Some("not_dispatched"));
-    // Those counted are answered as counted (429), not with the MCP layer's protocol
-    // error (an invalid-params error in a 200 stream): the rate is checked first.
-    assert!(statuses[..4].iter().all(|&s| s != 429), "{statuses:?}");
-    assert!(statuses[4..].iter().all(|&s| s == 429), "{statuses:?}");
+    assert_eq!(records[2].reason.as_deref(), Some("not_dispatched"));
+    // Past the rate, the rate is checked first: each is answered 429 (the first recorded
+    // as that 429, the rest counted), not with the MCP layer's protocol error (an
+    // invalid-params error in a 200 stream) while its record says 429.
+    assert_eq!(
+        (records[3].status, records[3].reason.as_deref()),
+        (429, Some("rate_limited"))
+    );
+    assert!(statuses[..3].iter().all(|&s| s != 429), "{statuses:?}");
+    assert!(statuses[3..].iter().all(|&s| s == 429), "{statuses:?}");
     server.server.flush_rate_limited().await;
     let records = server.sink.records();
     // One count per kind of request counted: 9 calls, 8 reads, 9 prompts.

@@ -255,25 +255,23 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         self.check_counting(key, kind, calls, cost, false)
     }
 
-    /// Whether `key`'s next event, of `cost` tokens, is refused and counted, and how long
-    /// until it would not be: taking no token, counting nothing. With `count_first`
-    /// unset, an event of one token that would be the first refusal since one went ahead
-    /// is not (its caller records it as it is). A transport that answers some refusals
-    /// itself (an MCP layer's protocol errors) asks it first, so that past the rate it
-    /// answers 429, as its record will say.
-    pub(crate) fn refusing(&self, key: &K, cost: u64, count_first: bool) -> Option<Duration> {
+    /// Whether `key`'s next event, of `cost` tokens, is past the rate, and how long until
+    /// it would not be: taking no token, counting nothing. A transport that answers some
+    /// refusals itself (an MCP layer's protocol errors) asks it first, so that past the
+    /// rate it answers 429, as its record will say.
+    pub(crate) fn refusing(&self, key: &K, cost: u64) -> Option<Duration> {
         let capacity = f64::from(self.rate.count);
         let per_token = self.rate.refill().as_secs_f64();
         let cost = cost.max(1) as f64;
         let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let (tokens, refused) = match buckets.get(key) {
+        let tokens = match buckets.get(key) {
             Some(bucket) => {
                 let refilled = Instant::now().duration_since(bucket.at).as_secs_f64() / per_token;
-                ((bucket.tokens + refilled).min(capacity), bucket.refused)
+                (bucket.tokens + refilled).min(capacity)
             }
-            None => (capacity, false),
+            None => capacity,
         };
-        if tokens >= cost || (cost <= 1.0 && !count_first && !refused) {
+        if tokens >= cost {
             return None;
         }
         Some(match cost > capacity {
@@ -456,39 +454,31 @@ mod tests {
         );
         // A key the limiter never saw is counted apart.
         limiter.count(&"c", T, 2);
-        assert_eq!(limiter.refusing(&"c", 1, false), None);
-        assert_eq!(
-            limiter.refusing(&"c", 9, false),
-            Some(Duration::from_secs(3600))
-        );
+        assert_eq!(limiter.refusing(&"c", 1), None);
+        assert_eq!(limiter.refusing(&"c", 9), Some(Duration::from_secs(3600)));
         assert_eq!(limiter.take_suppressed().overflow, Counts::of(T, 2));
     }
 
     #[test]
     fn refusing_says_what_the_next_event_gets_and_changes_nothing() {
         let limiter = Limiter::new(Rate::new(2, Duration::from_millis(400)));
-        assert_eq!(limiter.refusing(&1, 1, false), None);
-        assert_eq!(limiter.refusing(&1, 2, false), None);
+        assert_eq!(limiter.refusing(&1, 1), None);
+        assert_eq!(limiter.refusing(&1, 2), None);
         assert_eq!(limiter.check(&1, T), Verdict::Allowed { suppressed: NONE });
         // One token: a batch of two would be refused, one event would not.
-        assert!(limiter.refusing(&1, 2, false).is_some());
+        assert!(limiter.refusing(&1, 2).is_some());
+        assert_eq!(limiter.refusing(&1, 1), None);
         assert_eq!(limiter.check(&1, T), Verdict::Allowed { suppressed: NONE });
-        // No token, but the next refusal is the first of its run: recorded, not counted,
-        // unless every refusal is counted.
-        assert_eq!(limiter.refusing(&1, 1, false), None);
-        assert!(limiter.refusing(&1, 1, true).is_some());
+        let wait = limiter.refusing(&1, 1).expect("no token left");
+        assert!(wait <= Duration::from_millis(200), "{wait:?}");
+        // Asking took nothing and counted nothing.
+        assert_eq!(limiter.take_suppressed().by_key, []);
         assert!(matches!(
             limiter.check_counting_after_first(&1, T),
             Verdict::Limited { first: true, .. }
         ));
-        let wait = limiter
-            .refusing(&1, 1, false)
-            .expect("in a run of refusals");
-        assert!(wait <= Duration::from_millis(200), "{wait:?}");
-        // Asking took nothing and counted nothing.
-        assert_eq!(limiter.take_suppressed().by_key, []);
         std::thread::sleep(Duration::from_millis(250));
-        assert_eq!(limiter.refusing(&1, 1, false), None);
+        assert_eq!(limiter.refusing(&1, 1), None);
         assert_eq!(limiter.check(&1, T), Verdict::Allowed { suppressed: NONE });
     }
 

@@ -160,10 +160,11 @@ impl Server {
     }
 
     /// The error a request carrying calls that write `records` records gets at once,
-    /// before anything reads it, when its rate would refuse and count them: the rate of
-    /// `principal`, else (`None`) that of a stdio connection without a verified principal.
-    /// The rate is checked first: a transport whose MCP layer would answer a malformed
-    /// call with a protocol error answers this 429 instead, as the call's record says.
+    /// before anything reads it, when they are past its rate: the rate of `principal`,
+    /// else (`None`) that of a stdio connection without a verified principal. The rate is
+    /// checked first, for every call: a transport whose MCP layer would answer a malformed
+    /// call with a protocol error answers this 429 instead, and records it as a 429 (the
+    /// first refusal past the rate) or counts it.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn past_the_rate(
         &self,
@@ -172,16 +173,14 @@ impl Server {
     ) -> Option<ToolError> {
         let limits = self.limits();
         let wait = match principal {
-            Some(principal) => {
-                limits
-                    .principal
-                    .as_ref()?
-                    .refusing(&rate_key(principal), records, false)?
-            }
+            Some(principal) => limits
+                .principal
+                .as_ref()?
+                .refusing(&rate_key(principal), records)?,
             None => limits
                 .stdio_unauthenticated
                 .as_ref()?
-                .refusing(&(), records, true)?,
+                .refusing(&(), records)?,
         };
         Some(ToolError::rate_limited(wait))
     }
