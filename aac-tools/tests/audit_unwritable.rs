@@ -322,6 +322,50 @@ async fn a_database_file_deleted_while_serving_fails_the_writes() {
     assert_refuses_everything(&server, "unlinker", "after the file was deleted").await;
 }
 
+/// The write-ahead log deleted alone while the server runs holds the records written
+/// since the last checkpoint, answered already: a crash would lose them. When the sink
+/// notices (at most a second later) it copies them into the database file, still linked,
+/// before it fails its writes as for a deleted database: a copy of the database file alone
+/// (what a crash leaves) holds every answered call's record, and its chain verifies.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_write_ahead_log_deleted_while_serving_is_saved_into_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    let server = server(sink.clone(), "unlinker");
+    let call = || server.call(CallRequest::new("count_runs", None).bearer("unlinker"));
+    for _ in 0..5 {
+        assert!(call().await.error().is_none());
+    }
+    std::fs::remove_file(format!("{}-wal", path.display())).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let response = call().await;
+    let err = response
+        .error()
+        .expect("refused: its record would go nowhere");
+    assert_eq!(err.reason(), "audit_unavailable");
+    // What a crash now would leave: the database file, without its log.
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let saved = Connection::open(&copy).unwrap();
+    let answered: i64 = saved
+        .query_row(
+            "SELECT count(*) FROM aac_audit WHERE tool = 'count_runs' AND outcome = 'success'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        answered, 5,
+        "every answered call's record is in the database file"
+    );
+    drop(saved);
+    let report =
+        aac_tools::audit::verify_chain(&aac_tools::audit::open_reader(&copy).unwrap()).unwrap();
+    assert!(report.is_intact(), "{report:?}");
+}
+
 /// A tool that ran and failed, whose record then cannot be written: the answer says it
 /// failed, with its own error, not that what it did stands.
 #[tokio::test]

@@ -202,6 +202,9 @@ struct Connected {
     /// The database file SQLite opened, opened again to ask whether it is still linked
     /// ([`Connected::unlinked`]).
     file: Option<File>,
+    /// Its write-ahead log, opened to ask the same (the file `wal` syncs, when there is
+    /// one).
+    log: Option<Arc<File>>,
     /// When [`Connected::unlinked`] last asked the file system.
     links_checked: Instant,
     /// What it found unlinked: a file deleted stays so.
@@ -214,11 +217,17 @@ struct Connected {
 const LINKS_CHECKED_EVERY: Duration = Duration::from_secs(1);
 
 impl Connected {
-    fn new(conn: Connection, wal: Option<Arc<File>>, file: Option<File>) -> Connected {
+    fn new(
+        conn: Connection,
+        wal: Option<Arc<File>>,
+        file: Option<File>,
+        log: Option<Arc<File>>,
+    ) -> Connected {
         Connected {
             conn,
             wal,
             file,
+            log,
             links_checked: Instant::now(),
             gone: None,
         }
@@ -228,6 +237,10 @@ impl Connected {
     /// last seen (checked again at most every [`LINKS_CHECKED_EVERY`]): a connection
     /// writes on to a file no one can open any more, and its records go nowhere. A file
     /// renamed is still linked, and fine; one deleted stays so.
+    ///
+    /// The write-ahead log deleted alone holds the records written since the last
+    /// checkpoint, answered already, which a crash would then lose: they are copied into
+    /// the database file (still linked) at once, from the log this connection holds open.
     fn unlinked(&mut self) -> Option<&'static str> {
         if self.gone.is_some() || self.links_checked.elapsed() < LINKS_CHECKED_EVERY {
             return self.gone;
@@ -239,11 +252,47 @@ impl Connected {
             let gone = |file: &File| file.metadata().is_ok_and(|m| m.nlink() == 0);
             if self.file.as_ref().is_some_and(gone) {
                 self.gone = Some("database file");
-            } else if self.wal.as_deref().is_some_and(gone) {
+            } else if self.log.as_deref().is_some_and(gone) {
                 self.gone = Some("write-ahead log");
+                self.save_the_deleted_log();
             }
         }
         self.gone
+    }
+
+    /// Copy what the deleted write-ahead log holds into the database file, and sync it.
+    fn save_the_deleted_log(&self) {
+        // (busy, frames in the log, frames copied)
+        let saved = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(FULL)", [], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            });
+        match saved {
+            Ok((0, frames, copied)) if frames == copied => tracing::error!(
+                frames,
+                "the audit database's write-ahead log was deleted while the server ran: the \
+                 records it held are copied into the database file; no more are written"
+            ),
+            Ok((_, frames, copied)) => tracing::error!(
+                frames,
+                copied,
+                "the audit database's write-ahead log was deleted while the server ran, and \
+                 not all of it could be copied into the database file (another connection \
+                 reads it): keep this process running and stop it with SIGTERM, whose \
+                 close copies the rest"
+            ),
+            Err(err) => tracing::error!(
+                error = %err,
+                "the audit database's write-ahead log was deleted while the server ran, and \
+                 could not be copied into the database file: keep this process running and \
+                 stop it with SIGTERM, whose close copies it"
+            ),
+        }
     }
 }
 
@@ -270,22 +319,29 @@ fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditE
         .filter(|p| !p.is_empty())
         .map_or_else(|| path.to_path_buf(), std::path::PathBuf::from);
     let file = File::open(&database).ok();
-    if !defer {
-        return Ok(Connected::new(conn, None, file));
-    }
     let mut wal_path = database.into_os_string();
     wal_path.push("-wal");
-    match File::open(&wal_path) {
-        Ok(wal) => Ok(Connected::new(conn, Some(Arc::new(wal)), file)),
-        Err(e) => {
+    let log = File::open(&wal_path).ok().map(Arc::new);
+    if !defer {
+        return Ok(Connected::new(conn, None, file, log));
+    }
+    match log {
+        Some(wal) => Ok(Connected::new(
+            conn,
+            Some(Arc::clone(&wal)),
+            file,
+            Some(wal),
+        )),
+        None => {
+            let e = File::open(&wal_path).err();
             tracing::warn!(
                 path = %path.display(),
-                error = %e,
+                error = ?e,
                 "cannot open the audit database's write-ahead log to sync it; every commit syncs it instead"
             );
             conn.pragma_update(None, "synchronous", Synchronous::Full.pragma())
                 .map_err(sql_error)?;
-            Ok(Connected::new(conn, None, file))
+            Ok(Connected::new(conn, None, file, None))
         }
     }
 }
