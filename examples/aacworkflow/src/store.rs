@@ -296,13 +296,37 @@ fn not_a_database(path: &Path) -> AppError {
     ))
 }
 
+/// `path` could not be read (`err`, SQLite's `code`): what SQLite said, and what to do
+/// about it.
+fn cannot_read(path: &Path, err: &dyn fmt::Display, code: Option<ErrorCode>) -> AppError {
+    let what = match code {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            "another process holds it locked (a program in a long or exclusive transaction); \
+             try again once it lets go"
+        }
+        // A read-only connection to a database in WAL mode still creates its `-shm` (and
+        // `-wal`) beside it: refused, it says the database is read-only.
+        Some(ErrorCode::ReadOnly) => {
+            "SQLite could not create the database's `-wal` and `-shm` files beside it, which \
+             a database in WAL mode needs even to be read: make its directory writable by \
+             this user, or copy the database into one that is"
+        }
+        Some(ErrorCode::CannotOpen) => {
+            "check the permissions of the file and of its `-wal` and `-shm` files beside it \
+             (a database in WAL mode needs them even to be read)"
+        }
+        _ => "check the file's permissions",
+    };
+    AppError::new(format!(
+        "cannot read `{}`: {err}; {what}, or pass --db with another path",
+        path.display()
+    ))
+}
+
 fn inspect(path: &Path) -> Result<Inspection, AppError> {
     let classify = |err: rusqlite::Error| match err.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => not_a_database(path),
-        _ => AppError::new(format!(
-            "cannot read `{}`: {err}; check the file's permissions, or pass --db with another path",
-            path.display()
-        )),
+        code => cannot_read(path, &err, code),
     };
     let conn = Connection::open_with_flags(
         path,
@@ -426,9 +450,8 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Database, AppError> {
     }
     if mode == OpenMode::Read {
         return Database::open_read_only(path).map_err(|e| {
-            AppError::new(format!(
-                "cannot read `{shown}`: {e}; check the file's permissions, or pass --db with another path"
-            ))
+            let code = e.sqlite().and_then(rusqlite::Error::sqlite_error_code);
+            cannot_read(path, &e, code)
         });
     }
     let unwritable = |err: &dyn fmt::Display| {

@@ -525,6 +525,28 @@ fn an_unwritable_path_gets_one_line_that_says_what_to_do() {
     assert!(line.contains("writable"), "{line}");
 }
 
+/// A database another process holds locked is said to be locked, not a matter of the
+/// file's permissions: what to do is wait, not `chmod`.
+#[test]
+fn a_database_locked_by_another_process_is_said_to_be_locked() {
+    if sqlite_only("a file lock") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let init = run(dir.path(), &["init"]);
+    assert!(init.status.success(), "{}", stderr(&init));
+    let holder = rusqlite::Connection::open(dir.path().join("aacworkflow.db")).unwrap();
+    // Exclusive locking, then a write: the lock stays until the connection closes, and
+    // shuts out readers too.
+    holder
+        .execute_batch("PRAGMA locking_mode = EXCLUSIVE; BEGIN IMMEDIATE; COMMIT;")
+        .unwrap();
+    let line = one_line_error(&run(dir.path(), &["audit"]));
+    assert!(line.contains("locked"), "{line}");
+    assert!(line.contains("another process holds it"), "{line}");
+    assert!(!line.contains("permissions"), "{line}");
+}
+
 /// A FIFO, a socket or a device as `--db` is refused by every command, the reading ones
 /// included, in one line and at once: the open that checked whether a file is ours waited
 /// for ever on a FIFO (`init`, `audit`, `token list` and `serve` hung), and a device was
