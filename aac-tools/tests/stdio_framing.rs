@@ -863,14 +863,16 @@ async fn a_line_of_calls_goes_through_the_principal_s_rate_first_and_whole() {
     for (first, calls) in [(3, 2), (5, 5)] {
         raw.line(&batch(first, calls).to_string()).await;
         let answer = raw.next().await;
-        assert_eq!(codes(&answer), vec![-32000; calls as usize], "{answer}");
+        assert_eq!(codes(&answer), vec![-32001; calls as usize], "{answer}");
+        let error = &answer[0]["error"];
         assert!(
-            answer[0]["error"]["message"]
+            error["message"]
                 .as_str()
                 .unwrap()
-                .starts_with("Too many requests: too many requests; retry in"),
+                .starts_with("too many requests; retry in"),
             "{answer}"
         );
+        assert_eq!(error["data"]["status"], 429, "{answer}");
     }
     let seen = |records: &[aac_tools::audit::AuditRecord]| -> Vec<_> {
         records
@@ -903,7 +905,7 @@ async fn a_line_of_calls_goes_through_the_principal_s_rate_first_and_whole() {
         raw.line(&malformed(id)).await;
         let answer = raw.next().await;
         assert_eq!(answer["id"], id, "{answer}");
-        assert_eq!(answer["error"]["code"] == -32000, past, "{answer}");
+        assert_eq!(answer["error"]["code"] == -32001, past, "{answer}");
     }
     let records = sink.records();
     assert_eq!(

@@ -670,16 +670,31 @@ impl ServerHandler for McpHandler {
     /// whose params do not have the protocol's shape (a `tools/call` whose `arguments` is
     /// an array), which is answered "Invalid params" with what is wrong. Such a request
     /// never reaches a tool; its record (not dispatched) is the transport's.
+    ///
+    /// A call, read, prompt or completion past its caller's rate is answered with the
+    /// rate's error instead, as its record says (the rate is checked first).
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
-        match invalid_params(&method, params.as_ref()) {
-            Some(message) => Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None)),
-            None => Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None)),
+        let Some(message) = invalid_params(&method, params.as_ref()) else {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
+        };
+        let recorded = matches!(
+            method.as_str(),
+            "tools/call" | "resources/read" | "prompts/get" | "completion/complete"
+        );
+        // The stdio framing records it, through the rate: answered as its record says.
+        // (Over HTTP the gate asked the rate before it was handed on.)
+        if recorded
+            && let Some(super::LineRate(verdict)) = context.extensions.get::<super::LineRate>()
+            && let Ok(Some(err)) = tokio::time::timeout(RATE_VERDICT_WAIT, verdict.wait()).await
+        {
+            return Err(rpc_error_of(false, err.clone()));
         }
+        Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None))
     }
 
     async fn call_tool(
@@ -896,6 +911,17 @@ fn rpc_error(err: ToolError) -> ErrorData {
 /// is "resource not found" as much as a URI that names no resource.
 fn read_error(err: ToolError) -> ErrorData {
     rpc_error_of(true, err)
+}
+
+/// How long the handler waits for the stdio framing's record of a request it refuses
+/// (written at the framing's next read, at once): past it, the request is answered as if
+/// within its rate.
+const RATE_VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The JSON-RPC error of a request past its caller's rate, as [`rpc_error_of`] gives
+/// it: for the stdio framing, which answers some refusals itself.
+pub(crate) fn rate_limited_error(err: &ToolError) -> Value {
+    serde_json::to_value(rpc_error_of(false, err.clone())).unwrap_or_default()
 }
 
 fn rpc_error_of(read: bool, err: ToolError) -> ErrorData {

@@ -123,6 +123,15 @@ pub(crate) struct VerifiedPrincipal(
 #[derive(Clone)]
 pub(crate) struct PendingItem(pub(crate) PendingAttempt);
 
+/// The verdict of the rate on a request the stdio framing records itself as refused (one
+/// rmcp hands the handler as a method it does not know): set once its record is written,
+/// to the rate's error when the request was past its caller's rate, in which case the
+/// handler answers with it, as the record says.
+#[derive(Clone)]
+pub(crate) struct LineRate(
+    pub(crate) std::sync::Arc<tokio::sync::SetOnce<Option<crate::ToolError>>>,
+);
+
 /// An attempt the `/mcp` gate (or the stdio framing) began, carried to the MCP handler in
 /// the request's extensions, which takes it up ([`Attempt::dispatch`](crate::Attempt)). If
 /// the MCP layer answers without dispatching the call, the transport records it

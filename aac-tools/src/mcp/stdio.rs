@@ -477,6 +477,11 @@ struct LineTransport<R, W> {
     /// The record of such a line, being written: finished before the next line is read
     /// (whatever cancels `receive`), so that a flood of them waits for the audit sink.
     recording: Option<BoxFuture<'static, ()>>,
+    /// The line whose refusal is being recorded, when its calls turn out past the
+    /// connection's rate (the record says so, [`LineRefusal::record`]): answered with the
+    /// rate's error under these ids (in one array when it was a batch), in place of what
+    /// it owes, once the record is written.
+    limited: Option<(RateVerdict, Vec<serde_json::Value>, bool)>,
     /// The attempts of the calls (and reads, prompts, completions) handed to rmcp and not
     /// yet answered, by request id: one rmcp answers with an error of its own before the
     /// handler took it up (a request before `initialize`, a protocol version it does not
@@ -597,29 +602,12 @@ impl Refusals {
             rest.push((attempt, counted));
         }
         Some(LineRefusal {
+            server: self.server.clone(),
             first,
             rest,
             rate,
             records,
         })
-    }
-
-    /// The 429 a line whose calls write `records` records gets in place of its protocol
-    /// error, when the connection's rate would refuse and count them: the rate is
-    /// checked first, as it is for a call that reaches a tool, so that the answer says
-    /// what the record does. The connection's principal's rate, else (its token no longer
-    /// verifies) the connection's own.
-    async fn past_the_rate(&self, records: u64) -> Option<ToolError> {
-        let limits = self.server.limits();
-        if limits.principal.is_none() && limits.stdio_unauthenticated.is_none() {
-            return None;
-        }
-        let credentials = match &self.token {
-            Some(token) => Credentials::Bearer(token.clone()),
-            None => Credentials::None,
-        };
-        let principal = self.server.authenticate(&credentials).await.ok();
-        self.server.past_the_rate(principal.as_deref(), records)
     }
 
     /// The record of a call (read, prompt, completion) refused because a request of the
@@ -775,6 +763,7 @@ fn not_read() -> ToolError {
 /// The records of the calls of a refused line ([`Refusals::of`]): its first call's, and
 /// those of the rest of its batch, which go through the rate with it.
 struct LineRefusal {
+    server: Server,
     first: crate::Attempt,
     rest: Vec<(crate::Attempt, ToolError)>,
     rate: crate::pipeline::BatchRate,
@@ -782,22 +771,38 @@ struct LineRefusal {
     records: u64,
 }
 
+/// Set, by the record of a refused line, to the rate's error when its calls were past the
+/// connection's rate (the line is then answered with it), else to `None`.
+type RateVerdict = Arc<tokio::sync::SetOnce<Option<ToolError>>>;
+
 impl LineRefusal {
-    /// Record the calls: refused as unread, or (`past_the_rate`) as the 429 the line is
-    /// answered with.
-    fn record(self, past_the_rate: Option<ToolError>) -> BoxFuture<'static, ()> {
+    /// Record the calls, as unread, or (when the connection's rate would refuse them:
+    /// checked first, as for a call that reaches a tool) as the 429 the line is then
+    /// answered with, told through `verdict`: the first as that 429 (the first refusal
+    /// past the rate), the rest counted.
+    fn record(self, verdict: RateVerdict) -> BoxFuture<'static, ()> {
         let LineRefusal {
-            first, rest, rate, ..
+            server,
+            mut first,
+            rest,
+            rate,
+            records,
         } = self;
         Box::pin(async move {
-            match past_the_rate {
+            // For the record only: the refusal is the line's, whoever sent it.
+            let principal = first.authenticate().await.ok();
+            let limits = server.limits();
+            let rated = limits.principal.is_some() || limits.stdio_unauthenticated.is_some();
+            let past = rated
+                .then(|| server.past_the_rate(principal.as_deref(), records))
+                .flatten();
+            let _ = verdict.set(past.clone());
+            match past {
                 Some(err) => {
-                    let mut first = first;
-                    let _ = first.authenticate().await;
                     first.refuse(Check::RateLimit, err).await;
                 }
                 None => {
-                    refused(first, not_read()).await;
+                    first.refuse(Check::Protocol, not_read()).await;
                 }
             }
             // The others follow the first through the rate: recorded with it, or
@@ -935,6 +940,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             lists: replay.then(Arc::default),
             refusals,
             recording: None,
+            limited: None,
             pending: Arc::default(),
             closed,
             ended_at: Arc::default(),
@@ -1050,10 +1056,6 @@ const MAX_IN_FLIGHT: usize = 64;
 /// server stopped with no room to take it (one of the codes JSON-RPC leaves to servers):
 /// worth sending again later, unlike "Invalid request".
 const SERVER_BUSY: ErrorCode = ErrorCode(-32000);
-
-/// The JSON-RPC error of a request past the connection's rate (a server error, as
-/// "Server busy" is: JSON-RPC has no code of its own for it).
-const RATE_LIMITED: ErrorCode = ErrorCode(-32000);
 
 /// What the connection has in hand: the messages to the client not yet written, the
 /// client's requests not yet answered, the server's requests the client has not yet
@@ -1262,40 +1264,18 @@ enum Parsed {
     /// refused under its own id, in one array, as JSON-RPC answers a batch, so that a
     /// client of a version that allowed batches (2025-03-26) is not left waiting.
     RefusedBatch(Vec<serde_json::Value>),
-    /// Requests past the connection's rate, answered under their ids with the rate's
-    /// error (`message`): in one array when `batch`, else a line each.
-    Limited {
-        ids: Vec<serde_json::Value>,
-        batch: bool,
-        message: String,
-    },
 }
 
 impl Parsed {
-    /// What is answered in place of this refusal when the line's calls are past the
-    /// connection's rate (`err`): the rate's error under each id the line would have been
-    /// answered under.
-    fn past_the_rate(self, err: &ToolError) -> Parsed {
-        let message = format!("Too many requests: {}", err.message());
-        let (ids, batch) = match self {
-            Parsed::Message(message) => match message.as_ref() {
-                JsonRpcMessage::Request(request) => (
-                    vec![serde_json::to_value(&request.id).unwrap_or_default()],
-                    false,
-                ),
-                _ => return Parsed::Message(message),
-            },
-            Parsed::Refused { id, .. } => (vec![id], false),
-            Parsed::RefusedEach(ids) => (ids, false),
-            Parsed::RefusedBatch(ids) => (ids, true),
-            other @ (Parsed::Ignored | Parsed::BadAnswer(_) | Parsed::Limited { .. }) => {
-                return other;
-            }
-        };
-        Parsed::Limited {
-            ids,
-            batch,
-            message,
+    /// The ids this refusal is answered under (and whether in one array, as a batch), for
+    /// an answer in its place (the rate's error); `None` for a message handed on or not
+    /// answered.
+    fn answered_ids(&self) -> Option<(Vec<serde_json::Value>, bool)> {
+        match self {
+            Parsed::Refused { id, .. } => Some((vec![id.clone()], false)),
+            Parsed::RefusedEach(ids) => Some((ids.clone(), false)),
+            Parsed::RefusedBatch(ids) => Some((ids.clone(), true)),
+            Parsed::Message(_) | Parsed::Ignored | Parsed::BadAnswer(_) => None,
         }
     }
 }
@@ -1667,6 +1647,32 @@ where
                 recording.await;
                 self.recording = None;
             }
+            // A refused line past the connection's rate: the rate's error under its ids,
+            // as its record says, in place of its protocol error.
+            if let Some((verdict, ids, batch)) = self.limited.take()
+                && let Some(Some(err)) = verdict.get()
+            {
+                let answers: Vec<_> = ids
+                    .into_iter()
+                    .map(|id| {
+                        serde_json::json!({
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "error": crate::mcp::handler::rate_limited_error(err),
+                        })
+                    })
+                    .collect();
+                self.owed = match (answers.is_empty(), batch) {
+                    // (Only notifications: JSON-RPC answers nothing.)
+                    (true, _) => Owed::Nothing,
+                    (false, true) => Owed::Line(vec![Bytes::from(as_line(
+                        &serde_json::Value::Array(answers),
+                    ))]),
+                    (false, false) => {
+                        Owed::Line(answers.iter().map(|a| Bytes::from(as_line(a))).collect())
+                    }
+                };
+            }
             // What `receive` owes (a refusal of its own, a replayed list) is written
             // before the next line is read; a client that does not read holds that write,
             // and SIGTERM must still end the session (it waited for ever): stopping, the
@@ -1886,18 +1892,28 @@ where
                 | Parsed::BadAnswer(_)
                 | Parsed::Refused { .. }
                 | Parsed::RefusedEach(_)
-                | Parsed::RefusedBatch(_)
-                | Parsed::Limited { .. } => true,
+                | Parsed::RefusedBatch(_) => true,
             };
             if refused && let Some(calls) = self.refusals.of(trim_line(&self.line)) {
                 // The connection's rate first: past it, the line's calls are answered
-                // 429 under their ids, as they are recorded (counted), whatever else is
-                // wrong with them.
-                let limited = self.refusals.past_the_rate(calls.records).await;
-                if let Some(err) = &limited {
-                    parsed = parsed.past_the_rate(err);
+                // with the rate's error under their ids, as they are recorded, whatever
+                // else is wrong with them (decided by the record, before the answer is
+                // written; a message handed on is answered so by the handler, which asks
+                // the rate as the record does).
+                let verdict = RateVerdict::default();
+                match parsed.answered_ids() {
+                    Some((ids, batch)) => self.limited = Some((Arc::clone(&verdict), ids, batch)),
+                    // Handed on: the handler answers it, with the verdict.
+                    None => {
+                        if let Parsed::Message(message) = &mut parsed
+                            && let JsonRpcMessage::Request(request) = message.as_mut()
+                        {
+                            let rate = super::LineRate(Arc::clone(&verdict));
+                            request.request.extensions_mut().insert(rate);
+                        }
+                    }
                 }
-                self.recording = Some(calls.record(limited));
+                self.recording = Some(calls.record(verdict));
             }
             if let Parsed::Message(message) = &mut parsed
                 && let JsonRpcMessage::Request(request) = message.as_mut()
@@ -1935,25 +1951,6 @@ where
                         .collect();
                     self.line.clear();
                     self.owed = Owed::Line(answers);
-                    continue;
-                }
-                Parsed::Limited {
-                    ids,
-                    batch,
-                    message,
-                } => {
-                    self.line.clear();
-                    let answers: Vec<_> = ids
-                        .into_iter()
-                        .map(|id| error_answer(id, RATE_LIMITED, &message))
-                        .collect();
-                    // (Only notifications: JSON-RPC answers nothing.)
-                    if !answers.is_empty() {
-                        self.owed = Owed::Line(match batch {
-                            true => vec![Bytes::from(as_line(&serde_json::Value::Array(answers)))],
-                            false => answers.iter().map(|a| Bytes::from(as_line(a))).collect(),
-                        });
-                    }
                     continue;
                 }
                 Parsed::RefusedBatch(ids) => {
