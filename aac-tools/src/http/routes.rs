@@ -1132,15 +1132,13 @@ async fn refuse_what_the_body_carries(
             Err(_) => return unread_body(app, parts, err, &start, arrived).await,
         };
     let mut principal = None;
-    let mut rate = None;
+    let mut batch = Batch::read(&body);
     let answer = if let Some(call) = ToolsCall::probe(&parts.headers, &body) {
-        let (mut attempt, batch) = first_of(&body, begin(call.request(peer)));
-        rate = batch;
+        let mut attempt = first_of(&mut batch, begin(call.request(peer)));
         principal = attempt.authenticate().await.ok();
         call.refuse(attempt, Check::Protocol, err.clone()).await
     } else if let Some(item) = item_request(&body, peer) {
-        let (mut attempt, batch) = first_of(&body, begin(item));
-        rate = batch;
+        let mut attempt = first_of(&mut batch, begin(item));
         principal = attempt.authenticate().await.ok();
         attempt.refuse(Check::Protocol, err.clone()).await
     } else if carries == Carries::Any {
@@ -1151,12 +1149,11 @@ async fn refuse_what_the_body_carries(
     };
     refuse_rest_of_batch(
         app,
-        &body,
+        batch,
         peer,
         principal.as_ref(),
         Some((Check::Protocol, &err)),
         &answer,
-        rate.as_ref(),
     )
     .await;
     match replaces_the_answer(&answer) {
@@ -1243,45 +1240,66 @@ fn declares_body(headers: &HeaderMap) -> bool {
             .is_some_and(|length| length.as_bytes() != b"0")
 }
 
-/// The calls of the batch `body` but its first, and how many more it holds of each kind
-/// (`probe::rest_of_batch_read`); `None` when `body` is one message.
-fn batch_rest(body: &[u8]) -> Option<(Vec<CallRequest>, probe::Counts, bool)> {
-    // A batch, or messages one after the other (which no single JSON value reads).
-    if !body.trim_ascii_start().starts_with(b"[")
-        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
-    {
-        return None;
-    }
-    Some(probe::rest_of_batch_read(body))
+/// A batch refused whole (or messages one after the other): the calls after the one
+/// recorded first, how many more it holds of each kind (`probe::rest_of_batch_read`), and,
+/// once its first call went through the rate ([`first_of`]), what the rate said of it.
+struct Batch {
+    rest: Vec<CallRequest>,
+    more: probe::Counts,
+    unread: bool,
+    rate: Option<BatchRate>,
 }
 
-/// `attempt`, the first call's of `body`, made to pay its rate for every record the
-/// refusal of `body` writes, when `body` is a batch; what its rate says of the batch, for
-/// [`refuse_rest_of_batch`].
-fn first_of(body: &[u8], mut attempt: Attempt) -> (Attempt, Option<BatchRate>) {
-    let rate = batch_rest(body).map(|(rest, more, _)| {
-        let counts = more.by_kind().count();
-        attempt.first_of_batch(1 + rest.len() as u64 + counts as u64)
-    });
-    (attempt, rate)
+impl Batch {
+    /// `None` when `body` is one message.
+    fn read(body: &[u8]) -> Option<Batch> {
+        // A batch, or messages one after the other (which no single JSON value reads).
+        if !body.trim_ascii_start().starts_with(b"[")
+            && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+        {
+            return None;
+        }
+        let (rest, more, unread) = probe::rest_of_batch_read(body);
+        Some(Batch {
+            rest,
+            more,
+            unread,
+            rate: None,
+        })
+    }
+}
+
+/// `attempt`, the first call's of the body `batch` was read from, made to pay its rate
+/// for every record the body's refusal writes when it is a batch.
+fn first_of(batch: &mut Option<Batch>, mut attempt: Attempt) -> Attempt {
+    if let Some(batch) = batch {
+        let records = 1 + batch.rest.len() + batch.more.by_kind().count();
+        batch.rate = Some(attempt.first_of_batch(records as u64));
+    }
+    attempt
 }
 
 /// The records of the calls of a batch after its first (whose attempt the gate began),
 /// refused with the request as a whole: by `check` and `err` (the gate's refusal), or as
 /// not dispatched (`None`: the MCP layer refused the batch), under the status `answered`
 /// (the first's answer). At most [`probe::MAX_BATCH_RECORDS`] in all, and one more that
-/// counts the rest. `rate`: what the first call's rate said of the batch
-/// ([`first_of`]): recorded with it, or counted with it.
+/// counts the rest; with the first call through its rate, recorded with it, or counted
+/// with it. Nothing when `batch` is `None` (one message).
 async fn refuse_rest_of_batch(
     app: &App,
-    body: &[u8],
+    batch: Option<Batch>,
     peer: Option<IpAddr>,
     principal: Option<&Arc<Principal>>,
     refusal: Option<(Check, &ToolError)>,
     answered: &ToolError,
-    rate: Option<&BatchRate>,
 ) {
-    let Some((rest, more, unread)) = batch_rest(body) else {
+    let Some(Batch {
+        rest,
+        more,
+        unread,
+        rate,
+    }) = batch
+    else {
         return;
     };
     let not_dispatched = |more: u64| {
@@ -1327,7 +1345,7 @@ async fn refuse_rest_of_batch(
             attempt.account(account);
         }
         // Through the rate with the batch's first call: recorded, or counted, with it.
-        if let Some(rate) = rate {
+        if let Some(rate) = &rate {
             attempt.rest_of_batch(rate);
         }
         attempt.refuse(check.unwrap_or(Check::Protocol), err).await;
@@ -1355,20 +1373,20 @@ impl Whole<'_> {
         check: Check,
         err: ToolError,
     ) -> ToolError {
-        let (err, rate) = match (call, attempt, item) {
+        let mut batch = Batch::read(self.body);
+        let err = match (call, attempt, item) {
             (Some(call), Some(attempt), _) => {
-                let (attempt, rate) = first_of(self.body, attempt);
-                (call.refuse(attempt, check, err).await, rate)
+                call.refuse(first_of(&mut batch, attempt), check, err).await
             }
             (_, _, Some(item)) => {
-                let (mut attempt, rate) = first_of(self.body, app.server().begin(item));
+                let mut attempt = first_of(&mut batch, app.server().begin(item));
                 attempt.authenticated(Arc::clone(self.principal));
-                (attempt.refuse(check, err).await, rate)
+                attempt.refuse(check, err).await
             }
-            _ => (err, None),
+            _ => err,
         };
-        let (body, peer, principal) = (self.body, self.peer, Some(self.principal));
-        refuse_rest_of_batch(app, body, peer, principal, None, &err, rate.as_ref()).await;
+        let (peer, principal) = (self.peer, Some(self.principal));
+        refuse_rest_of_batch(app, batch, peer, principal, None, &err).await;
         err
     }
 }
@@ -1424,31 +1442,25 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
         Ok(principal) => principal,
         Err(err) => {
             let refusal = err.clone();
-            let (err, rate) = match (&call, attempt, item()) {
+            let mut batch = Batch::read(&body);
+            let err = match (&call, attempt, item()) {
                 (Some(call), Some(attempt), _) => {
-                    let (attempt, rate) = first_of(&body, attempt);
-                    (
-                        Box::pin(call.refuse(attempt, Check::Authenticate, err)).await,
-                        rate,
-                    )
+                    let attempt = first_of(&mut batch, attempt);
+                    Box::pin(call.refuse(attempt, Check::Authenticate, err)).await
                 }
                 (_, _, Some(item)) => {
-                    let (attempt, rate) = first_of(&body, app.server().begin(item));
-                    (
-                        Box::pin(attempt.refuse(Check::Authenticate, err)).await,
-                        rate,
-                    )
+                    let attempt = first_of(&mut batch, app.server().begin(item));
+                    Box::pin(attempt.refuse(Check::Authenticate, err)).await
                 }
-                _ => (err, None),
+                _ => err,
             };
             Box::pin(refuse_rest_of_batch(
                 app,
-                &body,
+                batch,
                 peer,
                 None,
                 Some((Check::Authenticate, &refusal)),
                 &err,
-                rate.as_ref(),
             ))
             .await;
             return app.refusal(&parts.headers, &err, None);
@@ -1708,42 +1720,31 @@ async fn mcp_gate(app: &App, request: Request, mcp: &McpService) -> Response {
             ),
         ),
     };
-    if let (Some(call), Some(attempt)) =
-        (&call, pending.as_ref().and_then(PendingAttempt::abandoned))
-    {
-        let (check, err) = refusal("the tool was called");
+    // Its call, else its read, prompt or completion, which the MCP layer never took up.
+    let abandoned = match (&call, pending.as_ref().and_then(PendingAttempt::abandoned)) {
+        (Some(call), Some(attempt)) => Some((attempt, Some(call), "the tool was called")),
+        _ => pending_item
+            .as_ref()
+            .and_then(PendingAttempt::abandoned)
+            .map(|attempt| (attempt, None, "it was read")),
+    };
+    if let Some((attempt, call, before)) = abandoned {
+        let (check, err) = refusal(before);
         let refused = err.clone();
-        let (attempt, rate) = first_of(&body, attempt);
-        let err = Box::pin(call.refuse(attempt, check, err)).await;
+        let mut batch = Batch::read(&body);
+        let attempt = first_of(&mut batch, attempt);
+        let err = match call {
+            Some(call) => Box::pin(call.refuse(attempt, check, err)).await,
+            None => Box::pin(attempt.refuse(check, err)).await,
+        };
         let answered = replaces_the_answer(&err).then_some(&err);
         Box::pin(refuse_rest_of_batch(
             app,
-            &body,
+            batch,
             peer,
             Some(&principal),
             not_theirs,
             answered.unwrap_or(&refused),
-            rate.as_ref(),
-        ))
-        .await;
-        if let Some(err) = answered {
-            return app.refusal(&HeaderMap::new(), err, None);
-        }
-    }
-    if let Some(attempt) = pending_item.as_ref().and_then(PendingAttempt::abandoned) {
-        let (check, err) = refusal("it was read");
-        let refused = err.clone();
-        let (attempt, rate) = first_of(&body, attempt);
-        let err = Box::pin(attempt.refuse(check, err)).await;
-        let answered = replaces_the_answer(&err).then_some(&err);
-        Box::pin(refuse_rest_of_batch(
-            app,
-            &body,
-            peer,
-            Some(&principal),
-            not_theirs,
-            answered.unwrap_or(&refused),
-            rate.as_ref(),
         ))
         .await;
         if let Some(err) = answered {

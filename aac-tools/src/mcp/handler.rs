@@ -682,14 +682,9 @@ impl ServerHandler for McpHandler {
         let Some(message) = invalid_params(&method, params.as_ref()) else {
             return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
         };
-        let recorded = matches!(
-            method.as_str(),
-            "tools/call" | "resources/read" | "prompts/get" | "completion/complete"
-        );
-        // The stdio framing records it, through the rate: answered as its record says.
-        // (Over HTTP the gate asked the rate before it was handed on.)
-        if recorded
-            && let Some(super::LineRate(verdict)) = context.extensions.get::<super::LineRate>()
+        // The stdio framing records a call it holds, through the rate: answered as its
+        // record says. (Over HTTP the gate asked the rate before it was handed on.)
+        if let Some(super::LineRate(verdict)) = context.extensions.get::<super::LineRate>()
             && let Ok(Some(err)) = tokio::time::timeout(RATE_VERDICT_WAIT, verdict.wait()).await
         {
             return Err(rpc_error_of(false, err.clone()));

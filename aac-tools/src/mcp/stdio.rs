@@ -738,18 +738,12 @@ impl Refusals {
 }
 
 /// Record `attempt` as refused by the MCP layer (`err`).
-fn refuse(attempt: crate::Attempt, err: ToolError) -> BoxFuture<'static, ()> {
+fn refuse(mut attempt: crate::Attempt, err: ToolError) -> BoxFuture<'static, ()> {
     Box::pin(async move {
-        refused(attempt, err).await;
+        // For the record only: the refusal is the line's, whoever sent it.
+        let _ = attempt.authenticate().await;
+        attempt.refuse(Check::Protocol, err).await;
     })
-}
-
-/// `attempt` refused with `err` and recorded; what its record says the answer was (429
-/// past a rate).
-async fn refused(mut attempt: crate::Attempt, err: ToolError) -> ToolError {
-    // For the record only: the refusal is the line's, whoever sent it.
-    let _ = attempt.authenticate().await;
-    attempt.refuse(Check::Protocol, err).await
 }
 
 /// The refusal of a line's calls the MCP layer cannot read: nothing was called.
@@ -791,11 +785,7 @@ impl LineRefusal {
         Box::pin(async move {
             // For the record only: the refusal is the line's, whoever sent it.
             let principal = first.authenticate().await.ok();
-            let limits = server.limits();
-            let rated = limits.principal.is_some() || limits.stdio_unauthenticated.is_some();
-            let past = rated
-                .then(|| server.past_the_rate(principal.as_deref(), records))
-                .flatten();
+            let past = server.past_the_rate(principal.as_deref(), records);
             let _ = verdict.set(past.clone());
             match past {
                 Some(err) => {
@@ -809,7 +799,7 @@ impl LineRefusal {
             // counted with it.
             for (mut attempt, err) in rest {
                 attempt.rest_of_batch(&rate);
-                refused(attempt, err).await;
+                refuse(attempt, err).await;
             }
         })
     }

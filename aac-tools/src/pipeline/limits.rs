@@ -260,24 +260,29 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     /// refusals itself (an MCP layer's protocol errors) asks it first, so that past the
     /// rate it answers 429, as its record will say.
     pub(crate) fn refusing(&self, key: &K, cost: u64) -> Option<Duration> {
-        let capacity = f64::from(self.rate.count);
-        let per_token = self.rate.refill().as_secs_f64();
         let cost = cost.max(1) as f64;
         let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let tokens = match buckets.get(key) {
-            Some(bucket) => {
-                let refilled = Instant::now().duration_since(bucket.at).as_secs_f64() / per_token;
-                (bucket.tokens + refilled).min(capacity)
-            }
-            None => capacity,
+            Some(bucket) => self.tokens_at(bucket, Instant::now()),
+            None => f64::from(self.rate.count),
         };
-        if tokens >= cost {
-            return None;
-        }
-        Some(match cost > capacity {
+        (tokens < cost).then(|| self.wait(cost, tokens))
+    }
+
+    /// The tokens `bucket` holds at `now`, refilled since it was last looked at.
+    fn tokens_at(&self, bucket: &Bucket, now: Instant) -> f64 {
+        let refilled =
+            now.duration_since(bucket.at).as_secs_f64() / self.rate.refill().as_secs_f64();
+        (bucket.tokens + refilled).min(f64::from(self.rate.count))
+    }
+
+    /// How long until a bucket of `tokens` holds `cost` (a cost over the burst never goes
+    /// ahead: a whole period, as good as any).
+    fn wait(&self, cost: f64, tokens: f64) -> Duration {
+        match cost > f64::from(self.rate.count) {
             true => self.rate.per,
-            false => Duration::from_secs_f64((cost - tokens) * per_token),
-        })
+            false => Duration::from_secs_f64((cost - tokens) * self.rate.refill().as_secs_f64()),
+        }
     }
 
     /// Count `calls` events of `kind` of `key` as refused, taking no token: the calls of a
@@ -306,7 +311,6 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     ) -> Verdict {
         let now = Instant::now();
         let capacity = f64::from(self.rate.count);
-        let per_token = self.rate.refill().as_secs_f64();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= MAX_KEYS && !buckets.contains_key(key) {
             // Forget the keys whose buckets are full again (idle for a whole period).
@@ -333,8 +337,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             suppressed: Counts::default(),
             refused: false,
         });
-        let refilled = now.duration_since(bucket.at).as_secs_f64() / per_token;
-        bucket.tokens = (bucket.tokens + refilled).min(capacity);
+        bucket.tokens = self.tokens_at(bucket, now);
         bucket.at = now;
         let cost = cost.max(1) as f64;
         if bucket.tokens >= cost {
@@ -347,13 +350,8 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             if count_first || !first {
                 bucket.suppressed.add_n(kind, calls);
             }
-            // (A batch over the burst never goes ahead: a whole period, as good as any.)
-            let wait = match cost > capacity {
-                true => self.rate.per.as_secs_f64(),
-                false => (cost - bucket.tokens) * per_token,
-            };
             Verdict::Limited {
-                retry_after: Duration::from_secs_f64(wait),
+                retry_after: self.wait(cost, bucket.tokens),
                 first,
             }
         }

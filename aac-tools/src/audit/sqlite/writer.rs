@@ -321,22 +321,21 @@ fn connect(path: &Path, options: &SqliteSinkBuilder) -> Result<Connected, AuditE
     let file = File::open(&database).ok();
     let mut wal_path = database.into_os_string();
     wal_path.push("-wal");
-    let log = File::open(&wal_path).ok().map(Arc::new);
+    let log = File::open(&wal_path).map(Arc::new);
     if !defer {
-        return Ok(Connected::new(conn, None, file, log));
+        return Ok(Connected::new(conn, None, file, log.ok()));
     }
     match log {
-        Some(wal) => Ok(Connected::new(
+        Ok(wal) => Ok(Connected::new(
             conn,
             Some(Arc::clone(&wal)),
             file,
             Some(wal),
         )),
-        None => {
-            let e = File::open(&wal_path).err();
+        Err(e) => {
             tracing::warn!(
                 path = %path.display(),
-                error = ?e,
+                error = %e,
                 "cannot open the audit database's write-ahead log to sync it; every commit syncs it instead"
             );
             conn.pragma_update(None, "synchronous", Synchronous::Full.pragma())
